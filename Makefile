@@ -1,0 +1,142 @@
+# rn: ResNet training and testing as small Unix tools.
+#   make            build librn and every tool into build/bin/
+#   make test       install what the tests need (Debian, as root), build, run every test
+#   make demo       the main job on an embedded default
+#   make deps       install the Debian packages the build and tests need
+# Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
+#          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+GITREV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+PREFIX ?= /usr/local
+PYTHON ?= /usr/bin/python3
+CUDA ?= /usr/local/cuda
+CUDA_ARCH ?= 80 90
+
+ifeq ($(SANITIZE),1)
+BUILD ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+BUILD ?= build
+SANFLAGS :=
+OPT := -O2
+endif
+
+CC ?= cc
+# OpenBLAS headers live in a Debian multiarch alternative folder.
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+# CUDA detection: nvcc, cuDNN and cuBLAS headers and libraries, and a tiny test compile.
+ifeq ($(origin USE_CUDA),undefined)
+HASH := \#
+USE_CUDA := $(shell test -x $(CUDA)/bin/nvcc && printf '$(HASH)include <cudnn.h>\n$(HASH)include <cublas_v2.h>\n$(HASH)include <cuda_runtime.h>\nint main(void){cublasHandle_t h; (void)h; return cudnnGetVersion()==0;}\n' | \
+  $(CC) -x c - -I$(CUDA)/include -L$(CUDA)/lib64 -lcudnn -lcublas -lcudart -o /dev/null 2>/dev/null && echo 1 || echo 0)
+endif
+
+CPPFLAGS += -Iinclude -I$(BUILD)/gen -D_GNU_SOURCE -DRN_VERSION='"$(VERSION)+$(GITREV)"' $(BLAS_CFLAGS)
+CFLAGS ?= $(OPT) -g
+CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread $(SANFLAGS)
+LDFLAGS += -fopenmp -pthread $(SANFLAGS)
+LDLIBS += -lprotobuf-c -llmdb -lturbojpeg $(BLAS_LIBS) -ldl -lm
+
+ifeq ($(USE_CUDA),1)
+CPPFLAGS += -DRN_HAVE_CUDA=1 -I$(CUDA)/include
+NVCC := $(CUDA)/bin/nvcc
+NVCCFLAGS := -O2 -std=c++17 -Iinclude -I$(BUILD)/gen -DRN_HAVE_CUDA=1 \
+  $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+  -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+LDLIBS += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+CU_SRC := $(wildcard lib/*.cu)
+BUILD_SUMMARY := CUDA $(shell $(CUDA)/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') (sm $(CUDA_ARCH)), cuDNN, cuBLAS: GPU and CPU backends
+else
+CU_SRC :=
+BUILD_SUMMARY := no usable CUDA toolkit/cuDNN/cuBLAS under $(CUDA): CPU backend only
+endif
+
+PROTO_C := $(BUILD)/gen/rn.pb-c.c
+PROTO_H := $(BUILD)/gen/rn.pb-c.h
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/rn.pb-c.o $(CU_SRC:lib/%.cu=$(BUILD)/obj/%.cu.o)
+LIBRN := $(BUILD)/librn.a
+TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/rn-*.c))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check bench-gpu
+
+all: summary $(TOOLS) $(UNIT_BIN)
+
+summary:
+	@echo "rn $(VERSION): $(BUILD_SUMMARY)"
+
+$(PROTO_C) $(PROTO_H): proto/rn.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen --proto_path=proto proto/rn.proto
+
+$(BUILD)/obj/rn.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-extra -c $< -o $@
+
+$(BUILD)/obj/%.o: lib/%.c $(PROTO_H) $(wildcard include/rn/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: lib/%.cu $(PROTO_H) $(wildcard include/rn/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIBRN): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/bin/%: tools/%.c $(LIBRN) $(wildcard include/rn/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(LIBRN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
+# Debian packages for the build and the tests; quick when all are present.
+DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
+  libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
+  python3-numpy python3-pil
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all $(words $(DEB_PKGS)) Debian packages present"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "deps: installing $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	else echo "deps: missing packages; run as root:"; echo "  apt-get update && apt-get install -y $$missing"; exit 1; fi
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) examples/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+
+format:
+	clang-format -i lib/*.c include/rn/*.h tools/*.c tests/unit/*.c tests/unit/*.h $(wildcard lib/*.cu)
+
+lint: $(PROTO_H)
+	cppcheck --quiet --enable=warning,performance,portability --std=c11 -Iinclude -I$(BUILD)/gen \
+	  --suppress=missingIncludeSystem lib tools
+	clang-tidy --quiet $(LIB_SRC) $(wildcard tools/*.c) -- $(CPPFLAGS) -std=c11
+
+compile_commands.json:
+	$(MAKE) clean && bear -- $(MAKE) all
+
+clean:
+	rm -rf build build-san
+
+-include pipelines/bench.mk

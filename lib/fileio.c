@@ -1,0 +1,118 @@
+#include "rn/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn/err.h"
+
+static int read_fd(int fd, const char *path, uint8_t **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = rn_malloc(cap);
+    if (!buf) return RN_ENOMEM;
+    for (;;) {
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return rn_errorf(RN_ENOMEM, "%s: out of memory reading %zu bytes", path, cap * 2);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(buf);
+            return rn_errorf(RN_EIO, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    *out = buf;
+    *len = n;
+    return RN_OK;
+}
+
+int rn_file_read(const char *path, uint8_t **out, size_t *len) {
+    if (strcmp(path, "-") == 0) return read_fd(0, "<stdin>", out, len);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return rn_errorf(RN_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = read_fd(fd, path, out, len);
+    close(fd);
+    return rc;
+}
+
+static int write_all(int fd, const char *path, const void *data, size_t len) {
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return rn_errorf(RN_EIO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return RN_OK;
+}
+
+int rn_fsync_dir_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return rn_errorf(RN_ENOMEM, "out of memory");
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = RN_OK;
+    if (fd < 0) rc = rn_errorf(RN_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    else if (fsync(fd) != 0 && errno != EINVAL)
+        rc = rn_errorf(RN_EIO, "%s: fsync of directory failed: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(copy);
+    return rc;
+}
+
+int rn_file_write_atomic(const char *path, const void *data, size_t len) {
+    if (strcmp(path, "-") == 0) {
+        int rc = write_all(1, "<stdout>", data, len);
+        return rc;
+    }
+    size_t n = strlen(path);
+    char *tmp = rn_malloc(n + 5);
+    if (!tmp) return RN_ENOMEM;
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp", 5);
+    int rc = RN_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = rn_errorf(RN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if ((rc = write_all(fd, tmp, data, len)) != RN_OK) goto fail;
+    if (fsync(fd) != 0) {
+        rc = rn_errorf(RN_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        rc = rn_errorf(RN_EIO, "%s: close failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        rc = rn_errorf(RN_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    rc = rn_fsync_dir_of(path);
+    goto out;
+fail:
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+out:
+    free(tmp);
+    return rc;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test: the C unit tests in $BUILD/tests, then the bats files in tests/.
+# Ends with one line "tests: N passed, N failed, N skipped" and exits non-zero on a failure.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export RN_BIN="$PWD/$BUILD/bin" RN_BUILD="$PWD/$BUILD" PYTHON=${PYTHON:-/usr/bin/python3}
+export PATH="$RN_BIN:$PATH"
+# CUDA's runtime reserves the shadow gap ASan wants; harmless without sanitizers.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1}
+passed=0 failed=0 skipped=0
+failures=()
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    if out=$("$t" 2>&1); then
+        passed=$((passed + 1))
+        echo "ok unit $(basename "$t"): $(tail -n 1 <<<"$out")"
+    else
+        failed=$((failed + 1))
+        failures+=("unit $(basename "$t")")
+        echo "not ok unit $(basename "$t")"
+        sed 's/^/  # /' <<<"$out" | tail -n 40
+    fi
+done
+
+if command -v bats >/dev/null; then
+    for f in tests/*.bats; do
+        [ -f "$f" ] || continue
+        out=$(bats --tap "$f" 2>&1)
+        echo "$out"
+        p=$(grep -c '^ok .*# skip' <<<"$out")
+        skipped=$((skipped + p))
+        passed=$((passed + $(grep '^ok ' <<<"$out" | grep -vc '# skip')))
+        n=$(grep -c '^not ok ' <<<"$out")
+        failed=$((failed + n))
+        [ "$n" -gt 0 ] && failures+=("$f ($n)")
+        # a bats file that could not even be parsed reports no test lines
+        grep -qE '^(ok|not ok) ' <<<"$out" || { failed=$((failed + 1)); failures+=("$f (did not run)"); }
+    done
+else
+    echo "bats is not installed: run 'make deps' as root" >&2
+    failed=$((failed + 1))
+fi
+
+[ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
