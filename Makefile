@@ -139,4 +139,5 @@ compile_commands.json:
 clean:
 	rm -rf build build-san
 
--include pipelines/bench.mk
+# benchmark targets (make bench-*), one fragment per benchmark
+-include $(wildcard pipelines/bench-*.mk)
