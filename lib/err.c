@@ -24,7 +24,7 @@ int rn_error_context(int code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, msg, sizeof msg);
-    snprintf(msg, sizeof msg, "%s: %s", prefix, old[0] ? old : rn_strerror(code));
+    snprintf(msg, sizeof msg, "%.500s: %.1500s", prefix, old[0] ? old : rn_strerror(code));
     return code;
 }
 

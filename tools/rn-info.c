@@ -1,0 +1,199 @@
+/* rn-info: what is inside an rn checkpoint (.pb). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rn/ckpt.h"
+#include "rn/err.h"
+#include "rn/json.h"
+#include "rn/tensor.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rn-info [--json] [--tensors] FILE\n"
+               "\n"
+               "Describe an rn checkpoint (.pb): arch, classes, parameter count, epoch and step,\n"
+               "optimiser, provenance (who wrote it, when, with which command) and the training\n"
+               "history. The file is fully validated first (names, shapes, checksums).\n"
+               "FILE may be \"-\" (stdin).\n"
+               "\n"
+               "  -j, --json     machine-readable output (one JSON object)\n"
+               "  -t, --tensors  list every tensor: name, shape, dtype, crc32c\n"
+               "  -h, --help     this help\n"
+               "  -V, --version  print the version\n"
+               "\n"
+               "Exit status: 0 success, 1 failure (unreadable or invalid file), 2 bad usage.\n");
+}
+
+static void shape_str(const rn_ptensor *t, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (size_t i = 0; i < t->n_shape; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", i ? "," : "", (long long)t->shape[i]);
+}
+
+static int64_t count(rn_ptensor **t, size_t n) {
+    int64_t s = 0;
+    for (size_t i = 0; i < n; i++) s += rn_numel(t[i]->shape, t[i]->n_shape);
+    return s;
+}
+
+static const char *str(const char *s) { return s ? s : ""; }
+
+static void print_text(const char *path, const rn_ckpt *c, int tensors) {
+    printf("file:          %s\n", path);
+    printf("format:        rn checkpoint v%u\n", c->format_version);
+    printf("arch:          %s\n", c->model->arch);
+    printf("classes:       %d%s\n", c->model->num_classes, c->n_class_names ? "" : " (no class names)");
+    printf("parameters:    %lld in %zu tensors\n", (long long)count(c->params, c->n_params), c->n_params);
+    printf("buffers:       %zu tensors\n", c->n_buffers);
+    printf("zero-init-res: %s\n", c->model->zero_init_residual ? "yes" : "no");
+    if (c->train)
+        printf("progress:      epoch %d, step %lld\n", c->train->epoch, (long long)c->train->step);
+    else printf("progress:      not trained (epoch 0, step 0)\n");
+    if (c->optim && c->optim->n_momentum)
+        printf("optimiser:     %s lr %g momentum %g weight decay %g%s\n", str(c->optim->kind), c->optim->lr,
+               c->optim->momentum_coef, c->optim->weight_decay, c->optim->nesterov ? " nesterov" : "");
+    else printf("optimiser:     no state\n");
+    if (c->provenance) {
+        const Rn__Provenance *p = c->provenance;
+        printf("written by:    rn %s on %s at %s\n", str(p->rn_version), str(p->host), str(p->created));
+        printf("command:       %s\n", str(p->command));
+        if (p->parent && *p->parent) printf("from:          %s\n", p->parent);
+        if (p->dataset && *p->dataset) printf("dataset:       %s\n", p->dataset);
+    }
+    if (c->n_history) {
+        printf("history:\n  %5s %9s %10s %10s %8s %8s %9s %8s\n", "epoch", "step", "train_loss", "lr", "val_top1",
+               "val_top5", "val_loss", "img/s");
+        for (size_t i = 0; i < c->n_history; i++) {
+            const Rn__EpochMetrics *h = c->history[i];
+            printf("  %5d %9lld %10.4f %10.3g %8.4f %8.4f %9.4f %8.1f\n", h->epoch, (long long)h->step, h->train_loss,
+                   h->lr, h->val_top1, h->val_top5, h->val_loss, h->images_per_second);
+        }
+    }
+    if (tensors) {
+        char shape[96];
+        printf("tensors:\n");
+        for (int pass = 0; pass < 2; pass++) {
+            rn_ptensor **t = pass ? c->buffers : c->params;
+            size_t n = pass ? c->n_buffers : c->n_params;
+            for (size_t i = 0; i < n; i++) {
+                shape_str(t[i], shape, sizeof shape);
+                printf("  %-44s %-18s %-4s %08x%s\n", t[i]->name, shape, rn_dtype_name((int)t[i]->dtype), t[i]->crc32c,
+                       pass ? " buffer" : "");
+            }
+        }
+    }
+}
+
+static void json_kv(const char *k, const char *v, int comma) {
+    rn_json_string(stdout, k);
+    putchar(':');
+    rn_json_string(stdout, v);
+    if (comma) putchar(',');
+}
+
+static void print_json(const char *path, const rn_ckpt *c, int tensors) {
+    printf("{");
+    json_kv("file", path, 1);
+    json_kv("kind", "checkpoint", 1);
+    printf("\"format_version\":%u,", c->format_version);
+    json_kv("arch", c->model->arch, 1);
+    printf("\"num_classes\":%d,\"zero_init_residual\":%s,", c->model->num_classes,
+           c->model->zero_init_residual ? "true" : "false");
+    printf("\"parameters\":%lld,\"param_tensors\":%zu,\"buffer_tensors\":%zu,", (long long)count(c->params, c->n_params),
+           c->n_params, c->n_buffers);
+    printf("\"epoch\":%d,\"step\":%lld,", c->train ? c->train->epoch : 0, c->train ? (long long)c->train->step : 0LL);
+    printf("\"class_names\":[");
+    for (size_t i = 0; i < c->n_class_names; i++) {
+        if (i) putchar(',');
+        rn_json_string(stdout, c->class_names[i]);
+    }
+    printf("],\"optimiser\":");
+    if (c->optim && c->optim->n_momentum) {
+        printf("{");
+        json_kv("kind", str(c->optim->kind), 1);
+        printf("\"lr\":");
+        rn_json_number(stdout, c->optim->lr);
+        printf(",\"momentum\":");
+        rn_json_number(stdout, c->optim->momentum_coef);
+        printf(",\"weight_decay\":");
+        rn_json_number(stdout, c->optim->weight_decay);
+        printf(",\"nesterov\":%s}", c->optim->nesterov ? "true" : "false");
+    } else printf("null");
+    printf(",\"provenance\":");
+    if (c->provenance) {
+        const Rn__Provenance *p = c->provenance;
+        printf("{");
+        json_kv("rn_version", str(p->rn_version), 1);
+        json_kv("command", str(p->command), 1);
+        json_kv("created", str(p->created), 1);
+        json_kv("host", str(p->host), 1);
+        json_kv("parent", str(p->parent), 1);
+        json_kv("dataset", str(p->dataset), 0);
+        printf("}");
+    } else printf("null");
+    printf(",\"history\":[");
+    for (size_t i = 0; i < c->n_history; i++) {
+        const Rn__EpochMetrics *h = c->history[i];
+        printf("%s{\"epoch\":%d,\"step\":%lld", i ? "," : "", h->epoch, (long long)h->step);
+        const char *k[] = {"train_loss", "lr", "val_top1", "val_top5", "val_loss", "seconds", "images_per_second"};
+        double v[] = {h->train_loss, h->lr, h->val_top1, h->val_top5, h->val_loss, h->seconds, h->images_per_second};
+        for (int j = 0; j < 7; j++) {
+            printf(",\"%s\":", k[j]);
+            rn_json_number(stdout, v[j]);
+        }
+        printf("}");
+    }
+    printf("]");
+    if (tensors) {
+        printf(",\"tensors\":[");
+        int first = 1;
+        for (int pass = 0; pass < 2; pass++) {
+            rn_ptensor **t = pass ? c->buffers : c->params;
+            size_t n = pass ? c->n_buffers : c->n_params;
+            for (size_t i = 0; i < n; i++) {
+                printf("%s{", first ? "" : ",");
+                first = 0;
+                json_kv("name", t[i]->name, 1);
+                printf("\"shape\":[");
+                for (size_t d = 0; d < t[i]->n_shape; d++) printf("%s%lld", d ? "," : "", (long long)t[i]->shape[d]);
+                printf("],");
+                json_kv("dtype", rn_dtype_name((int)t[i]->dtype), 1);
+                printf("\"crc32c\":\"%08x\",\"buffer\":%s}", t[i]->crc32c, pass ? "true" : "false");
+            }
+        }
+        printf("]");
+    }
+    printf("}\n");
+}
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                         {"tensors", no_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"version", no_argument, 0, 'V'},
+                                         {0, 0, 0, 0}};
+    int json = 0, tensors = 0, c;
+    while ((c = getopt_long(argc, argv, "jthV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 't': tensors = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("rn-info %s\n", RN_VERSION); return 0;
+        default: fprintf(stderr, "rn-info: see 'rn-info --help'\n"); return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "rn-info: expected one FILE (see --help)\n");
+        return 2;
+    }
+    const char *path = argv[optind];
+    rn_ckpt *ck = NULL;
+    if (rn_ckpt_read(path, &ck) != RN_OK) {
+        fprintf(stderr, "rn-info: %s\n", rn_last_error());
+        return 1;
+    }
+    if (json) print_json(path, ck, tensors);
+    else print_text(path, ck, tensors);
+    rn_ckpt_free(ck);
+    return 0;
+}
