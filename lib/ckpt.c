@@ -292,7 +292,7 @@ int rn_ckpt_write(const char *path, rn_ckpt *c) {
     return rc;
 }
 
-int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent) {
+int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent, int with_time) {
     if (!c->provenance) {
         c->provenance = rn_malloc(sizeof *c->provenance);
         if (!c->provenance) return RN_ENOMEM;
@@ -316,7 +316,7 @@ int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent
     gethostname(host, sizeof host - 1);
     int rc = rn_pb_set_string(&p->rn_version, RN_VERSION);
     if (rc == RN_OK) rc = rn_pb_set_string(&p->command, cmd);
-    if (rc == RN_OK) rc = rn_pb_set_string(&p->created, when);
+    if (rc == RN_OK) rc = rn_pb_set_string(&p->created, with_time ? when : "");
     if (rc == RN_OK) rc = rn_pb_set_string(&p->host, host);
     if (rc == RN_OK && parent) rc = rn_pb_set_string(&p->parent, parent);
     free(cmd);

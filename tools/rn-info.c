@@ -55,7 +55,8 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     else printf("optimiser:     no state\n");
     if (c->provenance) {
         const Rn__Provenance *p = c->provenance;
-        printf("written by:    rn %s on %s at %s\n", str(p->rn_version), str(p->host), str(p->created));
+        printf("written by:    rn %s on %s%s%s\n", str(p->rn_version), str(p->host), p->created && *p->created ? " at " : "",
+               str(p->created));
         printf("command:       %s\n", str(p->command));
         if (p->parent && *p->parent) printf("from:          %s\n", p->parent);
         if (p->dataset && *p->dataset) printf("dataset:       %s\n", p->dataset);

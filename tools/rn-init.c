@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
         if (rc == RN_OK) rc = rn_ckpt_new(&net, &ck);
         if (rc == RN_OK) rc = rn_ckpt_init(ck, &net, (uint64_t)seed, zero_init);
     }
-    if (rc == RN_OK) rc = rn_ckpt_set_provenance(ck, argc, argv, from);
+    if (rc == RN_OK) rc = rn_ckpt_set_provenance(ck, argc, argv, from, 0);
     if (rc == RN_OK) rc = rn_ckpt_write(out, ck);
     rn_ckpt_free(ck);
     if (rc != RN_OK) {

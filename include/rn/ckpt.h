@@ -58,8 +58,10 @@ int rn_ckpt_read(const char *path, rn_ckpt **out);
  * "-" = stdout. Errors: RN_EIO, RN_ENOMEM. */
 int rn_ckpt_write(const char *path, rn_ckpt *c);
 
-/* Record who wrote this file: rn version, command line, time, host, parent file. */
-int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent);
+/* Record who wrote this file: rn version, command line, host, parent file, and the UTC
+ * time when with_time (tools whose output must be reproducible byte for byte, like
+ * rn-init, leave the time out). */
+int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent, int with_time);
 
 void rn_ckpt_free(rn_ckpt *c);
 

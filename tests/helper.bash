@@ -1,0 +1,19 @@
+# Shared set-up for the bats files: bats-support/bats-assert, a scratch dir, the tools.
+bats_load_library bats-support
+bats_load_library bats-assert
+
+RN_BIN=${RN_BIN:-$BATS_TEST_DIRNAME/../build/bin}
+PATH="$RN_BIN:$PATH"
+PYTHON=${PYTHON:-/usr/bin/python3}
+
+have_torch() { "$PYTHON" -c 'import torch, torchvision' 2>/dev/null; }
+
+# xor one byte of a file at an offset, in place
+flip_byte() {
+    "$PYTHON" - "$1" "$2" <<'PY'
+import sys
+p, off = sys.argv[1], int(sys.argv[2])
+with open(p, "r+b") as f:
+    f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x5A]))
+PY
+}

@@ -1,0 +1,104 @@
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rn/ckpt.h"
+#include "rn/convert.h"
+#include "rn/err.h"
+#include "rn/fileio.h"
+#include "rn/resnet.h"
+#include "rn/safetensors.h"
+
+static void test_spec(void) {
+    rn_resnet net;
+    CHECK_OK(rn_resnet_build(&net, "resnet50", 1000));
+    CHECK(rn_resnet_param_count(&net) == 25557032, "resnet50 params %lld", (long long)rn_resnet_param_count(&net));
+    CHECK(net.nunits == 53 && net.nblocks == 16, "resnet50 units %d blocks %d", net.nunits, net.nblocks);
+    /* v1.5: stride 2 sits on the 3x3 conv of layer2.0 */
+    const rn_block *b = &net.blocks[3];
+    CHECK(strcmp(net.units[b->conv[1]].conv, "layer2.0.conv2") == 0 && net.units[b->conv[1]].stride == 2 &&
+              net.units[b->conv[0]].stride == 1,
+          "v1.5 stride placement");
+    CHECK(b->down >= 0 && strcmp(net.units[b->down].bn, "layer2.0.downsample.1") == 0 && net.units[b->down].pad == 0,
+          "downsample unit");
+    rn_tensor_desc *d = NULL;
+    int n = 0;
+    CHECK_OK(rn_resnet_tensors(&net, &d, &n));
+    CHECK(n == 320, "resnet50 state_dict has 320 entries, got %d", n);
+    CHECK(strcmp(d[0].name, "conv1.weight") == 0 && strcmp(d[5].name, "bn1.num_batches_tracked") == 0 &&
+              strcmp(d[n - 1].name, "fc.bias") == 0,
+          "order");
+    free(d);
+    CHECK_OK(rn_resnet_build(&net, "resnet18", 10));
+    CHECK(net.blocks[0].down == -1 && net.blocks[2].down >= 0, "resnet18 shortcuts");
+    CHECK(rn_resnet_build(&net, "vgg16", 10) == RN_EINVAL && strstr(rn_last_error(), "vgg16"), "unknown arch");
+}
+
+static void test_roundtrip(void) {
+    char path[] = "/tmp/rn-test-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    rn_resnet net;
+    rn_ckpt *c = NULL, *r = NULL;
+    CHECK_OK(rn_resnet_build(&net, "resnet18", 5));
+    CHECK_OK(rn_ckpt_new(&net, &c));
+    CHECK_OK(rn_ckpt_init(c, &net, 1, 1));
+    CHECK(rn_ckpt_find(c, "layer1.0.bn2.weight") && rn_ptensor_f32(rn_ckpt_find(c, "layer1.0.bn2.weight"))[0] == 0.0f,
+          "zero-init-residual on the last BN");
+    CHECK(rn_ptensor_f32(rn_ckpt_find(c, "layer1.0.bn1.weight"))[0] == 1.0f, "other BN gamma 1");
+    CHECK_OK(rn_ckpt_write(path, c));
+    CHECK_OK(rn_ckpt_read(path, &r));
+    CHECK(r && r->n_params == c->n_params && r->n_buffers == c->n_buffers, "counts survive");
+    if (r) {
+        rn_ptensor *a = rn_ckpt_find(c, "fc.weight"), *b = rn_ckpt_find(r, "fc.weight");
+        CHECK(b && a->data.len == b->data.len && memcmp(a->data.data, b->data.data, a->data.len) == 0, "fc survives");
+    }
+    /* corrupting one value in memory is caught by the checksum and named */
+    rn_ptensor_f32(rn_ckpt_find(r, "layer2.1.conv1.weight"))[3] += 1.0f;
+    CHECK(rn_ckpt_validate(r) == RN_ECORRUPT && strstr(rn_last_error(), "layer2.1.conv1.weight"), "crc names tensor: %s",
+          rn_last_error());
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(access(tmp, F_OK) != 0, "no tmp file left");
+    rn_ckpt_free(c);
+    rn_ckpt_free(r);
+    unlink(path);
+}
+
+static void test_safetensors(void) {
+    char path[] = "/tmp/rn-test-st-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int64_t b[1] = {42};
+    rn_st_tensor t[2] = {{.name = "w\"q", .dtype = 1, .ndim = 2, .shape = {2, 3}, .data = (void *)a, .nbytes = 24},
+                         {.name = "n", .dtype = 6, .ndim = 0, .data = (void *)b, .nbytes = 8}};
+    const char *k[] = {"arch"}, *v[] = {"res\\net"};
+    CHECK_OK(rn_st_write(path, t, 2, k, v, 1));
+    rn_safetensors *st = NULL;
+    CHECK_OK(rn_st_read(path, &st));
+    if (st) {
+        CHECK(st->n == 2 && strcmp(st->t[0].name, "w\"q") == 0 && st->t[0].ndim == 2 && st->t[0].shape[1] == 3,
+              "tensor header");
+        CHECK(memcmp(st->t[0].data, a, 24) == 0 && st->t[1].ndim == 0 && memcmp(st->t[1].data, b, 8) == 0, "data");
+        CHECK(rn_st_meta(st, "arch") && strcmp(rn_st_meta(st, "arch"), "res\\net") == 0, "metadata escapes");
+        CHECK(((uintptr_t)(st->t[0].data - st->file)) % 8 == 0, "data aligned to 8");
+    }
+    rn_st_free(st);
+    /* a truncated file is refused with its name */
+    uint8_t *buf;
+    size_t len;
+    CHECK_OK(rn_file_read(path, &buf, &len));
+    CHECK_OK(rn_file_write_atomic(path, buf, len - 4));
+    st = NULL;
+    CHECK(rn_st_read(path, &st) == RN_ECORRUPT && strstr(rn_last_error(), path), "truncated: %s", rn_last_error());
+    free(buf);
+    unlink(path);
+}
+
+int main(void) {
+    test_spec();
+    test_roundtrip();
+    test_safetensors();
+    return check_done("test_ckpt");
+}
