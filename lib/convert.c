@@ -140,7 +140,7 @@ int rn_ckpt_export_safetensors(const rn_ckpt *c, const char *path) {
         t[i].name = p->name;
         t[i].dtype = (int)p->dtype;
         t[i].ndim = (int)p->n_shape;
-        memcpy(t[i].shape, p->shape, sizeof(int64_t) * p->n_shape);
+        if (p->n_shape) memcpy(t[i].shape, p->shape, sizeof(int64_t) * p->n_shape);
         t[i].data = p->data.data;
         t[i].nbytes = p->data.len;
     }
