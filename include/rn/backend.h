@@ -1,0 +1,277 @@
+/* rn/backend.h: the compute operations the network calls, on one device.
+ *
+ * The model code (lib/resnet.c) calls these functions and never branches on the device:
+ * a backend context (rn_backend) is created once for "cpu" or "cuda[:N]", and every op
+ * takes it as its first argument. Internally each context carries a table of function
+ * pointers (include/rn/backend_impl.h) that a backend fills in; these public functions
+ * check their arguments once, for every backend alike, then call through the table. We
+ * chose a table over a device tag on each call so that the CUDA backend lives in its own
+ * translation unit (compiled by nvcc) and librn links without it when CUDA is absent.
+ *
+ * Memory. Every tensor pointer given to an op is in the backend's memory space (host
+ * memory for "cpu", device memory for "cuda") and is owned by the caller: ops never
+ * allocate, free or keep pointers past the call. Use rn_backend_alloc/upload/download
+ * to move data; rn_backend_is_host() says whether pointers can be read directly.
+ * Scalars in descriptors (eps, lr, ...) and the mean/std arrays of rn_input_normalize
+ * are host values.
+ *
+ * Workspace. A context holds one workspace arena in device memory. Ops that need scratch
+ * space take it from there, so nothing is allocated inside a training step: before the
+ * first step, take the maximum of rn_conv_workspace() and rn_bn_workspace() over every
+ * layer of the plan and call rn_backend_reserve() once. An op whose need exceeds the
+ * reservation fails with RN_EINVAL and says how much it needed. Only one op runs at a
+ * time per context, so all ops share the one arena. Ops not listed with a workspace
+ * query need none.
+ *
+ * Layouts. Activations are NHWC (channels last) with no padding between elements.
+ * Convolution weights are (K, kh, kw, C), "OHWI": both cuDNN's NHWC filter format and the
+ * CPU GEMM want it, so the model keeps parameters, gradients and momentum in it and
+ * converts from/to torchvision's OIHW only at load/save (rn_conv_oihw_to_ohwi and back).
+ * The SGD update is elementwise, so it does not care. Fully connected weights are torch's
+ * (out, in). BatchNorm parameters and statistics are (C,).
+ *
+ * Element types. Each descriptor has a dtype (RN_F32, RN_F16 or RN_BF16 from rn/tensor.h;
+ * 0 means RN_F32) that applies to the pointers declared void * in that op: activations,
+ * their gradients, conv/FC weights and their gradients. Pointers declared float * are
+ * always fp32 (BN parameters and statistics, the loss, SGD master weights). The CPU
+ * backend implements RN_F32 only and returns RN_ENOTSUP for the others.
+ *
+ * Errors. Every function returns RN_OK or a negative RN_E* code with a message
+ * (rn_last_error) that names the op and the bad value. Ops are not thread-safe on one
+ * context: use one context per thread.
+ *
+ * Accumulate flags. Where an op has `accumulate`, 0 overwrites its gradient outputs and 1
+ * adds to them (gradient accumulation over micro-batches; the two gradient paths into a
+ * residual block's input). */
+#ifndef RN_BACKEND_H
+#define RN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rn_backend rn_backend;
+
+/* ---- context ---- */
+
+/* Create a context for device "cpu", "cuda", "cuda:N" or "auto" (cuda:0 when this build
+ * has CUDA and a usable GPU, else cpu). nthreads <= 0 means every online core; the CPU
+ * backend uses that many OpenMP threads and sets OpenBLAS to the same count (OpenBLAS's
+ * count is process-wide: the last context created wins). RN_SYNC=1 in the environment
+ * makes every op synchronise with the device and report asynchronous faults there.
+ * Errors: RN_EINVAL (unknown device), RN_ENOTSUP (cuda in a CPU-only build), RN_EGPU,
+ * RN_ENOMEM. */
+int rn_backend_create(const char *device, int nthreads, rn_backend **out);
+/* Free the context and its workspace arena. NULL is a no-op. */
+void rn_backend_destroy(rn_backend *be);
+/* One line for logs, e.g. "cpu: OpenBLAS 0.3.21 (Zen), 2 threads". */
+const char *rn_backend_name(const rn_backend *be);
+/* 1 when tensor pointers are host memory the caller may read and write directly. */
+int rn_backend_is_host(const rn_backend *be);
+int rn_backend_threads(const rn_backend *be);
+
+/* ---- memory (pointers in the backend's space; sizes in bytes) ---- */
+
+/* Allocate `bytes` (64-byte aligned, contents undefined). Errors: RN_ENOMEM, RN_EGPU. */
+int rn_backend_alloc(rn_backend *be, size_t bytes, void **out);
+/* Free memory from rn_backend_alloc. NULL is a no-op. */
+void rn_backend_free(rn_backend *be, void *p);
+int rn_backend_upload(rn_backend *be, void *dst, const void *host_src, size_t bytes);
+int rn_backend_download(rn_backend *be, void *host_dst, const void *src, size_t bytes);
+int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes);
+int rn_backend_zero(rn_backend *be, void *dst, size_t bytes);
+/* Wait until every op issued on this context has finished; reports deferred errors. */
+int rn_backend_sync(rn_backend *be);
+
+/* Grow the workspace arena to at least `bytes` (never shrinks). Call before a step. */
+int rn_backend_reserve(rn_backend *be, size_t bytes);
+/* Bytes currently reserved. */
+size_t rn_backend_reserved(const rn_backend *be);
+
+/* ---- convolution (no bias, no groups, no dilation) ----
+ * x (n, h, w, c)  w (k, kh, kw, c)  y (n, p, q, k)
+ * p = (h + 2*pad_h - kh) / stride_h + 1, q likewise: torch's floor rule. */
+typedef struct {
+    int dtype;                /* element type of x, w, y and their gradients */
+    int n, h, w, c;           /* input shape, NHWC */
+    int k, kh, kw;            /* output channels, kernel size */
+    int stride_h, stride_w;
+    int pad_h, pad_w;         /* zero padding on each side */
+    int p, q;                 /* output height and width (set by rn_conv_desc_init) */
+} rn_conv_desc;
+
+/* Fill d for a square stride and padding (dtype RN_F32). Errors: RN_EINVAL for a
+ * non-positive size, a kernel larger than the padded input, or sizes that overflow. */
+int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh, int kw,
+                      int stride, int pad);
+/* Workspace bytes that each of the three conv ops below may take for d. */
+size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
+/* y = conv(x, w). */
+int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
+/* dx (n, h, w, c) [+]= dL/dx given dy (n, p, q, k). */
+int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
+                     void *dx, int accumulate);
+/* dw (k, kh, kw, c) [+]= dL/dw given x and dy. */
+int rn_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy,
+                       void *dw, int accumulate);
+
+/* Host-side weight layout conversion, fp32: (k, c, kh, kw) <-> (k, kh, kw, c). src and
+ * dst must not overlap. For kh = kw = 1 the layouts are identical. */
+void rn_conv_oihw_to_ohwi(const float *oihw, float *ohwi, int k, int c, int kh, int kw);
+void rn_conv_ohwi_to_oihw(const float *ohwi, float *oihw, int k, int c, int kh, int kw);
+
+/* ---- batch normalisation over NHWC: x is (m, c) with m = n*h*w ----
+ * Training: y = [relu](gamma * (x - mean) * invstd + beta [+ residual]) with the batch's
+ * mean and biased variance var, invstd = 1/sqrt(var + eps). Running statistics, when
+ * given, follow torch: running_mean = (1-momentum)*running_mean + momentum*mean and
+ * running_var = (1-momentum)*running_var + momentum*var*m/(m-1) (unbiased). */
+typedef struct {
+    int dtype;       /* element type of x, y, residual, dy, dx, dres */
+    int64_t m;       /* positions per channel: n*h*w (>= 2 for training) */
+    int c;           /* channels */
+    float eps;       /* added to the variance inside the sqrt (1e-5) */
+    float momentum;  /* running-statistics factor (0.1) */
+    int relu;        /* 1: apply ReLU after the (optional) residual add */
+} rn_bn_desc;
+
+#define RN_BN_EPS 1e-5f
+#define RN_BN_MOMENTUM 0.1f
+
+/* Fill d with eps RN_BN_EPS, momentum RN_BN_MOMENTUM, dtype RN_F32. */
+int rn_bn_desc_init(rn_bn_desc *d, int64_t m, int c, int relu);
+/* Workspace bytes for rn_bn_fwd_train and rn_bn_bwd. */
+size_t rn_bn_workspace(rn_backend *be, const rn_bn_desc *d);
+/* Bytes of per-layer "reserve" memory a backend keeps from rn_bn_fwd_train to the
+ * matching rn_bn_bwd (cuDNN's fused BN+add+ReLU keeps its ReLU mask there); 0 on CPU.
+ * The caller allocates it per layer and passes the same pointer to both (NULL if 0). */
+size_t rn_bn_reserve_size(rn_backend *be, const rn_bn_desc *d);
+
+/* Training forward. x, y (m, c); residual (m, c) or NULL; gamma, beta (c);
+ * save_mean, save_invstd (c) outputs kept for rn_bn_bwd; running_mean, running_var (c)
+ * updated in place, or both NULL to leave them alone. y may alias x or residual.
+ * Errors: RN_EINVAL for m < 2 (torch refuses one value per channel too). */
+int rn_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                    const float *beta, const void *residual, void *y, float *save_mean,
+                    float *save_invstd, float *running_mean, float *running_var,
+                    void *reserve);
+/* Inference forward with the running statistics: y = [relu](gamma*(x - running_mean)
+ * / sqrt(running_var + eps) + beta [+ residual]). y may alias x or residual. */
+int rn_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                    const float *beta, const float *running_mean, const float *running_var,
+                    const void *residual, void *y);
+/* Backward of rn_bn_fwd_train. Inputs: x and y of the forward (y is read only when
+ * d->relu, for the mask y > 0 as torch's ReLU backward uses; else may be NULL), dy,
+ * gamma, save_mean, save_invstd. Outputs: dx (m, c); dgamma, dbeta (c), [+]= per
+ * `accumulate`; dres (m, c) = the gradient reaching the residual input (dy masked by
+ * the ReLU), or NULL when the forward had no residual. dx may alias dy; dres may alias
+ * dy; dx and dres must differ. */
+int rn_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+              const void *dy, const float *gamma, const float *save_mean,
+              const float *save_invstd, void *dx, float *dgamma, float *dbeta, void *dres,
+              void *reserve, int accumulate);
+
+/* ---- elementwise (n elements, dtype as the descriptors) ---- */
+
+/* y = [relu](a + b). y may alias a or b. */
+int rn_add(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y,
+           int relu);
+/* y = max(x, 0). y may alias x. */
+int rn_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *x, void *y);
+/* dx = dy where y > 0, else 0 (y the ReLU's output). dx may alias dy. */
+int rn_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *y, const void *dy,
+                void *dx);
+/* Loader batch to network input: x u8 (m, c) -> y (m, c) = (x/255 - mean[j]) / std[j]
+ * for channel j, torchvision's ToTensor + Normalize. mean, std: host arrays of c. */
+int rn_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x,
+                       const float *mean, const float *std, void *y);
+
+/* ---- pooling ----
+ * Max pool: x (n, h, w, c) -> y (n, p, q, c), padding never selected (torch's -inf),
+ * floor rule for p, q. Backward routes each dy to the first maximum in its window
+ * (row-major scan, as torch), recomputed from x and y, so nothing is saved. */
+typedef struct {
+    int dtype;
+    int n, h, w, c;
+    int kh, kw, stride_h, stride_w, pad_h, pad_w;
+    int p, q;        /* output size (set by rn_pool_desc_init) */
+} rn_pool_desc;
+
+/* Square window k, stride, pad (torch: pad <= k/2). Errors: RN_EINVAL. */
+int rn_pool_desc_init(rn_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad);
+int rn_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *x, void *y);
+/* dx (n, h, w, c) = gradient; overwritten. */
+int rn_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y,
+                   const void *dy, void *dx);
+/* Global average pool: x (n, hw, c) -> y (n, c) = mean over hw. */
+int rn_avgpool_global_fwd(rn_backend *be, int dtype, int n, int hw, int c, const void *x,
+                          void *y);
+/* dx (n, hw, c) = dy (n, c) / hw. */
+int rn_avgpool_global_bwd(rn_backend *be, int dtype, int n, int hw, int c, const void *dy,
+                          void *dx);
+
+/* ---- fully connected: x (n, in), w (out, in), b (out), y (n, out) ---- */
+typedef struct {
+    int dtype;       /* element type of every tensor of the layer */
+    int n, in, out;
+} rn_fc_desc;
+
+/* y = x w^T + b; b may be NULL (no bias). */
+int rn_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+              const void *b, void *y);
+/* dx = dy w (overwritten; NULL to skip), dw [+]= dy^T x, db [+]= sum over n of dy
+ * (NULL to skip). */
+int rn_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+              const void *dy, void *dx, void *dw, void *db, int accumulate);
+
+/* ---- softmax cross-entropy, mean over the batch ----
+ * For row i with label y_i, K classes, smoothing e (torch's label_smoothing):
+ *   loss_i = (1-e) * -log softmax(z_i)[y_i] + e/K * sum_k -log softmax(z_i)[k]
+ *   loss = mean_i loss_i;  dlogits_i = grad_scale * (softmax(z_i) - (1-e)*onehot(y_i) - e/K) / n */
+typedef struct {
+    int dtype;              /* element type of logits and dlogits; the loss is fp32 */
+    int n, classes;
+    float label_smoothing;  /* e in [0, 1] */
+    float grad_scale;       /* multiplies dlogits: 1, 1/accum_steps, an AMP loss scale */
+} rn_xent_desc;
+
+/* Fill d: no smoothing, grad_scale 1, dtype RN_F32. */
+int rn_xent_desc_init(rn_xent_desc *d, int n, int classes);
+/* logits (n, classes); labels (n) int32 in [0, classes), in backend memory; loss: one
+ * float in backend memory (read it with rn_backend_download); dlogits (n, classes) or
+ * NULL for the loss alone; dlogits may alias logits. Errors: RN_EINVAL for a label out of
+ * range (the CPU backend names the row; a GPU backend may not check). */
+int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
+                    const int32_t *labels, float *loss, void *dlogits);
+
+/* ---- SGD, torch.optim.SGD semantics exactly ----
+ *   g = grad_scale * grad;  g = g + weight_decay * p
+ *   momentum != 0:  buf = first_step ? g : momentum*buf + (1-dampening)*g
+ *                   g = nesterov ? g + momentum*buf : buf
+ *   p = p - lr * g
+ * "first_step" is torch's momentum_buffer-is-None: true for the first update after
+ * initialisation, or after loading a checkpoint without momentum buffers. */
+typedef struct {
+    float lr, momentum, dampening, weight_decay;
+    int nesterov;
+    int first_step;
+    float grad_scale;      /* 1, or 1/loss_scale to unscale AMP gradients */
+} rn_sgd_desc;
+
+/* Fill d: dampening 0, grad_scale 1, first_step 1. A grad_scale of 0 is refused with
+ * RN_EINVAL (it would silently zero every gradient), here and in rn_xent_desc. */
+int rn_sgd_desc_init(rn_sgd_desc *d, float lr, float momentum, float weight_decay,
+                     int nesterov);
+/* p, grad, buf: n fp32 each (buf may be NULL when momentum == 0). Keep every parameter,
+ * gradient and buffer in one flat allocation each and one call updates the whole model.
+ * grad is not modified. */
+int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                  const float *grad, float *buf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,105 @@
+/* rn/backend_impl.h: for backend implementers only (lib/backend_*.c, lib/backend_*.cu).
+ * Model code includes rn/backend.h and never this.
+ *
+ * A backend fills one rn_backend_ops table. lib/backend.c validates every argument
+ * (shapes, NULLs, dtype, workspace size) before calling through it, so an
+ * implementation may assume well-formed descriptors, non-NULL required pointers, a
+ * supported dtype and be->ws holding at least the bytes its own workspace query said.
+ * Each entry returns RN_OK or an rn_errorf code, like the public functions. */
+#ifndef RN_BACKEND_IMPL_H
+#define RN_BACKEND_IMPL_H
+
+#include "rn/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rn_backend_ops {
+    const char *kind;    /* "cpu", "cuda" */
+    int is_host;         /* pointers are host memory */
+    unsigned dtypes;     /* bit (1u << dtype) for each supported compute dtype */
+
+    void (*destroy)(rn_backend *be);    /* frees be->impl, not be or be->ws */
+    int (*alloc)(rn_backend *be, size_t bytes, void **out);
+    void (*free)(rn_backend *be, void *p);
+    int (*upload)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*download)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*copy)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*zero)(rn_backend *be, void *dst, size_t bytes);
+    int (*sync)(rn_backend *be);
+
+    size_t (*conv_workspace)(rn_backend *be, const rn_conv_desc *d);
+    int (*conv_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
+    int (*conv_bwd_data)(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
+                         void *dx, int accumulate);
+    int (*conv_bwd_filter)(rn_backend *be, const rn_conv_desc *d, const void *x,
+                           const void *dy, void *dw, int accumulate);
+
+    size_t (*bn_workspace)(rn_backend *be, const rn_bn_desc *d);
+    size_t (*bn_reserve_size)(rn_backend *be, const rn_bn_desc *d);
+    int (*bn_fwd_train)(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                        const float *beta, const void *residual, void *y, float *save_mean,
+                        float *save_invstd, float *running_mean, float *running_var,
+                        void *reserve);
+    int (*bn_fwd_infer)(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                        const float *beta, const float *running_mean,
+                        const float *running_var, const void *residual, void *y);
+    int (*bn_bwd)(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+                  const void *dy, const float *gamma, const float *save_mean,
+                  const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                  void *dres, void *reserve, int accumulate);
+
+    int (*add)(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y,
+               int relu);
+    int (*relu_fwd)(rn_backend *be, int dtype, int64_t n, const void *x, void *y);
+    int (*relu_bwd)(rn_backend *be, int dtype, int64_t n, const void *y, const void *dy,
+                    void *dx);
+    int (*input_normalize)(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x,
+                           const float *mean, const float *std, void *y);
+
+    int (*maxpool_fwd)(rn_backend *be, const rn_pool_desc *d, const void *x, void *y);
+    int (*maxpool_bwd)(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y,
+                       const void *dy, void *dx);
+    int (*avgpool_global_fwd)(rn_backend *be, int dtype, int n, int hw, int c, const void *x,
+                              void *y);
+    int (*avgpool_global_bwd)(rn_backend *be, int dtype, int n, int hw, int c,
+                              const void *dy, void *dx);
+
+    int (*fc_fwd)(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *b, void *y);
+    int (*fc_bwd)(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *dy, void *dx, void *dw, void *db, int accumulate);
+    int (*softmax_xent)(rn_backend *be, const rn_xent_desc *d, const void *logits,
+                        const int32_t *labels, float *loss, void *dlogits);
+    int (*sgd_update)(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                      const float *grad, float *buf);
+} rn_backend_ops;
+
+struct rn_backend {
+    const rn_backend_ops *ops;
+    int nthreads;          /* CPU threads for this context (>= 1) */
+    int sync_each_op;      /* RN_SYNC=1: sync after every op */
+    void *ws;              /* workspace arena, ws_bytes, in backend memory */
+    size_t ws_bytes;
+    void *impl;            /* backend-private state */
+    char name[160];        /* rn_backend_name() */
+};
+
+/* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads is set. */
+int rn_backend_cpu_init(rn_backend *be);
+
+/* CPU convolutions (lib/backend_cpu_conv.c), entries of the CPU table. */
+size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d);
+int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
+                    void *y);
+int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
+                         void *dx, int accumulate);
+int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x,
+                           const void *dy, void *dw, int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

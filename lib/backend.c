@@ -1,0 +1,461 @@
+/* The backend front: context creation, argument checks shared by every backend, and
+ * dispatch through the backend's table (rn/backend_impl.h). */
+#include "rn/backend.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn/backend_impl.h"
+#include "rn/err.h"
+#include "rn/tensor.h"
+
+int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
+    *out = NULL;
+    if (!device) device = "auto";
+    int want_cuda = 0;
+    if (strcmp(device, "cuda") == 0 || strncmp(device, "cuda:", 5) == 0) want_cuda = 1;
+    else if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+        return rn_errorf(RN_EINVAL, "device '%s': expected cpu, cuda, cuda:N or auto", device);
+    /* The CUDA backend hooks in here once it exists (issue 6); until then "auto" is cpu. */
+    if (want_cuda)
+        return rn_errorf(RN_ENOTSUP, "device '%s': this build has no CUDA backend (use "
+                         "--device cpu; rn-gpuinfo shows what the machine offers)", device);
+    if (nthreads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = n > 0 ? (int)n : 1;
+    }
+    rn_backend *be = rn_calloc(1, sizeof *be);
+    if (!be) return RN_ENOMEM;
+    be->nthreads = nthreads;
+    const char *s = getenv("RN_SYNC");
+    be->sync_each_op = s && strcmp(s, "1") == 0;
+    int rc = rn_backend_cpu_init(be);
+    if (rc != RN_OK) {
+        free(be);
+        return rc;
+    }
+    *out = be;
+    return RN_OK;
+}
+
+void rn_backend_destroy(rn_backend *be) {
+    if (!be) return;
+    if (be->ws) be->ops->free(be, be->ws);
+    if (be->ops->destroy) be->ops->destroy(be);
+    free(be);
+}
+
+const char *rn_backend_name(const rn_backend *be) { return be->name; }
+int rn_backend_is_host(const rn_backend *be) { return be->ops->is_host; }
+int rn_backend_threads(const rn_backend *be) { return be->nthreads; }
+
+int rn_backend_alloc(rn_backend *be, size_t bytes, void **out) {
+    return be->ops->alloc(be, bytes, out);
+}
+void rn_backend_free(rn_backend *be, void *p) {
+    if (p) be->ops->free(be, p);
+}
+int rn_backend_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    return bytes ? be->ops->upload(be, dst, src, bytes) : RN_OK;
+}
+int rn_backend_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    return bytes ? be->ops->download(be, dst, src, bytes) : RN_OK;
+}
+int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    return bytes && dst != src ? be->ops->copy(be, dst, src, bytes) : RN_OK;
+}
+int rn_backend_zero(rn_backend *be, void *dst, size_t bytes) {
+    return bytes ? be->ops->zero(be, dst, bytes) : RN_OK;
+}
+int rn_backend_sync(rn_backend *be) { return be->ops->sync(be); }
+
+int rn_backend_reserve(rn_backend *be, size_t bytes) {
+    if (bytes <= be->ws_bytes) return RN_OK;
+    void *p = NULL;
+    int rc = be->ops->alloc(be, bytes, &p);
+    if (rc != RN_OK) return rn_error_context(rc, "reserving %zu bytes of workspace", bytes);
+    if (be->ws) be->ops->free(be, be->ws);
+    be->ws = p;
+    be->ws_bytes = bytes;
+    return RN_OK;
+}
+size_t rn_backend_reserved(const rn_backend *be) { return be->ws_bytes; }
+
+/* ---- descriptors ---- */
+
+static int out_size(int in, int pad, int k, int stride) {
+    return (int)(((int64_t)in + 2 * (int64_t)pad - k) / stride + 1);
+}
+
+int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh, int kw,
+                      int stride, int pad) {
+    memset(d, 0, sizeof *d);
+    if (n < 1 || h < 1 || w < 1 || c < 1 || k < 1 || kh < 1 || kw < 1 || stride < 1 || pad < 0)
+        return rn_errorf(RN_EINVAL, "conv: bad shape n=%d h=%d w=%d c=%d k=%d kernel %dx%d "
+                         "stride %d pad %d", n, h, w, c, k, kh, kw, stride, pad);
+    if (h + 2 * (int64_t)pad < kh || w + 2 * (int64_t)pad < kw)
+        return rn_errorf(RN_EINVAL, "conv: kernel %dx%d larger than padded input %dx%d (pad %d)",
+                         kh, kw, h, w, pad);
+    *d = (rn_conv_desc){.dtype = RN_F32, .n = n, .h = h, .w = w, .c = c, .k = k, .kh = kh,
+                        .kw = kw, .stride_h = stride, .stride_w = stride, .pad_h = pad,
+                        .pad_w = pad};
+    d->p = out_size(h, pad, kh, stride);
+    d->q = out_size(w, pad, kw, stride);
+    return RN_OK;
+}
+
+int rn_bn_desc_init(rn_bn_desc *d, int64_t m, int c, int relu) {
+    *d = (rn_bn_desc){.dtype = RN_F32, .m = m, .c = c, .eps = RN_BN_EPS,
+                      .momentum = RN_BN_MOMENTUM, .relu = relu != 0};
+    if (m < 1 || c < 1) return rn_errorf(RN_EINVAL, "bn: bad shape m=%lld c=%d", (long long)m, c);
+    return RN_OK;
+}
+
+int rn_pool_desc_init(rn_pool_desc *d, int n, int h, int w, int c, int k, int stride, int pad) {
+    memset(d, 0, sizeof *d);
+    if (n < 1 || h < 1 || w < 1 || c < 1 || k < 1 || stride < 1 || pad < 0 || pad > k / 2)
+        return rn_errorf(RN_EINVAL, "pool: bad shape n=%d h=%d w=%d c=%d window %d stride %d "
+                         "pad %d (pad must be <= window/2)", n, h, w, c, k, stride, pad);
+    if (h + 2 * pad < k || w + 2 * pad < k)
+        return rn_errorf(RN_EINVAL, "pool: window %d larger than padded input %dx%d", k, h, w);
+    *d = (rn_pool_desc){.dtype = RN_F32, .n = n, .h = h, .w = w, .c = c, .kh = k, .kw = k,
+                        .stride_h = stride, .stride_w = stride, .pad_h = pad, .pad_w = pad};
+    d->p = out_size(h, pad, k, stride);
+    d->q = out_size(w, pad, k, stride);
+    return RN_OK;
+}
+
+int rn_xent_desc_init(rn_xent_desc *d, int n, int classes) {
+    *d = (rn_xent_desc){.dtype = RN_F32, .n = n, .classes = classes, .grad_scale = 1.0f};
+    if (n < 1 || classes < 1)
+        return rn_errorf(RN_EINVAL, "softmax_xent: bad shape n=%d classes=%d", n, classes);
+    return RN_OK;
+}
+
+int rn_sgd_desc_init(rn_sgd_desc *d, float lr, float momentum, float weight_decay,
+                     int nesterov) {
+    *d = (rn_sgd_desc){.lr = lr, .momentum = momentum, .weight_decay = weight_decay,
+                       .nesterov = nesterov != 0, .first_step = 1, .grad_scale = 1.0f};
+    return RN_OK;
+}
+
+/* ---- checks shared by every backend ---- */
+
+static int check_dtype(rn_backend *be, const char *op, int *dtype) {
+    if (*dtype == 0) *dtype = RN_F32;
+    if (*dtype < 0 || *dtype > 31 || !(be->ops->dtypes & (1u << *dtype)))
+        return rn_errorf(RN_ENOTSUP, "%s: dtype %s is not supported by the %s backend", op,
+                         rn_dtype_name(*dtype), be->ops->kind);
+    return RN_OK;
+}
+
+#define NEED(ptr, op) do { if (!(ptr)) return rn_errorf(RN_EINVAL, "%s: %s is NULL", op, #ptr); } while (0)
+
+static int after(rn_backend *be, int rc) {
+    if (rc == RN_OK && be->sync_each_op) rc = be->ops->sync(be);
+    return rc;
+}
+
+static int check_ws(rn_backend *be, const char *op, size_t need) {
+    if (need > be->ws_bytes)
+        return rn_errorf(RN_EINVAL, "%s: needs %zu bytes of workspace, %zu reserved (call "
+                         "rn_backend_reserve with the largest workspace query of the plan)",
+                         op, need, be->ws_bytes);
+    return RN_OK;
+}
+
+static int check_conv(rn_backend *be, const char *op, rn_conv_desc *d) {
+    int rc = check_dtype(be, op, &d->dtype);
+    if (rc) return rc;
+    if (d->n < 1 || d->h < 1 || d->w < 1 || d->c < 1 || d->k < 1 || d->kh < 1 || d->kw < 1 ||
+        d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0 ||
+        d->p != out_size(d->h, d->pad_h, d->kh, d->stride_h) ||
+        d->q != out_size(d->w, d->pad_w, d->kw, d->stride_w) || d->p < 1 || d->q < 1)
+        return rn_errorf(RN_EINVAL, "%s: inconsistent descriptor n=%d h=%d w=%d c=%d k=%d "
+                         "kernel %dx%d stride %d,%d pad %d,%d out %dx%d (use rn_conv_desc_init)",
+                         op, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw, d->stride_h,
+                         d->stride_w, d->pad_h, d->pad_w, d->p, d->q);
+    return check_ws(be, op, be->ops->conv_workspace(be, d));
+}
+
+size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
+    return be->ops->conv_workspace(be, d);
+}
+
+int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
+    rn_conv_desc dd = *d;
+    int rc = check_conv(be, "conv_fwd", &dd);
+    if (rc) return rc;
+    NEED(x, "conv_fwd"); NEED(w, "conv_fwd"); NEED(y, "conv_fwd");
+    return after(be, be->ops->conv_fwd(be, &dd, x, w, y));
+}
+
+int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
+                     void *dx, int accumulate) {
+    rn_conv_desc dd = *d;
+    int rc = check_conv(be, "conv_bwd_data", &dd);
+    if (rc) return rc;
+    NEED(dy, "conv_bwd_data"); NEED(w, "conv_bwd_data"); NEED(dx, "conv_bwd_data");
+    return after(be, be->ops->conv_bwd_data(be, &dd, dy, w, dx, accumulate != 0));
+}
+
+int rn_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy,
+                       void *dw, int accumulate) {
+    rn_conv_desc dd = *d;
+    int rc = check_conv(be, "conv_bwd_filter", &dd);
+    if (rc) return rc;
+    NEED(x, "conv_bwd_filter"); NEED(dy, "conv_bwd_filter"); NEED(dw, "conv_bwd_filter");
+    return after(be, be->ops->conv_bwd_filter(be, &dd, x, dy, dw, accumulate != 0));
+}
+
+void rn_conv_oihw_to_ohwi(const float *src, float *dst, int k, int c, int kh, int kw) {
+    for (int o = 0; o < k; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < kh; r++)
+                for (int s = 0; s < kw; s++)
+                    dst[(((size_t)o * kh + r) * kw + s) * c + i] =
+                        src[(((size_t)o * c + i) * kh + r) * kw + s];
+}
+
+void rn_conv_ohwi_to_oihw(const float *src, float *dst, int k, int c, int kh, int kw) {
+    for (int o = 0; o < k; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < kh; r++)
+                for (int s = 0; s < kw; s++)
+                    dst[(((size_t)o * c + i) * kh + r) * kw + s] =
+                        src[(((size_t)o * kh + r) * kw + s) * c + i];
+}
+
+/* ---- batch norm ---- */
+
+static int check_bn(rn_backend *be, const char *op, rn_bn_desc *d, int training) {
+    int rc = check_dtype(be, op, &d->dtype);
+    if (rc) return rc;
+    if (d->m < 1 || d->c < 1 || !(d->eps >= 0) || !(d->momentum >= 0 && d->momentum <= 1))
+        return rn_errorf(RN_EINVAL, "%s: bad descriptor m=%lld c=%d eps=%g momentum=%g", op,
+                         (long long)d->m, d->c, d->eps, d->momentum);
+    if (training && d->m < 2)
+        return rn_errorf(RN_EINVAL, "%s: expected more than 1 value per channel when "
+                         "training (m=%lld, c=%d)", op, (long long)d->m, d->c);
+    return training ? check_ws(be, op, be->ops->bn_workspace(be, d)) : RN_OK;
+}
+
+size_t rn_bn_workspace(rn_backend *be, const rn_bn_desc *d) {
+    return be->ops->bn_workspace(be, d);
+}
+size_t rn_bn_reserve_size(rn_backend *be, const rn_bn_desc *d) {
+    return be->ops->bn_reserve_size(be, d);
+}
+
+int rn_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                    const float *beta, const void *residual, void *y, float *save_mean,
+                    float *save_invstd, float *running_mean, float *running_var,
+                    void *reserve) {
+    const char *op = "bn_fwd_train";
+    rn_bn_desc dd = *d;
+    int rc = check_bn(be, op, &dd, 1);
+    if (rc) return rc;
+    NEED(x, op); NEED(gamma, op); NEED(beta, op); NEED(y, op); NEED(save_mean, op);
+    NEED(save_invstd, op);
+    if (!running_mean != !running_var)
+        return rn_errorf(RN_EINVAL, "%s: give both running_mean and running_var or neither", op);
+    if (be->ops->bn_reserve_size(be, &dd) && !reserve)
+        return rn_errorf(RN_EINVAL, "%s: this backend needs a reserve buffer (rn_bn_reserve_size)", op);
+    return after(be, be->ops->bn_fwd_train(be, &dd, x, gamma, beta, residual, y, save_mean,
+                                           save_invstd, running_mean, running_var, reserve));
+}
+
+int rn_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                    const float *beta, const float *running_mean, const float *running_var,
+                    const void *residual, void *y) {
+    const char *op = "bn_fwd_infer";
+    rn_bn_desc dd = *d;
+    int rc = check_bn(be, op, &dd, 0);
+    if (rc) return rc;
+    NEED(x, op); NEED(gamma, op); NEED(beta, op); NEED(running_mean, op);
+    NEED(running_var, op); NEED(y, op);
+    return after(be, be->ops->bn_fwd_infer(be, &dd, x, gamma, beta, running_mean, running_var,
+                                           residual, y));
+}
+
+int rn_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+              const void *dy, const float *gamma, const float *save_mean,
+              const float *save_invstd, void *dx, float *dgamma, float *dbeta, void *dres,
+              void *reserve, int accumulate) {
+    const char *op = "bn_bwd";
+    rn_bn_desc dd = *d;
+    int rc = check_bn(be, op, &dd, 1);
+    if (rc) return rc;
+    NEED(x, op); NEED(dy, op); NEED(gamma, op); NEED(save_mean, op); NEED(save_invstd, op);
+    NEED(dx, op); NEED(dgamma, op); NEED(dbeta, op);
+    if (dd.relu) NEED(y, op);
+    if (dres && dres == dx) return rn_errorf(RN_EINVAL, "%s: dx and dres must differ", op);
+    if (be->ops->bn_reserve_size(be, &dd) && !reserve)
+        return rn_errorf(RN_EINVAL, "%s: this backend needs a reserve buffer (rn_bn_reserve_size)", op);
+    return after(be, be->ops->bn_bwd(be, &dd, x, y, dy, gamma, save_mean, save_invstd, dx,
+                                     dgamma, dbeta, dres, reserve, accumulate != 0));
+}
+
+/* ---- elementwise ---- */
+
+static int check_n(rn_backend *be, const char *op, int *dtype, int64_t n) {
+    int rc = check_dtype(be, op, dtype);
+    if (rc) return rc;
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);
+    return RN_OK;
+}
+
+int rn_add(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y,
+           int relu) {
+    int rc = check_n(be, "add", &dtype, n);
+    if (rc || n == 0) return rc;
+    NEED(a, "add"); NEED(b, "add"); NEED(y, "add");
+    return after(be, be->ops->add(be, dtype, n, a, b, y, relu != 0));
+}
+
+int rn_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *x, void *y) {
+    int rc = check_n(be, "relu_fwd", &dtype, n);
+    if (rc || n == 0) return rc;
+    NEED(x, "relu_fwd"); NEED(y, "relu_fwd");
+    return after(be, be->ops->relu_fwd(be, dtype, n, x, y));
+}
+
+int rn_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *y, const void *dy, void *dx) {
+    int rc = check_n(be, "relu_bwd", &dtype, n);
+    if (rc || n == 0) return rc;
+    NEED(y, "relu_bwd"); NEED(dy, "relu_bwd"); NEED(dx, "relu_bwd");
+    return after(be, be->ops->relu_bwd(be, dtype, n, y, dy, dx));
+}
+
+int rn_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x,
+                       const float *mean, const float *std, void *y) {
+    const char *op = "input_normalize";
+    int rc = check_n(be, op, &dtype, m);
+    if (rc || m == 0) return rc;
+    if (c < 1) return rn_errorf(RN_EINVAL, "%s: %d channels", op, c);
+    NEED(x, op); NEED(mean, op); NEED(std, op); NEED(y, op);
+    for (int j = 0; j < c; j++)
+        if (!(std[j] > 0) || !isfinite(mean[j]))
+            return rn_errorf(RN_EINVAL, "%s: channel %d: mean %g std %g (std must be > 0)", op,
+                             j, mean[j], std[j]);
+    return after(be, be->ops->input_normalize(be, dtype, m, c, x, mean, std, y));
+}
+
+/* ---- pooling ---- */
+
+static int check_pool(rn_backend *be, const char *op, rn_pool_desc *d) {
+    int rc = check_dtype(be, op, &d->dtype);
+    if (rc) return rc;
+    if (d->n < 1 || d->h < 1 || d->w < 1 || d->c < 1 || d->kh < 1 || d->kw < 1 ||
+        d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0 ||
+        d->pad_h > d->kh / 2 || d->pad_w > d->kw / 2 ||
+        d->p != out_size(d->h, d->pad_h, d->kh, d->stride_h) ||
+        d->q != out_size(d->w, d->pad_w, d->kw, d->stride_w) || d->p < 1 || d->q < 1)
+        return rn_errorf(RN_EINVAL, "%s: inconsistent descriptor (use rn_pool_desc_init)", op);
+    return RN_OK;
+}
+
+int rn_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *x, void *y) {
+    rn_pool_desc dd = *d;
+    int rc = check_pool(be, "maxpool_fwd", &dd);
+    if (rc) return rc;
+    NEED(x, "maxpool_fwd"); NEED(y, "maxpool_fwd");
+    return after(be, be->ops->maxpool_fwd(be, &dd, x, y));
+}
+
+int rn_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y,
+                   const void *dy, void *dx) {
+    rn_pool_desc dd = *d;
+    int rc = check_pool(be, "maxpool_bwd", &dd);
+    if (rc) return rc;
+    NEED(x, "maxpool_bwd"); NEED(y, "maxpool_bwd"); NEED(dy, "maxpool_bwd");
+    NEED(dx, "maxpool_bwd");
+    return after(be, be->ops->maxpool_bwd(be, &dd, x, y, dy, dx));
+}
+
+static int check_gap(rn_backend *be, const char *op, int *dtype, int n, int hw, int c) {
+    int rc = check_dtype(be, op, dtype);
+    if (rc) return rc;
+    if (n < 1 || hw < 1 || c < 1)
+        return rn_errorf(RN_EINVAL, "%s: bad shape n=%d hw=%d c=%d", op, n, hw, c);
+    return RN_OK;
+}
+
+int rn_avgpool_global_fwd(rn_backend *be, int dtype, int n, int hw, int c, const void *x,
+                          void *y) {
+    int rc = check_gap(be, "avgpool_global_fwd", &dtype, n, hw, c);
+    if (rc) return rc;
+    NEED(x, "avgpool_global_fwd"); NEED(y, "avgpool_global_fwd");
+    return after(be, be->ops->avgpool_global_fwd(be, dtype, n, hw, c, x, y));
+}
+
+int rn_avgpool_global_bwd(rn_backend *be, int dtype, int n, int hw, int c, const void *dy,
+                          void *dx) {
+    int rc = check_gap(be, "avgpool_global_bwd", &dtype, n, hw, c);
+    if (rc) return rc;
+    NEED(dy, "avgpool_global_bwd"); NEED(dx, "avgpool_global_bwd");
+    return after(be, be->ops->avgpool_global_bwd(be, dtype, n, hw, c, dy, dx));
+}
+
+/* ---- fully connected, loss, optimiser ---- */
+
+static int check_fc(rn_backend *be, const char *op, rn_fc_desc *d) {
+    int rc = check_dtype(be, op, &d->dtype);
+    if (rc) return rc;
+    if (d->n < 1 || d->in < 1 || d->out < 1)
+        return rn_errorf(RN_EINVAL, "%s: bad shape n=%d in=%d out=%d", op, d->n, d->in, d->out);
+    return RN_OK;
+}
+
+int rn_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+              const void *b, void *y) {
+    rn_fc_desc dd = *d;
+    int rc = check_fc(be, "fc_fwd", &dd);
+    if (rc) return rc;
+    NEED(x, "fc_fwd"); NEED(w, "fc_fwd"); NEED(y, "fc_fwd");
+    return after(be, be->ops->fc_fwd(be, &dd, x, w, b, y));
+}
+
+int rn_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+              const void *dy, void *dx, void *dw, void *db, int accumulate) {
+    rn_fc_desc dd = *d;
+    int rc = check_fc(be, "fc_bwd", &dd);
+    if (rc) return rc;
+    NEED(x, "fc_bwd"); NEED(w, "fc_bwd"); NEED(dy, "fc_bwd"); NEED(dw, "fc_bwd");
+    return after(be, be->ops->fc_bwd(be, &dd, x, w, dy, dx, dw, db, accumulate != 0));
+}
+
+int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
+                    const int32_t *labels, float *loss, void *dlogits) {
+    const char *op = "softmax_xent";
+    rn_xent_desc dd = *d;
+    int rc = check_dtype(be, op, &dd.dtype);
+    if (rc) return rc;
+    if (dd.n < 1 || dd.classes < 1 || !(dd.label_smoothing >= 0 && dd.label_smoothing <= 1) ||
+        !(dd.grad_scale > 0) || !isfinite(dd.grad_scale))
+        return rn_errorf(RN_EINVAL, "%s: bad descriptor n=%d classes=%d label_smoothing=%g "
+                         "grad_scale=%g (use rn_xent_desc_init)", op, dd.n, dd.classes,
+                         dd.label_smoothing, dd.grad_scale);
+    NEED(logits, op); NEED(labels, op); NEED(loss, op);
+    return after(be, be->ops->softmax_xent(be, &dd, logits, labels, loss, dlogits));
+}
+
+int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                  const float *grad, float *buf) {
+    const char *op = "sgd_update";
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
+    if (!isfinite(d->lr) || !isfinite(d->momentum) || !isfinite(d->dampening) ||
+        !isfinite(d->weight_decay) || !(d->grad_scale > 0) || !isfinite(d->grad_scale) ||
+        (d->nesterov && (d->momentum <= 0 || d->dampening != 0)))
+        return rn_errorf(RN_EINVAL, "%s: bad descriptor lr=%g momentum=%g dampening=%g "
+                         "weight_decay=%g nesterov=%d grad_scale=%g (nesterov needs momentum "
+                         "> 0 and dampening 0; use rn_sgd_desc_init)", op, d->lr, d->momentum,
+                         d->dampening, d->weight_decay, d->nesterov, d->grad_scale);
+    if (n == 0) return RN_OK;
+    NEED(p, op); NEED(grad, op);
+    if (d->momentum != 0) NEED(buf, op);
+    return after(be, be->ops->sgd_update(be, d, n, p, grad, buf));
+}
