@@ -73,8 +73,8 @@ int rn_ckpt_new(const rn_resnet *net, rn_ckpt **out) {
     c->format_version = RN_FORMAT_VERSION;
     if ((rc = fill_spec(c, net)) != RN_OK) goto fail;
     if ((rc = rn_resnet_tensors(net, &d, &n)) != RN_OK) goto fail;
-    c->params = rn_calloc((size_t)n, sizeof *c->params);
-    c->buffers = rn_calloc((size_t)n, sizeof *c->buffers);
+    c->params = rn_calloc((size_t)n, sizeof(rn_ptensor *));
+    c->buffers = rn_calloc((size_t)n, sizeof(rn_ptensor *));
     if (!c->params || !c->buffers) {
         rc = RN_ENOMEM;
         goto fail;
@@ -303,11 +303,14 @@ int rn_ckpt_set_provenance(rn_ckpt *c, int argc, char **argv, const char *parent
     for (int i = 0; i < argc; i++) n += strlen(argv[i]) + 1;
     char *cmd = rn_malloc(n);
     if (!cmd) return RN_ENOMEM;
-    cmd[0] = 0;
+    size_t pos = 0;
     for (int i = 0; i < argc; i++) {
-        if (i) strcat(cmd, " ");
-        strcat(cmd, argv[i]);
+        size_t k = strlen(argv[i]);
+        if (i) cmd[pos++] = ' ';
+        memcpy(cmd + pos, argv[i], k);
+        pos += k;
     }
+    cmd[pos] = 0;
     char when[32], host[256] = "";
     time_t now = time(NULL);
     struct tm tm;

@@ -62,8 +62,14 @@ static int jstring(json *j, char **out) {
                 else if (v < 0x800) u[k++] = (char)(0xc0 | (v >> 6)), u[k++] = (char)(0x80 | (v & 0x3f));
                 else u[k++] = '?';
                 for (int i = 0; i < k; i++) {
-                    if (n + 2 >= cap) s = realloc(s, cap *= 2);
-                    if (!s) return rn_errorf(RN_ENOMEM, "out of memory");
+                    if (n + 2 >= cap) {
+                        char *ns = realloc(s, cap *= 2);
+                        if (!ns) {
+                            free(s);
+                            return rn_errorf(RN_ENOMEM, "out of memory");
+                        }
+                        s = ns;
+                    }
                     s[n++] = u[i];
                 }
                 continue;
