@@ -66,10 +66,11 @@ LIBRN := $(BUILD)/librn.a
 TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/rn-*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tests/parity/*.c))
 
 .PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check bench-gpu
 
-all: summary $(TOOLS) $(UNIT_BIN)
+all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN)
 
 summary:
 	@echo "rn $(VERSION): $(BUILD_SUMMARY)"
@@ -102,6 +103,11 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(LIBRN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
+# parity harnesses: driven by the Python scripts in tests/parity, not run directly
+$(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
   libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
@@ -115,7 +121,7 @@ deps:
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run.sh
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) RN_SANITIZE=$(SANITIZE:0=) tests/run.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -1,0 +1,79 @@
+/* rn/net.h: a ResNet on a backend: forward, loss and backward, SGD, and the exchange of
+ * weights with checkpoints.
+ *
+ * The network is run over the layer list of rn/resnet.h and never branches on the
+ * device: every op goes through rn/backend.h. Parameters, their gradients and the SGD
+ * momentum each live in one flat fp32 allocation in backend memory (conv weights in the
+ * backend's OHWI layout; converted from/to torchvision's OIHW only in rn_net_load and
+ * rn_net_store), so one optimiser call updates a whole parameter group.
+ *
+ * Memory plan. Built once for a maximum batch and input size; nothing is allocated
+ * afterwards. A training net keeps, per conv+BN unit, the conv output (the BN input)
+ * and the BN output (the next conv's input), plus the stem's max-pool output: exactly
+ * what backward reads. Gradients flow through four scratch buffers of the largest
+ * activation size. An inference net keeps no activations for backward: it rotates five
+ * buffers and runs BN in place, so its memory is a fraction of training's.
+ * rn_net_bytes() reports the total. */
+#ifndef RN_NET_H
+#define RN_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn/backend.h"
+#include "rn/ckpt.h"
+#include "rn/resnet.h"
+
+typedef struct rn_net rn_net;
+
+enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1 };
+
+/* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns).
+ * mode RN_NET_TRAIN or RN_NET_INFER. Weights are zero until rn_net_load.
+ * Errors: RN_EINVAL (input too small for the net: the message gives the minimum),
+ * RN_ENOMEM/RN_EGPU (the message says how many bytes were asked). */
+int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out);
+void rn_net_destroy(rn_net *net);
+
+/* Bytes of backend memory the net holds (weights, gradients, momentum, activations,
+ * workspace). */
+size_t rn_net_bytes(const rn_net *net);
+
+/* Copy weights and BN buffers from c (validated, same arch and classes), and the SGD
+ * momentum when c has it (else the next step is torch's first step). */
+int rn_net_load(rn_net *net, const rn_ckpt *c);
+/* Copy weights, BN buffers and momentum (if any step was taken or loaded) into c,
+ * allocating c->optim as needed. */
+int rn_net_store(rn_net *net, rn_ckpt *c);
+
+/* The input buffer: (max_batch, h, w, 3) fp32 NHWC in backend memory, to fill (e.g. with
+ * rn_input_normalize) before rn_net_forward. */
+float *rn_net_input(rn_net *net);
+
+/* Forward n <= max_batch images from rn_net_input. train != 0 (training nets only): BN
+ * uses batch statistics and updates its running statistics, and activations are kept
+ * for rn_net_backward. train == 0: running statistics, nothing kept. */
+int rn_net_forward(rn_net *net, int n, int train);
+/* The logits of the last forward: (n, classes) fp32 in backend memory. */
+const float *rn_net_logits(const rn_net *net);
+
+/* Softmax cross-entropy of the last training forward against labels (n, host int32),
+ * its mean written to *loss; then, when backward, the gradients of loss * grad_scale
+ * with respect to every parameter, added to the stored gradients when accumulate
+ * (micro-batches), else replacing them. */
+int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                         int backward, int accumulate, float *loss);
+
+/* Loss of the last forward (training or inference) without gradients: per-sample
+ * losses are not kept; *loss is the batch mean. */
+int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss);
+
+/* One SGD step over every parameter. no_wd_bn: no weight decay on BN weights/biases and
+ * the fc bias (the usual "no decay on BN and bias"). */
+int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn);
+
+/* The gradient of the named parameter (torchvision name and OIHW layout) into host
+ * memory of numel floats. Errors: RN_EINVAL (unknown name). */
+int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel);
+
+#endif

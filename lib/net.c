@@ -1,0 +1,592 @@
+#include "rn/net.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/err.h"
+#include "rn/tensor.h"
+
+/* Where a parameter lives in the flat arrays. */
+typedef struct {
+    rn_tensor_desc d;
+    int64_t off, numel; /* offset into params/grads/mom, in floats */
+} pref;
+
+/* A conv+BN unit at run time. */
+typedef struct {
+    int h, w;           /* input spatial size */
+    int p, q;           /* output spatial size */
+    int64_t out_elems;  /* per image: p*q*cout */
+    int64_t w_off, g_off, b_off; /* conv weight, BN gamma, BN beta offsets into params */
+    int64_t stat_off;   /* running_mean at bufs+stat_off, running_var at bufs+stat_off+cout */
+    float *z, *a;       /* train: conv output / BN output (max_batch, p, q, cout) */
+    float *save_mean, *save_invstd; /* (cout) */
+    void *reserve;
+    int64_t tracked;    /* num_batches_tracked */
+} unit_rt;
+
+struct rn_net {
+    rn_backend *be;
+    rn_resnet spec;
+    int mode, max_batch, h, w;
+    int npref;
+    pref *prefs;        /* every parameter, state_dict order */
+    int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
+    float *params, *grads, *mom, *bufs;
+    int have_mom;
+    unit_rt *u;
+    rn_pool_desc pool;  /* stem max pool for max_batch */
+    int pool_h, pool_w; /* its output size */
+    int fin_hw;         /* last block's output h*w */
+    float *input;       /* (max_batch, h, w, 3) */
+    float *pooled_max;  /* stem max-pool output (train) */
+    float *feat, *dfeat;/* (max_batch, fc_in) */
+    float *logits, *dlogits; /* (max_batch, classes) */
+    int64_t fc_w, fc_b; /* offsets */
+    float *g[5];        /* training: g[0..3] gradient scratch; all five are the
+                           inference rotation when a training net evaluates */
+    float *pool5[5];    /* inference nets: the rotation */
+    int32_t *labels;    /* (max_batch) backend memory */
+    float *loss;        /* one float, backend memory */
+    int64_t max_act;    /* largest activation per batch, floats */
+    size_t bytes;
+    int last_n;
+};
+
+static int nalloc(rn_net *net, size_t bytes, void *out) {
+    int rc = rn_backend_alloc(net->be, bytes ? bytes : 64, (void **)out);
+    if (rc != RN_OK)
+        return rn_error_context(rc, "network memory: %zu bytes asked, %zu already held (lower --batch)", bytes,
+                                net->bytes);
+    net->bytes += bytes;
+    return RN_OK;
+}
+
+static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
+    const rn_convbn *cb = &net->spec.units[ui];
+    const unit_rt *u = &net->u[ui];
+    return rn_conv_desc_init(d, n, u->h, u->w, cb->cin, cb->cout, cb->k, cb->k, cb->stride, cb->pad);
+}
+
+static int bn_desc(const rn_net *net, int ui, int n, int relu, rn_bn_desc *d) {
+    const unit_rt *u = &net->u[ui];
+    return rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, relu);
+}
+
+void rn_net_destroy(rn_net *net) {
+    if (!net) return;
+    rn_backend *be = net->be;
+    if (net->u)
+        for (int i = 0; i < net->spec.nunits; i++) {
+            rn_backend_free(be, net->u[i].z);
+            rn_backend_free(be, net->u[i].a);
+            rn_backend_free(be, net->u[i].save_mean);
+            rn_backend_free(be, net->u[i].save_invstd);
+            rn_backend_free(be, net->u[i].reserve);
+        }
+    void *bufs[] = {net->params, net->grads, net->mom, net->bufs, net->input, net->pooled_max, net->feat,
+                    net->dfeat, net->logits, net->dlogits, net->labels, net->loss};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
+    for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
+    for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
+    free(net->u);
+    free(net->prefs);
+    free(net);
+}
+
+size_t rn_net_bytes(const rn_net *net) { return net->bytes + rn_backend_reserved(net->be); }
+float *rn_net_input(rn_net *net) { return net->input; }
+const float *rn_net_logits(const rn_net *net) { return net->logits; }
+
+/* Lay out parameters: decayed ones (conv weights, fc weight) first, then BN and fc
+ * bias, so --no-wd-bn is two contiguous SGD calls. */
+static int layout(rn_net *net) {
+    rn_tensor_desc *d = NULL;
+    int n = 0, rc = rn_resnet_tensors(&net->spec, &d, &n);
+    if (rc) return rc;
+    net->prefs = rn_calloc((size_t)n, sizeof *net->prefs);
+    if (!net->prefs) {
+        free(d);
+        return RN_ENOMEM;
+    }
+    int64_t off = 0, stat = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (d[i].is_buffer) continue;
+            int decayed = d[i].kind == RN_T_CONV_W || d[i].kind == RN_T_FC_W;
+            if (decayed != (pass == 0)) continue;
+            pref *p = &net->prefs[net->npref++];
+            p->d = d[i];
+            p->off = off;
+            p->numel = rn_numel(d[i].shape, (size_t)d[i].ndim);
+            off += (p->numel + 15) & ~(int64_t)15; /* 64-byte aligned starts */
+            if (pass == 0) net->ndecay = off;
+            unit_rt *u = d[i].unit >= 0 ? &net->u[d[i].unit] : NULL;
+            switch (d[i].kind) {
+            case RN_T_CONV_W: u->w_off = p->off; break;
+            case RN_T_BN_W: u->g_off = p->off; break;
+            case RN_T_BN_B: u->b_off = p->off; break;
+            case RN_T_FC_W: net->fc_w = p->off; break;
+            case RN_T_FC_B: net->fc_b = p->off; break;
+            default: break;
+            }
+        }
+    net->nparams = off;
+    for (int i = 0; i < net->spec.nunits; i++) {
+        net->u[i].stat_off = stat;
+        stat += 2 * net->spec.units[i].cout;
+    }
+    free(d);
+    return RN_OK;
+}
+
+int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out) {
+    if (max_batch < 1 || h < 1 || w < 1)
+        return rn_errorf(RN_EINVAL, "network input must be at least 1x1x1, not batch %d of %dx%d", max_batch, h, w);
+    rn_net *net = rn_calloc(1, sizeof *net);
+    if (!net) return RN_ENOMEM;
+    net->be = be;
+    net->spec = *spec;
+    net->mode = mode;
+    net->max_batch = max_batch;
+    net->h = h;
+    net->w = w;
+    int rc = RN_OK;
+    net->u = rn_calloc((size_t)spec->nunits, sizeof *net->u);
+    if (!net->u) {
+        rc = RN_ENOMEM;
+        goto fail;
+    }
+    if ((rc = layout(net))) goto fail;
+
+    /* shapes: stem conv, max pool, then each block's units from the block input */
+    size_t ws = 0;
+    int64_t max_act = (int64_t)h * w * 3;
+    rn_conv_desc cd;
+    rn_bn_desc bd;
+    int ch = h, cw = w;
+    for (int b = -1; b < spec->nblocks; b++) {
+        int nu = b < 0 ? 1 : spec->blocks[b].nconv + (spec->blocks[b].down >= 0);
+        int bh = ch, bw = cw;
+        for (int j = 0; j < nu; j++) {
+            int ui = b < 0 ? 0 : j < spec->blocks[b].nconv ? spec->blocks[b].conv[j] : spec->blocks[b].down;
+            unit_rt *u = &net->u[ui];
+            /* main-path units chain; the downsample reads the block input */
+            u->h = (b >= 0 && ui == spec->blocks[b].down) ? bh : ch;
+            u->w = (b >= 0 && ui == spec->blocks[b].down) ? bw : cw;
+            if ((rc = conv_desc(net, ui, max_batch, &cd)) != RN_OK) {
+                rn_error_context(rc, "input %dx%d is too small for %s (unit %s)", h, w, spec->arch,
+                                 spec->units[ui].conv);
+                rc = RN_EINVAL;
+                goto fail;
+            }
+            u->p = cd.p;
+            u->q = cd.q;
+            u->out_elems = (int64_t)cd.p * cd.q * spec->units[ui].cout;
+            if ((int64_t)u->h * u->w * spec->units[ui].cin > max_act) max_act = (int64_t)u->h * u->w * spec->units[ui].cin;
+            if (u->out_elems > max_act) max_act = u->out_elems;
+            size_t cw_ = rn_conv_workspace(be, &cd);
+            if (cw_ > ws) ws = cw_;
+            if ((rc = bn_desc(net, ui, max_batch, 1, &bd)) != RN_OK) goto fail;
+            if (mode == RN_NET_TRAIN && bd.m < 2) {
+                rc = rn_errorf(RN_EINVAL, "input %dx%d at batch %d leaves one value per channel at %s: BatchNorm "
+                                          "cannot train on that (use a larger --crop or --batch)",
+                               h, w, max_batch, spec->units[ui].bn);
+                goto fail;
+            }
+            size_t bw_ = rn_bn_workspace(be, &bd);
+            if (bw_ > ws) ws = bw_;
+            if (ui != (b >= 0 ? spec->blocks[b].down : -1)) ch = cd.p, cw = cd.q;
+        }
+        if (b < 0) {
+            if ((rc = rn_pool_desc_init(&net->pool, max_batch, ch, cw, 64, 3, 2, 1)) != RN_OK) {
+                rc = rn_error_context(RN_EINVAL, "input %dx%d is too small for the stem max pool", h, w);
+                goto fail;
+            }
+            net->pool_h = ch = net->pool.p;
+            net->pool_w = cw = net->pool.q;
+        }
+    }
+    net->fin_hw = ch * cw;
+    net->max_act = max_act;
+    if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
+
+    int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
+    int64_t nstats = 0;
+    for (int i = 0; i < spec->nunits; i++) nstats += 2 * spec->units[i].cout;
+    size_t fl = sizeof(float);
+    if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->params)) ||
+        (rc = nalloc(net, (size_t)nstats * fl, &net->bufs)) ||
+        (rc = nalloc(net, (size_t)B * h * w * 3 * fl, &net->input)) ||
+        (rc = nalloc(net, (size_t)(B * F) * fl, &net->feat)) ||
+        (rc = nalloc(net, (size_t)(B * K) * fl, &net->logits)) ||
+        (rc = nalloc(net, (size_t)B * sizeof(int32_t), &net->labels)) || (rc = nalloc(net, fl, &net->loss)))
+        goto fail;
+    if ((rc = rn_backend_zero(be, net->params, (size_t)net->nparams * fl))) goto fail;
+    if (mode == RN_NET_TRAIN) {
+        if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->grads)) ||
+            (rc = nalloc(net, (size_t)net->nparams * fl, &net->mom)) ||
+            (rc = nalloc(net, (size_t)(B * F) * fl, &net->dfeat)) ||
+            (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
+            (rc = nalloc(net, (size_t)B * net->pool_h * net->pool_w * 64 * fl, &net->pooled_max)))
+            goto fail;
+        if ((rc = rn_backend_zero(be, net->grads, (size_t)net->nparams * fl))) goto fail;
+        for (int i = 0; i < 5; i++)
+            if ((rc = nalloc(net, (size_t)(B * max_act) * fl, &net->g[i]))) goto fail;
+        for (int i = 0; i < spec->nunits; i++) {
+            unit_rt *u = &net->u[i];
+            int c = spec->units[i].cout;
+            if ((rc = bn_desc(net, i, max_batch, 1, &bd))) goto fail;
+            size_t rs = rn_bn_reserve_size(be, &bd);
+            if ((rc = nalloc(net, (size_t)(B * u->out_elems) * fl, &u->z)) ||
+                (rc = nalloc(net, (size_t)(B * u->out_elems) * fl, &u->a)) ||
+                (rc = nalloc(net, (size_t)c * fl, &u->save_mean)) ||
+                (rc = nalloc(net, (size_t)c * fl, &u->save_invstd)) || (rs && (rc = nalloc(net, rs, &u->reserve))))
+                goto fail;
+        }
+    } else {
+        for (int i = 0; i < 5; i++)
+            if ((rc = nalloc(net, (size_t)(B * max_act) * fl, &net->pool5[i]))) goto fail;
+    }
+    *out = net;
+    return RN_OK;
+fail:
+    rn_net_destroy(net);
+    return rc;
+}
+
+static const pref *find_pref(const rn_net *net, const char *name) {
+    for (int i = 0; i < net->npref; i++)
+        if (strcmp(net->prefs[i].d.name, name) == 0) return &net->prefs[i];
+    return NULL;
+}
+
+/* Host tensor (torchvision layout) <-> flat backend array (backend layout). */
+static int put(rn_net *net, float *dst_base, const pref *p, const float *src) {
+    const rn_tensor_desc *d = &p->d;
+    if (d->kind == RN_T_CONV_W && d->shape[2] > 1) {
+        float *tmp = rn_malloc((size_t)p->numel * sizeof(float));
+        if (!tmp) return RN_ENOMEM;
+        rn_conv_oihw_to_ohwi(src, tmp, (int)d->shape[0], (int)d->shape[1], (int)d->shape[2], (int)d->shape[3]);
+        int rc = rn_backend_upload(net->be, dst_base + p->off, tmp, (size_t)p->numel * sizeof(float));
+        free(tmp);
+        return rc;
+    }
+    return rn_backend_upload(net->be, dst_base + p->off, src, (size_t)p->numel * sizeof(float));
+}
+
+static int get(rn_net *net, const float *src_base, const pref *p, float *dst) {
+    const rn_tensor_desc *d = &p->d;
+    if (d->kind == RN_T_CONV_W && d->shape[2] > 1) {
+        float *tmp = rn_malloc((size_t)p->numel * sizeof(float));
+        if (!tmp) return RN_ENOMEM;
+        int rc = rn_backend_download(net->be, tmp, src_base + p->off, (size_t)p->numel * sizeof(float));
+        if (rc == RN_OK)
+            rn_conv_ohwi_to_oihw(tmp, dst, (int)d->shape[0], (int)d->shape[1], (int)d->shape[2], (int)d->shape[3]);
+        free(tmp);
+        return rc;
+    }
+    return rn_backend_download(net->be, dst, src_base + p->off, (size_t)p->numel * sizeof(float));
+}
+
+int rn_net_load(rn_net *net, const rn_ckpt *c) {
+    if (!c->model || strcmp(c->model->arch, net->spec.arch) != 0 || c->model->num_classes != net->spec.num_classes)
+        return rn_errorf(RN_EINVAL, "checkpoint is %s/%d classes, the network %s/%d",
+                         c->model ? c->model->arch : "?", c->model ? c->model->num_classes : 0, net->spec.arch,
+                         net->spec.num_classes);
+    int rc = RN_OK;
+    int with_mom = c->optim && c->optim->n_momentum == c->n_params && c->n_params > 0;
+    if (with_mom && !net->mom) with_mom = 0; /* inference nets keep no momentum */
+    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
+        const pref *p = &net->prefs[i];
+        const rn_ptensor *t = rn_ckpt_find(c, p->d.name);
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        rc = put(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && with_mom) {
+            const rn_ptensor *m = NULL;
+            for (size_t k = 0; k < c->optim->n_momentum; k++)
+                if (strcmp(c->optim->momentum[k]->name, p->d.name) == 0) m = c->optim->momentum[k];
+            if (!m) return rn_errorf(RN_EINVAL, "checkpoint lacks the momentum of %s", p->d.name);
+            rc = put(net, net->mom, p, rn_ptensor_f32(m));
+        }
+    }
+    char name[80];
+    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
+        const char *bn = net->spec.units[i].bn;
+        int cch = net->spec.units[i].cout;
+        snprintf(name, sizeof name, "%s.running_mean", bn);
+        const rn_ptensor *m = rn_ckpt_find(c, name);
+        snprintf(name, sizeof name, "%s.running_var", bn);
+        const rn_ptensor *v = rn_ckpt_find(c, name);
+        snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
+        const rn_ptensor *k = rn_ckpt_find(c, name);
+        if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
+        rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off, m->data.data, (size_t)cch * sizeof(float));
+        if (rc == RN_OK)
+            rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off + cch, v->data.data,
+                                   (size_t)cch * sizeof(float));
+        memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
+    }
+    net->have_mom = with_mom;
+    return rc;
+}
+
+int rn_net_store(rn_net *net, rn_ckpt *c) {
+    int rc = RN_OK;
+    int with_mom = net->have_mom;
+    if (with_mom && !c->optim) {
+        c->optim = rn_malloc(sizeof *c->optim);
+        if (!c->optim) return RN_ENOMEM;
+        rn__optim_state__init(c->optim);
+    }
+    if (with_mom && c->optim->n_momentum != c->n_params) {
+        for (size_t k = 0; k < c->optim->n_momentum; k++) rn_ptensor_free(c->optim->momentum[k]);
+        free(c->optim->momentum);
+        c->optim->n_momentum = 0;
+        c->optim->momentum = rn_calloc(c->n_params, sizeof(rn_ptensor *));
+        if (!c->optim->momentum) return RN_ENOMEM;
+        for (size_t k = 0; k < c->n_params; k++) {
+            rn_ptensor *t = c->params[k];
+            c->optim->momentum[k] = rn_ptensor_new(t->name, RN_F32, (int)t->n_shape, t->shape);
+            if (!c->optim->momentum[k]) return RN_ENOMEM;
+            c->optim->n_momentum++;
+        }
+        if ((rc = rn_pb_set_string(&c->optim->kind, "sgd"))) return rc;
+    }
+    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
+        const pref *p = &net->prefs[i];
+        rn_ptensor *t = rn_ckpt_find(c, p->d.name);
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        rc = get(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && with_mom) {
+            size_t k = (size_t)(t - *c->params);
+            for (k = 0; k < c->n_params; k++)
+                if (c->params[k] == t) break;
+            rc = get(net, net->mom, p, rn_ptensor_f32(c->optim->momentum[k]));
+        }
+    }
+    char name[80];
+    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
+        const char *bn = net->spec.units[i].bn;
+        int cch = net->spec.units[i].cout;
+        snprintf(name, sizeof name, "%s.running_mean", bn);
+        rn_ptensor *m = rn_ckpt_find(c, name);
+        snprintf(name, sizeof name, "%s.running_var", bn);
+        rn_ptensor *v = rn_ckpt_find(c, name);
+        snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
+        rn_ptensor *k = rn_ckpt_find(c, name);
+        if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
+        rc = rn_backend_download(net->be, m->data.data, net->bufs + net->u[i].stat_off, (size_t)cch * sizeof(float));
+        if (rc == RN_OK)
+            rc = rn_backend_download(net->be, v->data.data, net->bufs + net->u[i].stat_off + cch,
+                                     (size_t)cch * sizeof(float));
+        memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
+    }
+    return rc;
+}
+
+/* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
+static int unit_fwd(rn_net *net, int ui, int n, int train, const float *x, float *z, float *y, const float *res,
+                    int relu) {
+    rn_conv_desc cd;
+    rn_bn_desc bd;
+    unit_rt *u = &net->u[ui];
+    int rc;
+    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    if ((rc = rn_conv_fwd(net->be, &cd, x, net->params + u->w_off, z))) return rc;
+    float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
+    float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
+    if (train) {
+        u->tracked++;
+        return rn_bn_fwd_train(net->be, &bd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, rm, rv,
+                               u->reserve);
+    }
+    return rn_bn_fwd_infer(net->be, &bd, z, gamma, beta, rm, rv, res, y);
+}
+
+static int head_fwd(rn_net *net, int n, const float *x) {
+    int rc = rn_avgpool_global_fwd(net->be, RN_F32, n, net->fin_hw, net->spec.fc_in, x, net->feat);
+    if (rc) return rc;
+    rn_fc_desc fd = {RN_F32, n, net->spec.fc_in, net->spec.num_classes};
+    return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
+}
+
+static int forward_train(rn_net *net, int n) {
+    const rn_resnet *s = &net->spec;
+    int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL, 1);
+    rn_pool_desc pd;
+    if (rc || (rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
+        (rc = rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max)))
+        return rc;
+    const float *x = net->pooled_max;
+    for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
+        const rn_block *blk = &s->blocks[b];
+        const float *res = x;
+        if (blk->down >= 0) {
+            unit_rt *d = &net->u[blk->down];
+            if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL, 0))) return rc;
+            res = d->a;
+        }
+        const float *in = x;
+        for (int j = 0; j < blk->nconv && rc == RN_OK; j++) {
+            unit_rt *u = &net->u[blk->conv[j]];
+            int last = j == blk->nconv - 1;
+            rc = unit_fwd(net, blk->conv[j], n, 1, in, u->z, u->a, last ? res : NULL, 1);
+            in = u->a;
+        }
+        x = in;
+    }
+    return rc ? rc : head_fwd(net, n, x);
+}
+
+/* Inference: five rotating buffers, BN in place over the conv output. */
+static int forward_infer(rn_net *net, int n) {
+    const rn_resnet *s = &net->spec;
+    /* a training net evaluating uses its gradient scratch, free between steps */
+    float **B = net->mode == RN_NET_TRAIN ? net->g : net->pool5;
+    int rc = unit_fwd(net, 0, n, 0, net->input, B[0], B[0], NULL, 1);
+    rn_pool_desc pd;
+    if (rc || (rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
+        (rc = rn_maxpool_fwd(net->be, &pd, B[0], B[1])))
+        return rc;
+    int xi = 1;
+    for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
+        const rn_block *blk = &s->blocks[b];
+        int f[4], k = 0;
+        for (int i = 0; i < 5 && k < 4; i++)
+            if (i != xi) f[k++] = i;
+        int ri = xi;
+        if (blk->down >= 0) {
+            if ((rc = unit_fwd(net, blk->down, n, 0, B[xi], B[f[3]], B[f[3]], NULL, 0))) return rc;
+            ri = f[3];
+        }
+        int in = xi;
+        for (int j = 0; j < blk->nconv && rc == RN_OK; j++) {
+            int last = j == blk->nconv - 1;
+            rc = unit_fwd(net, blk->conv[j], n, 0, B[in], B[f[j]], B[f[j]], last ? B[ri] : NULL, 1);
+            in = f[j];
+        }
+        xi = in;
+    }
+    return rc ? rc : head_fwd(net, n, B[xi]);
+}
+
+int rn_net_forward(rn_net *net, int n, int train) {
+    if (n < 1 || n > net->max_batch)
+        return rn_errorf(RN_EINVAL, "batch of %d images, the network was built for 1..%d", n, net->max_batch);
+    if (train && net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "training forward on an inference network");
+    net->last_n = n;
+    return train ? forward_train(net, n) : forward_infer(net, n);
+}
+
+static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, float grad_scale, float *dlogits,
+                   float *loss) {
+    if (n != net->last_n) return rn_errorf(RN_EINVAL, "loss of %d labels after a forward of %d images", n, net->last_n);
+    int rc = rn_backend_upload(net->be, net->labels, labels, (size_t)n * sizeof(int32_t));
+    rn_xent_desc xd;
+    if (rc || (rc = rn_xent_desc_init(&xd, n, net->spec.num_classes))) return rc;
+    xd.label_smoothing = smoothing;
+    xd.grad_scale = grad_scale;
+    if ((rc = rn_softmax_xent(net->be, &xd, net->logits, net->labels, net->loss, dlogits))) return rc;
+    return rn_backend_download(net->be, loss, net->loss, sizeof(float));
+}
+
+int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss) {
+    return loss_of(net, labels, n, label_smoothing, 1.0f, NULL, loss);
+}
+
+/* Backward of one conv+BN unit. dy (its BN output gradient) is consumed. dres receives
+ * the gradient of the residual input (may alias dy). dx receives the gradient of the
+ * unit's input (accumulate_dx adds to it); NULL skips it (the stem). */
+static int unit_bwd(rn_net *net, int ui, int n, const float *x, float *dy, float *dz, float *dres, float *dx,
+                    int relu, int accumulate, int accumulate_dx) {
+    rn_conv_desc cd;
+    rn_bn_desc bd;
+    unit_rt *u = &net->u[ui];
+    int rc;
+    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    float *gamma = net->params + u->g_off;
+    if ((rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
+                        net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate)))
+        return rc;
+    if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, accumulate))) return rc;
+    return dx ? rn_conv_bwd_data(net->be, &cd, dz, net->params + u->w_off, dx, accumulate_dx) : RN_OK;
+}
+
+int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                         int backward, int accumulate, float *loss) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
+    const rn_resnet *s = &net->spec;
+    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, backward ? net->dlogits : NULL, loss);
+    if (rc || !backward) return rc;
+    rn_fc_desc fd = {RN_F32, n, s->fc_in, s->num_classes};
+    if ((rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
+                        net->grads + net->fc_w, net->grads + net->fc_b, accumulate)))
+        return rc;
+    float **G = net->g;
+    int dyi = 0, s1 = 1, s2 = 2, outi = 3;
+    if ((rc = rn_avgpool_global_bwd(net->be, RN_F32, n, net->fin_hw, s->fc_in, net->dfeat, G[dyi]))) return rc;
+    for (int b = s->nblocks - 1; b >= 0; b--) {
+        const rn_block *blk = &s->blocks[b];
+        const float *bin = b == 0 ? net->pooled_max : net->u[s->blocks[b - 1].conv[s->blocks[b - 1].nconv - 1]].a;
+        /* the last unit: its BN adds the residual before the ReLU; dres lands in G[dyi] */
+        int j = blk->nconv - 1;
+        const float *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
+        float *dx_dst = j == 0 ? G[outi] : G[s2];
+        if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 1, accumulate, 0))) return rc;
+        for (j = blk->nconv - 2; j >= 0; j--) {
+            xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
+            /* dy in G[s2]; BN backward in place into G[s2]; conv data gradient to G[s1] or out */
+            float *dcur = G[s2];
+            float *dnext = j == 0 ? G[outi] : G[s1];
+            if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 1, accumulate, 0))) return rc;
+            int t = s1;
+            s1 = s2;
+            s2 = t;
+        }
+        if (blk->down >= 0) {
+            if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, accumulate, 1))) return rc;
+        } else {
+            int64_t elems = (int64_t)n * net->u[blk->conv[0]].h * net->u[blk->conv[0]].w * s->units[blk->conv[0]].cin;
+            if ((rc = rn_add(net->be, RN_F32, elems, G[outi], G[dyi], G[outi], 0))) return rc;
+        }
+        int t = dyi;
+        dyi = outi;
+        outi = t;
+    }
+    rn_pool_desc pd;
+    if ((rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
+        (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
+        return rc;
+    return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
+}
+
+int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
+    rn_sgd_desc sd;
+    int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
+    if (rc) return rc;
+    sd.first_step = !net->have_mom;
+    float *buf = momentum != 0.0f ? net->mom : NULL;
+    if (!no_wd_bn) rc = rn_sgd_update(net->be, &sd, net->nparams, net->params, net->grads, buf);
+    else {
+        rc = rn_sgd_update(net->be, &sd, net->ndecay, net->params, net->grads, buf);
+        sd.weight_decay = 0.0f;
+        if (rc == RN_OK)
+            rc = rn_sgd_update(net->be, &sd, net->nparams - net->ndecay, net->params + net->ndecay,
+                               net->grads + net->ndecay, buf ? buf + net->ndecay : NULL);
+    }
+    if (rc == RN_OK && buf) net->have_mom = 1;
+    return rc;
+}
+
+int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel) {
+    const pref *p = find_pref(net, name);
+    if (!p) return rn_errorf(RN_EINVAL, "no parameter named %s", name);
+    if (p->numel != numel) return rn_errorf(RN_EINVAL, "%s has %lld values, not %lld", name, (long long)p->numel,
+                                            (long long)numel);
+    if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
+    return get(net, net->grads, p, host);
+}
