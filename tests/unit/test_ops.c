@@ -1,0 +1,709 @@
+/* Backend op tests on the CPU backend: forwards against direct loops in double, every
+ * backward against central finite differences (gradcheck.h), BN running statistics,
+ * SGD against values torch.optim.SGD printed, and the argument checks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gradcheck.h"
+#include "rn/backend.h"
+#include "rn/err.h"
+#include "rn/rng.h"
+#include "rn/tensor.h"
+
+#define SEED 20261202u
+
+/* n floats ~ N(mean, std), seeded by stream: never all zeros. */
+static float *randn(uint64_t stream, int64_t n, float mean, float std) {
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    rn_rng_normal(rn_rng_key(SEED, stream), p, n, mean, std);
+    return p;
+}
+
+static float *zeros(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(float)); }
+
+/* max |a - b| / max(|b|, 1) over n, with the first index where it is worst */
+static double max_rel(const float *a, const double *b, int64_t n, int64_t *at) {
+    double worst = 0;
+    *at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(a[i] - b[i]) / fmax(fabs(b[i]), 1.0);
+        if (e > worst || e != e) worst = e, *at = i;
+    }
+    return worst;
+}
+
+#define CHECK_CLOSE(what, a, b, n, tol) do { int64_t at_; double e_ = max_rel(a, b, n, &at_); \
+    CHECK(e_ <= (tol), "%s: max rel err %.3g at %lld (got %.7g want %.7g)", what, e_, \
+          (long long)at_, (double)(a)[at_], (b)[at_]); } while (0)
+
+static void reserve(rn_backend *be, size_t bytes) {
+    CHECK_OK(rn_backend_reserve(be, bytes));
+}
+
+/* ---- convolution ---- */
+
+static void conv_naive_fwd(const rn_conv_desc *d, const float *x, const float *w, double *y) {
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int k = 0; k < d->k; k++) {
+                    double s = 0;
+                    for (int i = 0; i < d->kh; i++)
+                        for (int j = 0; j < d->kw; j++) {
+                            int h = p * d->stride_h - d->pad_h + i, ww = q * d->stride_w - d->pad_w + j;
+                            if (h < 0 || h >= d->h || ww < 0 || ww >= d->w) continue;
+                            for (int c = 0; c < d->c; c++)
+                                s += (double)x[((n * d->h + h) * d->w + ww) * d->c + c] *
+                                     w[((k * d->kh + i) * d->kw + j) * d->c + c];
+                        }
+                    y[((n * d->p + p) * d->q + q) * d->k + k] = s;
+                }
+}
+
+static void conv_naive_bwd(const rn_conv_desc *d, const float *x, const float *w,
+                           const float *dy, double *dx, double *dw) {
+    memset(dx, 0, sizeof(double) * d->n * d->h * d->w * d->c);
+    memset(dw, 0, sizeof(double) * d->k * d->kh * d->kw * d->c);
+    for (int n = 0; n < d->n; n++)
+        for (int p = 0; p < d->p; p++)
+            for (int q = 0; q < d->q; q++)
+                for (int k = 0; k < d->k; k++) {
+                    double g = dy[((n * d->p + p) * d->q + q) * d->k + k];
+                    for (int i = 0; i < d->kh; i++)
+                        for (int j = 0; j < d->kw; j++) {
+                            int h = p * d->stride_h - d->pad_h + i, ww = q * d->stride_w - d->pad_w + j;
+                            if (h < 0 || h >= d->h || ww < 0 || ww >= d->w) continue;
+                            for (int c = 0; c < d->c; c++) {
+                                int64_t xi = ((n * d->h + h) * d->w + ww) * d->c + c;
+                                int64_t wi = ((k * d->kh + i) * d->kw + j) * d->c + c;
+                                dx[xi] += g * w[wi];
+                                dw[wi] += g * x[xi];
+                            }
+                        }
+                }
+}
+
+typedef struct {
+    rn_backend *be;
+    const rn_conv_desc *d;
+    float *x, *w, *y, *r;
+} conv_ctx;
+
+static double conv_obj(void *p) {
+    conv_ctx *c = p;
+    if (rn_conv_fwd(c->be, c->d, c->x, c->w, c->y) != RN_OK) return NAN;
+    return gc_dot(c->r, c->y, (int64_t)c->d->n * c->d->p * c->d->q * c->d->k);
+}
+
+/* Forward, both backwards and their accumulate forms against the direct loops; the
+ * backwards against finite differences too when `grad` (small shapes only). */
+static void test_conv_case(rn_backend *be, int n, int h, int w, int c, int k, int ks, int stride,
+                           int pad, int grad) {
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, n, h, w, c, k, ks, ks, stride, pad));
+    char name[96];
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d k%d %dx%d/s%d/p%d", n, h, w, c, k, ks, ks,
+             stride, pad);
+    int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)k * ks * ks * c,
+            ny = (int64_t)n * d.p * d.q * k;
+    uint64_t s = (uint64_t)(h * 131 + w * 17 + c * 7 + ks * 3 + stride);
+    float *x = randn(s, nx, 0.1f, 1.0f);
+    float *w_oihw = randn(s + 1, nw, 0.0f, (float)(1.0 / sqrt((double)ks * ks * c)));
+    float *wt = zeros(nw), *back = zeros(nw);
+    rn_conv_oihw_to_ohwi(w_oihw, wt, k, c, ks, ks);
+    rn_conv_ohwi_to_oihw(wt, back, k, c, ks, ks);
+    CHECK(memcmp(back, w_oihw, sizeof(float) * nw) == 0, "%s: OIHW->OHWI->OIHW round trip", name);
+    /* the layout helpers against the index formula */
+    int bad = 0;
+    for (int o = 0; o < k; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < ks; r++)
+                for (int t = 0; t < ks; t++)
+                    bad += wt[((o * ks + r) * ks + t) * c + i] != w_oihw[((o * c + i) * ks + r) * ks + t];
+    CHECK(bad == 0, "%s: OHWI layout has %d misplaced elements", name, bad);
+
+    float *y = zeros(ny), *dy = randn(s + 2, ny, 0.0f, 1.0f);
+    float *dx = zeros(nx), *dw = zeros(nw);
+    double *ry = malloc(sizeof(double) * ny), *rdx = malloc(sizeof(double) * nx),
+           *rdw = malloc(sizeof(double) * nw);
+    reserve(be, rn_conv_workspace(be, &d));
+    CHECK_OK(rn_conv_fwd(be, &d, x, wt, y));
+    conv_naive_fwd(&d, x, wt, ry);
+    CHECK_CLOSE(name, y, ry, ny, 1e-5);
+    conv_naive_bwd(&d, x, wt, dy, rdx, rdw);
+    CHECK_OK(rn_conv_bwd_data(be, &d, dy, wt, dx, 0));
+    CHECK_CLOSE("conv bwd_data vs loops", dx, rdx, nx, 1e-5);
+    CHECK_OK(rn_conv_bwd_filter(be, &d, x, dy, dw, 0));
+    CHECK_CLOSE("conv bwd_filter vs loops", dw, rdw, nw, 1e-4);
+    /* accumulate: a second call adds the same gradient again */
+    CHECK_OK(rn_conv_bwd_data(be, &d, dy, wt, dx, 1));
+    CHECK_OK(rn_conv_bwd_filter(be, &d, x, dy, dw, 1));
+    for (int64_t i = 0; i < nx; i++) rdx[i] *= 2;
+    for (int64_t i = 0; i < nw; i++) rdw[i] *= 2;
+    CHECK_CLOSE("conv bwd_data accumulate", dx, rdx, nx, 1e-5);
+    CHECK_CLOSE("conv bwd_filter accumulate", dw, rdw, nw, 1e-4);
+
+    if (grad) {
+        conv_ctx cc = {be, &d, x, wt, y, dy};
+        CHECK_OK(rn_conv_bwd_data(be, &d, dy, wt, dx, 0));
+        CHECK_OK(rn_conv_bwd_filter(be, &d, x, dy, dw, 0));
+        char gname[128];
+        snprintf(gname, sizeof gname, "%s dx", name);
+        gc_check(gname, conv_obj, &cc, x, nx, dx, gc_defaults());
+        snprintf(gname, sizeof gname, "%s dw", name);
+        gc_check(gname, conv_obj, &cc, wt, nw, dw, gc_defaults());
+    }
+    free(x), free(w_oihw), free(wt), free(back), free(y), free(dy), free(dx), free(dw);
+    free(ry), free(rdx), free(rdw);
+}
+
+static void test_conv(rn_backend *be) {
+    /* the shapes ResNet uses, shrunk to odd sizes: 1x1, 1x1/2, 3x3, 3x3/2, 7x7/2 stem */
+    test_conv_case(be, 2, 5, 7, 3, 5, 1, 1, 0, 1);
+    test_conv_case(be, 2, 7, 5, 5, 3, 1, 2, 0, 1);
+    test_conv_case(be, 2, 5, 7, 3, 5, 3, 1, 1, 1);
+    test_conv_case(be, 2, 7, 7, 5, 3, 3, 2, 1, 1);
+    test_conv_case(be, 2, 7, 5, 3, 5, 7, 2, 3, 1);
+    test_conv_case(be, 2, 5, 5, 3, 4, 3, 1, 0, 1);   /* no padding */
+    test_conv_case(be, 1, 2, 3, 5, 2, 3, 1, 1, 1);   /* output smaller than the kernel rows */
+    /* many channels: several im2col tiles per call (KC = 4608 makes a tile ~227 rows) */
+    test_conv_case(be, 2, 13, 13, 512, 8, 3, 1, 1, 0);
+    test_conv_case(be, 2, 16, 15, 64, 16, 1, 2, 0, 0);
+    test_conv_case(be, 3, 40, 40, 16, 8, 1, 1, 0, 0);
+}
+
+/* ---- batch norm ---- */
+
+typedef struct {
+    rn_backend *be;
+    rn_bn_desc d;
+    float *x, *gamma, *beta, *res, *y, *r, *mean, *invstd;
+} bn_ctx;
+
+static double bn_obj(void *p) {
+    bn_ctx *b = p;
+    if (rn_bn_fwd_train(b->be, &b->d, b->x, b->gamma, b->beta, b->res, b->y, b->mean,
+                        b->invstd, NULL, NULL, NULL) != RN_OK)
+        return NAN;
+    return gc_dot(b->r, b->y, b->d.m * b->d.c);
+}
+
+static void test_bn_case(rn_backend *be, int64_t m, int c, int relu, int residual) {
+    char name[64];
+    snprintf(name, sizeof name, "bn m%lld c%d%s%s", (long long)m, c, relu ? " relu" : "",
+             residual ? " +res" : "");
+    bn_ctx b = {be, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+    CHECK_OK(rn_bn_desc_init(&b.d, m, c, relu));
+    int64_t n = m * c;
+    uint64_t s = 1000 + (uint64_t)(m * 8 + c * 2 + relu + residual * 4);
+    b.x = randn(s, n, 0.7f, 2.0f);
+    b.gamma = randn(s + 1, c, 1.0f, 0.5f);
+    b.beta = randn(s + 2, c, 0.0f, 0.5f);
+    b.res = residual ? randn(s + 3, n, 0.0f, 1.0f) : NULL;
+    b.y = zeros(n);
+    b.r = randn(s + 4, n, 0.0f, 1.0f);
+    b.mean = zeros(c), b.invstd = zeros(c);
+    float *rm = randn(s + 5, c, 0.0f, 1.0f), *rv = randn(s + 6, c, 2.0f, 0.3f);
+    float *rm0 = malloc(sizeof(float) * c), *rv0 = malloc(sizeof(float) * c);
+    memcpy(rm0, rm, sizeof(float) * c), memcpy(rv0, rv, sizeof(float) * c);
+    reserve(be, rn_bn_workspace(be, &b.d));
+    CHECK_OK(rn_bn_fwd_train(be, &b.d, b.x, b.gamma, b.beta, b.res, b.y, b.mean, b.invstd, rm,
+                             rv, NULL));
+
+    /* forward and statistics against the definition, in double */
+    double *ry = malloc(sizeof(double) * n), *rmean = malloc(sizeof(double) * c),
+           *rinv = malloc(sizeof(double) * c), *rrm = malloc(sizeof(double) * c),
+           *rrv = malloc(sizeof(double) * c);
+    for (int j = 0; j < c; j++) {
+        double s1 = 0, s2 = 0;
+        for (int64_t i = 0; i < m; i++) s1 += b.x[i * c + j];
+        double mu = s1 / m;
+        for (int64_t i = 0; i < m; i++) s2 += (b.x[i * c + j] - mu) * (b.x[i * c + j] - mu);
+        double var = s2 / m;
+        rmean[j] = mu, rinv[j] = 1 / sqrt(var + 1e-5);
+        rrm[j] = 0.9 * rm0[j] + 0.1 * mu;
+        rrv[j] = 0.9 * rv0[j] + 0.1 * s2 / (m - 1);
+        for (int64_t i = 0; i < m; i++) {
+            double v = b.gamma[j] * (b.x[i * c + j] - mu) * rinv[j] + b.beta[j];
+            if (residual) v += b.res[i * c + j];
+            ry[i * c + j] = relu && v < 0 ? 0 : v;
+        }
+    }
+    CHECK_CLOSE(name, b.y, ry, n, 2e-6);
+    CHECK_CLOSE("bn save_mean", b.mean, rmean, c, 1e-6);
+    CHECK_CLOSE("bn save_invstd", b.invstd, rinv, c, 1e-6);
+    CHECK_CLOSE("bn running_mean (momentum 0.1)", rm, rrm, c, 1e-6);
+    CHECK_CLOSE("bn running_var (momentum 0.1, unbiased)", rv, rrv, c, 1e-6);
+
+    /* inference forward with the updated running statistics */
+    for (int j = 0; j < c; j++)
+        for (int64_t i = 0; i < m; i++) {
+            double v = b.gamma[j] * (b.x[i * c + j] - rm[j]) / sqrt((double)rv[j] + 1e-5) + b.beta[j];
+            if (residual) v += b.res[i * c + j];
+            ry[i * c + j] = relu && v < 0 ? 0 : v;
+        }
+    float *yi = zeros(n);
+    CHECK_OK(rn_bn_fwd_infer(be, &b.d, b.x, b.gamma, b.beta, rm, rv, b.res, yi));
+    CHECK_CLOSE("bn inference", yi, ry, n, 2e-6);
+
+    /* backward against finite differences */
+    float *dx = zeros(n), *dres = residual ? zeros(n) : NULL, *dg = zeros(c), *db = zeros(c);
+    CHECK_OK(rn_bn_fwd_train(be, &b.d, b.x, b.gamma, b.beta, b.res, b.y, b.mean, b.invstd, NULL,
+                             NULL, NULL));
+    CHECK_OK(rn_bn_bwd(be, &b.d, b.x, b.y, b.r, b.gamma, b.mean, b.invstd, dx, dg, db, dres, NULL, 0));
+    char g[96];
+    gc_opts o = gc_defaults();
+    o.max_points = 400;   /* every point costs a whole forward: keep big cases quick */
+    snprintf(g, sizeof g, "%s dx", name);
+    gc_check(g, bn_obj, &b, b.x, n, dx, o);
+    snprintf(g, sizeof g, "%s dgamma", name);
+    gc_check(g, bn_obj, &b, b.gamma, c, dg, o);
+    snprintf(g, sizeof g, "%s dbeta", name);
+    gc_check(g, bn_obj, &b, b.beta, c, db, o);
+    if (residual) {
+        snprintf(g, sizeof g, "%s dres", name);
+        gc_check(g, bn_obj, &b, b.res, n, dres, o);
+    }
+
+    /* accumulate doubles dgamma/dbeta; in place (dx and dres on dy) gives the same dx */
+    double *r2 = malloc(sizeof(double) * (c + n));
+    for (int j = 0; j < c; j++) r2[j] = 2.0 * dg[j];
+    float *dy2 = malloc(sizeof(float) * n);
+    memcpy(dy2, b.r, sizeof(float) * n);
+    CHECK_OK(rn_bn_bwd(be, &b.d, b.x, b.y, dy2, b.gamma, b.mean, b.invstd, dy2, dg, db,
+                       NULL, NULL, 1));
+    CHECK_CLOSE("bn dgamma accumulate", dg, r2, c, 1e-6);
+    for (int64_t i = 0; i < n; i++) r2[i] = dx[i];
+    CHECK_CLOSE("bn dx in place (dx == dy)", dy2, r2, n, 1e-6);
+    if (residual) {
+        memcpy(dy2, b.r, sizeof(float) * n);
+        float *dx3 = zeros(n);
+        CHECK_OK(rn_bn_bwd(be, &b.d, b.x, b.y, dy2, b.gamma, b.mean, b.invstd, dx3, dg, db,
+                           dy2, NULL, 0));
+        CHECK_CLOSE("bn dx with dres == dy", dx3, r2, n, 1e-6);
+        for (int64_t i = 0; i < n; i++) r2[i] = dres[i];
+        CHECK_CLOSE("bn dres in place (dres == dy)", dy2, r2, n, 0);
+        free(dx3);
+    }
+    free(b.x), free(b.gamma), free(b.beta), free(b.res), free(b.y), free(b.r), free(b.mean);
+    free(b.invstd), free(rm), free(rv), free(rm0), free(rv0), free(ry), free(rmean), free(rinv);
+    free(rrm), free(rrv), free(yi), free(dx), free(dres), free(dg), free(db), free(r2), free(dy2);
+}
+
+static void test_bn(rn_backend *be) {
+    for (int relu = 0; relu < 2; relu++)
+        for (int res = 0; res < 2; res++) test_bn_case(be, 2 * 5 * 7, 3, relu, res);
+    test_bn_case(be, 2 * 7 * 7, 5, 1, 1);
+    test_bn_case(be, 2, 5, 0, 0);              /* fewest positions training allows */
+    test_bn_case(be, 2 * 3 * 5, 300, 1, 0);    /* more channels than one block of 256 */
+
+    /* torch refuses training statistics from one value per channel */
+    rn_bn_desc d;
+    CHECK_OK(rn_bn_desc_init(&d, 1, 3, 0));
+    float v[3] = {1, 2, 3}, o[3], mean[3], inv[3];
+    float gm[3] = {1, 1, 1}, bt[3] = {0, 0, 0};
+    CHECK(rn_bn_fwd_train(be, &d, v, gm, bt, NULL, o, mean, inv, NULL, NULL, NULL) == RN_EINVAL,
+          "m = 1 in training must fail");
+    CHECK(strstr(rn_last_error(), "more than 1 value") != NULL, "message: %s", rn_last_error());
+}
+
+/* ---- elementwise ---- */
+
+static void test_elementwise(rn_backend *be) {
+    const int64_t n = 2 * 5 * 7 * 3;
+    float *a = randn(2001, n, 0, 1), *b = randn(2002, n, 0, 1), *y = zeros(n), *dx = zeros(n);
+    float *dy = randn(2003, n, 0, 1);
+    double *r = malloc(sizeof(double) * n);
+    CHECK_OK(rn_add(be, RN_F32, n, a, b, y, 0));
+    for (int64_t i = 0; i < n; i++) r[i] = (double)a[i] + b[i];
+    CHECK_CLOSE("add", y, r, n, 1e-7);
+    CHECK_OK(rn_add(be, RN_F32, n, a, b, y, 1));
+    for (int64_t i = 0; i < n; i++) r[i] = r[i] > 0 ? r[i] : 0;
+    CHECK_CLOSE("add relu", y, r, n, 1e-7);
+    CHECK_OK(rn_relu_bwd(be, RN_F32, n, y, dy, dx));
+    for (int64_t i = 0; i < n; i++) r[i] = y[i] > 0 ? dy[i] : 0;
+    CHECK_CLOSE("relu_bwd", dx, r, n, 0);
+    CHECK_OK(rn_relu_fwd(be, RN_F32, n, a, y));
+    for (int64_t i = 0; i < n; i++) r[i] = a[i] > 0 ? a[i] : 0;
+    CHECK_CLOSE("relu_fwd", y, r, n, 0);
+    CHECK_OK(rn_relu_fwd(be, RN_F32, n, a, a));
+    CHECK_CLOSE("relu_fwd in place", a, r, n, 0);
+
+    uint8_t px[2 * 3 * 3];
+    for (int i = 0; i < 18; i++) px[i] = (uint8_t)(i * 14 + 3);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    float o[18];
+    double ro[18];
+    CHECK_OK(rn_input_normalize(be, RN_F32, 6, 3, px, mean, sd, o));
+    for (int i = 0; i < 18; i++) ro[i] = (px[i] / 255.0 - mean[i % 3]) / sd[i % 3];
+    CHECK_CLOSE("input_normalize", o, ro, 18, 1e-6);
+    free(a), free(b), free(y), free(dx), free(dy), free(r);
+}
+
+/* ---- pooling ---- */
+
+typedef struct {
+    rn_backend *be;
+    const rn_pool_desc *d;
+    float *x, *y, *r;
+} pool_ctx;
+
+static double pool_obj(void *p) {
+    pool_ctx *c = p;
+    if (rn_maxpool_fwd(c->be, c->d, c->x, c->y) != RN_OK) return NAN;
+    return gc_dot(c->r, c->y, (int64_t)c->d->n * c->d->p * c->d->q * c->d->c);
+}
+
+static void test_maxpool_case(rn_backend *be, int n, int h, int w, int c, int k, int stride, int pad) {
+    rn_pool_desc d;
+    CHECK_OK(rn_pool_desc_init(&d, n, h, w, c, k, stride, pad));
+    int64_t nx = (int64_t)n * h * w * c, ny = (int64_t)n * d.p * d.q * c;
+    float *x = randn(3000 + h * 10 + w + k, nx, 0, 1), *y = zeros(ny), *dx = zeros(nx);
+    float *dy = randn(3100 + h, ny, 0, 1);
+    double *ry = malloc(sizeof(double) * ny);
+    for (int ni = 0; ni < n; ni++)
+        for (int p = 0; p < d.p; p++)
+            for (int q = 0; q < d.q; q++)
+                for (int j = 0; j < c; j++) {
+                    double m = -INFINITY;
+                    for (int i = 0; i < k; i++)
+                        for (int s = 0; s < k; s++) {
+                            int hh = p * stride - pad + i, ww = q * stride - pad + s;
+                            if (hh >= 0 && hh < h && ww >= 0 && ww < w)
+                                m = fmax(m, x[((ni * h + hh) * w + ww) * c + j]);
+                        }
+                    ry[((ni * d.p + p) * d.q + q) * c + j] = m;
+                }
+    CHECK_OK(rn_maxpool_fwd(be, &d, x, y));
+    char name[64];
+    snprintf(name, sizeof name, "maxpool %dx%dx%d %dx%d/s%d/p%d", h, w, c, k, k, stride, pad);
+    CHECK_CLOSE(name, y, ry, ny, 0);
+    CHECK_OK(rn_maxpool_bwd(be, &d, x, y, dy, dx));
+    pool_ctx pc = {be, &d, x, y, dy};
+    gc_check(name, pool_obj, &pc, x, nx, dx, gc_defaults());
+    /* ties route to the first maximum in row-major order (torch) */
+    float tx[4] = {1, 1, 1, 1}, ty[1], tdy[1] = {5}, tdx[4];
+    rn_pool_desc t;
+    CHECK_OK(rn_pool_desc_init(&t, 1, 2, 2, 1, 2, 2, 0));
+    CHECK_OK(rn_maxpool_fwd(be, &t, tx, ty));
+    CHECK_OK(rn_maxpool_bwd(be, &t, tx, ty, tdy, tdx));
+    CHECK(tdx[0] == 5 && tdx[1] == 0 && tdx[2] == 0 && tdx[3] == 0, "tie: %g %g %g %g", tdx[0],
+          tdx[1], tdx[2], tdx[3]);
+    free(x), free(y), free(dx), free(dy), free(ry);
+}
+
+typedef struct {
+    rn_backend *be;
+    int n, hw, c;
+    float *x, *y, *r;
+} gap_ctx;
+
+static double gap_obj(void *p) {
+    gap_ctx *g = p;
+    if (rn_avgpool_global_fwd(g->be, RN_F32, g->n, g->hw, g->c, g->x, g->y) != RN_OK) return NAN;
+    return gc_dot(g->r, g->y, (int64_t)g->n * g->c);
+}
+
+static void test_pool(rn_backend *be) {
+    test_maxpool_case(be, 2, 7, 5, 3, 3, 2, 1);    /* ResNet's stem pool, odd sizes */
+    test_maxpool_case(be, 2, 5, 7, 5, 3, 2, 1);
+    test_maxpool_case(be, 2, 6, 6, 3, 2, 2, 0);
+    test_maxpool_case(be, 1, 9, 9, 70, 3, 2, 1);   /* more than one 64-channel block */
+
+    gap_ctx g = {be, 2, 35, 5, NULL, NULL, NULL};
+    /* dy of size 35 makes dx = dy/35 of order 1, where the tolerance is relative */
+    g.x = randn(3201, 2 * 35 * 5, 0, 1), g.y = zeros(10), g.r = randn(3202, 10, 0, 35);
+    float *dx = zeros(2 * 35 * 5);
+    double ry[10];
+    for (int n = 0; n < 2; n++)
+        for (int j = 0; j < 5; j++) {
+            double s = 0;
+            for (int i = 0; i < 35; i++) s += g.x[(n * 35 + i) * 5 + j];
+            ry[n * 5 + j] = s / 35;
+        }
+    CHECK_OK(rn_avgpool_global_fwd(be, RN_F32, 2, 35, 5, g.x, g.y));
+    CHECK_CLOSE("global avgpool", g.y, ry, 10, 1e-6);
+    CHECK_OK(rn_avgpool_global_bwd(be, RN_F32, 2, 35, 5, g.r, dx));
+    gc_check("global avgpool dx", gap_obj, &g, g.x, 2 * 35 * 5, dx, gc_defaults());
+    free(g.x), free(g.y), free(g.r), free(dx);
+}
+
+/* ---- fully connected ---- */
+
+typedef struct {
+    rn_backend *be;
+    const rn_fc_desc *d;
+    float *x, *w, *b, *y, *r;
+} fc_ctx;
+
+static double fc_obj(void *p) {
+    fc_ctx *f = p;
+    if (rn_fc_fwd(f->be, f->d, f->x, f->w, f->b, f->y) != RN_OK) return NAN;
+    return gc_dot(f->r, f->y, (int64_t)f->d->n * f->d->out);
+}
+
+static void test_fc(rn_backend *be) {
+    rn_fc_desc d = {RN_F32, 3, 7, 5};
+    int nx = 21, nw = 35, ny = 15;
+    float *x = randn(4001, nx, 0, 1), *w = randn(4002, nw, 0, 0.4f), *b = randn(4003, 5, 0, 1);
+    float *y = zeros(ny), *r = randn(4004, ny, 0, 1), *dx = zeros(nx), *dw = zeros(nw), *db = zeros(5);
+    double ry[15];
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 5; o++) {
+            double s = b[o];
+            for (int k = 0; k < 7; k++) s += (double)x[i * 7 + k] * w[o * 7 + k];
+            ry[i * 5 + o] = s;
+        }
+    CHECK_OK(rn_fc_fwd(be, &d, x, w, b, y));
+    CHECK_CLOSE("fc fwd", y, ry, ny, 1e-6);
+    CHECK_OK(rn_fc_bwd(be, &d, x, w, r, dx, dw, db, 0));
+    fc_ctx f = {be, &d, x, w, b, y, r};
+    gc_check("fc dx", fc_obj, &f, x, nx, dx, gc_defaults());
+    gc_check("fc dw", fc_obj, &f, w, nw, dw, gc_defaults());
+    gc_check("fc db", fc_obj, &f, b, 5, db, gc_defaults());
+    double r2[35];
+    for (int i = 0; i < nw; i++) r2[i] = 2.0 * dw[i];
+    CHECK_OK(rn_fc_bwd(be, &d, x, w, r, NULL, dw, db, 1));
+    CHECK_CLOSE("fc dw accumulate", dw, r2, nw, 1e-6);
+    CHECK_OK(rn_fc_fwd(be, &d, x, w, NULL, y));
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 5; o++) ry[i * 5 + o] -= b[o];
+    CHECK_CLOSE("fc fwd without bias", y, ry, ny, 1e-5);
+    free(x), free(w), free(b), free(y), free(r), free(dx), free(dw), free(db);
+}
+
+/* ---- softmax cross-entropy ---- */
+
+typedef struct {
+    rn_backend *be;
+    const rn_xent_desc *d;
+    float *z;
+    const int32_t *labels;
+} xent_ctx;
+
+/* The loss times the descriptor's grad_scale, so that the test can scale gradients of
+ * size 1/n up to O(1), where the checker's relative tolerance bites. */
+static double xent_obj(void *p) {
+    xent_ctx *c = p;
+    float loss;
+    if (rn_softmax_xent(c->be, c->d, c->z, c->labels, &loss, NULL) != RN_OK) return NAN;
+    return (double)loss * c->d->grad_scale;
+}
+
+static void test_xent(rn_backend *be) {
+    const int n = 3, k = 7;
+    int32_t labels[3] = {4, 0, 6};
+    float *z = randn(5001, n * k, 0, 3), *dz = zeros(n * k), *dz2 = zeros(n * k);
+    for (int ls = 0; ls < 2; ls++) {
+        rn_xent_desc d;
+        CHECK_OK(rn_xent_desc_init(&d, n, k));
+        d.label_smoothing = ls ? 0.1f : 0.0f;
+        float loss = 0;
+        CHECK_OK(rn_softmax_xent(be, &d, z, labels, &loss, dz));
+        /* torch's formula: (1-e)*nll + e*mean_k(-log p_k), mean over the batch */
+        double want = 0;
+        for (int i = 0; i < n; i++) {
+            double mx = -INFINITY, se = 0;
+            for (int j = 0; j < k; j++) mx = fmax(mx, z[i * k + j]);
+            for (int j = 0; j < k; j++) se += exp(z[i * k + j] - mx);
+            double smooth = 0;
+            for (int j = 0; j < k; j++) smooth += -(z[i * k + j] - mx - log(se));
+            double nll = -(z[i * k + labels[i]] - mx - log(se));
+            want += (1 - d.label_smoothing) * nll + d.label_smoothing * smooth / k;
+        }
+        want /= n;
+        CHECK(fabs(loss - want) <= 1e-6 * fmax(1, fabs(want)), "xent loss ls=%g: %.8g want %.8g",
+              d.label_smoothing, loss, want);
+        /* dlogits against (softmax - (1-e)*onehot - e/k) / n, directly */
+        double rd[21];
+        for (int i = 0; i < n; i++) {
+            double mx = -INFINITY, se = 0;
+            for (int j = 0; j < k; j++) mx = fmax(mx, z[i * k + j]);
+            for (int j = 0; j < k; j++) se += exp(z[i * k + j] - mx);
+            for (int j = 0; j < k; j++)
+                rd[i * k + j] = (exp(z[i * k + j] - mx) / se -
+                                 (j == labels[i]) * (1 - d.label_smoothing) - d.label_smoothing / k) / n;
+        }
+        CHECK_CLOSE(ls ? "xent dlogits formula (smoothing)" : "xent dlogits formula", dz, rd, n * k, 1e-6);
+        xent_ctx c = {be, &d, z, labels};
+        d.grad_scale = 30.0f;
+        float *dzs = zeros(n * k);
+        CHECK_OK(rn_softmax_xent(be, &d, z, labels, &loss, dzs));
+        /* the loss is a float: a wider step keeps its rounding out of the quotient */
+        gc_opts o = gc_defaults();
+        o.h = 1e-2;
+        gc_check(ls ? "xent dlogits (label smoothing 0.1)" : "xent dlogits", xent_obj, &c, z, n * k,
+                 dzs, o);
+        free(dzs);
+        /* grad_scale multiplies dlogits only; dlogits may overwrite the logits */
+        d.grad_scale = 0.25f;
+        float loss2 = 0;
+        memcpy(dz2, z, sizeof(float) * n * k);
+        CHECK_OK(rn_softmax_xent(be, &d, dz2, labels, &loss2, dz2));
+        double rs[21];
+        for (int i = 0; i < n * k; i++) rs[i] = 0.25 * dz[i];
+        CHECK_CLOSE("xent grad_scale, in place", dz2, rs, n * k, 1e-6);
+        CHECK(loss2 == loss, "grad_scale must not change the loss (%g vs %g)", loss2, loss);
+    }
+    rn_xent_desc d;
+    CHECK_OK(rn_xent_desc_init(&d, n, k));
+    int32_t bad[3] = {1, 7, 2};
+    float loss;
+    CHECK(rn_softmax_xent(be, &d, z, bad, &loss, dz) == RN_EINVAL, "label 7 of 7 classes");
+    CHECK(strstr(rn_last_error(), "row 1") != NULL, "message names the row: %s", rn_last_error());
+    free(z), free(dz), free(dz2);
+}
+
+/* ---- SGD against torch.optim.SGD (1.13), values printed by:
+ *   p = Parameter([1, -2, .5, 0]); opt = SGD([p], **cfg)
+ *   for g in grads: p.grad = tensor(g); opt.step(); print(p) */
+static void test_sgd(rn_backend *be) {
+    static const float grads[3][4] = {{0.3f, -0.1f, 0.25f, 1.0f},
+                                      {-0.2f, 0.4f, 0.05f, -0.5f},
+                                      {0.1f, 0.1f, -0.3f, 0.25f}};
+    static const struct {
+        const char *name;
+        float lr, momentum, dampening, wd;
+        int nesterov;
+        float want[3][4];
+    } cases[] = {
+        {"momentum 0.9 wd 1e-4", 0.1f, 0.9f, 0, 1e-4f, 0,
+         {{0.969990015f, -1.98997998f, 0.474994987f, -0.100000001f},
+          {0.96297133f, -2.02094197f, 0.447485745f, -0.139999002f},
+          {0.946644843f, -2.05878758f, 0.452722937f, -0.200996697f}}},
+        {"nesterov", 0.1f, 0.9f, 0, 1e-4f, 1,
+         {{0.942981005f, -1.98096204f, 0.452490509f, -0.189999998f},
+          {0.956654966f, -2.0488081f, 0.422727853f, -0.175996378f},
+          {0.93195188f, -2.09284854f, 0.457437515f, -0.255891502f}}},
+        {"dampening 0.1 wd 0.01", 0.05f, 0.9f, 0.1f, 0.01f, 0,
+         {{0.984499991f, -1.99399996f, 0.48725f, -0.0500000007f},
+          {0.979106963f, -2.00570273f, 0.473305732f, -0.0724774972f},
+          {0.969312668f, -2.01983261f, 0.474042922f, -0.103924632f}}},
+        {"no momentum", 0.1f, 0, 0, 0.01f, 0,
+         {{0.968999982f, -1.98800004f, 0.4745f, -0.100000001f},
+          {0.98803097f, -2.02601194f, 0.469025493f, -0.0499000028f},
+          {0.977042913f, -2.03398585f, 0.498556465f, -0.0748501047f}}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        float p[4] = {1.0f, -2.0f, 0.5f, 0.0f}, buf[4] = {9, 9, 9, 9};
+        rn_sgd_desc d;
+        CHECK_OK(rn_sgd_desc_init(&d, cases[c].lr, cases[c].momentum, cases[c].wd,
+                                  cases[c].nesterov));
+        d.dampening = cases[c].dampening;
+        for (int step = 0; step < 3; step++) {
+            CHECK_OK(rn_sgd_update(be, &d, 4, p, grads[step], cases[c].momentum ? buf : NULL));
+            d.first_step = 0;
+            double want[4];
+            for (int i = 0; i < 4; i++) want[i] = cases[c].want[step][i];
+            char name[64];
+            snprintf(name, sizeof name, "sgd %s step %d", cases[c].name, step + 1);
+            CHECK_CLOSE(name, p, want, 4, 2e-7);
+        }
+    }
+    /* grad_scale unscales before anything else: grad*4 with scale 1/4 is the same step */
+    float p1[2] = {1, 2}, p2[2] = {1, 2}, b1[2], b2[2], g1[2] = {0.5f, -1}, g2[2] = {2, -4};
+    rn_sgd_desc d;
+    CHECK_OK(rn_sgd_desc_init(&d, 0.1f, 0.9f, 1e-4f, 0));
+    CHECK_OK(rn_sgd_update(be, &d, 2, p1, g1, b1));
+    d.grad_scale = 0.25f;
+    CHECK_OK(rn_sgd_update(be, &d, 2, p2, g2, b2));
+    CHECK(p1[0] == p2[0] && p1[1] == p2[1] && b1[0] == b2[0], "grad_scale: %g %g vs %g %g",
+          p1[0], p1[1], p2[0], p2[1]);
+    d.grad_scale = 0;
+    CHECK(rn_sgd_update(be, &d, 2, p2, g2, b2) == RN_EINVAL, "grad_scale 0 must be refused");
+}
+
+/* ---- argument checks ---- */
+
+static void test_errors(rn_backend *be) {
+    rn_conv_desc d;
+    CHECK(rn_conv_desc_init(&d, 1, 2, 2, 3, 4, 7, 7, 1, 0) == RN_EINVAL, "kernel > input");
+    CHECK_OK(rn_conv_desc_init(&d, 2, 9, 9, 64, 8, 3, 3, 1, 1));
+    float *x = zeros(2 * 81 * 64), *w = zeros(8 * 9 * 64), *y = zeros(2 * 81 * 8);
+    rn_conv_desc bad = d;
+    bad.p = 5;
+    CHECK(rn_conv_fwd(be, &bad, x, w, y) == RN_EINVAL, "inconsistent output size");
+    bad = d;
+    bad.dtype = RN_F16;
+    CHECK(rn_conv_fwd(be, &bad, x, w, y) == RN_ENOTSUP, "fp16 on cpu");
+    CHECK(strstr(rn_last_error(), "F16") != NULL, "message names the dtype: %s", rn_last_error());
+    CHECK(rn_conv_fwd(be, &d, NULL, w, y) == RN_EINVAL, "NULL x");
+    /* a fresh context has no workspace: the op must refuse, not allocate */
+    rn_backend *b2 = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, &b2));
+    if (b2) {
+        CHECK(rn_conv_fwd(b2, &d, x, w, y) == RN_EINVAL, "no workspace reserved");
+        CHECK(strstr(rn_last_error(), "workspace") != NULL, "message: %s", rn_last_error());
+        CHECK(rn_conv_workspace(b2, &d) > 0, "3x3 conv needs workspace");
+        CHECK_OK(rn_backend_reserve(b2, rn_conv_workspace(b2, &d)));
+        CHECK_OK(rn_conv_fwd(b2, &d, x, w, y));
+        rn_backend_destroy(b2);
+    }
+    CHECK(rn_backend_create("tpu", 1, &b2) == RN_EINVAL && b2 == NULL, "unknown device");
+    CHECK(rn_backend_create("cuda:0", 1, &b2) == RN_ENOTSUP && b2 == NULL, "cuda in this build");
+    rn_pool_desc pd;
+    CHECK(rn_pool_desc_init(&pd, 1, 5, 5, 3, 3, 2, 2) == RN_EINVAL, "pool pad > k/2");
+    free(x), free(w), free(y);
+}
+
+/* The same inputs on 1 and 2 threads give bit-identical results (fixed reduction chunks,
+ * fixed conv tiles). */
+static void test_thread_independence(rn_backend *be) {
+    rn_backend *b1 = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, &b1));
+    if (!b1) return;
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, 2, 14, 14, 64, 32, 3, 3, 1, 1));
+    int64_t nx = 2 * 14 * 14 * 64, nw = 32 * 9 * 64, ny = 2 * 14 * 14 * 32;
+    float *x = randn(6001, nx, 0, 1), *w = randn(6002, nw, 0, 0.05f), *dy = randn(6003, ny, 0, 1);
+    float *y1 = zeros(ny), *y2 = zeros(ny), *dw1 = zeros(nw), *dw2 = zeros(nw);
+    float *dx1 = zeros(nx), *dx2 = zeros(nx);
+    size_t ws = rn_conv_workspace(be, &d);
+    rn_bn_desc bd;
+    CHECK_OK(rn_bn_desc_init(&bd, ny / 32, 32, 1));
+    if (rn_bn_workspace(be, &bd) > ws) ws = rn_bn_workspace(be, &bd);
+    CHECK_OK(rn_backend_reserve(b1, ws));
+    reserve(be, ws);
+    CHECK_OK(rn_conv_fwd(b1, &d, x, w, y1));
+    CHECK_OK(rn_conv_fwd(be, &d, x, w, y2));
+    CHECK(memcmp(y1, y2, sizeof(float) * ny) == 0, "conv fwd differs between 1 and %d threads",
+          rn_backend_threads(be));
+    CHECK_OK(rn_conv_bwd_filter(b1, &d, x, dy, dw1, 0));
+    CHECK_OK(rn_conv_bwd_filter(be, &d, x, dy, dw2, 0));
+    CHECK(memcmp(dw1, dw2, sizeof(float) * nw) == 0, "conv bwd_filter differs with threads");
+    CHECK_OK(rn_conv_bwd_data(b1, &d, dy, w, dx1, 0));
+    CHECK_OK(rn_conv_bwd_data(be, &d, dy, w, dx2, 0));
+    CHECK(memcmp(dx1, dx2, sizeof(float) * nx) == 0, "conv bwd_data differs with threads");
+    float g[32], bt[32], m1[32], m2[32], i1[32], i2[32], dg1[32], dg2[32], db1[32], db2[32];
+    for (int j = 0; j < 32; j++) g[j] = 1.0f + 0.01f * j, bt[j] = 0.1f * (j % 5);
+    CHECK_OK(rn_bn_fwd_train(b1, &bd, y1, g, bt, NULL, y1, m1, i1, NULL, NULL, NULL));
+    CHECK_OK(rn_bn_fwd_train(be, &bd, y2, g, bt, NULL, y2, m2, i2, NULL, NULL, NULL));
+    CHECK(memcmp(y1, y2, sizeof(float) * ny) == 0 && memcmp(i1, i2, sizeof i1) == 0,
+          "bn fwd differs between thread counts");
+    CHECK_OK(rn_bn_bwd(b1, &bd, y1, y1, dy, g, m1, i1, dy, dg1, db1, NULL, NULL, 0));
+    float *dyb = randn(6003, ny, 0, 1);
+    CHECK_OK(rn_bn_bwd(be, &bd, y2, y2, dyb, g, m2, i2, dyb, dg2, db2, NULL, NULL, 0));
+    CHECK(memcmp(dy, dyb, sizeof(float) * ny) == 0 && memcmp(dg1, dg2, sizeof dg1) == 0,
+          "bn bwd differs between thread counts");
+    rn_backend_destroy(b1);
+    free(x), free(w), free(dy), free(y1), free(y2), free(dw1), free(dw2), free(dx1), free(dx2);
+    free(dyb);
+}
+
+int main(void) {
+    rn_backend *be = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &be));
+    if (!be) return check_done("test_ops");
+    test_conv(be);
+    test_bn(be);
+    test_elementwise(be);
+    test_pool(be);
+    test_fc(be);
+    test_xent(be);
+    test_sgd(be);
+    test_errors(be);
+    test_thread_independence(be);
+    rn_backend_destroy(be);
+    return check_done("test_ops");
+}
