@@ -67,10 +67,11 @@ TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/rn-*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tests/parity/*.c))
+BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/bench/*.c))
 
 .PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check bench-gpu
 
-all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN)
+all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN)
 
 summary:
 	@echo "rn $(VERSION): $(BUILD_SUMMARY)"
@@ -103,7 +104,11 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(LIBRN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
-# parity harnesses: driven by the Python scripts in tests/parity, not run directly
+# parity harnesses and benchmark bodies: driven by scripts in tests/parity and tests/bench
+$(BUILD)/tests/bench_%: tests/bench/%.c $(LIBRN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
