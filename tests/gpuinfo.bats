@@ -1,0 +1,278 @@
+#!/usr/bin/env bats
+# rn-gpuinfo on a machine without an NVIDIA driver (like CI), plus the driver paths played
+# by a fake libcuda.so.1 / libnvidia-ml.so.1 built here and put first on LD_LIBRARY_PATH.
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+    export FAKE="$BATS_FILE_TMPDIR/fake" STUB="$BATS_FILE_TMPDIR/stub"
+    mkdir -p "$FAKE" "$STUB"
+    cat >"$BATS_FILE_TMPDIR/fake.c" <<'EOF'
+/* A pretend NVIDIA driver: FAKE_CU_INIT (cuInit's result), FAKE_CU_DRIVER (the CUDA it
+ * supports), FAKE_CU_NDEV (devices). Two GPUs on 0000:0A:00.0 and 0000:0B:00.0. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static int env(const char *k, int d) { const char *v = getenv(k); return v ? atoi(v) : d; }
+#ifdef FAKE_CUDA
+int cuInit(unsigned f) { (void)f; return env("FAKE_CU_INIT", 0); }
+int cuDriverGetVersion(int *v) { *v = env("FAKE_CU_DRIVER", 13000); return 0; }
+int cuGetErrorName(int e, const char **s) {
+    *s = e == 0 ? "CUDA_SUCCESS" : e == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_UNKNOWN"; return 0; }
+int cuDeviceGetCount(int *n) { *n = env("FAKE_CU_NDEV", 2); return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDeviceGetName(char *s, int n, int d) { snprintf(s, n, "Fake GPU %d", d); return 0; }
+int cuDeviceGetAttribute(int *v, int a, int d) {
+    (void)d;
+    switch (a) { case 75: *v = 9; return 0; case 76: *v = 0; return 0; case 16: *v = 132; return 0;
+                 case 20: *v = 0; return 0; case 36: *v = 2619000; return 0; case 37: *v = 5120; return 0; }
+    return 1; }
+int cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = (size_t)80 << 30; return 0; }
+int cuDeviceGetPCIBusId(char *s, int n, int d) { snprintf(s, n, "0000:%02X:00.0", 10 + d); return 0; }
+int cuDeviceGetUuid_v2(unsigned char *u, int d) { memset(u, 0x11 * (d + 1), 16); return 0; }
+int cuDeviceCanAccessPeer(int *c, int d, int p) { *c = d != p; return 0; }
+#else
+static int dev[2] = {0, 1};
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(int e) { return e ? "fake error" : "Success"; }
+int nvmlSystemGetDriverVersion(char *s, unsigned n) { snprintf(s, n, "580.65.06"); return 0; }
+int nvmlSystemGetNVMLVersion(char *s, unsigned n) { snprintf(s, n, "13.580.65.06"); return 0; }
+int nvmlDeviceGetHandleByPciBusId_v2(const char *b, void **h) {
+    if (strstr(b, ":0A:")) *h = &dev[0]; else if (strstr(b, ":0B:")) *h = &dev[1]; else return 6;
+    return 0; }
+typedef struct { unsigned long long total, free, used; } mem;
+int nvmlDeviceGetMemoryInfo(void *h, mem *m) {
+    m->total = 80ULL << 30; m->used = (1ULL << 30) * (1 + *(int *)h); m->free = m->total - m->used; return 0; }
+int nvmlDeviceGetClockInfo(void *h, int t, unsigned *v) { (void)h; *v = t == 1 ? 1980 : 2619; return 0; }
+int nvmlDeviceGetMaxClockInfo(void *h, int t, unsigned *v) { (void)h; *v = t == 1 ? 1980 : 2619; return 0; }
+int nvmlDeviceGetTemperature(void *h, int t, unsigned *v) { (void)t; *v = 40 + *(int *)h; return 0; }
+int nvmlDeviceGetPowerUsage(void *h, unsigned *v) { (void)h; *v = 312400; return 0; }
+int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned *v) { (void)h; *v = 700000; return 0; }
+typedef struct { unsigned gpu, memory; } util;
+int nvmlDeviceGetUtilizationRates(void *h, util *u) { (void)h; u->gpu = 97; u->memory = 41; return 0; }
+int nvmlDeviceGetEccMode(void *h, int *c, int *p) { (void)h; *c = *p = 1; return 0; }
+int nvmlDeviceGetTotalEccErrors(void *h, int t, int c, unsigned long long *v) { (void)h; (void)t; (void)c; *v = 0; return 0; }
+int nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) { *r = *(int *)h ? 0x4 : 0; return 0; }
+int nvmlDeviceGetCurrPcieLinkGeneration(void *h, unsigned *v) { (void)h; *v = 5; return 0; }
+int nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned *v) { (void)h; *v = 16; return 0; }
+#endif
+EOF
+    cc -shared -fPIC -DFAKE_CUDA -o "$FAKE/libcuda.so.1" "$BATS_FILE_TMPDIR/fake.c"
+    cc -shared -fPIC -o "$FAKE/libnvidia-ml.so.1" "$BATS_FILE_TMPDIR/fake.c"
+    # what people get by putting the toolkit's stubs directory on LD_LIBRARY_PATH
+    if [ -f /usr/local/cuda/lib64/stubs/libcuda.so ]; then
+        ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "$STUB/libcuda.so.1"
+    fi
+    # the same sources built as with USE_CUDA=0: no RN_HAVE_CUDA, no CUDA headers
+    local r="$BATS_TEST_DIRNAME/.."
+    cc -std=c11 -D_GNU_SOURCE -DRN_VERSION='"test"' -I"$r/include" -Wall -Wextra -o "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" \
+        "$r/tools/rn-gpuinfo.c" "$r/lib/gpuinfo.c" "$r/lib/err.c" "$r/lib/json.c" "$r/lib/rng.c" -ldl -lm
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    # a real driver on the test machine would change every answer below
+    if [ -e /proc/driver/nvidia/version ] || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+        NVIDIA_HERE=1
+    else
+        NVIDIA_HERE=0
+    fi
+}
+
+no_driver_only() { [ "$NVIDIA_HERE" = 0 ] || skip "this machine has an NVIDIA driver"; }
+
+fake() { LD_LIBRARY_PATH="$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+
+json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+
+@test "--help lists every flag and the exit codes" {
+    run rn-gpuinfo --help
+    assert_success
+    for f in --json --check --watch --count --bench --device --version; do assert_output --partial -- "$f"; done
+    assert_output --partial "3  no usable NVIDIA driver"
+    assert_output --partial "7  this rn build has no GPU support"
+}
+
+@test "--version prints the version" {
+    run rn-gpuinfo --version
+    assert_success
+    assert_output --regexp '^rn-gpuinfo [0-9]+\.[0-9]+\.[0-9]+'
+}
+
+@test "bad usage exits 2 and names the flag" {
+    run rn-gpuinfo --no-such-flag
+    assert_failure 2
+    assert_output --partial "--no-such-flag"
+    run rn-gpuinfo --watch 0
+    assert_failure 2
+    assert_output --partial "--watch 0"
+    run rn-gpuinfo --watch abc
+    assert_failure 2
+    run rn-gpuinfo --count 2
+    assert_failure 2
+    assert_output --partial "--count only goes with --watch"
+    run rn-gpuinfo --watch 1 --count 0
+    assert_failure 2
+    run rn-gpuinfo --check --bench
+    assert_failure 2
+    run rn-gpuinfo --device x --bench
+    assert_failure 2
+    run rn-gpuinfo extra-argument
+    assert_failure 2
+}
+
+@test "without a driver: says no NVIDIA driver is loaded, not 'insufficient', exit 3" {
+    no_driver_only
+    run rn-gpuinfo
+    assert_failure 3
+    assert_output --partial "no NVIDIA driver is loaded"
+    assert_output --partial "libcuda.so.1"
+    assert_output --partial "fix: install the NVIDIA driver"
+    refute_output --partial "insufficient"
+}
+
+@test "--check without a driver: one line with the fix, exit 3" {
+    no_driver_only
+    run --separate-stderr rn-gpuinfo --check
+    assert_failure 3
+    assert_equal "$output" ""
+    assert_equal "$(wc -l <<<"$stderr")" 1
+    [[ "$stderr" == "rn-gpuinfo: no NVIDIA driver is loaded"*"--device cpu"* ]]
+}
+
+@test "--json parses and has the version fields" {
+    no_driver_only
+    run --separate-stderr rn-gpuinfo --json
+    assert_failure 3
+    assert_equal "$(json_get 'd["schema"]' <<<"$output")" "rn-gpuinfo/1"
+    assert_equal "$(json_get 'd["status"]["code"], d["status"]["name"]' <<<"$output")" "(3, 'no_driver')"
+    assert_equal "$(json_get 'sorted(d["libraries"])' <<<"$output")" "['cublas', 'cuda', 'cudart', 'cudnn', 'nccl', 'nvml']"
+    assert_equal "$(json_get 'all("version" in v and "path" in v for v in d["libraries"].values())' <<<"$output")" True
+    assert_equal "$(json_get 'd["libraries"]["cuda"]["loaded"], d["driver"]["version"], d["devices"]' <<<"$output")" "(False, None, [])"
+    assert_equal "$(json_get 'sorted(d["build"])' <<<"$output")" "['cublas', 'cuda', 'cudart', 'cudnn', 'nccl']"
+    # what is installed is reported with where it came from
+    if [ "$(json_get 'd["libraries"]["cudart"]["loaded"]' <<<"$output")" = True ]; then
+        assert_equal "$(json_get 'd["libraries"]["cudart"]["path"].startswith("/")' <<<"$output")" True
+        assert_equal "$(json_get 'd["libraries"]["cudart"]["version"].count(".")' <<<"$output")" 1
+    fi
+}
+
+@test "--watch --count 2 without a driver: nothing on stdout, the diagnosis, exit 3 at once" {
+    no_driver_only
+    SECONDS=0
+    run --separate-stderr rn-gpuinfo --watch 5 --count 2
+    assert_failure 3
+    assert_equal "$output" ""
+    [[ "$stderr" == *"no NVIDIA driver is loaded"* ]]
+    [ "$SECONDS" -lt 5 ]
+}
+
+@test "--bench without a driver: the diagnosis, exit 3" {
+    no_driver_only
+    run rn-gpuinfo --bench
+    assert_failure 3
+    assert_output --partial "no NVIDIA driver is loaded"
+}
+
+@test "the toolkit's stub libcuda is named as such, exit 3" {
+    no_driver_only
+    [ -e "$STUB/libcuda.so.1" ] || skip "no CUDA toolkit stubs here"
+    LD_LIBRARY_PATH="$STUB" run --separate-stderr rn-gpuinfo --check
+    assert_failure 3
+    [[ "$stderr" == *"stub libcuda"* && "$stderr" == *"LD_LIBRARY_PATH"* ]]
+}
+
+@test "fake driver: two devices, versions, live figures, peer access; exit 0 when the CUDA libraries are there" {
+    no_driver_only
+    fake run --separate-stderr rn-gpuinfo --json
+    local code=$(json_get 'd["status"]["code"]' <<<"$output")
+    [ "$status" -eq "$code" ]
+    assert_equal "$(json_get 'd["driver"]["version"], d["driver"]["cuda"], d["driver"]["init"]' <<<"$output")" "('580.65.06', '13.0', 'CUDA_SUCCESS')"
+    assert_equal "$(json_get '[x["name"] for x in d["devices"]]' <<<"$output")" "['Fake GPU 0', 'Fake GPU 1']"
+    assert_equal "$(json_get 'd["devices"][1]["pci_bus_id"], d["devices"][1]["compute_capability"], d["devices"][1]["multiprocessors"]' <<<"$output")" "('0000:0B:00.0', '9.0', 132)"
+    assert_equal "$(json_get 'd["devices"][1]["memory"]["used"], d["devices"][1]["temperature_c"], d["devices"][1]["power_w"]' <<<"$output")" "(2147483648, 41, {'draw': 312.4, 'limit': 700})"
+    assert_equal "$(json_get 'd["devices"][1]["throttle_reasons"], d["devices"][0]["ecc"]["enabled"]' <<<"$output")" "(['sw_power_cap'], True)"
+    assert_equal "$(json_get 'd["devices"][0]["uuid"]' <<<"$output")" "GPU-11111111-1111-1111-1111-111111111111"
+    assert_equal "$(json_get 'd["peer_access"]' <<<"$output")" "[[False, True], [True, False]]"
+    assert_equal "$(json_get 'd["libraries"]["cuda"]["path"]' <<<"$output")" "$FAKE/libcuda.so.1"
+    # with this machine's CUDA 13 runtime, cuBLAS and cuDNN 9 the stack is usable
+    if [ "$(json_get 'd["libraries"]["cudart"]["version"], d["libraries"]["cudnn"]["loaded"]' <<<"$output")" = "('13.0', True)" ]; then
+        assert_equal "$code" 0
+        fake run rn-gpuinfo --check
+        assert_success
+        assert_output --partial "ok: 2 usable devices (Fake GPU 0)"
+    fi
+    fake run rn-gpuinfo
+    assert_output --partial "GPU 1: Fake GPU 1, sm_90, 132 SMs"
+    assert_output --partial "throttle     sw_power_cap"
+    assert_output --partial "peer access"
+}
+
+@test "fake driver older than the runtime: 'driver too old' with the driver to install, exit 4" {
+    no_driver_only
+    run --separate-stderr rn-gpuinfo --json
+    [ "$(json_get 'd["libraries"]["cudart"]["version"]' <<<"$output")" = "13.0" ] || skip "needs the CUDA 13 runtime"
+    FAKE_CU_DRIVER=12040 fake run --separate-stderr rn-gpuinfo --check
+    assert_failure 4
+    [[ "$stderr" == *"supports CUDA up to 12.4"* && "$stderr" == *"CUDA 13.0"* && "$stderr" == *"580.65.06 or newer"* ]]
+    [[ "$stderr" != *"no NVIDIA driver"* ]]
+}
+
+@test "fake driver with no devices: 'no device', exit 5; cuInit NO_DEVICE without a kernel module: exit 3" {
+    no_driver_only
+    FAKE_CU_NDEV=0 fake run --separate-stderr rn-gpuinfo --check
+    assert_failure 5
+    [[ "$stderr" == *"reports no CUDA device"* ]]
+    FAKE_CU_INIT=100 fake run --separate-stderr rn-gpuinfo --check
+    assert_failure 3
+    [[ "$stderr" == *"CUDA_ERROR_NO_DEVICE"* && "$stderr" == *"kernel module"* ]]
+}
+
+@test "--watch --count 2 with a (fake) GPU: one line per device per sample" {
+    no_driver_only
+    fake run --separate-stderr rn-gpuinfo --watch 0.2 --count 2
+    assert_success
+    assert_equal "${#lines[@]}" 4
+    [[ "${lines[0]}" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z\ gpu0\ util\ +97%.*mem\ +1024/81920\ MiB\ power\ +312/700\ W ]]
+    [[ "${lines[3]}" == *" gpu1 "*"throttle sw_power_cap"* ]]
+    fake run --separate-stderr rn-gpuinfo --watch 0.2 --count 3 --device cuda:1 --json
+    assert_success
+    assert_equal "${#lines[@]}" 3
+    for l in "${lines[@]}"; do
+        assert_equal "$(json_get 'd["index"], d["utilization_pct"]["gpu"], d["memory"]["total"]' <<<"$l")" "(1, 97, 85899345920)"
+    done
+    fake run rn-gpuinfo --watch 0.2 --count 1 --device 2
+    assert_failure 1
+    assert_output --partial "--device 2"
+}
+
+@test "--watch until interrupted: SIGINT ends it cleanly with exit 0" {
+    no_driver_only
+    LD_LIBRARY_PATH="$FAKE" rn-gpuinfo --watch 0.2 --device 0 >"$BATS_TEST_TMPDIR/w" 2>&1 3>&- &
+    local pid=$!
+    sleep 0.7
+    kill -INT "$pid"
+    local rc=0
+    wait "$pid" || rc=$?
+    assert_equal "$rc" 0
+    [ "$(grep -c ' gpu0 ' "$BATS_TEST_TMPDIR/w")" -ge 2 ]
+}
+
+@test "built without CUDA: says this build has no GPU support, exit 7 (--check, --json, --bench)" {
+    run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" --check
+    assert_failure 7
+    assert_output --partial "this rn build has no GPU support"
+    assert_output --partial "USE_CUDA=1"
+    run --separate-stderr "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" --json
+    assert_failure 7
+    assert_equal "$(json_get 'd["build"]["cuda"], d["status"]["name"]' <<<"$output")" "(False, 'no_build_gpu')"
+    run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" --bench
+    assert_failure 7
+    # the report still shows what the machine has
+    run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda"
+    assert_failure 7
+    assert_output --partial "built without GPU support"
+    assert_output --partial "NVIDIA driver"
+}

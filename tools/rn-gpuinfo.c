@@ -1,0 +1,230 @@
+/* rn-gpuinfo: the GPU stack as rn will load it, live monitoring, preflight check, quick bench. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/err.h"
+#include "rn/gpuinfo.h"
+
+#ifndef RN_VERSION
+#define RN_VERSION "unknown"
+#endif
+
+/* --watch longest interval: a day; longer is surely a typo */
+#define MAX_WATCH_SECONDS 86400.0
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rn-gpuinfo [--json] [--check]\n"
+               "       rn-gpuinfo --watch SECONDS [--count N] [--device N] [--json]\n"
+               "       rn-gpuinfo --bench [--device N] [--json]\n"
+               "\n"
+               "Report the NVIDIA stack exactly as rn loads it at run time: driver (and the highest\n"
+               "CUDA it supports), CUDA runtime, cuBLAS, cuDNN and NCCL with the path each was\n"
+               "loaded from, every device (memory, clocks, temperature, power, utilisation, ECC,\n"
+               "throttle reasons, PCIe, peer access), and a verdict with the fix for what is wrong.\n"
+               "\n"
+               "  -j, --json             the report as one JSON object (schema rn-gpuinfo/1); with\n"
+               "                         --watch one object per device per sample, with --bench one\n"
+               "                         object per device\n"
+               "  -c, --check            preflight: print only the verdict (one line) and exit with it\n"
+               "  -w, --watch SECONDS    one line per device every SECONDS (e.g. 1 or 0.5) from NVML,\n"
+               "                         until interrupted\n"
+               "  -n, --count N          with --watch: stop after N samples\n"
+               "  -b, --bench            measure H2D/D2D bandwidth, cuBLAS GEMM (fp32, TF32, fp16,\n"
+               "                         bf16) and a ResNet-50 cuDNN convolution against datasheet peaks\n"
+               "  -d, --device N         with --watch or --bench: only device N (or cuda:N)\n"
+               "  -h, --help             this help\n"
+               "  -V, --version          print the version\n"
+               "\n"
+               "Exit status (plain, --json and --check alike):\n"
+               "  0  a usable GPU, NVIDIA driver, CUDA runtime, cuBLAS and cuDNN\n"
+               "  1  runtime failure (a write error, a failed benchmark call, NVML missing for --watch)\n"
+               "  2  bad usage\n"
+               "  3  no usable NVIDIA driver is loaded\n"
+               "  4  the driver is too old for this CUDA runtime\n"
+               "  5  the driver is loaded but no usable CUDA device\n"
+               "  6  cuDNN missing, not 9.x, built for another CUDA, or incomplete\n"
+               "  7  this rn build has no GPU support (built with USE_CUDA=0)\n"
+               "  8  the CUDA runtime or cuBLAS is missing or of another CUDA major\n"
+               "--watch and --bench exit 0 when they ran, or with 3-7 when there is nothing to run on.\n");
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "rn-gpuinfo: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see rn-gpuinfo --help)\n");
+    return 2;
+}
+
+/* The first problem that stops devices from being listed at all: no driver, too old
+ * (only with no device listed), no device, no GPU build. */
+static const rn_gpuproblem *device_problem(const rn_gpuinfo *g) {
+    for (int i = 0; i < g->nproblems; i++) {
+        int c = g->problem[i].code;
+        if (c == RN_GPUINFO_NO_DRIVER || c == RN_GPUINFO_NO_DEVICE || c == RN_GPUINFO_DRIVER_TOO_OLD)
+            return &g->problem[i];
+    }
+    return NULL;
+}
+
+static void diagnosis(const rn_gpuproblem *p) {
+    fprintf(stderr, "rn-gpuinfo: %s", p->message);
+    if (p->fix[0]) fprintf(stderr, " (%s)", p->fix);
+    fputc('\n', stderr);
+}
+
+static int finish(int status) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "rn-gpuinfo: writing stdout: %s\n", strerror(errno ? errno : EIO));
+        return 1;
+    }
+    return status;
+}
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {"check", no_argument, NULL, 'c'},
+                                         {"watch", required_argument, NULL, 'w'},
+                                         {"count", required_argument, NULL, 'n'},
+                                         {"bench", no_argument, NULL, 'b'},
+                                         {"device", required_argument, NULL, 'd'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {NULL, 0, NULL, 0}};
+    int json = 0, check = 0, bench = 0, device = -1, c;
+    double watch = 0;
+    long count = 0;
+    char *end;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":jcw:n:bd:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 'c': check = 1; break;
+        case 'b': bench = 1; break;
+        case 'w':
+            errno = 0;
+            watch = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !isfinite(watch) || watch <= 0 || watch > MAX_WATCH_SECONDS)
+                return bad_usage("--watch %s: want an interval in seconds, > 0 and at most 86400 (e.g. 1 or 0.5)",
+                                 optarg);
+            break;
+        case 'n':
+            errno = 0;
+            count = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || count < 1)
+                return bad_usage("--count %s: want a whole number of samples, 1 or more", optarg);
+            break;
+        case 'd': {
+            const char *s = strncmp(optarg, "cuda:", 5) == 0 ? optarg + 5 : optarg;
+            errno = 0;
+            long v = strtol(s, &end, 10);
+            if (errno || end == s || *end || v < 0 || v > 1023)
+                return bad_usage("--device %s: want a device index such as 0 or cuda:1", optarg);
+            device = (int)v;
+            break;
+        }
+        case 'h': usage(stdout); return finish(0);
+        case 'V': printf("rn-gpuinfo %s\n", RN_VERSION); return finish(0);
+        case ':': return bad_usage("%s needs a value", argv[optind - 1]);
+        default: {
+            char opt[3] = {'-', (char)optopt, 0};
+            return bad_usage("unknown option %s", optopt ? opt : argv[optind - 1]);
+        }
+        }
+    }
+    if (optind < argc) return bad_usage("unexpected argument '%s': rn-gpuinfo takes no files", argv[optind]);
+    if (count && !watch) return bad_usage("%s only goes with --watch SECONDS", "--count");
+    if ((watch > 0) + bench + check > 1)
+        return bad_usage("%s: pick one of --watch, --bench and --check", "conflicting modes");
+    if (device >= 0 && !watch && !bench) return bad_usage("%s only goes with --watch or --bench", "--device");
+
+    rn_gpuinfo *g = NULL;
+    if (rn_gpuinfo_probe(&g) != RN_OK) {
+        fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
+        return 1;
+    }
+    int status = rn_gpuinfo_status(g), rc = 0;
+    const rn_gpuproblem *dp = device_problem(g);
+
+    if (watch > 0) {
+        /* NVML monitoring needs no GPU support in rn itself, only a device to look at */
+        if (g->ndev == 0) {
+            if (dp)
+                diagnosis(dp);
+            else
+                fprintf(stderr, "rn-gpuinfo: --watch: no CUDA device to watch\n");
+            rc = dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+        } else {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_signal;
+            sigemptyset(&sa.sa_mask);
+            if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
+                fprintf(stderr, "rn-gpuinfo: sigaction: %s\n", strerror(errno));
+                rc = 1;
+            } else if (rn_gpuinfo_watch(g, watch, count, device, json, stdout, &stop_requested) != RN_OK) {
+                fprintf(stderr, "rn-gpuinfo: --watch: %s\n", rn_last_error());
+                rc = 1;
+            }
+        }
+    } else if (bench) {
+        if (!g->built_with_cuda) {
+            diagnosis(&g->problem[0]);
+            rc = RN_GPUINFO_NO_BUILD_GPU;
+        } else if (g->ndev == 0 || (dp && dp->code == RN_GPUINFO_DRIVER_TOO_OLD)) {
+            if (dp)
+                diagnosis(dp);
+            else
+                fprintf(stderr, "rn-gpuinfo: --bench: no CUDA device\n");
+            rc = dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+        } else if (device >= g->ndev) {
+            fprintf(stderr, "rn-gpuinfo: --device %d: only %d device%s visible (0..%d)\n", device, g->ndev,
+                    g->ndev == 1 ? "" : "s", g->ndev - 1);
+            rc = 2;
+        } else {
+            if (status != RN_GPUINFO_USABLE) diagnosis(&g->problem[0]);
+            for (int i = 0; i < g->ndev && !rc; i++) {
+                if (device >= 0 && i != device) continue;
+                rn_gpubench b;
+                if (!json) fprintf(stderr, "rn-gpuinfo: benchmarking GPU %d (%s), a few seconds\n", i, g->dev[i].name);
+                if (rn_gpuinfo_bench(g, i, &b) != RN_OK || rn_gpuinfo_write_bench(&b, json, stdout) != RN_OK) {
+                    fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
+                    rc = 1;
+                }
+                fflush(stdout);
+            }
+        }
+    } else {
+        if (json) {
+            if (rn_gpuinfo_write_json(g, stdout) != RN_OK) rc = 1;
+        } else if (!check) {
+            if (rn_gpuinfo_write_text(g, stdout) != RN_OK) rc = 1;
+        }
+        if (rc)
+            fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
+        else if (status != RN_GPUINFO_USABLE && (check || json))
+            diagnosis(&g->problem[0]);
+        else if (check) {
+            int usable = 0;
+            for (int i = 0; i < g->ndev; i++)
+                usable += g->dev[i].usable;
+            printf("rn-gpuinfo: ok: %d usable device%s (%s), driver %s (CUDA %s), runtime %s, cuBLAS %s, cuDNN %s\n",
+                   usable, usable == 1 ? "" : "s", g->dev[0].name, g->driver_version, g->lib[RN_GPULIB_CUDA].version,
+                   g->lib[RN_GPULIB_CUDART].version, g->lib[RN_GPULIB_CUBLAS].version, g->lib[RN_GPULIB_CUDNN].version);
+        }
+        if (!rc) rc = status;
+    }
+    rn_gpuinfo_free(g);
+    return finish(rc);
+}
