@@ -1,0 +1,106 @@
+/* rn/train.h: the training loop (rn-train) and evaluation (rn-eval) over a dataset.
+ *
+ * Training: the loader delivers batches of `batch` images; each is split into `accum`
+ * micro-batches of batch/accum, run forward and backward one after another with the
+ * loss divided by accum (BN statistics per micro-batch, as PyTorch computes them under
+ * accumulation), then one SGD step. Schedules are functions of the optimiser step, so
+ * accumulation never changes them. Everything a run depends on (weights, BN buffers,
+ * momentum, step, epoch, loader position, seed) is in the checkpoint, and all
+ * randomness is counter-based: training 2N steps, or N, saving, resuming and N more,
+ * gives the same tensors bit for bit. */
+#ifndef RN_TRAIN_H
+#define RN_TRAIN_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rn/ckpt.h"
+
+/* Defaults of the seed recipe, next to the flags that override them. */
+#define RN_TRAIN_LR 0.01
+#define RN_TRAIN_MOMENTUM 0.9
+#define RN_TRAIN_WD 1e-4
+#define RN_TRAIN_LR_STEP 10
+#define RN_TRAIN_LR_GAMMA 0.1
+#define RN_TRAIN_BATCH 256
+#define RN_TRAIN_CROP 224
+#define RN_TRAIN_WORKERS 4
+#define RN_TRAIN_LOG_EVERY 20
+
+enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT };
+
+typedef struct {
+    int schedule;          /* RN_LR_* */
+    double lr;             /* base learning rate */
+    int step_epochs;       /* step: decay every step_epochs epochs */
+    double gamma;          /* step, multistep: decay factor */
+    int milestones[32];    /* multistep: epochs at which to decay */
+    int n_milestones;
+    int warmup_epochs;     /* linear warm-up from lr/warmup_steps to lr */
+    int total_epochs;      /* cosine: epochs of the whole run */
+} rn_lr_schedule;
+
+/* Learning rate for optimiser step `step` (0-based) with steps_per_epoch steps. */
+double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t steps_per_epoch);
+/* Parse "step", "multistep", "cosine", "constant"; -1 if unknown. */
+int rn_lr_schedule_parse(const char *name);
+const char *rn_lr_schedule_name(int schedule);
+
+typedef struct {
+    const char *data;       /* training dataset */
+    const char *val;        /* validation dataset evaluated after each epoch, or NULL */
+    const char *out;        /* checkpoint written at save points and at the end */
+    const char *log_path;   /* JSONL log, or NULL */
+    const char *dump_grads; /* safetensors of the first step's gradients, or NULL */
+    const char *device;     /* "auto", "cpu", "cuda[:N]" */
+    int threads, workers;
+    int batch, accum, crop;
+    int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
+    int shuffle;            /* 1 or 0 */
+    int epochs;             /* epochs to run, counted from the checkpoint's epoch */
+    int64_t max_steps;      /* stop after this many optimiser steps in this run (0: no limit) */
+    int64_t save_every;     /* also save every N steps (0: only at the end) */
+    int log_every;          /* steps between log lines */
+    uint64_t seed;
+    int seed_given;         /* else the checkpoint's seed is kept */
+    double momentum, weight_decay, label_smoothing;
+    int nesterov, no_wd_bn;
+    rn_lr_schedule lr;
+    volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR */
+    FILE *progress;         /* stderr */
+    int progress_tty;       /* redraw one status line instead of printing lines */
+    int argc;
+    char **argv;            /* for provenance */
+} rn_train_opts;
+
+void rn_train_defaults(rn_train_opts *o);
+
+/* Train ck in place and write o->out at save points and at the end. Returns RN_OK,
+ * RN_EINTR (stopped by *o->stop after saving), RN_ENUMERIC (non-finite loss: nothing
+ * saved after the last good save point), or another error. */
+int rn_train(const rn_train_opts *o, rn_ckpt *ck);
+
+typedef struct {
+    const char *data;
+    const char *device;
+    int threads, workers, batch, crop, resize;
+    int topk;               /* the "top-k" accuracy besides top-1 (5) */
+    const char *dump_logits;/* safetensors of per-sample logits in dataset order, or NULL */
+    FILE *progress;
+    int progress_tty;
+} rn_eval_opts;
+
+typedef struct {
+    int64_t n;
+    double top1, topk, loss;
+    int n_classes;
+    int64_t *confusion;     /* (n_classes, n_classes) true x predicted counts, malloc'ed */
+    char **class_names;     /* borrowed from the checkpoint or dataset; may be NULL */
+} rn_eval_result;
+
+void rn_eval_defaults(rn_eval_opts *o);
+/* Evaluate ck (running BN statistics, no gradients) on o->data. Free r->confusion. */
+int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *r);
+
+#endif

@@ -1,0 +1,533 @@
+#include "rn/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rn/backend.h"
+#include "rn/err.h"
+#include "rn/json.h"
+#include "rn/loader.h"
+#include "rn/net.h"
+#include "rn/safetensors.h"
+#include "rn/tensor.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *sched_names[] = {"step", "multistep", "cosine", "constant"};
+
+int rn_lr_schedule_parse(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, sched_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *rn_lr_schedule_name(int s) { return s >= 0 && s < 4 ? sched_names[s] : "?"; }
+
+double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
+    if (spe < 1) spe = 1;
+    int64_t epoch = step / spe;
+    double lr = s->lr;
+    switch (s->schedule) {
+    case RN_LR_STEP:
+        if (s->step_epochs > 0) lr *= pow(s->gamma, (double)(epoch / s->step_epochs));
+        break;
+    case RN_LR_MULTISTEP:
+        for (int i = 0; i < s->n_milestones; i++)
+            if (epoch >= s->milestones[i]) lr *= s->gamma;
+        break;
+    case RN_LR_COSINE: {
+        double total = (double)(s->total_epochs > 0 ? s->total_epochs : 1) * (double)spe;
+        double t = (double)step / total;
+        lr *= 0.5 * (1.0 + cos(M_PI * (t < 1.0 ? t : 1.0)));
+        break;
+    }
+    default: break;
+    }
+    int64_t warm = (int64_t)s->warmup_epochs * spe;
+    if (step < warm) lr *= (double)(step + 1) / (double)warm;
+    return lr;
+}
+
+void rn_train_defaults(rn_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->workers = RN_TRAIN_WORKERS;
+    o->batch = RN_TRAIN_BATCH;
+    o->accum = 1;
+    o->crop = RN_TRAIN_CROP;
+    o->augment = RN_AUG_RRC;
+    o->shuffle = 1;
+    o->epochs = 1;
+    o->log_every = RN_TRAIN_LOG_EVERY;
+    o->momentum = RN_TRAIN_MOMENTUM;
+    o->weight_decay = RN_TRAIN_WD;
+    o->lr.schedule = RN_LR_STEP;
+    o->lr.lr = RN_TRAIN_LR;
+    o->lr.step_epochs = RN_TRAIN_LR_STEP;
+    o->lr.gamma = RN_TRAIN_LR_GAMMA;
+    o->progress = stderr;
+}
+
+void rn_eval_defaults(rn_eval_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->workers = RN_TRAIN_WORKERS;
+    o->batch = 64;
+    o->crop = RN_TRAIN_CROP;
+    o->resize = -1;
+    o->topk = 5;
+    o->progress = stderr;
+}
+
+/* The backend, network and input staging shared by training and evaluation. */
+typedef struct {
+    rn_backend *be;
+    rn_net *net;
+    uint8_t *staging; /* device copy of a micro-batch of u8 pixels (non-host backends) */
+    int micro, crop;
+} runner;
+
+static void runner_close(runner *r) {
+    rn_net_destroy(r->net);
+    if (r->be) rn_backend_free(r->be, r->staging);
+    rn_backend_destroy(r->be);
+    memset(r, 0, sizeof *r);
+}
+
+static int runner_open(runner *r, const char *device, int threads, const rn_ckpt *ck, int micro, int crop, int mode) {
+    memset(r, 0, sizeof *r);
+    rn_resnet spec;
+    int rc = rn_ckpt_net(ck, &spec);
+    if (rc == RN_OK) rc = rn_backend_create(device, threads, &r->be);
+    if (rc == RN_OK) rc = rn_net_create(r->be, &spec, micro, crop, crop, mode, &r->net);
+    if (rc == RN_OK) rc = rn_net_load(r->net, ck);
+    if (rc == RN_OK && !rn_backend_is_host(r->be))
+        rc = rn_backend_alloc(r->be, (size_t)micro * crop * crop * 3, (void **)&r->staging);
+    r->micro = micro;
+    r->crop = crop;
+    if (rc != RN_OK) runner_close(r);
+    return rc;
+}
+
+/* Normalise n images starting at image `first` of batch b into the network input. */
+static int fill_input(runner *r, const rn_batch *b, int first, int n) {
+    const uint8_t *px = b->pixels + (size_t)first * b->h * b->w * b->c;
+    size_t bytes = (size_t)n * b->h * b->w * b->c;
+    if (r->staging) {
+        int rc = rn_backend_upload(r->be, r->staging, px, bytes);
+        if (rc) return rc;
+        px = r->staging;
+    }
+    return rn_input_normalize(r->be, RN_F32, (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
+                              rn_net_input(r->net));
+}
+
+static int check_dataset(const char *path, const rn_dataset_info *info, const rn_ckpt *ck) {
+    if (info->channels != 3)
+        return rn_errorf(RN_EDATA, "%s: %d-channel images; the network takes RGB (rebuild with rn-prep without --gray)",
+                         path, info->channels);
+    if (info->n_classes > ck->model->num_classes)
+        return rn_errorf(RN_EDATA,
+                         "%s: %d classes, but the model has %d outputs (make the model with rn-init --classes %d, "
+                         "or rn-init --from ... --reset-fc %d)",
+                         path, info->n_classes, ck->model->num_classes, info->n_classes, info->n_classes);
+    return RN_OK;
+}
+
+/* Top-1 / top-k counts and the confusion matrix for one batch of logits. */
+static void score(const float *logits, const int32_t *labels, int n, int classes, int topk, int64_t *c1, int64_t *ck,
+                  int64_t *confusion, int nconf) {
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * classes;
+        int y = labels[i], best = 0, above = 0;
+        for (int k = 0; k < classes; k++) {
+            if (z[k] > z[best]) best = k;
+            /* rank of the true class: classes strictly above it, ties to the lower index */
+            if (z[k] > z[y] || (z[k] == z[y] && k < y)) above++;
+        }
+        *c1 += best == y;
+        *ck += above < topk;
+        if (confusion && y < nconf && best < nconf) confusion[(size_t)y * nconf + best]++;
+    }
+}
+
+typedef struct {
+    float *logits; /* all logits in dataset order, for --dump-logits */
+    int64_t cap;
+} logit_dump;
+
+/* Evaluate with r's network (running BN statistics) over the whole of loader l's epoch 0. */
+static int eval_loop(runner *r, rn_loader *l, int classes, int topk, rn_eval_result *res, logit_dump *dump,
+                     FILE *progress, int tty) {
+    float *logits = rn_malloc(sizeof(float) * (size_t)r->micro * classes);
+    if (!logits) return RN_ENOMEM;
+    int64_t c1 = 0, ck = 0, n = 0, total = rn_loader_info(l)->count;
+    double loss_sum = 0, t0 = now();
+    int rc = RN_OK;
+    for (;;) {
+        rn_batch b;
+        if ((rc = rn_loader_next(l, &b))) break;
+        for (int off = 0; off < b.n && rc == RN_OK; off += r->micro) {
+            int m = b.n - off < r->micro ? b.n - off : r->micro;
+            float loss;
+            if ((rc = fill_input(r, &b, off, m)) || (rc = rn_net_forward(r->net, m, 0)) ||
+                (rc = rn_net_loss(r->net, b.labels + off, m, 0.0f, &loss)) ||
+                (rc = rn_backend_download(r->be, logits, rn_net_logits(r->net), sizeof(float) * (size_t)m * classes)))
+                break;
+            loss_sum += (double)loss * m;
+            score(logits, b.labels + off, m, classes, topk, &c1, &ck, res->confusion, res->n_classes);
+            if (dump && dump->logits)
+                memcpy(dump->logits + (size_t)(n + off) * classes, logits, sizeof(float) * (size_t)m * classes);
+        }
+        n += b.n;
+        int last = b.last;
+        rn_loader_release(l, &b);
+        if (progress && tty)
+            fprintf(progress, "\reval %lld/%lld images, %.1f img/s   ", (long long)n, (long long)total,
+                    n / (now() - t0 + 1e-9));
+        if (rc || last) break;
+    }
+    if (progress && tty) fputc('\n', progress);
+    free(logits);
+    res->n = n;
+    res->top1 = n ? (double)c1 / n : 0;
+    res->topk = n ? (double)ck / n : 0;
+    res->loss = n ? loss_sum / n : 0;
+    return rc;
+}
+
+static int open_eval_loader(const char *path, int batch, int crop, int resize, int workers, rn_loader **l) {
+    rn_loader_opts lo;
+    rn_loader_defaults(&lo);
+    lo.crop = crop;
+    lo.batch = batch;
+    lo.workers = workers;
+    lo.train = 0;
+    lo.shuffle = 0;
+    lo.resize = resize;
+    lo.drop_last = 0;
+    return rn_loader_create(path, &lo, l);
+}
+
+int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
+    memset(res, 0, sizeof *res);
+    rn_loader *l = NULL;
+    runner r = {0};
+    logit_dump dump = {0};
+    int classes = ck->model->num_classes;
+    int rc = open_eval_loader(o->data, o->batch, o->crop, o->resize, o->workers, &l);
+    if (rc == RN_OK) rc = check_dataset(o->data, rn_loader_info(l), ck);
+    if (rc == RN_OK) rc = runner_open(&r, o->device, o->threads, ck, o->batch, o->crop, RN_NET_INFER);
+    if (rc == RN_OK) {
+        res->n_classes = classes;
+        res->confusion = rn_calloc((size_t)classes * classes, sizeof(int64_t));
+        if (!res->confusion) rc = RN_ENOMEM;
+    }
+    if (rc == RN_OK && o->dump_logits) {
+        dump.cap = (int64_t)rn_loader_info(l)->count;
+        dump.logits = rn_calloc((size_t)dump.cap * classes, sizeof(float));
+        if (!dump.logits) rc = RN_ENOMEM;
+    }
+    if (rc == RN_OK) rc = eval_loop(&r, l, classes, o->topk, res, &dump, o->progress, o->progress_tty);
+    if (rc == RN_OK && o->dump_logits) {
+        int32_t *labels = NULL;
+        rn_st_tensor t = {.name = "logits", .dtype = RN_F32, .ndim = 2, .shape = {res->n, classes},
+                          .data = (const uint8_t *)dump.logits, .nbytes = sizeof(float) * (size_t)res->n * classes};
+        const char *k[] = {"arch", "rows"}, *v[] = {ck->model->arch, "dataset order"};
+        rc = rn_st_write(o->dump_logits, &t, 1, k, v, 2);
+        free(labels);
+    }
+    free(dump.logits);
+    runner_close(&r);
+    rn_loader_destroy(l);
+    if (rc != RN_OK) {
+        free(res->confusion);
+        res->confusion = NULL;
+    }
+    return rc;
+}
+
+static int ensure_train_state(rn_ckpt *ck) {
+    if (ck->train) return RN_OK;
+    ck->train = rn_malloc(sizeof *ck->train);
+    if (!ck->train) return RN_ENOMEM;
+    rn__train_state__init(ck->train);
+    return RN_OK;
+}
+
+static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path) {
+    rn_st_tensor *t = rn_calloc(ck->n_params, sizeof *t);
+    if (!t) return RN_ENOMEM;
+    int rc = RN_OK;
+    for (size_t i = 0; i < ck->n_params && rc == RN_OK; i++) {
+        const rn_ptensor *p = ck->params[i];
+        int64_t numel = rn_numel(p->shape, p->n_shape);
+        float *g = rn_malloc(sizeof(float) * (size_t)numel);
+        if (!g) {
+            rc = RN_ENOMEM;
+            break;
+        }
+        t[i] = (rn_st_tensor){.name = p->name, .dtype = RN_F32, .ndim = (int)p->n_shape, .data = (uint8_t *)g,
+                              .nbytes = sizeof(float) * (size_t)numel};
+        memcpy(t[i].shape, p->shape, sizeof(int64_t) * p->n_shape);
+        rc = rn_net_grad(net, p->name, g, numel);
+    }
+    const char *k[] = {"arch", "content"}, *v[] = {ck->model->arch, "gradients of the first optimiser step"};
+    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params, k, v, 2);
+    for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
+    free(t);
+    return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
+}
+
+static int add_history(rn_ckpt *ck, const Rn__EpochMetrics *m) {
+    Rn__EpochMetrics **h = realloc(ck->history, sizeof *h * (ck->n_history + 1));
+    if (!h) return rn_errorf(RN_ENOMEM, "out of memory");
+    ck->history = h;
+    Rn__EpochMetrics *e = rn_malloc(sizeof *e);
+    if (!e) return RN_ENOMEM;
+    *e = *m;
+    h[ck->n_history++] = e;
+    return RN_OK;
+}
+
+/* Copy the network and the loop's state into ck and write it atomically. */
+static int save(const rn_train_opts *o, runner *r, rn_ckpt *ck, rn_loader *l) {
+    int rc = rn_net_store(r->net, ck);
+    if (rc) return rc;
+    if (ck->optim) {
+        ck->optim->lr = o->lr.lr;
+        ck->optim->momentum_coef = o->momentum;
+        ck->optim->weight_decay = o->weight_decay;
+        ck->optim->nesterov = o->nesterov;
+        if ((rc = rn_pb_set_string(&ck->optim->kind, "sgd"))) return rc;
+    }
+    Rn__TrainState *t = ck->train;
+    rn_loader_position(l, &t->data_epoch, &t->data_index);
+    if ((rc = rn_pb_set_string(&t->lr_schedule, rn_lr_schedule_name(o->lr.schedule)))) return rc;
+    t->lr_step = o->lr.step_epochs;
+    t->lr_gamma = o->lr.gamma;
+    t->warmup_epochs = o->lr.warmup_epochs;
+    t->total_epochs = o->lr.total_epochs;
+    free(t->lr_milestones);
+    t->lr_milestones = NULL;
+    t->n_lr_milestones = 0;
+    if (o->lr.n_milestones) {
+        t->lr_milestones = rn_malloc(sizeof(int32_t) * (size_t)o->lr.n_milestones);
+        if (!t->lr_milestones) return RN_ENOMEM;
+        memcpy(t->lr_milestones, o->lr.milestones, sizeof(int32_t) * (size_t)o->lr.n_milestones);
+        t->n_lr_milestones = (size_t)o->lr.n_milestones;
+    }
+    t->batch = o->batch;
+    t->accum = o->accum;
+    if ((rc = rn_ckpt_set_provenance(ck, o->argc, o->argv, NULL, 1))) return rc;
+    char ds[1024];
+    snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(l)->count);
+    if ((rc = rn_pb_set_string(&ck->provenance->dataset, ds))) return rc;
+    return rn_ckpt_write(o->out, ck);
+}
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+    if (!isfinite(s) || s < 0) snprintf(buf, cap, "?");
+    else if (s < 3600) snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
+    if (o->accum < 1 || o->batch % o->accum)
+        return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
+    int rc = ensure_train_state(ck);
+    if (rc) return rc;
+    Rn__TrainState *ts = ck->train;
+    if (o->seed_given || ts->step == 0) ts->seed = o->seed;
+    int micro = o->batch / o->accum;
+    rn_loader *l = NULL, *vl = NULL;
+    runner r = {0};
+    FILE *log = NULL;
+    int classes = ck->model->num_classes;
+
+    rn_loader_opts lo;
+    rn_loader_defaults(&lo);
+    lo.crop = o->crop;
+    lo.batch = o->batch;
+    lo.workers = o->workers;
+    lo.train = 1;
+    lo.augment = o->augment;
+    lo.shuffle = o->shuffle;
+    lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
+    lo.seed = ts->seed;
+    if ((rc = rn_loader_create(o->data, &lo, &l))) goto out;
+    const rn_dataset_info *info = rn_loader_info(l);
+    if ((rc = check_dataset(o->data, info, ck))) goto out;
+    if (ts->data_epoch || ts->data_index) {
+        if ((rc = rn_loader_seek(l, ts->data_epoch, ts->data_index))) goto out;
+    } else if (ts->epoch) {
+        if ((rc = rn_loader_seek(l, ts->epoch, 0))) goto out;
+    }
+    if (ck->n_class_names == 0 && info->n_classes > 0) {
+        ck->class_names = rn_calloc((size_t)info->n_classes, sizeof(char *));
+        if (!ck->class_names) {
+            rc = RN_ENOMEM;
+            goto out;
+        }
+        for (int i = 0; i < info->n_classes; i++) {
+            ck->class_names[i] = strdup(info->class_names[i]);
+            if (!ck->class_names[i]) {
+                rc = rn_errorf(RN_ENOMEM, "out of memory");
+                goto out;
+            }
+            ck->n_class_names++;
+        }
+    }
+    int64_t spe = rn_loader_batches_per_epoch(l);
+    if (spe < 1) {
+        rc = rn_errorf(RN_EDATA, "%s: %llu images do not fill one batch of %d (lower --batch)", o->data,
+                       (unsigned long long)info->count, o->batch);
+        goto out;
+    }
+    ts->steps_per_epoch = spe;
+    if (o->val) {
+        if ((rc = open_eval_loader(o->val, micro, o->crop, -1, o->workers, &vl))) goto out;
+        if ((rc = check_dataset(o->val, rn_loader_info(vl), ck))) goto out;
+    }
+    if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN))) goto out;
+    if (o->log_path) {
+        log = fopen(o->log_path, "a");
+        if (!log) {
+            rc = rn_errorf(RN_EIO, "--log %s: cannot open for appending", o->log_path);
+            goto out;
+        }
+    }
+    if (o->progress)
+        fprintf(o->progress, "rn-train: %s on %s: %lld steps per epoch of %d (%d x %d), network %.0f MiB\n",
+                ck->model->arch, rn_backend_name(r.be), (long long)spe, o->batch, o->accum, micro,
+                rn_net_bytes(r.net) / 1048576.0);
+
+    int target_epoch = ts->epoch + o->epochs;
+    int64_t run_steps = 0, since_log = 0;
+    double t_start = now(), t_log = t_start, wait_log = 0, loss_log = 0, loss_epoch = 0, t_epoch = t_start;
+    int64_t epoch_steps = 0, warned_wait = 0;
+    while (ts->epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
+        if (o->stop && *o->stop) break;
+        rn_batch b;
+        double tw = now();
+        if ((rc = rn_loader_next(l, &b))) goto out;
+        double waited = now() - tw;
+        float step_loss = 0;
+        for (int k = 0; k < o->accum && rc == RN_OK; k++) {
+            float loss;
+            if ((rc = fill_input(&r, &b, k * micro, micro)) || (rc = rn_net_forward(r.net, micro, 1)) ||
+                (rc = rn_net_loss_backward(r.net, b.labels + k * micro, micro, (float)o->label_smoothing,
+                                           1.0f / o->accum, 1, k > 0, &loss)))
+                break;
+            step_loss += loss / o->accum;
+        }
+        int last = b.last;
+        rn_loader_release(l, &b);
+        if (rc) goto out;
+        if (!isfinite(step_loss)) {
+            rc = rn_errorf(RN_ENUMERIC,
+                           "step %lld: the loss is %g: training diverged (lower --lr, check the data); "
+                           "%s keeps the last good checkpoint",
+                           (long long)ts->step, step_loss, o->out);
+            goto out;
+        }
+        if (ts->step == 0 && o->dump_grads && (rc = dump_grads(r.net, ck, o->dump_grads))) goto out;
+        double lr = rn_lr_at(&o->lr, ts->step, spe);
+        if ((rc = rn_net_sgd(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay, o->nesterov, o->no_wd_bn)))
+            goto out;
+        ts->step++;
+        run_steps++;
+        since_log++;
+        epoch_steps++;
+        wait_log += waited;
+        loss_log += step_loss;
+        loss_epoch += step_loss;
+        if (since_log >= o->log_every || last) {
+            double t = now(), dt = t - t_log;
+            double ips = since_log * o->batch / (dt > 0 ? dt : 1e-9), wait = dt > 0 ? wait_log / dt : 0;
+            int64_t left = (int64_t)(target_epoch - ts->epoch) * spe - (ts->step - (int64_t)ts->epoch * spe);
+            if (o->max_steps && o->max_steps - run_steps < left) left = o->max_steps - run_steps;
+            char eta[32];
+            fmt_eta(left * o->batch / (ips > 0 ? ips : 1e-9), eta, sizeof eta);
+            if (o->progress)
+                fprintf(o->progress, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g %.1f img/s data-wait %.0f%% ETA %s%s",
+                        o->progress_tty ? "\r" : "", ts->epoch + 1, (long long)ts->step,
+                        (long long)(ts->step - (int64_t)ts->epoch * spe), (long long)spe, loss_log / since_log, lr, ips,
+                        100 * wait, eta, o->progress_tty ? "   " : "\n");
+            if (log) {
+                fprintf(log, "{\"kind\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":", ts->epoch + 1,
+                        (long long)ts->step);
+                rn_json_number(log, loss_log / since_log);
+                fprintf(log, ",\"lr\":");
+                rn_json_number(log, lr);
+                fprintf(log, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":1,\"skipped\":0}\n", ips, wait);
+                fflush(log);
+            }
+            if (wait > 0.2 && !warned_wait++ && o->progress)
+                fprintf(o->progress, "%srn-train: the loader held back %.0f%% of the step time: add --workers (now %d)\n",
+                        o->progress_tty ? "\n" : "", 100 * wait, o->workers);
+            t_log = t;
+            since_log = 0;
+            wait_log = loss_log = 0;
+        }
+        if (last) {
+            ts->epoch++;
+            Rn__EpochMetrics m;
+            rn__epoch_metrics__init(&m);
+            m.epoch = ts->epoch;
+            m.step = ts->step;
+            m.train_loss = loss_epoch / (epoch_steps ? epoch_steps : 1);
+            m.lr = lr;
+            m.seconds = now() - t_epoch;
+            m.images_per_second = epoch_steps * o->batch / (m.seconds > 0 ? m.seconds : 1e-9);
+            if (o->progress_tty && o->progress) fputc('\n', o->progress);
+            if (vl) {
+                rn_eval_result vr = {0};
+                if ((rc = rn_loader_seek(vl, 0, 0)) ||
+                    (rc = eval_loop(&r, vl, classes, 5, &vr, NULL, o->progress, o->progress_tty)))
+                    goto out;
+                m.val_top1 = vr.top1;
+                m.val_top5 = vr.topk;
+                m.val_loss = vr.loss;
+                if (o->progress)
+                    fprintf(o->progress, "epoch %d: val top1=%.4f top5=%.4f loss=%.4f n=%lld\n", ts->epoch, vr.top1,
+                            vr.topk, vr.loss, (long long)vr.n);
+            }
+            if ((rc = add_history(ck, &m))) goto out;
+            if (log) {
+                fprintf(log, "{\"kind\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":", m.epoch,
+                        (long long)m.step);
+                rn_json_number(log, m.train_loss);
+                fprintf(log, ",\"lr\":");
+                rn_json_number(log, m.lr);
+                fprintf(log, ",\"seconds\":%.2f,\"img_s\":%.2f", m.seconds, m.images_per_second);
+                if (vl) fprintf(log, ",\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6f", m.val_top1, m.val_top5,
+                                m.val_loss);
+                fprintf(log, "}\n");
+                fflush(log);
+            }
+            loss_epoch = 0;
+            epoch_steps = 0;
+            t_epoch = now();
+        }
+        if (o->save_every && ts->step % o->save_every == 0 && (rc = save(o, &r, ck, l))) goto out;
+    }
+    if (o->progress_tty && o->progress && since_log) fputc('\n', o->progress);
+    rc = save(o, &r, ck, l);
+    if (rc == RN_OK && o->stop && *o->stop)
+        rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from",
+                       (int)*o->stop, (long long)ts->step, o->out);
+out:
+    if (log) fclose(log);
+    runner_close(&r);
+    rn_loader_destroy(vl);
+    rn_loader_destroy(l);
+    return rc;
+}

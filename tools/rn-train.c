@@ -1,0 +1,224 @@
+/* rn-train: train a checkpoint on a dataset. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn/ckpt.h"
+#include "rn/err.h"
+#include "rn/loader.h"
+#include "rn/train.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: rn-train --data TRAIN.lmdb --in IN.pb --out OUT.pb [options]\n"
+            "\n"
+            "Train a checkpoint with SGD on an rn dataset and write the result. Runs on the GPU\n"
+            "when one is usable (--device auto), else on the CPU.\n"
+            "\n"
+            "Run:\n"
+            "  -d, --data DIR          training dataset (rn-prep output)\n"
+            "  -i, --in IN.pb          checkpoint to start from (rn-init or an earlier rn-train)\n"
+            "  -o, --out OUT.pb        checkpoint to write (atomically; may equal --in)\n"
+            "  -e, --epochs N          epochs to train, counted from IN's epoch (default 1)\n"
+            "      --max-steps N       stop after N optimiser steps in this run (default: no limit)\n"
+            "      --val DIR           evaluate on this dataset after each epoch (top-1, top-5, loss)\n"
+            "  -b, --batch N           images per optimiser step (default %d)\n"
+            "      --accum K           split each batch into K micro-batches of N/K, run one after\n"
+            "                          another with the loss divided by K, then one step: the\n"
+            "                          gradient of the full batch in 1/K of the memory. BatchNorm\n"
+            "                          statistics are per micro-batch, as PyTorch computes them\n"
+            "      --crop S            training crop (default %d)\n"
+            "      --augment MODE      standard (RandomResizedCrop + flip) or none (resize + centre\n"
+            "                          crop, for debugging and parity) (default standard)\n"
+            "      --no-shuffle        visit the records in order\n"
+            "      --seed S            data order and augmentation seed (default: IN's, else 0)\n"
+            "  -w, --workers N         loader threads (default %d)\n"
+            "  -t, --threads N         compute threads on the CPU (default: all cores)\n"
+            "      --device D          auto, cpu, cuda or cuda:N (default auto)\n"
+            "Optimiser (torch.optim.SGD semantics):\n"
+            "      --lr X              base learning rate (default %g)\n"
+            "      --momentum X        (default %g)\n"
+            "      --wd X              weight decay (default %g)\n"
+            "      --nesterov          Nesterov momentum\n"
+            "      --no-wd-bn          no weight decay on BN weights/biases and the fc bias\n"
+            "      --label-smoothing X cross-entropy label smoothing (default 0)\n"
+            "Schedule (in optimiser steps, so --accum never changes it):\n"
+            "      --lr-schedule S     step, multistep, cosine or constant (default step)\n"
+            "      --lr-step N         step: decay every N epochs (default %d)\n"
+            "      --lr-gamma X        step, multistep: decay factor (default %g)\n"
+            "      --lr-milestones L   multistep: comma-separated epochs, e.g. 30,60,80\n"
+            "      --lr-epochs N       cosine: length of the whole run in epochs (default: the\n"
+            "                          epoch this run ends at)\n"
+            "      --warmup-epochs N   linear warm-up over the first N epochs (default 0)\n"
+            "Output:\n"
+            "      --save-every N      also write OUT every N steps\n"
+            "      --log FILE.jsonl    append one JSON object per log interval and per epoch\n"
+            "      --log-every N       steps between log lines (default %d)\n"
+            "      --dump-grads FILE   write the first step's gradients as safetensors\n"
+            "                          (torchvision names and layouts)\n"
+            "  -h, --help              this help\n"
+            "  -V, --version           print the version\n"
+            "\n"
+            "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
+            "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
+            "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
+            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_TRAIN_LR, RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
+            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
+}
+
+static int num(const char *s, const char *flag, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "rn-train: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+enum {
+    O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN,
+    O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP
+};
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},       {"in", required_argument, 0, 'i'},
+        {"out", required_argument, 0, 'o'},        {"epochs", required_argument, 0, 'e'},
+        {"max-steps", required_argument, 0, O_MAXSTEPS}, {"val", required_argument, 0, O_VAL},
+        {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
+        {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
+        {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
+        {"workers", required_argument, 0, 'w'},    {"threads", required_argument, 0, 't'},
+        {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
+        {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
+        {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
+        {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
+        {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
+        {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
+        {"warmup-epochs", required_argument, 0, O_WARM}, {"save-every", required_argument, 0, O_SAVE},
+        {"log", required_argument, 0, O_LOG},      {"log-every", required_argument, 0, O_LOGEVERY},
+        {"dump-grads", required_argument, 0, O_DUMP}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
+    };
+    rn_train_opts o;
+    rn_train_defaults(&o);
+    const char *in = NULL;
+    int c, have_epochs = 0;
+    double v;
+    while ((c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o.data = optarg; break;
+        case 'i': in = optarg; break;
+        case 'o': o.out = optarg; break;
+        case 'e': if (!num(optarg, "--epochs", 0, 1e6, &v)) return 2; o.epochs = (int)v; have_epochs = 1; break;
+        case O_MAXSTEPS: if (!num(optarg, "--max-steps", 1, 1e15, &v)) return 2; o.max_steps = (int64_t)v; break;
+        case O_VAL: o.val = optarg; break;
+        case 'b': if (!num(optarg, "--batch", 1, 1 << 20, &v)) return 2; o.batch = (int)v; break;
+        case O_ACCUM: if (!num(optarg, "--accum", 1, 1 << 20, &v)) return 2; o.accum = (int)v; break;
+        case O_CROP: if (!num(optarg, "--crop", 8, 4096, &v)) return 2; o.crop = (int)v; break;
+        case O_AUG:
+            if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
+            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
+            else { fprintf(stderr, "rn-train: --augment: '%s' is not standard or none\n", optarg); return 2; }
+            break;
+        case O_NOSHUF: o.shuffle = 0; break;
+        case O_SEED: if (!num(optarg, "--seed", 0, 4294967295.0, &v)) return 2; o.seed = (uint64_t)v; o.seed_given = 1; break;
+        case 'w': if (!num(optarg, "--workers", 1, 1024, &v)) return 2; o.workers = (int)v; break;
+        case 't': if (!num(optarg, "--threads", 1, 1024, &v)) return 2; o.threads = (int)v; break;
+        case O_DEVICE: o.device = optarg; break;
+        case O_LR: if (!num(optarg, "--lr", 0, 1e6, &o.lr.lr)) return 2; break;
+        case O_MOM: if (!num(optarg, "--momentum", 0, 1, &o.momentum)) return 2; break;
+        case O_WD: if (!num(optarg, "--wd", 0, 1, &o.weight_decay)) return 2; break;
+        case O_NEST: o.nesterov = 1; break;
+        case O_NOWDBN: o.no_wd_bn = 1; break;
+        case O_LS: if (!num(optarg, "--label-smoothing", 0, 1, &o.label_smoothing)) return 2; break;
+        case O_SCHED:
+            if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0) {
+                fprintf(stderr, "rn-train: --lr-schedule: '%s' is not step, multistep, cosine or constant\n", optarg);
+                return 2;
+            }
+            break;
+        case O_LRSTEP: if (!num(optarg, "--lr-step", 1, 1e6, &v)) return 2; o.lr.step_epochs = (int)v; break;
+        case O_GAMMA: if (!num(optarg, "--lr-gamma", 0, 1e6, &o.lr.gamma)) return 2; break;
+        case O_MILES: {
+            o.lr.n_milestones = 0;
+            for (char *s = optarg; *s;) {
+                char *end;
+                long m = strtol(s, &end, 10);
+                if (end == s || m < 0 || o.lr.n_milestones >= 32 || (*end && *end != ',') ||
+                    (o.lr.n_milestones && m <= o.lr.milestones[o.lr.n_milestones - 1])) {
+                    fprintf(stderr, "rn-train: --lr-milestones: '%s' is not increasing epochs like 30,60,80\n", optarg);
+                    return 2;
+                }
+                o.lr.milestones[o.lr.n_milestones++] = (int)m;
+                s = *end ? end + 1 : end;
+            }
+            break;
+        }
+        case O_LREPOCHS: if (!num(optarg, "--lr-epochs", 1, 1e6, &v)) return 2; o.lr.total_epochs = (int)v; break;
+        case O_WARM: if (!num(optarg, "--warmup-epochs", 0, 1e6, &v)) return 2; o.lr.warmup_epochs = (int)v; break;
+        case O_SAVE: if (!num(optarg, "--save-every", 1, 1e15, &v)) return 2; o.save_every = (int64_t)v; break;
+        case O_LOG: o.log_path = optarg; break;
+        case O_LOGEVERY: if (!num(optarg, "--log-every", 1, 1e9, &v)) return 2; o.log_every = (int)v; break;
+        case O_DUMP: o.dump_grads = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("rn-train %s\n", RN_VERSION); return 0;
+        default: fprintf(stderr, "rn-train: see 'rn-train --help'\n"); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "rn-train: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o.data || !in || !o.out) {
+        fprintf(stderr, "rn-train: --data, --in and --out are required (see --help)\n");
+        return 2;
+    }
+    if (o.batch % o.accum) {
+        fprintf(stderr, "rn-train: --batch %d is not a multiple of --accum %d\n", o.batch, o.accum);
+        return 2;
+    }
+    if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
+    if (strcmp(o.out, "-") == 0) {
+        fprintf(stderr, "rn-train: --out must be a file (checkpoints are written during training)\n");
+        return 2;
+    }
+    rn_ckpt *ck = NULL;
+    if (rn_ckpt_read(in, &ck) != RN_OK) {
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        return 1;
+    }
+    int start_epoch = ck->train ? ck->train->epoch : 0;
+    if (o.lr.total_epochs == 0) o.lr.total_epochs = start_epoch + (have_epochs || !o.max_steps ? o.epochs : 1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    o.stop = &stop_signal;
+    o.progress = stderr;
+    o.progress_tty = isatty(2);
+    o.argc = argc;
+    o.argv = argv;
+    int rc = rn_train(&o, ck);
+    rn_ckpt_free(ck);
+    if (rc == RN_EINTR) {
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        return stop_signal == SIGINT ? 130 : 0;
+    }
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        return 1;
+    }
+    return 0;
+}
