@@ -1,9 +1,11 @@
-/* rn-info: what is inside an rn checkpoint (.pb). */
+/* rn-info: what is inside an rn checkpoint (.pb) or an rn dataset (.lmdb folder). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rn/ckpt.h"
+#include "rn/dataset.h"
 #include "rn/err.h"
 #include "rn/json.h"
 #include "rn/tensor.h"
@@ -14,7 +16,8 @@ static void usage(FILE *f) {
                "Describe an rn checkpoint (.pb): arch, classes, parameter count, epoch and step,\n"
                "optimiser, provenance (who wrote it, when, with which command) and the training\n"
                "history. The file is fully validated first (names, shapes, checksums).\n"
-               "FILE may be \"-\" (stdin).\n"
+               "FILE may be \"-\" (stdin). A dataset folder (DATA.lmdb, made by rn-prep) is\n"
+               "described instead: count, classes with counts, sizes, encoding, mean/std, command.\n"
                "\n"
                "  -j, --json     machine-readable output (one JSON object)\n"
                "  -t, --tensors  list every tensor: name, shape, dtype, crc32c\n"
@@ -188,6 +191,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *path = argv[optind];
+    char mdb[4096];
+    struct stat st;
+    snprintf(mdb, sizeof mdb, "%s/data.mdb", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && stat(mdb, &st) == 0) {
+        if (rn_dataset_describe(path, stdout, json) != RN_OK) {
+            fprintf(stderr, "rn-info: %s\n", rn_last_error());
+            return 1;
+        }
+        return 0;
+    }
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(path, &ck) != RN_OK) {
         fprintf(stderr, "rn-info: %s\n", rn_last_error());

@@ -1,0 +1,133 @@
+/* rn/loader.h: batches of augmented images from an rn dataset, on worker threads.
+ *
+ *   rn_loader_opts o;
+ *   rn_loader_defaults(&o);              // crop 224, batch 256, train transform
+ *   o.seed = 1;
+ *   rn_loader *l;
+ *   if (rn_loader_create("train.lmdb", &o, &l)) fail(rn_last_error());
+ *   rn_loader_seek(l, state.data_epoch, state.data_index);   // resume (optional)
+ *   for (each step) {
+ *       rn_batch b;
+ *       if (rn_loader_next(l, &b)) fail(rn_last_error());   // blocks until ready
+ *       use b.pixels (b.n, b.h, b.w, b.c) u8 NHWC and b.labels (b.n) int32;
+ *       rn_loader_normalize(&b, x, RN_IMAGENET_MEAN, RN_IMAGENET_STD);  // CPU path
+ *       rn_loader_release(l, &b);                             // slot back to the workers
+ *       rn_loader_position(l, &state.data_epoch, &state.data_index);  // for checkpoints
+ *   }
+ *   rn_loader_destroy(l);
+ *
+ * Order and randomness: epoch e visits the records in a permutation drawn from
+ * (seed, e) (identity without shuffle). The augmentation of record r in epoch e is drawn
+ * from (seed, e, r) with Philox. Workers only decide who computes what, never what is
+ * computed: the batches are byte-identical for any worker count, prefetch depth or
+ * timing, and after a seek to a saved position.
+ *
+ * Train transform: torchvision's RandomResizedCrop(crop, scale, ratio) (10 attempts, then
+ * the centre-crop fallback) and a horizontal flip with p = 0.5. Eval transform (train = 0
+ * or augment = RN_AUG_NONE): resize the shorter side to `resize` (default
+ * round(crop * 256 / 224)), then centre crop crop x crop (zero padding where the image is
+ * smaller, as torchvision). Resizing is PIL's antialiased bilinear (see rn/image.h).
+ * JPEG records are decoded at the smallest DCT scale that still holds the crop at full
+ * output resolution (exact = 1 decodes at full size: pixels then match torchvision+PIL).
+ *
+ * Epochs: a batch never spans two epochs. With drop_last the records of an epoch that do
+ * not fill a batch are not used; otherwise the epoch's last batch is short (n < batch).
+ * The loader runs on across epochs; b.epoch and b.last tell where a batch belongs.
+ *
+ * Memory: `prefetch` batch buffers (pixels + labels), allocated once through the
+ * allocator hook (the GPU backend passes pinned-memory functions). The caller may hold
+ * at most prefetch - 1 batches at a time. */
+#ifndef RN_LOADER_H
+#define RN_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn/dataset.h"
+
+#define RN_LOADER_CROP 224
+#define RN_LOADER_BATCH 256
+#define RN_LOADER_PREFETCH 4
+#define RN_LOADER_SCALE_MIN 0.08
+#define RN_LOADER_SCALE_MAX 1.0
+#define RN_LOADER_RATIO_MIN (3.0 / 4.0)
+#define RN_LOADER_RATIO_MAX (4.0 / 3.0)
+
+/* ImageNet per-channel mean and std (torchvision's), for rn_loader_normalize. */
+extern const float RN_IMAGENET_MEAN[3], RN_IMAGENET_STD[3];
+
+enum { RN_AUG_RRC = 0, RN_AUG_NONE = 1 };
+
+typedef struct {
+    int crop;       /* output side S in pixels */
+    int batch;      /* images per batch */
+    int workers;    /* decoding threads (0: all cores) */
+    int prefetch;   /* batch buffers in the ring, >= 2 */
+    int train;      /* 1: training transform; 0: eval transform */
+    int augment;    /* RN_AUG_RRC, or RN_AUG_NONE for the eval transform in training */
+    int resize;     /* eval: shorter side before the centre crop; -1: round(S*256/224); 0: none */
+    int shuffle;    /* -1: same as train; 0 or 1 */
+    int drop_last;  /* drop the incomplete last batch of each epoch */
+    int exact;      /* decode JPEGs at full size (no DCT scaling) */
+    uint64_t seed;
+    double scale[2], ratio[2]; /* RandomResizedCrop ranges */
+    /* buffer allocator (NULL: aligned host memory); free gets the same ctx */
+    void *(*alloc)(size_t bytes, void *ctx);
+    void (*free)(void *p, void *ctx);
+    void *alloc_ctx;
+} rn_loader_opts;
+
+/* Defaults: crop 224, batch 256, all cores, prefetch 4, train, RRC, resize -1,
+ * shuffle -1, no drop_last, seed 0, scale (0.08, 1), ratio (3/4, 4/3). */
+void rn_loader_defaults(rn_loader_opts *o);
+
+typedef struct {
+    uint8_t *pixels;  /* (n, h, w, c) u8 NHWC; owned by the loader */
+    int32_t *labels;  /* (n) */
+    int n, h, w, c;   /* n <= batch; h = w = crop; c = dataset channels (1 or 3) */
+    int64_t epoch;    /* the epoch these samples belong to */
+    int64_t index;    /* position of the first sample within that epoch's order */
+    int last;         /* 1 for the last batch of its epoch */
+    int slot;         /* internal: which ring buffer */
+} rn_batch;
+
+typedef struct rn_loader rn_loader;
+
+/* Open the dataset and start the workers at position (0, 0). Errors: RN_EINVAL (bad
+ * options, e.g. batch larger than the dataset with drop_last), RN_EIO/RN_EDATA (dataset),
+ * RN_ENOMEM. */
+int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out);
+
+/* The next batch, blocking until it is ready. Errors: RN_EDATA (a record could not be
+ * decoded: the message names the record key and its source file), RN_EINVAL (all
+ * buffers are held: release some). */
+int rn_loader_next(rn_loader *l, rn_batch *b);
+
+/* Give a batch's buffer back to the workers. b must not be used afterwards. */
+void rn_loader_release(rn_loader *l, rn_batch *b);
+
+/* Position after the last batch returned by rn_loader_next: (epoch, index) of the next
+ * sample to be delivered. Save it with a checkpoint; rn_loader_seek resumes there. */
+void rn_loader_position(const rn_loader *l, int64_t *epoch, int64_t *index);
+
+/* Continue from (epoch, index): work in flight is dropped and held batches are
+ * released. index may be any value 0..count (count means the start of epoch + 1).
+ * Errors: RN_EINVAL. */
+int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index);
+
+/* Batches in one epoch, and the dataset's description (classes, mean/std). */
+int64_t rn_loader_batches_per_epoch(const rn_loader *l);
+const rn_dataset_info *rn_loader_info(const rn_loader *l);
+
+/* Stop the workers and free everything (also buffers still held). NULL is a no-op. */
+void rn_loader_destroy(rn_loader *l);
+
+/* dst (n, h, w, c) float NHWC = (pixels / 255 - mean[c]) / std[c], as torchvision's
+ * ToTensor + Normalize compute it (but channels-last). */
+void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std);
+
+/* A JPEG contact sheet of the batch (a grid of its images, cols per row; 0: square-ish)
+ * into a malloc'ed buffer. Errors: RN_ENOMEM, RN_EDATA. */
+int rn_loader_contact_sheet(const rn_batch *b, int cols, uint8_t **jpeg, size_t *len);
+
+#endif

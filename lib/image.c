@@ -1,0 +1,276 @@
+#include "rn/image.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/err.h"
+#include "rn/rng.h"
+
+/* PIL's fixed-point precision for 8-bit resampling (Resample.c). */
+#define PREC 22
+
+void rn_image_ws_free(rn_image_ws *ws) {
+    free(ws->p);
+    ws->p = NULL;
+    ws->cap = 0;
+}
+
+static void *ws_get(rn_image_ws *ws, size_t n) {
+    if (n > ws->cap) {
+        void *p = realloc(ws->p, n);
+        if (!p) return NULL;
+        ws->p = p;
+        ws->cap = n;
+    }
+    return ws->p;
+}
+
+static int ksize_for(double in0, double in1, int out_size) {
+    double scale = (in1 - in0) / out_size;
+    double fs = scale < 1.0 ? 1.0 : scale;
+    return (int)ceil(fs) * 2 + 1;
+}
+
+/* PIL's precompute_coeffs + normalize_coeffs_8bpc for outputs off..off+n-1 of a resize
+ * of [in0, in1) to out_size: bounds[2i] = first input, bounds[2i+1] = count. */
+static void coeffs(int in_size, double in0, double in1, int out_size, int off, int n, int ksize,
+                   int *bounds, int32_t *kk, double *tmp) {
+    double scale = (in1 - in0) / out_size;
+    double fs = scale < 1.0 ? 1.0 : scale;
+    double support = fs, ss = 1.0 / fs;
+    for (int i = 0; i < n; i++) {
+        double center = in0 + (off + i + 0.5) * scale, ww = 0.0;
+        int xmin = (int)(center - support + 0.5), xmax;
+        if (xmin < 0) xmin = 0;
+        xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double t = fabs((x + xmin - center + 0.5) * ss);
+            double w = t < 1.0 ? 1.0 - t : 0.0;
+            tmp[x] = w;
+            ww += w;
+        }
+        int32_t *k = kk + (size_t)i * ksize;
+        for (int x = 0; x < ksize; x++) {
+            double v = x < xmax ? (ww != 0.0 ? tmp[x] / ww : tmp[x]) : 0.0;
+            k[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PREC)) : (int32_t)(0.5 + v * (1 << PREC));
+        }
+        bounds[2 * i] = xmin;
+        bounds[2 * i + 1] = xmax;
+    }
+}
+
+static inline uint8_t clip8(int32_t v) {
+    v >>= PREC;
+    return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
+}
+
+int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[4], int out_w,
+                    int out_h, int ox, int oy, int dw, int dh, int flip, uint8_t *dst,
+                    rn_image_ws *ws) {
+    if (sw <= 0 || sh <= 0 || c < 1 || c > 4 || out_w <= 0 || out_h <= 0 || dw <= 0 || dh <= 0)
+        return rn_errorf(RN_EINVAL, "resize %dx%dx%d to %dx%d (window %dx%d): bad size", sw, sh, c,
+                         out_w, out_h, dw, dh);
+    if (!(box[0] >= 0 && box[1] >= 0 && box[2] <= sw && box[3] <= sh && box[2] > box[0] &&
+          box[3] > box[1]))
+        return rn_errorf(RN_EINVAL, "resize box (%g,%g)-(%g,%g) is empty or outside the %dx%d image",
+                         box[0], box[1], box[2], box[3], sw, sh);
+    if (ox < 0 || oy < 0 || ox + dw > out_w || oy + dh > out_h)
+        return rn_errorf(RN_EINVAL, "window %dx%d at (%d,%d) outside the %dx%d output", dw, dh, ox,
+                         oy, out_w, out_h);
+    int kx = ksize_for(box[0], box[2], out_w), ky = ksize_for(box[1], box[3], out_h);
+    int kmax = kx > ky ? kx : ky;
+    /* one allocation: bounds, coefficients, a double row for the weights, the
+     * horizontally resized rows, and a vertical accumulator */
+    size_t nb = 2 * (size_t)(dw + dh), nk = (size_t)dw * kx + (size_t)dh * ky;
+    size_t off_k = nb * sizeof(int), off_d = off_k + nk * sizeof(int32_t);
+    off_d = (off_d + 7) & ~(size_t)7;
+    size_t off_acc = off_d + (size_t)kmax * sizeof(double);
+    size_t off_t = off_acc + (size_t)dw * c * sizeof(int32_t);
+    /* rows the vertical pass reads: bounded by the filter span of the window */
+    double scale_y = (box[3] - box[1]) / out_h;
+    size_t max_rows = (size_t)ceil(dh * scale_y) + (size_t)ky + 2;
+    if (max_rows > (size_t)sh) max_rows = (size_t)sh;
+    size_t total = off_t + max_rows * (size_t)dw * c;
+    uint8_t *base = ws_get(ws, total);
+    if (!base) return rn_errorf(RN_ENOMEM, "out of memory: resize workspace of %zu bytes", total);
+    int *bx = (int *)base, *by = bx + 2 * dw;
+    int32_t *cx = (int32_t *)(base + off_k), *cy = cx + (size_t)dw * kx;
+    double *dtmp = (double *)(base + off_d);
+    int32_t *acc = (int32_t *)(base + off_acc);
+    uint8_t *tmp = base + off_t;
+
+    coeffs(sw, box[0], box[2], out_w, ox, dw, kx, bx, cx, dtmp);
+    coeffs(sh, box[1], box[3], out_h, oy, dh, ky, by, cy, dtmp);
+    int y0 = by[0], y1 = by[2 * (dh - 1)] + by[2 * (dh - 1) + 1];
+    if ((size_t)(y1 - y0) > max_rows)
+        return rn_errorf(RN_EINVAL, "resize: internal row bound %d > %zu", y1 - y0, max_rows);
+
+    /* horizontal pass over rows y0..y1-1 into tmp (mirrored if flip) */
+    for (int y = y0; y < y1; y++) {
+        const uint8_t *row = src + (size_t)y * sw * c;
+        uint8_t *out = tmp + (size_t)(y - y0) * dw * c;
+        for (int x = 0; x < dw; x++) {
+            const int32_t *k = cx + (size_t)x * kx;
+            const uint8_t *p = row + (size_t)bx[2 * x] * c;
+            int n = bx[2 * x + 1], xo = flip ? dw - 1 - x : x;
+            if (c == 3) {
+                int32_t s0 = 1 << (PREC - 1), s1 = s0, s2 = s0;
+                for (int i = 0; i < n; i++) {
+                    s0 += p[3 * i] * k[i];
+                    s1 += p[3 * i + 1] * k[i];
+                    s2 += p[3 * i + 2] * k[i];
+                }
+                out[3 * xo] = clip8(s0);
+                out[3 * xo + 1] = clip8(s1);
+                out[3 * xo + 2] = clip8(s2);
+            } else {
+                for (int ch = 0; ch < c; ch++) {
+                    int32_t s = 1 << (PREC - 1);
+                    for (int i = 0; i < n; i++) s += p[c * i + ch] * k[i];
+                    out[c * xo + ch] = clip8(s);
+                }
+            }
+        }
+    }
+    /* vertical pass */
+    size_t rowlen = (size_t)dw * c;
+    for (int y = 0; y < dh; y++) {
+        const int32_t *k = cy + (size_t)y * ky;
+        int first = by[2 * y] - y0, n = by[2 * y + 1];
+        for (size_t i = 0; i < rowlen; i++) acc[i] = 1 << (PREC - 1);
+        for (int r = 0; r < n; r++) {
+            const uint8_t *p = tmp + (size_t)(first + r) * rowlen;
+            int32_t w = k[r];
+            for (size_t i = 0; i < rowlen; i++) acc[i] += p[i] * w;
+        }
+        uint8_t *out = dst + (size_t)y * rowlen;
+        for (size_t i = 0; i < rowlen; i++) out[i] = clip8(acc[i]);
+    }
+    return RN_OK;
+}
+
+int rn_image_crop(const uint8_t *src, int sw, int sh, int c, int x, int y, int w, int h, int flip,
+                  uint8_t *dst) {
+    if (x < 0 || y < 0 || w <= 0 || h <= 0 || x + w > sw || y + h > sh)
+        return rn_errorf(RN_EINVAL, "crop %dx%d at (%d,%d) does not fit the %dx%d image", w, h, x, y,
+                         sw, sh);
+    for (int r = 0; r < h; r++) {
+        const uint8_t *s = src + ((size_t)(y + r) * sw + x) * c;
+        uint8_t *d = dst + (size_t)r * w * c;
+        if (!flip) {
+            memcpy(d, s, (size_t)w * c);
+        } else {
+            for (int i = 0; i < w; i++) memcpy(d + (size_t)(w - 1 - i) * c, s + (size_t)i * c, c);
+        }
+    }
+    return RN_OK;
+}
+
+void rn_image_flip(uint8_t *img, int w, int h, int c) {
+    for (int r = 0; r < h; r++) {
+        uint8_t *row = img + (size_t)r * w * c;
+        for (int i = 0, j = w - 1; i < j; i++, j--)
+            for (int ch = 0; ch < c; ch++) {
+                uint8_t t = row[i * c + ch];
+                row[i * c + ch] = row[j * c + ch];
+                row[j * c + ch] = t;
+            }
+    }
+}
+
+void rn_image_normalize(const uint8_t *src, float *dst, size_t npix, int c, const float *mean,
+                        const float *std) {
+    float lut[4][256];
+    for (int ch = 0; ch < c && ch < 4; ch++)
+        for (int v = 0; v < 256; v++) lut[ch][v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+    if (c == 3) {
+        for (size_t i = 0; i < npix; i++) {
+            dst[3 * i] = lut[0][src[3 * i]];
+            dst[3 * i + 1] = lut[1][src[3 * i + 1]];
+            dst[3 * i + 2] = lut[2][src[3 * i + 2]];
+        }
+        return;
+    }
+    for (size_t i = 0; i < npix; i++)
+        for (int ch = 0; ch < c; ch++) dst[i * c + ch] = lut[ch][src[i * c + ch]];
+}
+
+void rn_image_resize_dims(int w, int h, int size, int *out_w, int *out_h) {
+    int shrt = w <= h ? w : h, lng = w <= h ? h : w;
+    int nl = (int)((double)((int64_t)size * lng) / shrt);
+    if (w <= h) {
+        *out_w = size;
+        *out_h = nl;
+    } else {
+        *out_w = nl;
+        *out_h = size;
+    }
+}
+
+int rn_round_half_even(double x) { return (int)nearbyint(x); }
+
+void rn_image_rrc_box(int width, int height, double scale_lo, double scale_hi, double ratio_lo,
+                      double ratio_hi, const rn_draws *d, int box[4]) {
+    double area = (double)width * height;
+    float lr0 = logf((float)ratio_lo), lr1 = logf((float)ratio_hi);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * (double)d->uniform(d->ctx, (float)scale_lo, (float)scale_hi);
+        double aspect = (double)expf(d->uniform(d->ctx, lr0, lr1));
+        int w = rn_round_half_even(sqrt(target * aspect));
+        int h = rn_round_half_even(sqrt(target / aspect));
+        if (w > 0 && w <= width && h > 0 && h <= height) {
+            int i = d->randint(d->ctx, 0, height - h + 1);
+            int j = d->randint(d->ctx, 0, width - w + 1);
+            box[0] = j;
+            box[1] = i;
+            box[2] = w;
+            box[3] = h;
+            return;
+        }
+    }
+    double in_ratio = (double)width / height;
+    int w, h;
+    if (in_ratio < ratio_lo) {
+        w = width;
+        h = rn_round_half_even(w / ratio_lo);
+    } else if (in_ratio > ratio_hi) {
+        h = height;
+        w = rn_round_half_even(h * ratio_hi);
+    } else {
+        w = width;
+        h = height;
+    }
+    box[0] = (width - w) / 2;
+    box[1] = (height - h) / 2;
+    box[2] = w;
+    box[3] = h;
+}
+
+uint32_t rn_image_stream_next(rn_image_stream *s) {
+    if ((s->n & 3) == 0) rn_philox(s->key, s->hi, (s->lo << 8) + (s->n >> 2), s->w);
+    return s->w[s->n++ & 3];
+}
+
+static float stream_uniform(void *ctx, float lo, float hi) {
+    return lo + (hi - lo) * rn_u01(rn_image_stream_next(ctx));
+}
+
+static int stream_randint(void *ctx, int lo, int hi) {
+    return lo + (int)(((uint64_t)rn_image_stream_next(ctx) * (uint64_t)(hi - lo)) >> 32);
+}
+
+void rn_image_stream_init(rn_image_stream *s, rn_draws *d, uint64_t key, uint64_t ctr_hi,
+                          uint64_t ctr_lo) {
+    s->key = key;
+    s->hi = ctr_hi;
+    s->lo = ctr_lo;
+    s->n = 0;
+    if (d) {
+        d->uniform = stream_uniform;
+        d->randint = stream_randint;
+        d->ctx = s;
+    }
+}

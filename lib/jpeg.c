@@ -1,0 +1,184 @@
+#include "rn/jpeg.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "rn/err.h"
+
+struct rn_jpeg {
+    tjhandle dec, enc;
+    uint8_t *tmp; /* CMYK staging, grown on demand */
+    size_t tmp_cap;
+};
+
+int rn_jpeg_create(rn_jpeg **out) {
+    *out = NULL;
+    rn_jpeg *j = rn_calloc(1, sizeof *j);
+    if (!j) return RN_ENOMEM;
+    j->dec = tjInitDecompress();
+    if (!j->dec) {
+        int rc = rn_errorf(RN_EDATA, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+        free(j);
+        return rc;
+    }
+    *out = j;
+    return RN_OK;
+}
+
+void rn_jpeg_destroy(rn_jpeg *j) {
+    if (!j) return;
+    if (j->dec) tjDestroy(j->dec);
+    if (j->enc) tjDestroy(j->enc);
+    free(j->tmp);
+    free(j);
+}
+
+/* Walk the marker segments before the first scan for what TurboJPEG 2.1 does not
+ * report: progressive mode, the component count and the Adobe marker. */
+static void scan_markers(const uint8_t *d, size_t n, rn_jpeg_info *info) {
+    size_t p = 2;
+    while (p + 4 <= n) {
+        if (d[p] != 0xFF) return;
+        uint8_t m = d[p + 1];
+        if (m == 0xFF) { p++; continue; }
+        if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) { p += 2; continue; }
+        size_t len = ((size_t)d[p + 2] << 8) | d[p + 3];
+        if (len < 2 || p + 2 + len > n) return;
+        const uint8_t *s = d + p + 4;
+        if (m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE) info->progressive = 1;
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && len >= 8)
+            info->components = s[5];
+        if (m == 0xEE && len >= 7 && memcmp(s, "Adobe", 5) == 0) info->adobe = 1;
+        if (m == 0xDA) return;
+        p += 2 + len;
+    }
+}
+
+int rn_jpeg_header(rn_jpeg *j, const uint8_t *data, size_t len, rn_jpeg_info *info) {
+    memset(info, 0, sizeof *info);
+    info->subsamp = -1;
+    if (len < 4 || data[0] != 0xFF || data[1] != 0xD8)
+        return rn_errorf(RN_EDATA, "not a JPEG file (no SOI marker)");
+    if (len > (size_t)0xFFFFFFFFu) return rn_errorf(RN_EDATA, "JPEG data over 4 GiB");
+    int w, h, ss, cs;
+    if (tjDecompressHeader3(j->dec, data, (unsigned long)len, &w, &h, &ss, &cs) != 0)
+        return rn_errorf(RN_EDATA, "bad JPEG header: %s", tjGetErrorStr2(j->dec));
+    if (w <= 0 || h <= 0) return rn_errorf(RN_EDATA, "JPEG header says %dx%d pixels", w, h);
+    info->width = w;
+    info->height = h;
+    info->subsamp = ss;
+    info->cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    info->components = cs == TJCS_GRAY ? 1 : info->cmyk ? 4 : 3;
+    scan_markers(data, len, info);
+    return RN_OK;
+}
+
+void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *w, int *h) {
+    *w = info->width;
+    *h = info->height;
+    for (int num = 1; num < 8; num++) {
+        tjscalingfactor sf = {num, 8};
+        int sw = TJSCALED(info->width, sf), sh = TJSCALED(info->height, sf);
+        if (sw >= need_w && sh >= need_h) {
+            *w = sw;
+            *h = sh;
+            return;
+        }
+    }
+}
+
+/* libjpeg reports a truncated file as a warning; PIL refuses such files, so do we. */
+static int tj_fail(tjhandle t, const char *what) {
+    const char *msg = tjGetErrorStr2(t);
+    if (tjGetErrorCode(t) == TJERR_WARNING && !strstr(msg, "Premature end")) return RN_OK;
+    if (strstr(msg, "Premature end"))
+        return rn_errorf(RN_EDATA, "%s: truncated JPEG (%s)", what, msg);
+    return rn_errorf(RN_EDATA, "%s: %s", what, msg);
+}
+
+static inline uint8_t muldiv255(int a, int b) {
+    int t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int w, int h,
+                   uint8_t *dst) {
+    rn_jpeg_info info;
+    int rc = rn_jpeg_header(j, data, len, &info);
+    if (rc) return rc;
+    if (channels != 1 && channels != 3)
+        return rn_errorf(RN_EINVAL, "decode to %d channels (1 or 3 supported)", channels);
+    int sw = info.width, sh = info.height;
+    if (w != sw || h != sh) rn_jpeg_scaled_size(&info, w, h, &sw, &sh);
+    if (w != sw || h != sh)
+        return rn_errorf(RN_EINVAL, "%dx%d is not a DCT-scaled size of this %dx%d JPEG", w, h,
+                         info.width, info.height);
+    /* TJFLAG_LIMITSCANS: refuse progressive files with absurd scan counts (a known
+     * denial-of-service pattern) instead of spending minutes on them. */
+    int flags = TJFLAG_LIMITSCANS;
+    if (!info.cmyk) {
+        int pf = channels == 3 ? TJPF_RGB : TJPF_GRAY;
+        if (tjDecompress2(j->dec, data, (unsigned long)len, dst, w, 0, h, pf, flags) != 0)
+            return tj_fail(j->dec, "JPEG decode");
+        return RN_OK;
+    }
+    size_t need = (size_t)w * h * 4;
+    if (need > j->tmp_cap) {
+        uint8_t *p = realloc(j->tmp, need);
+        if (!p) return rn_errorf(RN_ENOMEM, "out of memory decoding a %dx%d CMYK JPEG", w, h);
+        j->tmp = p;
+        j->tmp_cap = need;
+    }
+    if (tjDecompress2(j->dec, data, (unsigned long)len, j->tmp, w, 0, h, TJPF_CMYK, flags) != 0 &&
+        (rc = tj_fail(j->dec, "JPEG decode (CMYK)")) != RN_OK)
+        return rc;
+    /* PIL: Adobe files hold inverted CMYK; RGB = (255-C)(255-K)/255 on true values. */
+    size_t n = (size_t)w * h;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *s = j->tmp + 4 * i;
+        int c = s[0], m = s[1], y = s[2], k = s[3];
+        if (!info.adobe) c = 255 - c, m = 255 - m, y = 255 - y, k = 255 - k;
+        /* now c, m, y, k hold 255 - true value */
+        uint8_t r = (uint8_t)(k - muldiv255(255 - c, k));
+        uint8_t g = (uint8_t)(k - muldiv255(255 - m, k));
+        uint8_t b = (uint8_t)(k - muldiv255(255 - y, k));
+        if (channels == 3) {
+            dst[3 * i] = r;
+            dst[3 * i + 1] = g;
+            dst[3 * i + 2] = b;
+        } else {
+            dst[i] = (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+        }
+    }
+    return RN_OK;
+}
+
+int rn_jpeg_encode(rn_jpeg *j, const uint8_t *src, int w, int h, int channels, int quality,
+                   uint8_t **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    if (w <= 0 || h <= 0 || (channels != 1 && channels != 3) || quality < 1 || quality > 100)
+        return rn_errorf(RN_EINVAL, "JPEG encode of %dx%dx%d at quality %d: bad arguments", w, h,
+                         channels, quality);
+    if (!j->enc && !(j->enc = tjInitCompress()))
+        return rn_errorf(RN_EDATA, "tjInitCompress: %s", tjGetErrorStr2(NULL));
+    unsigned char *buf = NULL;
+    unsigned long size = 0;
+    int pf = channels == 3 ? TJPF_RGB : TJPF_GRAY, ss = channels == 3 ? TJSAMP_420 : TJSAMP_GRAY;
+    if (tjCompress2(j->enc, src, w, 0, h, pf, &buf, &size, ss, quality, 0) != 0) {
+        int rc = rn_errorf(RN_EDATA, "JPEG encode: %s", tjGetErrorStr2(j->enc));
+        tjFree(buf);
+        return rc;
+    }
+    uint8_t *copy = rn_malloc(size);
+    if (!copy) {
+        tjFree(buf);
+        return RN_ENOMEM;
+    }
+    memcpy(copy, buf, size);
+    tjFree(buf);
+    *out = copy;
+    *out_len = size;
+    return RN_OK;
+}

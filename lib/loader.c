@@ -1,0 +1,520 @@
+#include "rn/loader.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn/err.h"
+#include "rn/image.h"
+#include "rn/jpeg.h"
+#include "rn/rng.h"
+
+const float RN_IMAGENET_MEAN[3] = {0.485f, 0.456f, 0.406f};
+const float RN_IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
+
+/* Philox purposes of the loader's randomness */
+#define PURPOSE_SHUFFLE 0x6c6f61647368756full /* "loadshuo" */
+#define PURPOSE_AUGMENT 0x6c6f616461756765ull /* "loadauge" */
+/* samples per work item: small enough to spread a batch over the workers */
+#define CHUNK 8
+
+void rn_loader_defaults(rn_loader_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->crop = RN_LOADER_CROP;
+    o->batch = RN_LOADER_BATCH;
+    o->prefetch = RN_LOADER_PREFETCH;
+    o->train = 1;
+    o->augment = RN_AUG_RRC;
+    o->resize = -1;
+    o->shuffle = -1;
+    o->scale[0] = RN_LOADER_SCALE_MIN;
+    o->scale[1] = RN_LOADER_SCALE_MAX;
+    o->ratio[0] = RN_LOADER_RATIO_MIN;
+    o->ratio[1] = RN_LOADER_RATIO_MAX;
+}
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct {
+    int state;
+    int64_t seq, epoch, index;
+    int n, last, chunks, done;
+    uint32_t *ids;     /* (batch) record indices */
+    uint8_t *pixels;   /* (batch, S, S, c) */
+    int32_t *labels;   /* (batch) */
+    int err;           /* first error of a sample, with its message */
+    char msg[1024];
+} slot;
+
+typedef struct worker worker;
+
+struct rn_loader {
+    rn_loader_opts o;
+    rn_dataset *ds;
+    uint64_t count;
+    int c, S, resize, shuffle, nslots, nworkers;
+    slot *slots;
+    worker *workers;
+    pthread_mutex_t mu;
+    pthread_cond_t work, ready, idle;
+    int stop, paused, active;
+    /* work distribution */
+    int64_t task_seq;
+    int task_chunk;
+    int64_t fill_epoch, fill_index; /* where the next planned batch starts */
+    uint32_t *perm;                 /* (count) order of perm_epoch */
+    int64_t perm_epoch;
+    /* consumer */
+    int64_t cons_seq, pos_epoch, pos_index;
+};
+
+struct worker {
+    rn_loader *l;
+    pthread_t th;
+    int started;
+    rn_dataset_reader *rd;
+    rn_jpeg *jpeg;
+    rn_image_ws ws;
+    uint8_t *buf;
+    size_t cap;
+};
+
+static void *def_alloc(size_t n, void *ctx) {
+    void *p = NULL;
+    return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
+}
+static void def_free(void *p, void *ctx) { free(p); }
+
+/* normalise a position: past the end of an epoch (or, with drop_last, too few records
+ * left for a batch) is the start of the next one */
+static void norm_pos(const rn_loader *l, int64_t *e, int64_t *i) {
+    if ((uint64_t)*i >= l->count || (l->o.drop_last && l->count - (uint64_t)*i < (uint64_t)l->o.batch)) {
+        ++*e;
+        *i = 0;
+    }
+}
+
+static void make_perm(rn_loader *l, int64_t epoch) {
+    for (uint64_t i = 0; i < l->count; i++) l->perm[i] = (uint32_t)i;
+    if (l->shuffle) {
+        uint64_t key = rn_rng_key(l->o.seed, PURPOSE_SHUFFLE);
+        for (uint64_t i = l->count; i > 1; i--) {
+            uint32_t r[4];
+            rn_philox(key, (uint64_t)epoch, i, r);
+            uint64_t u = ((uint64_t)r[0] << 32) | r[1];
+            uint64_t j = (uint64_t)(((unsigned __int128)u * i) >> 64);
+            uint32_t t = l->perm[i - 1];
+            l->perm[i - 1] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->perm_epoch = epoch;
+}
+
+/* assign the next batch (from the fill cursor) to slot s; called with mu held */
+static void plan(rn_loader *l, slot *s, int64_t seq) {
+    int64_t e = l->fill_epoch, i = l->fill_index;
+    if (e != l->perm_epoch) make_perm(l, e);
+    int64_t left = (int64_t)l->count - i;
+    s->n = left < l->o.batch ? (int)left : l->o.batch;
+    for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + k];
+    s->seq = seq;
+    s->epoch = e;
+    s->index = i;
+    s->chunks = (s->n + CHUNK - 1) / CHUNK;
+    s->done = 0;
+    s->err = 0;
+    s->msg[0] = 0;
+    s->state = SLOT_FILLING;
+    int64_t ne = e, ni = i + s->n;
+    norm_pos(l, &ne, &ni);
+    s->last = ne != e;
+    l->fill_epoch = ne;
+    l->fill_index = ni;
+}
+
+/* --------------------------------------------------------------- one sample */
+
+static int grow(worker *w, size_t n) {
+    if (n <= w->cap) return RN_OK;
+    uint8_t *p = realloc(w->buf, n);
+    if (!p) return rn_errorf(RN_ENOMEM, "out of memory decoding (%zu bytes)", n);
+    w->buf = p;
+    w->cap = n;
+    return RN_OK;
+}
+
+/* centre crop S x S of an image already resized to w x h, zero-padding short sides */
+static void crop_pad(const uint8_t *src, int w, int h, int c, int S, uint8_t *dst) {
+    int sx, dx, nx, sy, dy, ny;
+    if (S > w) sx = 0, dx = (S - w) / 2, nx = w;
+    else sx = rn_round_half_even((w - S) / 2.0), dx = 0, nx = S;
+    if (S > h) sy = 0, dy = (S - h) / 2, ny = h;
+    else sy = rn_round_half_even((h - S) / 2.0), dy = 0, ny = S;
+    memset(dst, 0, (size_t)S * S * c);
+    for (int y = 0; y < ny; y++)
+        memcpy(dst + ((size_t)(y + dy) * S + dx) * c, src + ((size_t)(y + sy) * w + sx) * c, (size_t)nx * c);
+}
+
+static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
+    rn_loader *l = w->l;
+    const int S = l->S, c = l->c;
+    rn_sample smp;
+    int rc = rn_dataset_read(w->rd, rec, &smp);
+    if (rc) return rc;
+    *label = smp.label;
+    if ((int)smp.channels != c)
+        return rn_errorf(RN_EDATA, "%s: record %08u: %u channels, the dataset says %d (rebuild with rn-prep)",
+                         rn_dataset_path(l->ds), rec, smp.channels, c);
+    int W = (int)smp.width, H = (int)smp.height;
+    rn_jpeg_info ji;
+    if (smp.enc == RN_ENC_JPEG) {
+        if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) goto bad;
+        if (ji.width != W || ji.height != H) {
+            rc = rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
+            goto bad;
+        }
+    }
+    /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
+    double box[4] = {0, 0, W, H};
+    int out_w = S, out_h = S, ox = 0, oy = 0, flip = 0, pad = 0;
+    if (l->o.train && l->o.augment == RN_AUG_RRC) {
+        rn_image_stream st;
+        rn_draws d;
+        rn_image_stream_init(&st, &d, rn_rng_key(l->o.seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
+        int b[4];
+        rn_image_rrc_box(W, H, l->o.scale[0], l->o.scale[1], l->o.ratio[0], l->o.ratio[1], &d, b);
+        flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
+        box[0] = b[0], box[1] = b[1], box[2] = b[0] + b[2], box[3] = b[1] + b[3];
+    } else if (l->resize > 0) {
+        rn_image_resize_dims(W, H, l->resize, &out_w, &out_h);
+        if (out_w < S || out_h < S) pad = 1;
+        else ox = rn_round_half_even((out_w - S) / 2.0), oy = rn_round_half_even((out_h - S) / 2.0);
+    } else {
+        out_w = W, out_h = H;
+        if (W < S || H < S) pad = 1;
+        else ox = rn_round_half_even((W - S) / 2.0), oy = rn_round_half_even((H - S) / 2.0);
+    }
+    const uint8_t *px = smp.data;
+    int pw = W, ph = H;
+    if (smp.enc == RN_ENC_JPEG) {
+        /* smallest DCT scale at which the box still has >= output pixels per side */
+        int sw = W, sh = H;
+        if (!l->o.exact) {
+            double bw = box[2] - box[0], bh = box[3] - box[1];
+            int need_w = (int)ceil(W * (double)out_w / bw), need_h = (int)ceil(H * (double)out_h / bh);
+            rn_jpeg_scaled_size(&ji, need_w, need_h, &sw, &sh);
+        }
+        if ((rc = grow(w, (size_t)sw * sh * c)) != RN_OK) goto bad;
+        if ((rc = rn_jpeg_decode(w->jpeg, smp.data, smp.len, c, sw, sh, w->buf)) != RN_OK) goto bad;
+        if (sw != W || sh != H) {
+            double fx = (double)sw / W, fy = (double)sh / H;
+            box[0] *= fx, box[2] *= fx, box[1] *= fy, box[3] *= fy;
+            if (box[2] > sw) box[2] = sw;
+            if (box[3] > sh) box[3] = sh;
+        }
+        px = w->buf, pw = sw, ph = sh;
+    }
+    if (!pad) {
+        int identity = box[0] == 0 && box[1] == 0 && box[2] == pw && box[3] == ph && out_w == pw && out_h == ph;
+        if (identity) rc = rn_image_crop(px, pw, ph, c, ox, oy, S, S, flip, dst);
+        else rc = rn_image_resize(px, pw, ph, c, box, out_w, out_h, ox, oy, S, S, flip, dst, &w->ws);
+        if (rc) goto bad;
+        return RN_OK;
+    }
+    /* an image smaller than the crop: resize whole, then centre crop with zero padding */
+    {
+        size_t off = (size_t)pw * ph * c;
+        if (px == w->buf) {
+            if ((rc = grow(w, off + (size_t)out_w * out_h * c)) != RN_OK) goto bad;
+            px = w->buf;
+        } else {
+            off = 0;
+            if ((rc = grow(w, (size_t)out_w * out_h * c)) != RN_OK) goto bad;
+        }
+        uint8_t *tmp = w->buf + off;
+        if (out_w == pw && out_h == ph) memcpy(tmp, px, (size_t)pw * ph * c);
+        else if ((rc = rn_image_resize(px, pw, ph, c, box, out_w, out_h, 0, 0, out_w, out_h, 0, tmp, &w->ws)))
+            goto bad;
+        crop_pad(tmp, out_w, out_h, c, S, dst);
+    }
+    return RN_OK;
+bad:
+    return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
+}
+
+static void *work(void *arg) {
+    worker *w = arg;
+    rn_loader *l = w->l;
+    size_t img = (size_t)l->S * l->S * l->c;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        slot *s = NULL;
+        while (!l->stop) {
+            s = &l->slots[l->task_seq % l->nslots];
+            if (!l->paused && (l->task_chunk > 0 || s->state == SLOT_FREE)) break;
+            pthread_cond_wait(&l->work, &l->mu);
+        }
+        if (l->stop) break;
+        if (l->task_chunk == 0) plan(l, s, l->task_seq);
+        int chunk = l->task_chunk;
+        if (++l->task_chunk == s->chunks) {
+            l->task_seq++;
+            l->task_chunk = 0;
+        }
+        l->active++;
+        int64_t epoch = s->epoch;
+        pthread_mutex_unlock(&l->mu);
+
+        int k0 = chunk * CHUNK, k1 = k0 + CHUNK < s->n ? k0 + CHUNK : s->n, err = 0;
+        char msg[1024] = "";
+        for (int k = k0; k < k1 && !err; k++) {
+            err = do_sample(w, epoch, s->ids[k], s->pixels + (size_t)k * img, &s->labels[k]);
+            if (err) snprintf(msg, sizeof msg, "%s", rn_last_error());
+        }
+
+        pthread_mutex_lock(&l->mu);
+        l->active--;
+        if (err && !s->err) {
+            s->err = err;
+            memcpy(s->msg, msg, sizeof msg);
+        }
+        if (++s->done == s->chunks) {
+            s->state = SLOT_READY;
+            pthread_cond_broadcast(&l->ready);
+        }
+        if (l->active == 0) pthread_cond_broadcast(&l->idle);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out) {
+    *out = NULL;
+    if (o->crop <= 0 || o->batch <= 0 || o->prefetch < 2 || o->workers < 0 || o->workers > 1024)
+        return rn_errorf(RN_EINVAL, "loader: crop %d, batch %d, prefetch %d, workers %d: crop and batch must be "
+                         "positive, prefetch >= 2, workers 0..1024", o->crop, o->batch, o->prefetch, o->workers);
+    if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1]))
+        return rn_errorf(RN_EINVAL, "loader: scale (%g, %g) and ratio (%g, %g) must be positive, low <= high",
+                         o->scale[0], o->scale[1], o->ratio[0], o->ratio[1]);
+    rn_loader *l = rn_calloc(1, sizeof *l);
+    if (!l) return RN_ENOMEM;
+    int rc = RN_OK;
+    l->o = *o;
+    if (!l->o.alloc || !l->o.free) l->o.alloc = def_alloc, l->o.free = def_free, l->o.alloc_ctx = NULL;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    pthread_cond_init(&l->idle, NULL);
+    if ((rc = rn_dataset_open(path, &l->ds)) != RN_OK) goto fail;
+    const rn_dataset_info *info = rn_dataset_get_info(l->ds);
+    l->count = info->count;
+    l->c = info->channels;
+    l->S = o->crop;
+    l->resize = o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
+    l->shuffle = o->shuffle < 0 ? o->train : o->shuffle;
+    if (l->count == 0 || l->count > UINT32_MAX) {
+        rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records: the loader needs 1 .. 2^32-1", path, l->count);
+        goto fail;
+    }
+    if (o->drop_last && l->count < (uint64_t)o->batch) {
+        rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records cannot fill one batch of %d with drop-last (use a smaller batch)",
+                       path, l->count, o->batch);
+        goto fail;
+    }
+    l->perm = rn_malloc(l->count * sizeof *l->perm);
+    l->nslots = o->prefetch;
+    l->slots = rn_calloc((size_t)l->nslots, sizeof *l->slots);
+    if (!l->perm || !l->slots) { rc = RN_ENOMEM; goto fail; }
+    l->perm_epoch = -1;
+    size_t img = (size_t)l->S * l->S * l->c;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        s->ids = rn_malloc((size_t)o->batch * sizeof *s->ids);
+        s->pixels = l->o.alloc(img * o->batch, l->o.alloc_ctx);
+        s->labels = l->o.alloc((size_t)o->batch * sizeof(int32_t), l->o.alloc_ctx);
+        if (!s->ids || !s->pixels || !s->labels) {
+            rc = rn_errorf(RN_ENOMEM, "out of memory for %d batch buffers of %zu bytes (lower --prefetch or --batch)",
+                           l->nslots, img * o->batch);
+            goto fail;
+        }
+    }
+    l->nworkers = o->workers > 0 ? o->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (l->nworkers < 1) l->nworkers = 1;
+    l->workers = rn_calloc((size_t)l->nworkers, sizeof *l->workers);
+    if (!l->workers) { rc = RN_ENOMEM; goto fail; }
+    for (int i = 0; i < l->nworkers; i++) {
+        worker *w = &l->workers[i];
+        w->l = l;
+        if ((rc = rn_dataset_reader_open(l->ds, &w->rd)) != RN_OK) goto fail;
+        if ((rc = rn_jpeg_create(&w->jpeg)) != RN_OK) goto fail;
+    }
+    for (int i = 0; i < l->nworkers; i++) {
+        if (pthread_create(&l->workers[i].th, NULL, work, &l->workers[i]) != 0) {
+            rc = rn_errorf(RN_ENOMEM, "cannot start loader worker %d: %s", i + 1, strerror(errno));
+            goto fail;
+        }
+        l->workers[i].started = 1;
+    }
+    *out = l;
+    return RN_OK;
+fail:
+    rn_loader_destroy(l);
+    return rc;
+}
+
+int rn_loader_next(rn_loader *l, rn_batch *b) {
+    memset(b, 0, sizeof *b);
+    pthread_mutex_lock(&l->mu);
+    slot *s = &l->slots[l->cons_seq % l->nslots];
+    if (s->state == SLOT_HELD) {
+        pthread_mutex_unlock(&l->mu);
+        return rn_errorf(RN_EINVAL, "loader: all %d batch buffers are held: release a batch before asking for the next",
+                         l->nslots);
+    }
+    while (!(s->state == SLOT_READY && s->seq == l->cons_seq)) pthread_cond_wait(&l->ready, &l->mu);
+    l->cons_seq++;
+    int64_t e = s->epoch, i = s->index + s->n;
+    norm_pos(l, &e, &i);
+    l->pos_epoch = e;
+    l->pos_index = i;
+    if (s->err) {
+        int rc = rn_errorf(s->err, "%s", s->msg);
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work);
+        pthread_mutex_unlock(&l->mu);
+        return rc;
+    }
+    s->state = SLOT_HELD;
+    b->pixels = s->pixels;
+    b->labels = s->labels;
+    b->n = s->n;
+    b->h = b->w = l->S;
+    b->c = l->c;
+    b->epoch = s->epoch;
+    b->index = s->index;
+    b->last = s->last;
+    b->slot = (int)(s - l->slots);
+    pthread_mutex_unlock(&l->mu);
+    return RN_OK;
+}
+
+void rn_loader_release(rn_loader *l, rn_batch *b) {
+    if (!b->pixels) return;
+    pthread_mutex_lock(&l->mu);
+    slot *s = &l->slots[b->slot];
+    if (s->state == SLOT_HELD && s->pixels == b->pixels) {
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work);
+    }
+    pthread_mutex_unlock(&l->mu);
+    memset(b, 0, sizeof *b);
+}
+
+void rn_loader_position(const rn_loader *l, int64_t *epoch, int64_t *index) {
+    pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+    *epoch = l->pos_epoch;
+    *index = l->pos_index;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+}
+
+int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index) {
+    if (epoch < 0 || index < 0 || (uint64_t)index > l->count)
+        return rn_errorf(RN_EINVAL, "loader: position (%" PRId64 ", %" PRId64 ") outside the dataset of %" PRIu64
+                         " records (a checkpoint from another dataset?)", epoch, index, l->count);
+    pthread_mutex_lock(&l->mu);
+    l->paused = 1;
+    while (l->active > 0) pthread_cond_wait(&l->idle, &l->mu);
+    for (int i = 0; i < l->nslots; i++) l->slots[i].state = SLOT_FREE;
+    norm_pos(l, &epoch, &index);
+    l->task_seq = l->task_chunk = 0;
+    l->cons_seq = 0;
+    l->fill_epoch = l->pos_epoch = epoch;
+    l->fill_index = l->pos_index = index;
+    l->paused = 0;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    return RN_OK;
+}
+
+int64_t rn_loader_batches_per_epoch(const rn_loader *l) {
+    uint64_t b = (uint64_t)l->o.batch;
+    return (int64_t)(l->o.drop_last ? l->count / b : (l->count + b - 1) / b);
+}
+
+const rn_dataset_info *rn_loader_info(const rn_loader *l) { return rn_dataset_get_info(l->ds); }
+
+void rn_loader_destroy(rn_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    if (l->workers) {
+        for (int i = 0; i < l->nworkers; i++) {
+            worker *w = &l->workers[i];
+            if (w->started) pthread_join(w->th, NULL);
+            rn_dataset_reader_close(w->rd);
+            rn_jpeg_destroy(w->jpeg);
+            rn_image_ws_free(&w->ws);
+            free(w->buf);
+        }
+        free(l->workers);
+    }
+    if (l->slots) {
+        for (int i = 0; i < l->nslots; i++) {
+            free(l->slots[i].ids);
+            if (l->slots[i].pixels) l->o.free(l->slots[i].pixels, l->o.alloc_ctx);
+            if (l->slots[i].labels) l->o.free(l->slots[i].labels, l->o.alloc_ctx);
+        }
+        free(l->slots);
+    }
+    free(l->perm);
+    rn_dataset_close(l->ds);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work);
+    pthread_cond_destroy(&l->ready);
+    pthread_cond_destroy(&l->idle);
+    free(l);
+}
+
+void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std) {
+    rn_image_normalize(b->pixels, dst, (size_t)b->n * b->h * b->w, b->c, mean, std);
+}
+
+int rn_loader_contact_sheet(const rn_batch *b, int cols, uint8_t **jpeg, size_t *len) {
+    *jpeg = NULL;
+    *len = 0;
+    if (b->n <= 0) return rn_errorf(RN_EINVAL, "contact sheet of an empty batch");
+    if (cols <= 0) cols = (int)ceil(sqrt((double)b->n));
+    int rows = (b->n + cols - 1) / cols, gap = 2, S = b->w;
+    int W = cols * (S + gap) + gap, H = rows * (S + gap) + gap;
+    uint8_t *sheet = rn_malloc((size_t)W * H * 3);
+    if (!sheet) return RN_ENOMEM;
+    memset(sheet, 40, (size_t)W * H * 3);
+    for (int k = 0; k < b->n; k++) {
+        int x0 = gap + (k % cols) * (S + gap), y0 = gap + (k / cols) * (S + gap);
+        const uint8_t *src = b->pixels + (size_t)k * S * S * b->c;
+        for (int y = 0; y < S; y++)
+            for (int x = 0; x < S; x++) {
+                uint8_t *d = sheet + ((size_t)(y0 + y) * W + x0 + x) * 3;
+                const uint8_t *s = src + ((size_t)y * S + x) * b->c;
+                d[0] = s[0];
+                d[1] = b->c == 3 ? s[1] : s[0];
+                d[2] = b->c == 3 ? s[2] : s[0];
+            }
+    }
+    rn_jpeg *j;
+    int rc = rn_jpeg_create(&j);
+    if (rc == RN_OK) {
+        rc = rn_jpeg_encode(j, sheet, W, H, 3, 90, jpeg, len);
+        rn_jpeg_destroy(j);
+    }
+    free(sheet);
+    return rc;
+}

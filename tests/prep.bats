@@ -1,0 +1,262 @@
+#!/usr/bin/env bats
+# rn-prep: JPEG folders and list files to rn datasets.
+
+bats_load_library bats-support
+bats_load_library bats-assert
+
+PY=${PYTHON:-/usr/bin/python3}
+MK="$BATS_TEST_DIRNAME/data/mkimages.py"
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    "$PY" "$MK" folder imgs --classes 3 --per-class 4 --size 64x48 --vary --seed 1
+    "$PY" "$MK" broken broken
+    "$PY" "$MK" list imgs list.txt
+}
+
+setup() {
+    cd "$BATS_FILE_TMPDIR"
+}
+
+@test "rn-prep --help, --version and bad usage" {
+    run rn-prep --help
+    assert_success
+    assert_output --partial "usage: rn-prep"
+    run rn-prep --version
+    assert_success
+    assert_output --regexp "^rn-prep [0-9]"
+    run rn-prep imgs
+    assert_failure 2
+    run rn-prep --encode png imgs out.lmdb
+    assert_failure 2
+    assert_output --partial "--encode 'png'"
+    run rn-prep --bogus imgs out.lmdb
+    assert_failure 2
+}
+
+@test "ImageFolder: labels and order are torchvision's ImageFolder's" {
+    run rn-prep -q imgs if.lmdb
+    assert_success
+    assert_output --partial "wrote 12 records"
+    rn-load --list if.lmdb | awk '{print $6, $2}' > rn.txt
+    "$PY" -c "
+import torchvision.datasets as D
+for p, l in D.ImageFolder('imgs').samples:
+    print(p[len('imgs/'):], l)" > tv.txt
+    run diff rn.txt tv.txt
+    assert_success
+    run cat if.lmdb/classes.txt
+    assert_output "$(printf 'class_00\nclass_01\nclass_02')"
+}
+
+@test "mdb_stat works on the output and counts records + __info__" {
+    rn-prep -q imgs st.lmdb
+    run mdb_stat st.lmdb
+    assert_success
+    assert_output --partial "Entries: 13"
+}
+
+@test "list file with --root gives the same records as the folder" {
+    rn-prep -q list.txt --root imgs lst.lmdb
+    rn-prep -q imgs fold.lmdb
+    run diff <(rn-load --list lst.lmdb | cut -d' ' -f2-) <(rn-load --list fold.lmdb | cut -d' ' -f2-)
+    assert_success
+    printf 'class_00/img_0000.jpg 0\nno_label_here\nclass_01/img_0000.jpg x\nmissing.jpg 1\n' > bad_list.txt
+    run rn-prep -q bad_list.txt --root imgs badl.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "no label"
+    assert_output --partial "label 'x' is not a non-negative integer"
+    assert_output --partial "missing.jpg: cannot open"
+}
+
+@test "--classes reuses the training labels for a validation folder" {
+    rn-prep -q imgs train.lmdb
+    mkdir -p val
+    cp -r imgs/class_02 val/
+    rn-prep -q --classes train.lmdb val val.lmdb
+    run rn-load --list val.lmdb
+    assert_line --regexp "^00000000 2 "
+    rn-prep -q --classes train.lmdb/classes.txt val val2.lmdb
+    run diff <(rn-load --list val.lmdb) <(rn-load --list val2.lmdb)
+    assert_success
+    run rn-info val.lmdb
+    assert_output --partial "classes:    3"
+    mkdir -p val_bad/zebra && cp imgs/class_00/img_0000.jpg val_bad/zebra/
+    run rn-prep -q --classes train.lmdb val_bad vb.lmdb
+    assert_failure 1
+    assert_output --partial "class folder 'zebra' is not in the class list"
+}
+
+@test "--gray stores 1 channel; --encode raw stores H*W*C bytes" {
+    rn-prep -q --gray imgs gray.lmdb
+    run rn-info --json gray.lmdb
+    assert_output --partial '"channels":1'
+    rn-prep -q --encode raw imgs raw.lmdb
+    run rn-load --list raw.lmdb
+    assert_success
+    while read -r key label dims enc bytes name; do
+        IFS=x read -r w h c <<<"$dims"
+        [ "$enc" = raw ]
+        [ "$bytes" -eq $((w * h * c)) ]
+    done < <(rn-load --list raw.lmdb)
+}
+
+@test "--resize N sets the shorter side as torchvision's Resize(N); --center-crop crops" {
+    rn-prep -q --resize 20 imgs rs.lmdb
+    rn-load --list rs.lmdb | awk '{print $6, $3}' > rn.txt
+    "$PY" -c "
+import torchvision.datasets as D, torchvision.transforms as T
+ds = D.ImageFolder('imgs', transform=T.Resize(20))
+for (p, l), (im, _) in zip(ds.samples, ds):
+    print(p[len('imgs/'):], '%dx%dx3' % im.size)" > tv.txt
+    run diff rn.txt tv.txt
+    assert_success
+    rn-prep -q --resize 20 --center-crop 16 imgs cc.lmdb
+    run rn-info cc.lmdb
+    assert_output --partial "16x16 to 16x16"
+}
+
+@test "broken and unusual files: skipped with reasons, the rest written" {
+    run rn-prep --report rep.txt broken br.lmdb
+    assert_success
+    assert_output --partial "wrote 7 records"
+    assert_output --partial "(5 skipped)"
+    assert_output --partial "broken/odd/truncated.jpg: JPEG decode: truncated"
+    assert_output --partial "broken/odd/zero.jpg: empty file"
+    assert_output --partial "broken/odd/text.jpg: not a JPEG: the file holds text"
+    assert_output --partial "broken/odd/png_named.jpg: not a JPEG: the file holds a PNG image"
+    assert_output --partial "broken/odd/huge.jpg: 60000x60000 is 3600.0 megapixels, over --max-pixels"
+    run wc -l < rep.txt
+    assert_output 5
+    # CMYK, gray, progressive and 4:4:4/4:2:2 inputs all come out as RGB
+    run rn-load --list br.lmdb
+    assert_output --partial "odd/cmyk.jpg"
+    assert_output --partial "odd/progressive.jpg"
+    assert_output --partial "odd/gray.jpg"
+    refute_output --partial "x1 jpeg"
+}
+
+@test "--strict: a bad input fails the run and leaves no output" {
+    run rn-prep -q --strict broken strict.lmdb
+    assert_failure 1
+    assert_output --partial "--strict"
+    [ ! -e strict.lmdb ]
+    [ ! -e strict.lmdb.tmp ]
+    # an existing dataset under that name survives the failed run
+    rn-prep -q imgs keep.lmdb
+    run rn-prep -q --strict broken keep.lmdb
+    assert_failure 1
+    run rn-info --json keep.lmdb
+    assert_output --partial '"count":12'
+}
+
+@test "identical output for 1 and 2 threads" {
+    rn-prep -q --threads 1 --shuffle --seed 3 --resize 24 imgs t1.lmdb
+    rn-prep -q --threads 2 --shuffle --seed 3 --resize 24 imgs t2.lmdb
+    # every record byte-identical (DatasetInfo differs: it holds the command line)
+    records() { mdb_dump "$1" | awk '/^ 5f5f696e666f5f5f$/ {skip = 2} skip > 0 {skip--; next} {print}'; }
+    [ "$(records t1.lmdb | wc -l)" -gt 20 ]
+    run diff <(records t1.lmdb) <(records t2.lmdb)
+    assert_success
+}
+
+@test "--shuffle --seed changes the order reproducibly; --limit caps" {
+    rn-prep -q --shuffle --seed 5 imgs s5.lmdb
+    rn-prep -q --shuffle --seed 5 imgs s5b.lmdb
+    rn-prep -q imgs s0.lmdb
+    run diff <(rn-load --list s5.lmdb) <(rn-load --list s5b.lmdb)
+    assert_success
+    run diff <(rn-load --list s5.lmdb) <(rn-load --list s0.lmdb)
+    assert_failure
+    run diff <(rn-load --list s5.lmdb | cut -d' ' -f2- | sort) <(rn-load --list s0.lmdb | cut -d' ' -f2- | sort)
+    assert_success
+    rn-prep -q --limit 5 imgs lim.lmdb
+    run rn-info --json lim.lmdb
+    assert_output --partial '"count":5'
+}
+
+@test "--augment K writes K crops per image; a tiny map grows instead of failing" {
+    rn-prep -q --augment 3 --crop 24 --seed 1 --map-size 65536 imgs aug.lmdb
+    run rn-info aug.lmdb
+    assert_output --partial "records:    36"
+    assert_output --partial "24x24 to 24x24"
+    rn-prep -q --augment 3 --crop 24 --seed 1 imgs aug2.lmdb
+    run diff <(rn-load --list aug.lmdb) <(rn-load --list aug2.lmdb)
+    assert_success
+}
+
+@test "rn-info on a dataset: count, classes, sizes, encoding, mean/std, command" {
+    rn-prep -q --resize 32 imgs info.lmdb
+    run rn-info info.lmdb
+    assert_success
+    assert_output --partial "records:    12"
+    assert_output --partial "class_01"
+    assert_output --partial "encoding:   jpeg, 3 channels"
+    assert_output --partial "mean:"
+    assert_output --partial "rn-prep -q --resize 32 imgs info.lmdb"
+    run rn-info --json info.lmdb
+    assert_success
+    run "$PY" -c "
+import json, sys
+d = json.loads(sys.argv[1])
+assert d['count'] == 12 and len(d['classes']) == 3 and sum(c['count'] for c in d['classes']) == 12
+assert all(0 < m < 1 for m in d['mean']) and all(0 < s < 0.5 for s in d['std'])
+print('ok')" "$output"
+    assert_output ok
+}
+
+@test "mean/std are those of the stored pixels (checked with numpy)" {
+    rn-prep -q --encode raw --resize 16 --center-crop 16 imgs ms.lmdb
+    run "$PY" -c "
+import json, subprocess, numpy as np, torchvision.datasets as D, torchvision.transforms as T
+ds = D.ImageFolder('imgs', transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
+x = np.stack([np.asarray(im, dtype=np.float64) / 255 for im, _ in ds])
+d = json.loads(subprocess.check_output(['rn-info', '--json', 'ms.lmdb']))
+m, s = x.mean(axis=(0, 1, 2)), x.std(axis=(0, 1, 2))
+assert np.allclose(m, d['mean'], atol=0.01) and np.allclose(s, d['std'], atol=0.01), (m, s, d)
+print('ok')"
+    assert_output ok
+}
+
+@test "an empty class folder is reported; the class keeps its label" {
+    mkdir -p withempty/a withempty/b withempty/c
+    cp imgs/class_00/img_0000.jpg withempty/a/
+    cp imgs/class_00/img_0001.jpg withempty/c/
+    run rn-prep -q withempty we.lmdb
+    assert_success
+    assert_output --partial "withempty/b: empty class folder"
+    run rn-load --list we.lmdb
+    assert_line --regexp "^00000001 2 "
+    run rn-prep -q --strict withempty we2.lmdb
+    assert_failure 1
+    [ ! -e we2.lmdb ]
+}
+
+@test "a killed rn-prep never leaves a partial dataset under the final name" {
+    "$PY" "$MK" folder many --classes 2 --per-class 150 --size 160x120 --seed 2
+    rn-prep -q imgs kill.lmdb
+    rn-prep -q --threads 1 --resize 100 many kill.lmdb &
+    pid=$!
+    sleep 0.3
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" || true
+    # either the old dataset (12) or a complete new one (300), never anything else
+    run rn-info --json kill.lmdb
+    assert_success
+    [[ "$output" == *'"count":12,'* || "$output" == *'"count":300,'* ]]
+    # the next run cleans the leftover temporary and succeeds
+    run rn-prep -q imgs kill.lmdb
+    assert_success
+    [ ! -e kill.lmdb.tmp ]
+}
+
+@test "missing source and unwritable output fail with a message" {
+    run rn-prep -q nosuchdir out1.lmdb
+    assert_failure 1
+    assert_output --partial "nosuchdir"
+    touch plainfile
+    run rn-prep -q imgs plainfile
+    assert_failure 1
+    assert_output --partial "plainfile: exists and is not a dataset"
+}

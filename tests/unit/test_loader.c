@@ -1,0 +1,287 @@
+/* dataset + loader: write a small dataset, then check that batches are byte-identical
+ * across worker counts and prefetch depths, that seek resumes exactly, that epochs are
+ * permutations, drop-last, labels, the allocator hook and normalisation. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rn/crc32c.h"
+#include "rn/dataset.h"
+#include "rn/err.h"
+#include "rn/jpeg.h"
+#include "rn/loader.h"
+#include "rn/rng.h"
+
+#define N 37
+static char dir[] = "/tmp/rn-test-loader-XXXXXX";
+static char path[256];
+
+static void picture(uint8_t *p, int w, int h, int c, uint64_t seed) {
+    float noise[1024];
+    rn_rng_uniform(rn_rng_key(seed, 2), noise, 1024, -15.0f, 15.0f);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                float v = 120 + 80 * sinf(x * 0.3f * (ch + 1) + y * 0.11f * (seed % 5 + 1)) + noise[(y * w + x + ch) % 1024];
+                p[((size_t)y * w + x) * c + ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+}
+
+/* N records, odd sizes, half raw and half JPEG, labels k % 4 */
+static void make_dataset(void) {
+    rn_dataset_writer *w;
+    CHECK_OK(rn_dataset_writer_create(path, 1 << 16, &w));
+    rn_jpeg *j;
+    CHECK_OK(rn_jpeg_create(&j));
+    uint64_t counts[4] = {0};
+    for (int k = 0; k < N; k++) {
+        int iw = 30 + (k * 7) % 41, ih = 20 + (k * 13) % 37;
+        uint8_t *px = malloc((size_t)iw * ih * 3), *jpg = NULL;
+        picture(px, iw, ih, 3, (uint64_t)k);
+        rn_sample s = {k % 4, (uint32_t)ih, (uint32_t)iw, 3, RN_ENC_RAW, px, (size_t)iw * ih * 3, "x"};
+        size_t len;
+        if (k % 2) {
+            CHECK_OK(rn_jpeg_encode(j, px, iw, ih, 3, 90, &jpg, &len));
+            s.enc = RN_ENC_JPEG, s.data = jpg, s.len = len;
+        }
+        CHECK_OK(rn_dataset_writer_put(w, &s));
+        counts[k % 4]++;
+        free(px);
+        free(jpg);
+    }
+    rn_jpeg_destroy(j);
+    char *names[4] = {"a", "b", "c", "d"};
+    rn_dataset_info info = {0};
+    info.n_classes = 4;
+    info.class_names = names;
+    info.class_counts = counts;
+    info.channels = 3;
+    info.enc = RN_ENC_JPEG;
+    info.command = "test_loader";
+    info.rn_version = "test";
+    CHECK_OK(rn_dataset_writer_finish(w, &info));
+}
+
+/* crc of every batch over `epochs` epochs */
+static int run(rn_loader_opts *o, int nb, uint32_t *crcs, int64_t *epochs, int32_t *labels) {
+    rn_loader *l;
+    int rc = rn_loader_create(path, o, &l);
+    CHECK(rc == 0, "create: %s", rn_last_error());
+    if (rc) return 0;
+    int k = 0;
+    for (; k < nb; k++) {
+        rn_batch b;
+        if (rn_loader_next(l, &b) != RN_OK) {
+            CHECK(0, "next: %s", rn_last_error());
+            break;
+        }
+        crcs[k] = rn_crc32c(rn_crc32c(0, b.pixels, (size_t)b.n * b.h * b.w * b.c), b.labels, (size_t)b.n * 4);
+        if (epochs) epochs[k] = b.epoch * 1000 + b.index;
+        if (labels) memcpy(labels + (size_t)k * o->batch, b.labels, (size_t)b.n * 4);
+        rn_loader_release(l, &b);
+    }
+    rn_loader_destroy(l);
+    return k;
+}
+
+static void test_determinism(void) {
+    enum { NB = 24 };
+    uint32_t ref[NB], got[NB];
+    int64_t pos[NB];
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    o.crop = 24;
+    o.batch = 5;
+    o.seed = 11;
+    o.workers = 1;
+    o.prefetch = 2;
+    CHECK(run(&o, NB, ref, pos, NULL) == NB, "reference run");
+    int workers[] = {2, 3, 5}, prefetch[] = {3, 2, 7};
+    for (int t = 0; t < 3; t++) {
+        o.workers = workers[t];
+        o.prefetch = prefetch[t];
+        run(&o, NB, got, NULL, NULL);
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "batches differ with %d workers, prefetch %d", o.workers, o.prefetch);
+    }
+    /* epoch boundaries: 37 records in batches of 5 -> 8 batches, the last of 2 */
+    CHECK(pos[7] == 35 && pos[8] == 1000 && pos[16] == 2000, "positions %" PRId64 " %" PRId64 " %" PRId64, pos[7], pos[8], pos[16]);
+    /* another seed changes the batches; the eval transform does not depend on the seed */
+    o.seed = 12;
+    run(&o, NB, got, NULL, NULL);
+    CHECK(memcmp(ref, got, sizeof ref) != 0, "seed has no effect");
+    o.train = 0;
+    uint32_t e1[8], e2[8];
+    run(&o, 8, e1, NULL, NULL);
+    o.seed = 99;
+    o.workers = 1;
+    run(&o, 8, e2, NULL, NULL);
+    CHECK(memcmp(e1, e2, sizeof e1) == 0, "eval batches depend on seed or workers");
+    CHECK(memcmp(e1, e1 + 8 - 8, sizeof e1) == 0, "self");
+}
+
+static void test_seek(void) {
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    o.crop = 16;
+    o.batch = 4;
+    o.seed = 3;
+    o.workers = 2;
+    enum { NB = 25 };
+    uint32_t ref[NB];
+    run(&o, NB, ref, NULL, NULL);
+    rn_loader *l;
+    CHECK_OK(rn_loader_create(path, &o, &l));
+    if (!l) return;
+    /* take 13 batches, save the position, take more, seek back, compare */
+    rn_batch b;
+    int64_t e, i;
+    for (int k = 0; k < 13; k++) {
+        CHECK_OK(rn_loader_next(l, &b));
+        rn_loader_release(l, &b);
+    }
+    rn_loader_position(l, &e, &i);
+    CHECK(e == 1 && i == 12, "position after 13 batches of 4 (10 per epoch): %" PRId64 ":%" PRId64, e, i);
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(rn_loader_next(l, &b));
+        rn_loader_release(l, &b);
+    }
+    CHECK_OK(rn_loader_seek(l, e, i));
+    int same = 1;
+    for (int k = 13; k < NB; k++) {
+        CHECK_OK(rn_loader_next(l, &b));
+        uint32_t c = rn_crc32c(rn_crc32c(0, b.pixels, (size_t)b.n * b.h * b.w * b.c), b.labels, (size_t)b.n * 4);
+        same &= c == ref[k];
+        rn_loader_release(l, &b);
+    }
+    CHECK(same, "batches after seek differ from an uninterrupted run");
+    /* holding every buffer is an error, not a deadlock */
+    rn_batch held[5];
+    for (int k = 0; k < 4; k++) CHECK_OK(rn_loader_next(l, &held[k]));
+    CHECK(rn_loader_next(l, &held[4]) == RN_EINVAL, "next with all %d buffers held", o.prefetch);
+    CHECK(rn_loader_seek(l, 0, N + 1) == RN_EINVAL, "seek past the end accepted");
+    rn_loader_destroy(l);
+}
+
+static void test_epochs_and_labels(void) {
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    o.crop = 8;
+    o.batch = 5;
+    o.drop_last = 1;
+    o.workers = 2;
+    enum { NB = 14 };
+    uint32_t crc[NB];
+    int64_t pos[NB];
+    int32_t labels[NB * 5];
+    run(&o, NB, crc, pos, labels);
+    /* drop-last: 7 full batches per epoch, 2 records unused */
+    CHECK(pos[6] == 30 && pos[7] == 1000, "drop-last positions %" PRId64 " %" PRId64, pos[6], pos[7]);
+    int hist[2][4] = {{0}};
+    for (int k = 0; k < NB * 5; k++) {
+        CHECK(labels[k] >= 0 && labels[k] < 4, "label %d", labels[k]);
+        if (labels[k] >= 0 && labels[k] < 4) hist[k / 35][labels[k]]++;
+    }
+    /* 37 records: labels 0 x10, 1..3 x9; 35 of them used per epoch */
+    for (int e = 0; e < 2; e++) {
+        int total = hist[e][0] + hist[e][1] + hist[e][2] + hist[e][3];
+        CHECK(total == 35 && hist[e][0] >= 8 && hist[e][1] >= 7, "epoch %d label counts %d %d %d %d", e, hist[e][0],
+              hist[e][1], hist[e][2], hist[e][3]);
+    }
+    CHECK(memcmp(labels, labels + 35, 35 * 4) != 0, "epochs 0 and 1 in the same order: no reshuffle");
+    /* without shuffle the labels follow the record order */
+    o.shuffle = 0;
+    o.drop_last = 0;
+    o.train = 0;
+    run(&o, 8, crc, pos, labels);
+    int inorder = 1;
+    for (int k = 0; k < N; k++) inorder &= labels[k] == k % 4;
+    CHECK(inorder, "unshuffled labels are not in record order");
+    CHECK(pos[7] == 35, "last batch index %" PRId64, pos[7]);
+    o.batch = 64;
+    o.drop_last = 1;
+    rn_loader *l = NULL;
+    CHECK(rn_loader_create(path, &o, &l) == RN_EINVAL, "drop-last with batch > records accepted");
+}
+
+static int allocs, frees;
+static void *my_alloc(size_t n, void *ctx) {
+    allocs++;
+    (*(size_t *)ctx) += n;
+    return malloc(n);
+}
+static void my_free(void *p, void *ctx) {
+    frees++;
+    free(p);
+}
+
+static void test_alloc_and_normalize(void) {
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    size_t bytes = 0;
+    o.crop = 12;
+    o.batch = 3;
+    o.prefetch = 3;
+    o.alloc = my_alloc;
+    o.free = my_free;
+    o.alloc_ctx = &bytes;
+    rn_loader *l;
+    CHECK_OK(rn_loader_create(path, &o, &l));
+    if (!l) return;
+    CHECK(allocs == 6 && bytes == 3 * (3 * 12 * 12 * 3 + 3 * 4), "allocator hook: %d calls, %zu bytes", allocs, bytes);
+    rn_batch b;
+    CHECK_OK(rn_loader_next(l, &b));
+    CHECK(b.n == 3 && b.h == 12 && b.w == 12 && b.c == 3, "batch shape %d %d %d %d", b.n, b.h, b.w, b.c);
+    float *f = malloc(sizeof(float) * 3 * 12 * 12 * 3);
+    rn_loader_normalize(&b, f, RN_IMAGENET_MEAN, RN_IMAGENET_STD);
+    int ok = 1, nonconst = 0;
+    for (int k = 0; k < 3 * 12 * 12 * 3; k++) {
+        float want = ((float)b.pixels[k] / 255.0f - RN_IMAGENET_MEAN[k % 3]) / RN_IMAGENET_STD[k % 3];
+        ok &= f[k] == want;
+        nonconst |= b.pixels[k] != b.pixels[0];
+    }
+    CHECK(ok && nonconst, "normalised values (ok %d, pixels vary %d)", ok, nonconst);
+    free(f);
+    rn_loader_release(l, &b);
+    rn_loader_destroy(l);
+    CHECK(frees == 6, "freed %d of 6 buffers", frees);
+    CHECK(rn_loader_create("/nonexistent.lmdb", &o, &l) == RN_EIO, "missing dataset");
+    CHECK(strstr(rn_last_error(), "/nonexistent.lmdb") != NULL, "message names the path: %s", rn_last_error());
+}
+
+static void test_dataset_reader(void) {
+    rn_dataset *ds;
+    CHECK_OK(rn_dataset_open(path, &ds));
+    if (!ds) return;
+    const rn_dataset_info *in = rn_dataset_get_info(ds);
+    CHECK(in->count == N && in->n_classes == 4 && in->class_counts[0] == 10, "info count %" PRIu64, in->count);
+    rn_dataset_reader *r;
+    CHECK_OK(rn_dataset_reader_open(ds, &r));
+    rn_sample s;
+    CHECK_OK(rn_dataset_read(r, 4, &s));
+    CHECK(s.label == 0 && s.enc == RN_ENC_RAW && s.len == (size_t)s.width * s.height * 3, "record 4");
+    CHECK(rn_dataset_read(r, N, &s) == RN_EINVAL, "read past the end");
+    CHECK(strstr(rn_last_error(), "record 00000037") != NULL, "message: %s", rn_last_error());
+    rn_dataset_reader_close(r);
+    rn_dataset_close(ds);
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/t.lmdb", dir);
+    make_dataset();
+    test_dataset_reader();
+    test_determinism();
+    test_seek();
+    test_epochs_and_labels();
+    test_alloc_and_normalize();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return check_done("test_loader");
+}
