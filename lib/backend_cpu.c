@@ -1,5 +1,5 @@
 /* CPU backend, fp32: OpenBLAS for the GEMMs, OpenMP for everything else.
- * Convolutions live in backend_cpu_conv.c. Arguments arrive checked (lib/backend.c).
+ * Convolutions and the fully connected layer live in backend_cpu_gemm.c. Arguments arrive checked (lib/backend.c).
  *
  * Reductions (BN statistics and gradients, the loss) are split into a fixed number of
  * chunks and summed in chunk order, in double, so results do not depend on the thread
@@ -406,40 +406,6 @@ static int cpu_gap_bwd(rn_backend *be, int dtype, int n, int hw, int c, const vo
     return RN_OK;
 }
 
-/* ---- fully connected ---- */
-
-static int cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
-                      const void *bv, void *yv) {
-    (void)be;
-    float *y = yv;
-    const float *b = bv;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->n, d->out, d->in, 1.0f, x, d->in, w,
-                d->in, 0.0f, y, d->out);
-    if (b)
-        for (int i = 0; i < d->n; i++)
-            for (int j = 0; j < d->out; j++) y[(int64_t)i * d->out + j] += b[j];
-    return RN_OK;
-}
-
-static int cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
-                      const void *dyv, void *dx, void *dw, void *dbv, int accumulate) {
-    (void)be;
-    const float *dy = dyv;
-    float *db = dbv;
-    if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, dy,
-                    d->out, w, d->in, 0.0f, dx, d->in);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out,
-                x, d->in, accumulate ? 1.0f : 0.0f, dw, d->in);
-    if (db) {
-        if (!accumulate)
-            for (int j = 0; j < d->out; j++) db[j] = 0;
-        for (int i = 0; i < d->n; i++)
-            for (int j = 0; j < d->out; j++) db[j] += dy[(int64_t)i * d->out + j];
-    }
-    return RN_OK;
-}
-
 /* ---- loss ---- */
 
 /* One thread on purpose: n*classes is small next to any conv, and a sequential sum keeps
@@ -533,8 +499,8 @@ static const rn_backend_ops cpu_ops = {
     .maxpool_bwd = cpu_maxpool_bwd,
     .avgpool_global_fwd = cpu_gap_fwd,
     .avgpool_global_bwd = cpu_gap_bwd,
-    .fc_fwd = cpu_fc_fwd,
-    .fc_bwd = cpu_fc_bwd,
+    .fc_fwd = rn_cpu_fc_fwd,
+    .fc_bwd = rn_cpu_fc_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
 };
@@ -542,7 +508,9 @@ static const rn_backend_ops cpu_ops = {
 int rn_backend_cpu_init(rn_backend *be) {
     be->ops = &cpu_ops;
     be->impl = NULL;
-    openblas_set_num_threads(be->nthreads);
+    /* OpenBLAS's own pool stays idle: backend_cpu_gemm.c splits every GEMM across this
+     * context's OpenMP threads (why: see there). The setting is process-wide. */
+    openblas_set_num_threads(1);
     const char *core = openblas_get_corename();
     snprintf(be->name, sizeof be->name, "cpu: OpenBLAS %s, %d thread%s", core ? core : "?",
              be->nthreads, be->nthreads == 1 ? "" : "s");

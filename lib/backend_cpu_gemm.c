@@ -1,15 +1,26 @@
-/* CPU convolutions as OpenBLAS GEMMs over NHWC activations and OHWI weights.
+/* The CPU backend's GEMM-shaped ops: convolutions over NHWC activations and OHWI weights,
+ * and the fully connected layer.
  *
  * With M = n*p*q output positions and KC = kh*kw*c, the weights (k, kh, kw, c) are a
  * row-major (k, KC) matrix and the im2col rows of x, taken in (kh, kw, c) order, are a
  * (M, KC) matrix whose rows copy whole runs of contiguous channels. Then
- *   forward        y  (M, k)  = col (M, KC) * w^T
- *   backward data  dcol (M, KC) = dy (M, k) * w, scattered back into dx (col2im)
- *   backward filter dw (k, KC) = sum over row tiles of dy_tile^T * col_tile
+ *   forward         y (M, k)    = col (M, KC) * w^T
+ *   backward data   dcol (M, KC) = dy (M, k) * w, scattered back into dx (col2im)
+ *   backward filter dw (k, KC)  = sum over row tiles of dy_tile^T * col_tile
  * A 1x1 stride-1 unpadded conv needs no im2col: x is already (M, c).
- * im2col runs over tiles of TILE_BYTES rows (the workspace), so the copy stays in cache
- * for the GEMM that reads it and memory does not grow with the batch. Tile boundaries
- * depend only on the shape, never on the thread count, so results do not either. */
+ * im2col runs over tiles of at most TILE_BYTES per thread (the workspace), so the copy is
+ * still in cache when the GEMM reads it and memory does not grow with the batch.
+ *
+ * Threads. OpenBLAS runs single-threaded (set in rn_backend_cpu_init) and the OpenMP team
+ * of the context splits the work so that threads never wait on each other inside an op:
+ * forward takes row tiles, backward-data whole images, backward-filter column ranges of
+ * dw. Two pools (OpenMP's and OpenBLAS's) on the same cores each spin-wait while the
+ * other works, and a barrier per tile stalls whenever the OS preempts one thread: on this
+ * 2-core machine either one cost more than half the 3x3 convs' speed.
+ *
+ * Determinism. Row and column splits do not change the order in which OpenBLAS sums an
+ * output element, and dw sums its tiles in a fixed order, so results do not depend on the
+ * thread count (test_ops checks this bit for bit). */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -25,6 +36,55 @@
 #define TILE_BYTES ((size_t)4 << 20)
 /* GEMMs with fewer rows than this lose efficiency faster than the cache helps. */
 #define TILE_MIN_ROWS 128
+/* Split points of a GEMM are multiples of this many rows/columns (one AVX-512 vector). */
+#define SPLIT_ALIGN 16
+
+static int team_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+static int team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+/* [*lo, *hi) = share t of tn of [0, n), boundaries on multiples of SPLIT_ALIGN. */
+static void share(int64_t n, int t, int tn, int64_t *lo, int64_t *hi) {
+    int64_t blocks = (n + SPLIT_ALIGN - 1) / SPLIT_ALIGN;
+    *lo = blocks * t / tn * SPLIT_ALIGN;
+    *hi = blocks * (t + 1) / tn * SPLIT_ALIGN;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+/* Thread t's part of C = alpha op(A) op(B) + beta C (row-major): a block of C's rows, or
+ * of its columns when C is wider than tall, so no two threads write one element. */
+static void gemm_part(int t, int tn, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
+                      int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
+    int64_t lo, hi;
+    if (M >= N) {
+        share(M, t, tn, &lo, &hi);
+        if (hi <= lo) return;
+        const float *a = ta == CblasNoTrans ? A + lo * lda : A + lo;
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)(hi - lo), N, K, alpha, a, lda, B, ldb, beta,
+                    C + lo * ldc, ldc);
+    } else {
+        share(N, t, tn, &lo, &hi);
+        if (hi <= lo) return;
+        const float *b = tb == CblasNoTrans ? B + lo : B + lo * ldb;
+        cblas_sgemm(CblasRowMajor, ta, tb, M, (int)(hi - lo), K, alpha, A, lda, b, ldb, beta,
+                    C + lo, ldc);
+    }
+}
+
+/* ---- convolution ---- */
 
 static int pointwise(const rn_conv_desc *d) {
     return d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 &&
@@ -34,6 +94,7 @@ static int pointwise(const rn_conv_desc *d) {
 static int64_t rows_total(const rn_conv_desc *d) { return (int64_t)d->n * d->p * d->q; }
 static int64_t kcols(const rn_conv_desc *d) { return (int64_t)d->kh * d->kw * d->c; }
 
+/* Rows per im2col tile: TILE_BYTES of columns, at least TILE_MIN_ROWS, at most M. */
 static int64_t tile_rows(const rn_conv_desc *d) {
     int64_t t = (int64_t)(TILE_BYTES / (kcols(d) * sizeof(float)));
     if (t < TILE_MIN_ROWS) t = TILE_MIN_ROWS;
@@ -41,162 +102,244 @@ static int64_t tile_rows(const rn_conv_desc *d) {
     return t < m ? t : m;
 }
 
+/* Row tiles for the forward pass: at most tile_rows, and small enough that every thread
+ * gets a few (tiles are handed out dynamically, so a thread the OS preempts does not hold
+ * up the rest). */
+static int64_t fwd_tile_rows(const rn_conv_desc *d, int nt) {
+    int64_t m = rows_total(d), t = tile_rows(d);
+    int64_t even = (m + 4 * nt - 1) / (4 * nt);
+    even = (even + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
+    if (even < TILE_MIN_ROWS) even = TILE_MIN_ROWS;
+    return even < t ? even : t;
+}
+
+/* Teams smaller than the work: tiny convs (the unit tests, late layers at small batch)
+ * are not worth waking a second thread for. */
+static int team_for(const rn_backend *be, double flops) {
+    return flops < 2e6 ? 1 : be->nthreads;
+}
+
+static int conv_team(const rn_backend *be, const rn_conv_desc *d) {
+    return team_for(be, 2.0 * rows_total(d) * kcols(d) * d->k);
+}
+
+/* forward and backward-data: one tile per thread; backward-filter: one tile, split by
+ * columns among the threads */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
-    (void)be;
     if (pointwise(d)) return 0;
-    return (size_t)tile_rows(d) * kcols(d) * sizeof(float);
+    return (size_t)be->nthreads * tile_rows(d) * kcols(d) * sizeof(float);
 }
 
 /* cblas takes int sizes; refuse what would overflow them rather than wrap. */
 static int check_int(const rn_conv_desc *d, const char *op) {
     int64_t m = rows_total(d), in = (int64_t)d->n * d->h * d->w;
-    if (m > INT_MAX || in > INT_MAX || kcols(d) * d->k > INT_MAX)
+    if (m * d->k > INT_MAX || in * d->c > INT_MAX || kcols(d) * d->k > INT_MAX)
         return rn_errorf(RN_EINVAL, "%s: shape too large for 32-bit BLAS (n=%d %dx%dx%d -> k=%d); "
                          "use a smaller batch", op, d->n, d->h, d->w, d->c, d->k);
     return RN_OK;
 }
 
-/* col (mt, KC) = im2col rows [m0, m0+mt) of x. */
-static void im2col(int nt, const rn_conv_desc *d, const float *x, int64_t m0, int64_t mt,
-                   float *col) {
-    const int C = d->c, kw = d->kw, kh = d->kh, pq = d->p * d->q;
-    const int64_t kc = kcols(d);
-#pragma omp parallel for num_threads(nt) schedule(static) if (mt * kc >= 32768)
+/* Columns [k0, k1) of im2col rows [m0, m0+mt) of x into col (mt, k1-k0). Column
+ * (i*kw + j)*c + ch holds x at kernel offset (i, j), channel ch. */
+static void im2col(const rn_conv_desc *d, const float *x, int64_t m0, int64_t mt, int64_t k0,
+                   int64_t k1, float *col) {
+    const int C = d->c, kw = d->kw, pq = d->p * d->q;
+    const int64_t width = k1 - k0;
+    const int whole = k0 == 0 && k1 == kcols(d);
     for (int64_t r = 0; r < mt; r++) {
         int64_t m = m0 + r;
         int ni = (int)(m / pq), rem = (int)(m % pq);
         int pi = rem / d->q, qi = rem % d->q;
-        float *dst = col + r * kc;
+        float *dst = col + r * width;
         int w0 = qi * d->stride_w - d->pad_w;
-        for (int i = 0; i < kh; i++, dst += (int64_t)kw * C) {
+        for (int i = 0; i < d->kh; i++) {
+            int64_t base = (int64_t)i * kw * C;
+            if (base + (int64_t)kw * C <= k0 || base >= k1) continue;
             int hi = pi * d->stride_h - d->pad_h + i;
-            if (hi < 0 || hi >= d->h) {
-                memset(dst, 0, sizeof(float) * kw * C);
-                continue;
-            }
-            const float *xrow = x + ((int64_t)ni * d->h + hi) * d->w * C;
+            const float *xrow = hi >= 0 && hi < d->h ? x + ((int64_t)ni * d->h + hi) * d->w * C : NULL;
             /* the kw positions of one kernel row are adjacent pixels: one copy when inside */
-            if (w0 >= 0 && w0 + kw <= d->w) {
-                memcpy(dst, xrow + (int64_t)w0 * C, sizeof(float) * kw * C);
+            if (whole && xrow && w0 >= 0 && w0 + kw <= d->w) {
+                memcpy(dst + base, xrow + (int64_t)w0 * C, sizeof(float) * kw * C);
                 continue;
             }
             for (int j = 0; j < kw; j++) {
+                int64_t lo = base + (int64_t)j * C, hi2 = lo + C;
+                if (lo < k0) lo = k0;
+                if (hi2 > k1) hi2 = k1;
+                if (lo >= hi2) continue;
                 int wj = w0 + j;
-                if (wj < 0 || wj >= d->w) memset(dst + j * C, 0, sizeof(float) * C);
-                else memcpy(dst + j * C, xrow + (int64_t)wj * C, sizeof(float) * C);
+                float *o = dst + lo - k0;
+                if (!xrow || wj < 0 || wj >= d->w) memset(o, 0, sizeof(float) * (size_t)(hi2 - lo));
+                else memcpy(o, xrow + (int64_t)wj * C + (lo - base - (int64_t)j * C),
+                            sizeof(float) * (size_t)(hi2 - lo));
             }
         }
     }
 }
 
-/* dx += col2im(col) for rows [m0, m0+mt). Receptive fields overlap, so threads split the
- * channels instead of the rows: each thread owns a channel range of dx. */
-static void col2im_add(int nt, const rn_conv_desc *d, const float *col, int64_t m0, int64_t mt,
+/* dx += col2im(col) for rows [m0, m0+mt), all channels. */
+static void col2im_add(const rn_conv_desc *d, const float *col, int64_t m0, int64_t mt,
                        float *dx) {
     const int C = d->c, kw = d->kw, kh = d->kh, pq = d->p * d->q;
     const int64_t kc = kcols(d);
-    int threads = (mt * kc >= 32768 && C >= 16) ? nt : 1;
-#pragma omp parallel num_threads(threads)
-    {
-        int t = 0, tn = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        tn = omp_get_num_threads();
-#endif
-        int c0 = C * t / tn, c1 = C * (t + 1) / tn;
-        for (int64_t r = 0; r < mt; r++) {
-            int64_t m = m0 + r;
-            int ni = (int)(m / pq), rem = (int)(m % pq);
-            int pi = rem / d->q, qi = rem % d->q;
-            const float *src = col + r * kc;
-            for (int i = 0; i < kh; i++) {
-                int hi = pi * d->stride_h - d->pad_h + i;
-                if (hi < 0 || hi >= d->h) continue;
-                float *xrow = dx + ((int64_t)ni * d->h + hi) * d->w * C;
-                for (int j = 0; j < kw; j++) {
-                    int wj = qi * d->stride_w - d->pad_w + j;
-                    if (wj < 0 || wj >= d->w) continue;
-                    float *o = xrow + (int64_t)wj * C;
-                    const float *s = src + ((int64_t)i * kw + j) * C;
+    for (int64_t r = 0; r < mt; r++) {
+        int64_t m = m0 + r;
+        int ni = (int)(m / pq), rem = (int)(m % pq);
+        int pi = rem / d->q, qi = rem % d->q;
+        const float *src = col + r * kc;
+        for (int i = 0; i < kh; i++) {
+            int hi = pi * d->stride_h - d->pad_h + i;
+            if (hi < 0 || hi >= d->h) continue;
+            float *xrow = dx + ((int64_t)ni * d->h + hi) * d->w * C;
+            for (int j = 0; j < kw; j++) {
+                int wj = qi * d->stride_w - d->pad_w + j;
+                if (wj < 0 || wj >= d->w) continue;
+                float *o = xrow + (int64_t)wj * C;
+                const float *s = src + ((int64_t)i * kw + j) * C;
 #pragma omp simd
-                    for (int c = c0; c < c1; c++) o[c] += s[c];
-                }
+                for (int c = 0; c < C; c++) o[c] += s[c];
             }
         }
     }
 }
 
+/* Rows are independent: tiles of rows are handed out one at a time, each thread using
+ * its own slice of the workspace. */
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
                     void *yv) {
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
     const float *x = xv, *w = wv;
     float *y = yv;
-    const int K = d->k;
-    const int64_t M = rows_total(d), kc = kcols(d);
-    if (pointwise(d)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, K, d->c, 1.0f, x, d->c, w,
-                    d->c, 0.0f, y, K);
-        return RN_OK;
-    }
-    const int64_t mt = tile_rows(d);
-    float *col = be->ws;
-    for (int64_t m0 = 0; m0 < M; m0 += mt) {
-        int64_t rows = M - m0 < mt ? M - m0 : mt;
-        im2col(be->nthreads, d, x, m0, rows, col);
+    const int K = d->k, C = d->c, pw = pointwise(d), nt = conv_team(be, d);
+    const int64_t M = rows_total(d), kc = kcols(d), mt = fwd_tile_rows(d, nt);
+    const int64_t tiles = (M + mt - 1) / mt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t tile = 0; tile < tiles; tile++) {
+        int64_t m0 = tile * mt, rows = M - m0 < mt ? M - m0 : mt;
+        if (pw) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, C, 1.0f,
+                        x + m0 * C, C, w, C, 0.0f, y + m0 * K, K);
+            continue;
+        }
+        float *col = (float *)be->ws + (int64_t)team_id() * tile_rows(d) * kc;
+        im2col(d, x, m0, rows, 0, kc, col);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, (int)kc, 1.0f, col,
                     (int)kc, w, (int)kc, 0.0f, y + m0 * K, K);
     }
     return RN_OK;
 }
 
+/* Receptive fields overlap inside an image but never across images, so threads take
+ * whole images (a 1x1 stride-1 conv has no overlap at all and takes row tiles). */
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv, const void *wv,
                          void *dxv, int accumulate) {
     int rc = check_int(d, "conv_bwd_data");
     if (rc) return rc;
     const float *dy = dyv, *w = wv;
     float *dx = dxv;
-    const int K = d->k;
+    const int K = d->k, C = d->c, nt = conv_team(be, d);
     const int64_t M = rows_total(d), kc = kcols(d);
     if (pointwise(d)) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, d->c, K, 1.0f, dy, K, w,
-                    d->c, accumulate ? 1.0f : 0.0f, dx, d->c);
+        const int64_t mt = fwd_tile_rows(d, nt), tiles = (M + mt - 1) / mt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t tile = 0; tile < tiles; tile++) {
+            int64_t m0 = tile * mt, rows = M - m0 < mt ? M - m0 : mt;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
+                        dy + m0 * K, K, w, C, accumulate ? 1.0f : 0.0f, dx + m0 * C, C);
+        }
         return RN_OK;
     }
-    if (!accumulate)
-        be->ops->zero(be, dx, (size_t)d->n * d->h * d->w * d->c * sizeof(float));
-    const int64_t mt = tile_rows(d);
-    float *col = be->ws;
-    for (int64_t m0 = 0; m0 < M; m0 += mt) {
-        int64_t rows = M - m0 < mt ? M - m0 : mt;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
-                    dy + m0 * K, K, w, (int)kc, 0.0f, col, (int)kc);
-        col2im_add(be->nthreads, d, col, m0, rows, dx);
+    const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
+    const int64_t mt = tile_rows(d) < pq ? tile_rows(d) : pq;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int ni = 0; ni < d->n; ni++) {
+        float *col = (float *)be->ws + (int64_t)team_id() * tile_rows(d) * kc;
+        if (!accumulate) memset(dx + ni * img, 0, sizeof(float) * (size_t)img);
+        for (int64_t r0 = 0; r0 < pq; r0 += mt) {
+            int64_t m0 = ni * pq + r0, rows = pq - r0 < mt ? pq - r0 : mt;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
+                        dy + m0 * K, K, w, (int)kc, 0.0f, col, (int)kc);
+            col2im_add(d, col, m0, rows, dx);
+        }
     }
     return RN_OK;
 }
 
+/* dw's columns are split among the threads; each builds only its columns of every im2col
+ * tile and sums the tiles in order, so no two threads touch one element. */
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv,
                            const void *dyv, void *dwv, int accumulate) {
     int rc = check_int(d, "conv_bwd_filter");
     if (rc) return rc;
     const float *x = xv, *dy = dyv;
     float *dw = dwv;
-    const int K = d->k;
-    const int64_t M = rows_total(d), kc = kcols(d);
-    if (pointwise(d)) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, d->c, (int)M, 1.0f, dy, K, x,
-                    d->c, accumulate ? 1.0f : 0.0f, dw, d->c);
-        return RN_OK;
+    const int K = d->k, C = d->c, pw = pointwise(d), nt = conv_team(be, d);
+    const int64_t M = rows_total(d), kc = kcols(d), mt = tile_rows(d);
+#pragma omp parallel num_threads(nt)
+    {
+        int t = team_id(), tn = team_size();
+        if (pw) {
+            gemm_part(t, tn, CblasTrans, CblasNoTrans, K, C, (int)M, 1.0f, dy, K, x, C,
+                      accumulate ? 1.0f : 0.0f, dw, C);
+        } else {
+            int64_t k0, k1;
+            share(kc, t, tn, &k0, &k1);
+            float *col = (float *)be->ws + mt * k0;
+            for (int64_t m0 = 0; m0 < M && k1 > k0; m0 += mt) {
+                int64_t rows = M - m0 < mt ? M - m0 : mt;
+                im2col(d, x, m0, rows, k0, k1, col);
+                float beta = (m0 == 0 && !accumulate) ? 0.0f : 1.0f;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(k1 - k0), (int)rows,
+                            1.0f, dy + m0 * K, K, col, (int)(k1 - k0), beta, dw + k0, (int)kc);
+            }
+        }
     }
-    const int64_t mt = tile_rows(d);
-    float *col = be->ws;
-    for (int64_t m0 = 0; m0 < M; m0 += mt) {
-        int64_t rows = M - m0 < mt ? M - m0 : mt;
-        im2col(be->nthreads, d, x, m0, rows, col);
-        float beta = (m0 == 0 && !accumulate) ? 0.0f : 1.0f;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)kc, (int)rows, 1.0f,
-                    dy + m0 * K, K, col, (int)kc, beta, dw, (int)kc);
+    return RN_OK;
+}
+
+/* ---- fully connected: x (n, in), w (out, in), y (n, out) ---- */
+
+int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *bv, void *yv) {
+    float *y = yv;
+    const float *b = bv;
+#pragma omp parallel num_threads(team_for(be, 2.0 * d->n * d->in * d->out))
+    {
+        int t = team_id(), tn = team_size();
+        gemm_part(t, tn, CblasNoTrans, CblasTrans, d->n, d->out, d->in, 1.0f, x, d->in, w,
+                  d->in, 0.0f, y, d->out);
+#pragma omp barrier
+        if (b) {
+            int64_t lo = (int64_t)d->n * t / tn, hi = (int64_t)d->n * (t + 1) / tn;
+            for (int64_t i = lo; i < hi; i++)
+                for (int j = 0; j < d->out; j++) y[i * d->out + j] += b[j];
+        }
+    }
+    return RN_OK;
+}
+
+int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *dyv, void *dx, void *dw, void *dbv, int accumulate) {
+    const float *dy = dyv;
+    float *db = dbv;
+#pragma omp parallel num_threads(team_for(be, 2.0 * d->n * d->in * d->out))
+    {
+        int t = team_id(), tn = team_size();
+        if (dx)
+            gemm_part(t, tn, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, dy, d->out,
+                      w, d->in, 0.0f, dx, d->in);
+        gemm_part(t, tn, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out, x,
+                  d->in, accumulate ? 1.0f : 0.0f, dw, d->in);
+        if (db) {
+            /* each thread owns a range of bias entries and sums over the batch in order */
+            int64_t lo = (int64_t)d->out * t / tn, hi = (int64_t)d->out * (t + 1) / tn;
+            for (int64_t j = lo; j < hi; j++) {
+                float s = accumulate ? db[j] : 0.0f;
+                for (int i = 0; i < d->n; i++) s += dy[(int64_t)i * d->out + j];
+                db[j] = s;
+            }
+        }
     }
     return RN_OK;
 }

@@ -89,7 +89,8 @@ struct rn_backend {
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads is set. */
 int rn_backend_cpu_init(rn_backend *be);
 
-/* CPU convolutions (lib/backend_cpu_conv.c), entries of the CPU table. */
+/* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the
+ * CPU table. */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
                     void *y);
@@ -97,6 +98,10 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, 
                          void *dx, int accumulate);
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x,
                            const void *dy, void *dw, int accumulate);
+int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *b, void *y);
+int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *dy, void *dx, void *dw, void *db, int accumulate);
 
 #ifdef __cplusplus
 }
