@@ -262,10 +262,17 @@ static int ensure_train_state(rn_ckpt *ck) {
     return RN_OK;
 }
 
-static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path) {
-    rn_st_tensor *t = rn_calloc(ck->n_params, sizeof *t);
+/* The first step's gradients, and the batch they came from (u8 pixels and labels, so
+ * a reference can recompute them from the same input). */
+static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn_batch *b, const uint8_t *pixels,
+                      const int32_t *labels) {
+    rn_st_tensor *t = rn_calloc(ck->n_params + 2, sizeof *t);
     if (!t) return RN_ENOMEM;
     int rc = RN_OK;
+    t[ck->n_params] = (rn_st_tensor){.name = "input.pixels", .dtype = RN_U8, .ndim = 4, .shape = {b->n, b->h, b->w, b->c},
+                                     .data = pixels, .nbytes = (size_t)b->n * b->h * b->w * b->c};
+    t[ck->n_params + 1] = (rn_st_tensor){.name = "input.labels", .dtype = RN_I32, .ndim = 1, .shape = {b->n},
+                                         .data = (const uint8_t *)labels, .nbytes = sizeof(int32_t) * (size_t)b->n};
     for (size_t i = 0; i < ck->n_params && rc == RN_OK; i++) {
         const rn_ptensor *p = ck->params[i];
         int64_t numel = rn_numel(p->shape, p->n_shape);
@@ -280,7 +287,7 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path) {
         rc = rn_net_grad(net, p->name, g, numel);
     }
     const char *k[] = {"arch", "content"}, *v[] = {ck->model->arch, "gradients of the first optimiser step"};
-    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params, k, v, 2);
+    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, 2);
     for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
     free(t);
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
@@ -429,6 +436,8 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             step_loss += loss / o->accum;
         }
         int last = b.last;
+        if (rc == RN_OK && ts->step == 0 && o->dump_grads && isfinite(step_loss))
+            rc = dump_grads(r.net, ck, o->dump_grads, &b, b.pixels, b.labels);
         rn_loader_release(l, &b);
         if (rc) goto out;
         if (!isfinite(step_loss)) {
@@ -438,7 +447,6 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
                            (long long)ts->step, step_loss, o->out);
             goto out;
         }
-        if (ts->step == 0 && o->dump_grads && (rc = dump_grads(r.net, ck, o->dump_grads))) goto out;
         double lr = rn_lr_at(&o->lr, ts->step, spe);
         if ((rc = rn_net_sgd(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay, o->nesterov, o->no_wd_bn)))
             goto out;

@@ -65,7 +65,7 @@ setup() { cd "$BATS_TEST_TMPDIR"; }
     assert_success
     assert_output --partial "zero-init-res: yes"
     assert_output --partial "command:       rn-init --arch resnet18 --classes 7 --zero-init-residual -o a.pb"
-    assert_output --regexp "layer4\.1\.bn2\.num_batches_tracked +I64"
+    assert_output --regexp "layer4\.1\.bn2\.num_batches_tracked +I64 +[0-9a-f]{8} buffer"
     assert_output --regexp "fc\.weight +7,512 +F32"
     run rn-info --json --tensors a.pb
     assert_success

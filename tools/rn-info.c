@@ -20,7 +20,8 @@ static void usage(FILE *f) {
                "described instead: count, classes with counts, sizes, encoding, mean/std, command.\n"
                "\n"
                "  -j, --json     machine-readable output (one JSON object)\n"
-               "  -t, --tensors  list every tensor: name, shape, dtype, crc32c\n"
+               "  -t, --tensors  list every tensor (parameters, BN buffers, SGD momentum): name,\n"
+               "                 shape, dtype, crc32c\n"
                "  -h, --help     this help\n"
                "  -V, --version  print the version\n"
                "\n"
@@ -41,6 +42,16 @@ static int64_t count(rn_ptensor **t, size_t n) {
 
 static const char *str(const char *s) { return s ? s : ""; }
 
+/* The three tensor sets of a checkpoint: 0 params, 1 buffers, 2 SGD momentum. */
+static const char *set_names[] = {"", " buffer", " momentum"}, *set_keys[] = {"param", "buffer", "momentum"};
+
+static rn_ptensor **tensor_set(const rn_ckpt *c, int set, size_t *n) {
+    if (set == 0) return *n = c->n_params, c->params;
+    if (set == 1) return *n = c->n_buffers, c->buffers;
+    *n = c->optim ? c->optim->n_momentum : 0;
+    return c->optim ? c->optim->momentum : NULL;
+}
+
 static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     printf("file:          %s\n", path);
     printf("format:        rn checkpoint v%u\n", c->format_version);
@@ -50,7 +61,9 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     printf("buffers:       %zu tensors\n", c->n_buffers);
     printf("zero-init-res: %s\n", c->model->zero_init_residual ? "yes" : "no");
     if (c->train)
-        printf("progress:      epoch %d, step %lld\n", c->train->epoch, (long long)c->train->step);
+        printf("progress:      epoch %d, step %lld, next sample: epoch %lld index %lld, seed %llu\n", c->train->epoch,
+               (long long)c->train->step, (long long)c->train->data_epoch, (long long)c->train->data_index,
+               (unsigned long long)c->train->seed);
     else printf("progress:      not trained (epoch 0, step 0)\n");
     if (c->optim && c->optim->n_momentum)
         printf("optimiser:     %s lr %g momentum %g weight decay %g%s\n", str(c->optim->kind), c->optim->lr,
@@ -76,13 +89,13 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     if (tensors) {
         char shape[96];
         printf("tensors:\n");
-        for (int pass = 0; pass < 2; pass++) {
-            rn_ptensor **t = pass ? c->buffers : c->params;
-            size_t n = pass ? c->n_buffers : c->n_params;
+        for (int pass = 0; pass < 3; pass++) {
+            size_t n;
+            rn_ptensor **t = tensor_set(c, pass, &n);
             for (size_t i = 0; i < n; i++) {
                 shape_str(t[i], shape, sizeof shape);
                 printf("  %-44s %-18s %-4s %08x%s\n", t[i]->name, shape, rn_dtype_name((int)t[i]->dtype), t[i]->crc32c,
-                       pass ? " buffer" : "");
+                       set_names[pass]);
             }
         }
     }
@@ -106,6 +119,10 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
     printf("\"parameters\":%lld,\"param_tensors\":%zu,\"buffer_tensors\":%zu,", (long long)count(c->params, c->n_params),
            c->n_params, c->n_buffers);
     printf("\"epoch\":%d,\"step\":%lld,", c->train ? c->train->epoch : 0, c->train ? (long long)c->train->step : 0LL);
+    if (c->train)
+        printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,\"lr_schedule\":\"%s\",",
+               (long long)c->train->data_epoch, (long long)c->train->data_index, (unsigned long long)c->train->seed,
+               str(c->train->lr_schedule));
     printf("\"class_names\":[");
     for (size_t i = 0; i < c->n_class_names; i++) {
         if (i) putchar(',');
@@ -151,9 +168,9 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
     if (tensors) {
         printf(",\"tensors\":[");
         int first = 1;
-        for (int pass = 0; pass < 2; pass++) {
-            rn_ptensor **t = pass ? c->buffers : c->params;
-            size_t n = pass ? c->n_buffers : c->n_params;
+        for (int pass = 0; pass < 3; pass++) {
+            size_t n;
+            rn_ptensor **t = tensor_set(c, pass, &n);
             for (size_t i = 0; i < n; i++) {
                 printf("%s{", first ? "" : ",");
                 first = 0;
@@ -162,7 +179,7 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
                 for (size_t d = 0; d < t[i]->n_shape; d++) printf("%s%lld", d ? "," : "", (long long)t[i]->shape[d]);
                 printf("],");
                 json_kv("dtype", rn_dtype_name((int)t[i]->dtype), 1);
-                printf("\"crc32c\":\"%08x\",\"buffer\":%s}", t[i]->crc32c, pass ? "true" : "false");
+                printf("\"crc32c\":\"%08x\",\"set\":\"%s\"}", t[i]->crc32c, set_keys[pass]);
             }
         }
         printf("]");

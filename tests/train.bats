@@ -1,0 +1,157 @@
+#!/usr/bin/env bats
+# rn-train and rn-eval on a tiny learnable dataset (two classes of generated images).
+load helper
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/train 64 1
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/val 32 2
+    rn-prep -q src/train train.lmdb
+    rn-prep -q --classes train.lmdb src/val val.lmdb
+    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+}
+
+setup() { cd "$BATS_FILE_TMPDIR"; }
+
+T="--batch 16 --crop 32 --workers 2 --threads 2"
+
+@test "rn-train and rn-eval print help and version, and exit 2 on bad usage" {
+    for t in rn-train rn-eval; do
+        run $t --help
+        assert_success
+        assert_output --partial "usage: $t"
+        run $t --version
+        assert_success
+        run $t --bogus
+        assert_failure 2
+    done
+    run rn-train --data train.lmdb --in init.pb
+    assert_failure 2
+    assert_output --partial "required"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --batch 10 --accum 3
+    assert_failure 2
+    assert_output --partial "not a multiple"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-schedule exp
+    assert_failure 2
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-milestones 30,20
+    assert_failure 2
+    run rn-eval --data val.lmdb
+    assert_failure 2
+    [ ! -e x.pb ]
+}
+
+@test "a learnable dataset trains to >= 95% validation accuracy in 5 epochs" {
+    run rn-train --data train.lmdb --val val.lmdb --in init.pb --out e3.pb --epochs 5 $T --lr 0.05 --log e3.jsonl
+    assert_success
+    run rn-eval --data val.lmdb --ckpt e3.pb --crop 32 --json
+    assert_success
+    echo "$output" | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["n"]==64, d; assert d["top1"]>=0.95, d; print(d)'
+    run rn-info --json e3.pb
+    assert_output --partial '"epoch":5,"step":40,'
+    assert_output --partial '"class_names":["horiz","vert"]'
+    # the JSONL log: step lines and one epoch line per epoch with the val metrics
+    run "$PYTHON" -c 'import json,sys; L=[json.loads(l) for l in open("e3.jsonl")]; E=[l for l in L if l["kind"]=="epoch"]; S=[l for l in L if l["kind"]=="step"]; assert len(E)==5 and all("val_top1" in e and "img_s" in e for e in E), E; assert S and all(k in S[0] for k in ("loss","lr","img_s","data_wait","step","epoch")), S[0]; print(len(S), "step lines")'
+    assert_success
+}
+
+@test "rn-eval: text, json, per-class, confusion matrix, logits dump, top-k" {
+    rn-train --data train.lmdb --in init.pb --out one.pb --max-steps 2 $T
+    run rn-eval --data val.lmdb --ckpt one.pb --crop 32 --per-class --topk 1 --confusion conf.csv --dump-logits logits.safetensors
+    assert_success
+    assert_output --regexp "^top1=[0-9.]+ top1=[0-9.]+ loss=[0-9.]+ n=64"
+    assert_output --regexp "class 0 horiz top1=[0-9.]+ n=32"
+    assert_output --regexp "class 1 vert top1=[0-9.]+ n=32"
+    [ "$(wc -l < conf.csv)" = 3 ]
+    head -1 conf.csv | grep -q '"horiz","vert"'
+    PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
+import rnst, sys
+t, m = rnst.load("logits.safetensors")
+assert tuple(t["logits"].shape) == (64, 2), t["logits"].shape
+assert m["rows"] == "dataset order"'
+    # the confusion matrix adds up to n and its diagonal to top-1 * n
+    "$PYTHON" -c '
+import csv
+rows = list(csv.reader(open("conf.csv")))[1:]
+m = [[int(x) for x in r[1:]] for r in rows]
+assert sum(map(sum, m)) == 64, m'
+}
+
+@test "training 2N steps equals N steps, resume, N steps (tensors and state)" {
+    rn-train --data train.lmdb --in init.pb --out full.pb --max-steps 6 $T --seed 3
+    rn-train --data train.lmdb --in init.pb --out half.pb --max-steps 3 $T --seed 3
+    rn-train --data train.lmdb --in half.pb --out resumed.pb --max-steps 3 $T
+    tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
+    diff <(tensors full.pb) <(tensors resumed.pb)
+    state() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); print(d["epoch"], d["step"], d["data_epoch"], d["data_index"], d["seed"])'; }
+    assert_equal "$(state full.pb)" "$(state resumed.pb)"
+    # momentum is there and was resumed, not restarted
+    run rn-info --tensors resumed.pb
+    assert_output --regexp "fc\.weight +2,512 +F32 +[0-9a-f]{8} momentum"
+}
+
+@test "SIGUSR1 and SIGTERM save and exit 0; SIGINT saves and exits 130; resuming continues" {
+    for sig in USR1 TERM INT; do
+        rm -f sig.pb
+        rn-train --data train.lmdb --in init.pb --out sig.pb --epochs 50 $T --log-every 1 2> sig.err &
+        pid=$!
+        for i in $(seq 1 200); do grep -q "step 2 " sig.err && break; sleep 0.1; done
+        kill -$sig $pid
+        code=0
+        wait $pid || code=$?
+        if [ $sig = INT ]; then assert_equal "$code" 130; else assert_equal "$code" 0; fi
+        grep -q "stopped by signal" sig.err
+        run rn-info --json sig.pb
+        assert_success
+        step=$(echo "$output" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+        [ "$step" -ge 2 ] && [ "$step" -lt 400 ]
+    done
+    run rn-train --data train.lmdb --in sig.pb --out sig2.pb --max-steps 1 $T
+    assert_success
+    run rn-info --json sig2.pb
+    assert_output --partial "\"step\":$((step + 1)),"
+}
+
+@test "bad inputs: missing files, too many classes; outputs stay intact" {
+    echo keep > keep.pb
+    run rn-train --data nothere.lmdb --in init.pb --out keep.pb $T
+    assert_failure 1
+    assert_output --partial "nothere.lmdb"
+    run rn-train --data train.lmdb --in nothere.pb --out keep.pb $T
+    assert_failure 1
+    assert_output --partial "nothere.pb"
+    rn-init --arch resnet18 --classes 1 -o one.pb
+    run rn-train --data train.lmdb --in one.pb --out keep.pb $T
+    assert_failure 1
+    assert_output --partial "2 classes, but the model has 1 outputs"
+    assert_output --partial "rn-init --classes 2"
+    run rn-eval --data val.lmdb --ckpt one.pb --crop 32
+    assert_failure 1
+    assert_equal "$(cat keep.pb)" keep
+}
+
+@test "a non-finite loss stops training with a message and keeps the last good checkpoint" {
+    have_torch || skip "no torch for $PYTHON to write a poisoned checkpoint"
+    rn-export init.pb clean.safetensors
+    PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
+import rnst
+sd, meta = rnst.load("clean.safetensors")
+sd["fc.bias"][0] = float("nan")
+rnst.save("nan.safetensors", sd, meta)'
+    rn-init --from nan.safetensors -o nan.pb
+    echo keep > keep.pb
+    run rn-train --data train.lmdb --in nan.pb --out keep.pb $T --max-steps 3
+    assert_failure 1
+    assert_output --partial "step 0: the loss is nan: training diverged"
+    assert_equal "$(cat keep.pb)" keep
+}
+
+@test "--dump-grads matches torchvision's gradients for the same batch" {
+    have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
+    rn-export init.pb init.safetensors
+    run rn-train --data train.lmdb --in init.pb --out g.pb --max-steps 1 $T --dump-grads grads.safetensors
+    assert_success
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" init.safetensors grads.safetensors
+    echo "$output"
+    assert_success
+    assert_output --partial "62 gradients of a batch of 16, 0 failed"
+}
