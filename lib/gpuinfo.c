@@ -155,6 +155,8 @@ static const struct {
     const char *match, *match2, *label;
     double fp32, tf32, fp16, bf16, mem_gbs;
 } datasheet[] = {
+    {"GH200", "144G", "GH200 144GB HBM3e", 67, 494.5, 989.5, 989.5, 4900},
+    {"GH200", NULL, "GH200 96GB HBM3", 67, 494.5, 989.5, 989.5, 4000},
     {"H200 NVL", NULL, "H200 NVL", 60, 417.5, 835.5, 835.5, 4800},
     {"H200", NULL, "H200 SXM", 67, 494.5, 989.5, 989.5, 4800},
     {"H100 NVL", NULL, "H100 NVL", 60, 417.5, 835.5, 835.5, 3900},
@@ -1455,6 +1457,25 @@ static double pcie_lane_gbs(int gen) {
     return gen > 0 && gen < (int)(sizeof lane / sizeof *lane) ? lane[gen] : -1;
 }
 
+/* The datasheet row for a device name, -1 when none. "A10" must not catch "A100" nor "L4"
+ * "L40S": those rows come first, and a bare match must end the name or be followed by a
+ * space or a dash. */
+static int find_peak(const char *name) {
+    for (size_t i = 0; i < sizeof datasheet / sizeof *datasheet; i++) {
+        const char *p = strstr(name, datasheet[i].match);
+        if (!p || (datasheet[i].match2 && !strstr(name, datasheet[i].match2))) continue;
+        p += strlen(datasheet[i].match);
+        if (!datasheet[i].match2 && *p && *p != ' ' && *p != '-') return -1;
+        return (int)i;
+    }
+    return -1;
+}
+
+const char *rn_gpuinfo_datasheet(const char *name) {
+    int i = find_peak(name);
+    return i < 0 ? NULL : datasheet[i].label;
+}
+
 int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
     memset(out, 0, sizeof *out);
     if (!g->built_with_cuda)
@@ -1466,16 +1487,7 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
     const rn_gpudev *d = &g->dev[di];
     out->index = d->index;
     snprintf(out->name, sizeof out->name, "%s", d->name);
-    int peak = -1;
-    for (size_t i = 0; i < sizeof datasheet / sizeof *datasheet && peak < 0; i++)
-        if (strstr(d->name, datasheet[i].match) && (!datasheet[i].match2 || strstr(d->name, datasheet[i].match2)))
-            peak = (int)i;
-    /* "A10" must not catch "A100" and "L4" not "L40S": those come first in the table, and a
-     * bare name must end there or be followed by a space */
-    if (peak >= 0 && !datasheet[peak].match2) {
-        const char *p = strstr(d->name, datasheet[peak].match) + strlen(datasheet[peak].match);
-        if (*p && *p != ' ' && *p != '-') peak = -1;
-    }
+    int peak = find_peak(d->name);
     out->peak_source = peak >= 0 ? datasheet[peak].label : NULL;
     double mem_peak = peak >= 0 ? datasheet[peak].mem_gbs
                       : d->mem_clock_khz > 0 && d->bus_width_bits > 0

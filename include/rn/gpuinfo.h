@@ -236,6 +236,10 @@ typedef struct {
  * library missing, or a CUDA/cuBLAS/cuDNN call failed: the message names the call). */
 int rn_gpuinfo_bench(const rn_gpuinfo *g, int d, rn_gpubench *out);
 
+/* The datasheet entry --bench compares device `name` with ("NVIDIA H100 80GB HBM3" ->
+ * "H100 SXM5"), NULL for a GPU the table does not know. */
+const char *rn_gpuinfo_datasheet(const char *name);
+
 /* Print bench results: a table, or one JSON object per device on one line:
  *   {"schema": "rn-gpuinfo-bench/1", "index": int, "name": str, "peak_source": str|null,
  *    "results": [{"test": str, "what": str, "value": num|null, "unit": str,

@@ -86,5 +86,32 @@ int main(void) {
     CHECK(rn_gpuinfo_watch(g, 1, 1, g->ndev + 3, 0, stdout, NULL) == RN_EINVAL, "watch on a missing device");
     rn_gpuinfo_free(g);
     rn_gpuinfo_free(NULL);
+
+    /* names as cuDeviceGetName gives them */
+    static const char *const names[][2] = {
+        {"NVIDIA H100 80GB HBM3", "H100 SXM5"},
+        {"NVIDIA H100 PCIe", "H100 PCIe"},
+        {"NVIDIA H100 NVL", "H100 NVL"},
+        {"NVIDIA H200", "H200 SXM"},
+        {"NVIDIA H200 NVL", "H200 NVL"},
+        {"NVIDIA GH200 480GB", "GH200 96GB HBM3"},
+        {"NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"},
+        {"NVIDIA A100-SXM4-40GB", "A100 40GB"},
+        {"NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"},
+        {"NVIDIA A100-PCIE-40GB", "A100 40GB"},
+        {"NVIDIA A10", "A10"},
+        {"NVIDIA L4", "L4"},
+        {"NVIDIA L40S", "L40S"},
+        {"Tesla T4", "T4"},
+        {"NVIDIA A10G", NULL},
+        {"NVIDIA L40", NULL},
+        {"NVIDIA GeForce RTX 4090", NULL},
+        {"NVIDIA H20", NULL},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *got = rn_gpuinfo_datasheet(names[i][0]);
+        CHECK(got == names[i][1] || (got && names[i][1] && strcmp(got, names[i][1]) == 0), "%s: datasheet %s, want %s",
+              names[i][0], got ? got : "none", names[i][1] ? names[i][1] : "none");
+    }
     return check_done("test_gpuinfo");
 }
