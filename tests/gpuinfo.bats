@@ -60,6 +60,9 @@ int nvmlDeviceGetCurrPcieLinkWidth(void *h, unsigned *v) { (void)h; *v = 16; ret
 EOF
     cc -shared -fPIC -DFAKE_CUDA -o "$FAKE/libcuda.so.1" "$BATS_FILE_TMPDIR/fake.c"
     cc -shared -fPIC -o "$FAKE/libnvidia-ml.so.1" "$BATS_FILE_TMPDIR/fake.c"
+    # a driver without its NVML library, as in a container with only libcuda mounted
+    export NONVML="$BATS_FILE_TMPDIR/nonvml"
+    mkdir -p "$NONVML" && cp "$FAKE/libcuda.so.1" "$NONVML/"
     # what people get by putting the toolkit's stubs directory on LD_LIBRARY_PATH
     if [ -f /usr/local/cuda/lib64/stubs/libcuda.so ]; then
         ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "$STUB/libcuda.so.1"
@@ -246,6 +249,17 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     fake run rn-gpuinfo --watch 0.2 --count 1 --device 2
     assert_failure 1
     assert_output --partial "--device 2"
+}
+
+@test "driver without NVML: devices listed without live figures, --watch says what is missing, exit 1" {
+    no_driver_only
+    LD_LIBRARY_PATH="$NONVML" run --separate-stderr rn-gpuinfo --json
+    assert_equal "$(json_get 'len(d["devices"]), d["devices"][0]["temperature_c"], d["libraries"]["nvml"]["loaded"]' <<<"$output")" "(2, None, False)"
+    assert_equal "$(json_get 'any("libnvidia-ml.so.1" in n for n in d["notes"])' <<<"$output")" True
+    LD_LIBRARY_PATH="$NONVML" run rn-gpuinfo --watch 1 --count 2
+    assert_failure 1
+    assert_output --partial "libnvidia-ml.so.1"
+    assert_output --partial "nvidia-smi"
 }
 
 @test "--watch until interrupted: SIGINT ends it cleanly with exit 0" {
