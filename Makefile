@@ -41,11 +41,13 @@ endif
 CPPFLAGS += -Iinclude -I$(BUILD)/gen -D_GNU_SOURCE -DRN_VERSION='"$(VERSION)+$(GITREV)"' $(BLAS_CFLAGS)
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread $(SANFLAGS)
-LDFLAGS += -fopenmp -pthread $(SANFLAGS)
+# --as-needed: tools that never call CUDA (rn-gpuinfo loads it at run time) must start
+# on machines without the CUDA libraries
+LDFLAGS += -fopenmp -pthread -Wl,--as-needed $(SANFLAGS)
 LDLIBS += -lprotobuf-c -llmdb -lturbojpeg $(BLAS_LIBS) -ldl -lm
 
 ifeq ($(USE_CUDA),1)
-CPPFLAGS += -DRN_HAVE_CUDA=1 -I$(CUDA)/include
+CPPFLAGS += -DRN_HAVE_CUDA=1 -I$(CUDA)/include -DRN_CUDA_ARCH='"$(CUDA_ARCH)"'
 NVCC := $(CUDA)/bin/nvcc
 NVCCFLAGS := -O2 -std=c++17 -Iinclude -I$(BUILD)/gen -DRN_HAVE_CUDA=1 \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \

@@ -62,6 +62,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->batch = RN_TRAIN_BATCH;
     o->accum = 1;
     o->crop = RN_TRAIN_CROP;
+    o->resize = -1;
     o->augment = RN_AUG_RRC;
     o->shuffle = 1;
     o->epochs = 1;
@@ -366,6 +367,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     lo.workers = o->workers;
     lo.train = 1;
     lo.augment = o->augment;
+    lo.resize = o->resize;
     lo.shuffle = o->shuffle;
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
     lo.seed = ts->seed;
@@ -400,7 +402,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     }
     ts->steps_per_epoch = spe;
     if (o->val) {
-        if ((rc = open_eval_loader(o->val, micro, o->crop, -1, o->workers, &vl))) goto out;
+        if ((rc = open_eval_loader(o->val, micro, o->crop, o->resize, o->workers, &vl))) goto out;
         if ((rc = check_dataset(o->val, rn_loader_info(vl), ck))) goto out;
     }
     if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN))) goto out;

@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "                          gradient of the full batch in 1/K of the memory. BatchNorm\n"
             "                          statistics are per micro-batch, as PyTorch computes them\n"
             "      --crop S            training crop (default %d)\n"
+            "      --resize N          eval transform (--val, --augment none): shorter side before\n"
+            "                          the centre crop (default round(S*256/224); 0: no resize)\n"
             "      --augment MODE      standard (RandomResizedCrop + flip) or none (resize + centre\n"
             "                          crop, for debugging and parity) (default standard)\n"
             "      --no-shuffle        visit the records in order\n"
@@ -86,7 +88,7 @@ static int num(const char *s, const char *flag, double lo, double hi, double *ou
 
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN,
-    O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP
+    O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE
 };
 
 int main(int argc, char **argv) {
@@ -96,6 +98,7 @@ int main(int argc, char **argv) {
         {"max-steps", required_argument, 0, O_MAXSTEPS}, {"val", required_argument, 0, O_VAL},
         {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
+        {"resize", required_argument, 0, O_RESIZE},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
         {"workers", required_argument, 0, 'w'},    {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
@@ -125,6 +128,7 @@ int main(int argc, char **argv) {
         case 'b': if (!num(optarg, "--batch", 1, 1 << 20, &v)) return 2; o.batch = (int)v; break;
         case O_ACCUM: if (!num(optarg, "--accum", 1, 1 << 20, &v)) return 2; o.accum = (int)v; break;
         case O_CROP: if (!num(optarg, "--crop", 8, 4096, &v)) return 2; o.crop = (int)v; break;
+        case O_RESIZE: if (!num(optarg, "--resize", 0, 16384, &v)) return 2; o.resize = (int)v; break;
         case O_AUG:
             if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
             else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;

@@ -56,6 +56,8 @@ typedef struct {
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     int threads, workers;
     int batch, accum, crop;
+    int resize;             /* eval transform (--val, augment none): shorter side before the
+                               centre crop; -1: round(crop*256/224); 0: no resize */
     int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
     int shuffle;            /* 1 or 0 */
     int epochs;             /* epochs to run, counted from the checkpoint's epoch */
