@@ -118,7 +118,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
   libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
-  python3-numpy python3-pil
+  python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all $(words $(DEB_PKGS)) Debian packages present"; \

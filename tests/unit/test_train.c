@@ -1,0 +1,33 @@
+#include <math.h>
+
+#include "check.h"
+#include "rn/err.h"
+#include "rn/train.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b)); }
+
+int main(void) {
+    rn_lr_schedule s = {.schedule = RN_LR_STEP, .lr = 0.1, .step_epochs = 10, .gamma = 0.1};
+    /* StepLR(10, 0.1) with 100 steps per epoch: epoch 9 (steps 900..999) still at 0.1 */
+    CHECK(near(rn_lr_at(&s, 0, 100), 0.1) && near(rn_lr_at(&s, 999, 100), 0.1), "step: first ten epochs");
+    CHECK(near(rn_lr_at(&s, 1000, 100), 0.01) && near(rn_lr_at(&s, 2500, 100), 0.001), "step: decays");
+    s.schedule = RN_LR_MULTISTEP;
+    s.n_milestones = 3;
+    s.milestones[0] = 30, s.milestones[1] = 60, s.milestones[2] = 80;
+    CHECK(near(rn_lr_at(&s, 2999, 100), 0.1) && near(rn_lr_at(&s, 3000, 100), 0.01) &&
+              near(rn_lr_at(&s, 8000, 100), 0.0001),
+          "multistep");
+    s.schedule = RN_LR_COSINE;
+    s.total_epochs = 10;
+    CHECK(near(rn_lr_at(&s, 0, 100), 0.1) && near(rn_lr_at(&s, 500, 100), 0.05) && rn_lr_at(&s, 1000, 100) < 1e-12,
+          "cosine: %g %g", rn_lr_at(&s, 500, 100), rn_lr_at(&s, 1000, 100));
+    s.schedule = RN_LR_CONSTANT;
+    s.warmup_epochs = 2;
+    CHECK(near(rn_lr_at(&s, 0, 100), 0.1 / 200) && near(rn_lr_at(&s, 99, 100), 0.1 * 100 / 200) &&
+              near(rn_lr_at(&s, 200, 100), 0.1),
+          "linear warm-up");
+    /* the schedule is a function of the optimiser step alone: accumulation (fewer,
+     * larger steps) is expressed by steps_per_epoch, never by micro-batches */
+    CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exp") == -1, "parse");
+    return check_done("test_train");
+}
