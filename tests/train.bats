@@ -155,3 +155,30 @@ rnst.save("nan.safetensors", sd, meta)'
     assert_success
     assert_output --partial "62 gradients of a batch of 16, 0 failed"
 }
+
+@test "rn-predict gives the classes and probabilities rn-eval computes for the same images" {
+    rn-train --data train.lmdb --in init.pb --out p.pb --max-steps 3 $T
+    # raw records hold the source pixels, where the default re-encodes them (quality 90)
+    rn-prep -q --encode raw --classes train.lmdb src/val valraw.lmdb
+    rn-eval --data valraw.lmdb --ckpt p.pb --crop 32 --dump-logits vl.safetensors > /dev/null
+    run rn-predict --ckpt p.pb --crop 32 --topk 2 --json src/val/horiz/*.jpg src/val/vert/*.jpg
+    assert_success
+    echo "$output" > pred.jsonl
+    PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
+import json, rnst, torch
+logits = rnst.load("vl.safetensors")[0]["logits"].double()
+p = torch.softmax(logits, 1)
+rows = [json.loads(l) for l in open("pred.jsonl")]
+assert len(rows) == 64, len(rows)
+for i, r in enumerate(rows):
+    for t in r["top"]:
+        assert abs(t["p"] - p[i, t["class"]].item()) < 1e-4, (i, r, p[i])
+    assert r["top"][0]["name"] in ("horiz", "vert")
+print("64 images agree")'
+    run rn-predict --ckpt p.pb --crop 32 src/val/horiz/000.jpg /etc/hostname
+    assert_failure 1
+    assert_output --regexp "src/val/horiz/000.jpg	1	[0-9.]+	[01]	(horiz|vert)"
+    assert_output --partial "/etc/hostname: not a JPEG"
+    run rn-predict --crop 32 x.jpg
+    assert_failure 2
+}

@@ -1,0 +1,164 @@
+/* rn-predict: the top classes of a checkpoint for each image file. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/backend.h"
+#include "rn/ckpt.h"
+#include "rn/err.h"
+#include "rn/fileio.h"
+#include "rn/json.h"
+#include "rn/loader.h"
+#include "rn/net.h"
+#include "rn/predict.h"
+#include "rn/tensor.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rn-predict --ckpt MODEL.pb [options] IMAGE.jpg...\n"
+               "\n"
+               "The most probable classes for each image, with the eval transform (shorter side to\n"
+               "--resize, centre crop --crop, ImageNet normalisation) and the class names stored in\n"
+               "the checkpoint (rn-train copies them from the training set). One line per class:\n"
+               "  IMAGE<TAB>rank<TAB>probability<TAB>class index<TAB>class name\n"
+               "An image that cannot be read is reported on stderr and skipped (exit 1 at the end).\n"
+               "\n"
+               "  -c, --ckpt MODEL.pb   checkpoint\n"
+               "  -k, --topk K          classes per image (default 5)\n"
+               "      --crop S          centre crop (default 224)\n"
+               "      --resize N        shorter side before the crop (default round(S*256/224); 0: none)\n"
+               "  -j, --json            one JSON object per image: {\"image\", \"top\": [{\"class\",\n"
+               "                        \"name\", \"p\"}]}\n"
+               "  -t, --threads N       compute threads on the CPU (default: all cores)\n"
+               "      --device D        auto, cpu, cuda or cuda:N (default auto)\n"
+               "  -h, --help            this help\n"
+               "  -V, --version         print the version\n"
+               "\n"
+               "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n");
+}
+
+static int num(const char *s, const char *flag, long lo, long hi, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) {
+        fprintf(stderr, "rn-predict: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    enum { O_CROP = 256, O_RESIZE, O_DEVICE };
+    static const struct option opts[] = {
+        {"ckpt", required_argument, 0, 'c'},   {"topk", required_argument, 0, 'k'},
+        {"crop", required_argument, 0, O_CROP}, {"resize", required_argument, 0, O_RESIZE},
+        {"json", no_argument, 0, 'j'},         {"threads", required_argument, 0, 't'},
+        {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},      {0, 0, 0, 0},
+    };
+    const char *ckpt = NULL, *device = "auto";
+    int topk = 5, crop = 224, resize = -1, json = 0, threads = 0, c;
+    while ((c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': ckpt = optarg; break;
+        case 'k': if (!num(optarg, "--topk", 1, 1 << 20, &topk)) return 2; break;
+        case O_CROP: if (!num(optarg, "--crop", 8, 4096, &crop)) return 2; break;
+        case O_RESIZE: if (!num(optarg, "--resize", 0, 16384, &resize)) return 2; break;
+        case 'j': json = 1; break;
+        case 't': if (!num(optarg, "--threads", 1, 1024, &threads)) return 2; break;
+        case O_DEVICE: device = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("rn-predict %s\n", RN_VERSION); return 0;
+        default: fprintf(stderr, "rn-predict: see 'rn-predict --help'\n"); return 2;
+        }
+    }
+    if (!ckpt || optind == argc) {
+        fprintf(stderr, "rn-predict: --ckpt and at least one IMAGE are required (see --help)\n");
+        return 2;
+    }
+    rn_ckpt *ck = NULL;
+    rn_backend *be = NULL;
+    rn_net *net = NULL;
+    rn_jpeg *jpeg = NULL;
+    rn_resnet spec;
+    int rc = rn_ckpt_read(ckpt, &ck);
+    if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
+    if (rc == RN_OK) rc = rn_backend_create(device, threads, &be);
+    if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);
+    if (rc == RN_OK) rc = rn_net_load(net, ck);
+    if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-predict: %s\n", rn_last_error());
+        return 1;
+    }
+    int K = spec.num_classes, bad = 0;
+    if (topk > K) topk = K;
+    uint8_t *px = malloc((size_t)crop * crop * 3), *dev_px = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)K), *p = malloc(sizeof(float) * (size_t)K);
+    int *order = malloc(sizeof(int) * (size_t)K);
+    rn_image_ws ws = {0};
+    if (!rn_backend_is_host(be) && rn_backend_alloc(be, (size_t)crop * crop * 3, (void **)&dev_px)) rc = RN_EGPU;
+    for (int i = optind; i < argc && rc == RN_OK; i++) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        int r = rn_file_read(argv[i], &data, &len);
+        if (r == RN_OK) r = rn_predict_prepare(jpeg, data, len, crop, resize, px, &ws);
+        free(data);
+        if (r != RN_OK) {
+            fprintf(stderr, "rn-predict: %s: %s\n", argv[i], rn_last_error());
+            bad++;
+            continue;
+        }
+        const uint8_t *src = px;
+        if (dev_px) {
+            if ((rc = rn_backend_upload(be, dev_px, px, (size_t)crop * crop * 3))) break;
+            src = dev_px;
+        }
+        if ((rc = rn_input_normalize(be, RN_F32, (int64_t)crop * crop, 3, src, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
+                                     rn_net_input(net))) ||
+            (rc = rn_net_forward(net, 1, 0)) ||
+            (rc = rn_backend_download(be, logits, rn_net_logits(net), sizeof(float) * (size_t)K)))
+            break;
+        rn_softmax(logits, K, p);
+        /* partial selection sort: top-k indices by probability, ties to the lower index */
+        for (int k = 0; k < K; k++) order[k] = k;
+        for (int k = 0; k < topk; k++) {
+            int best = k;
+            for (int m = k + 1; m < K; m++)
+                if (p[order[m]] > p[order[best]]) best = m;
+            int t = order[k];
+            order[k] = order[best];
+            order[best] = t;
+        }
+        if (json) {
+            printf("{\"image\":");
+            rn_json_string(stdout, argv[i]);
+            printf(",\"top\":[");
+        }
+        for (int k = 0; k < topk; k++) {
+            int cl = order[k];
+            const char *name = (size_t)cl < ck->n_class_names ? ck->class_names[cl] : "";
+            if (json) {
+                printf("%s{\"class\":%d,\"name\":", k ? "," : "", cl);
+                rn_json_string(stdout, name);
+                printf(",\"p\":%.6f}", p[cl]);
+            } else {
+                printf("%s\t%d\t%.4f\t%d\t%s\n", argv[i], k + 1, p[cl], cl, name);
+            }
+        }
+        if (json) printf("]}\n");
+    }
+    if (rc != RN_OK) fprintf(stderr, "rn-predict: %s\n", rn_last_error());
+    rn_image_ws_free(&ws);
+    if (dev_px) rn_backend_free(be, dev_px);
+    free(px);
+    free(logits);
+    free(p);
+    free(order);
+    rn_jpeg_destroy(jpeg);
+    rn_net_destroy(net);
+    rn_backend_destroy(be);
+    rn_ckpt_free(ck);
+    return rc != RN_OK || bad ? 1 : 0;
+}
