@@ -13,7 +13,7 @@
  *
  * Threads. OpenBLAS runs single-threaded (set in rn_backend_cpu_init) and the OpenMP team
  * of the context splits the work so that threads never wait on each other inside an op:
- * forward takes row tiles, backward-data whole images, backward-filter column ranges of
+ * forward takes row tiles, backward-data runs of whole images, backward-filter column ranges of
  * dw. Two pools (OpenMP's and OpenBLAS's) on the same cores each spin-wait while the
  * other works, and a barrier per tile stalls whenever the OS preempts one thread: on this
  * 2-core machine either one cost more than half the 3x3 convs' speed.
@@ -250,14 +250,26 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
         }
         return RN_OK;
     }
+    /* a task is a run of whole images: enough of them that the GEMM has a useful number
+     * of rows when images are small (late layers), one image in tile-sized row chunks
+     * when they are large */
     const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
-    const int64_t mt = tile_rows(d) < pq ? tile_rows(d) : pq;
+    const int64_t tr = tile_rows(d);
+    int64_t ipt = tr / pq;
+    if (ipt < 1) ipt = 1;
+    if (ipt > 1 && (d->n + ipt - 1) / ipt < 2 * nt) {
+        ipt = (d->n + 2 * nt - 1) / (2 * nt);
+        if (ipt * pq < TILE_MIN_ROWS) ipt = TILE_MIN_ROWS / pq < tr / pq ? TILE_MIN_ROWS / pq : tr / pq;
+        if (ipt < 1) ipt = 1;
+    }
+    const int64_t mt = ipt * pq < tr ? ipt * pq : tr, tasks = (d->n + ipt - 1) / ipt;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int ni = 0; ni < d->n; ni++) {
-        float *col = (float *)be->ws + (int64_t)team_id() * tile_rows(d) * kc;
-        if (!accumulate) memset(dx + ni * img, 0, sizeof(float) * (size_t)img);
-        for (int64_t r0 = 0; r0 < pq; r0 += mt) {
-            int64_t m0 = ni * pq + r0, rows = pq - r0 < mt ? pq - r0 : mt;
+    for (int64_t task = 0; task < tasks; task++) {
+        float *col = (float *)be->ws + (int64_t)team_id() * tr * kc;
+        int64_t n0 = task * ipt, n1 = n0 + ipt < d->n ? n0 + ipt : d->n;
+        if (!accumulate) memset(dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
+        for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += mt) {
+            int64_t rows = n1 * pq - m0 < mt ? n1 * pq - m0 : mt;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
                         dy + m0 * K, K, w, (int)kc, 0.0f, col, (int)kc);
             col2im_add(d, col, m0, rows, dx);

@@ -171,6 +171,10 @@ static void test_conv(rn_backend *be) {
     test_conv_case(be, 2, 13, 13, 512, 8, 3, 1, 1, 0);
     test_conv_case(be, 2, 16, 15, 64, 16, 1, 2, 0, 0);
     test_conv_case(be, 3, 40, 40, 16, 8, 1, 1, 0, 0);
+    /* many small images: backward-data groups several whole images per GEMM */
+    test_conv_case(be, 7, 4, 4, 64, 16, 3, 2, 1, 0);
+    test_conv_case(be, 9, 3, 3, 32, 24, 3, 1, 1, 0);
+    test_conv_case(be, 5, 8, 8, 96, 32, 1, 2, 0, 0);
 }
 
 /* ---- batch norm ---- */
