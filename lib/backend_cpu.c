@@ -423,11 +423,11 @@ static int cpu_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *xv
     for (int64_t job = 0; job < jobs; job++) {
         int ni = (int)(job / ncb), c0 = (int)(job % ncb) * CB;
         int cb = C - c0 < CB ? C - c0 : CB;
-        unsigned char done[CB];
+        float done[CB];   /* 1 once a channel's maximum is found: float keeps the loop vectorisable */
         for (int pi = 0; pi < d->p; pi++)
             for (int qi = 0; qi < d->q; qi++) {
                 int64_t o = ((((int64_t)ni * d->p) + pi) * d->q + qi) * C + c0;
-                memset(done, 0, sizeof done);
+                for (int j = 0; j < cb; j++) done[j] = 0;
                 for (int i = 0; i < d->kh; i++) {
                     int hi = pi * d->stride_h - d->pad_h + i;
                     if (hi < 0 || hi >= d->h) continue;
@@ -435,11 +435,14 @@ static int cpu_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *xv
                         int wi = qi * d->stride_w - d->pad_w + s;
                         if (wi < 0 || wi >= d->w) continue;
                         int64_t xi = (((int64_t)ni * d->h + hi) * d->w + wi) * C + c0;
-                        for (int j = 0; j < cb; j++)
-                            if (!done[j] && x[xi + j] == y[o + j]) {
-                                dx[xi + j] += dy[o + j];
-                                done[j] = 1;
-                            }
+                        const float *xr = x + xi, *yr = y + o, *dyr = dy + o;
+                        float *dxr = dx + xi;
+#pragma omp simd
+                        for (int j = 0; j < cb; j++) {
+                            int hit = done[j] == 0 && xr[j] == yr[j];
+                            dxr[j] += hit ? dyr[j] : 0.0f;
+                            done[j] = hit ? 1.0f : done[j];
+                        }
                     }
                 }
             }
@@ -523,13 +526,13 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
 
 /* ---- SGD: float operations in torch's order ---- */
 
-static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
-                          const float *grad, float *buf) {
+RN_HOT static void sgd_range(int64_t i0, int64_t i1, const rn_sgd_desc *d, float *p,
+                             const float *grad, float *buf) {
     const float lr = d->lr, mom = d->momentum, damp1 = 1.0f - d->dampening,
                 wd = d->weight_decay, gs = d->grad_scale;
     const int nesterov = d->nesterov, first = d->first_step;
-#pragma omp parallel for simd num_threads(be->nthreads) schedule(dynamic, ELEMS_PER_CHUNK) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++) {
         float g = gs == 1.0f ? grad[i] : grad[i] * gs;
         if (wd != 0) g = g + wd * p[i];
         if (mom != 0) {
@@ -538,6 +541,16 @@ static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float
             g = nesterov ? g + mom * b : b;
         }
         p[i] = p[i] + -lr * g;
+    }
+}
+
+static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                          const float *grad, float *buf) {
+    const int64_t chunks = (n + ELEMS_PER_CHUNK - 1) / ELEMS_PER_CHUNK;
+#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, 1) if (n >= PAR_MIN)
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t i1 = (k + 1) * ELEMS_PER_CHUNK < n ? (k + 1) * ELEMS_PER_CHUNK : n;
+        sgd_range(k * ELEMS_PER_CHUNK, i1, d, p, grad, buf);
     }
     return RN_OK;
 }
