@@ -62,14 +62,64 @@ static void coeffs(int in_size, double in0, double in1, int out_size, int off, i
     }
 }
 
+/* The two passes are where the loader spends its time after decoding; GCC's -O2
+ * cost model does not vectorise them, -O3 does (4-8x on the vertical pass). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HOT __attribute__((optimize("O3")))
+#else
+#define HOT
+#endif
+
+/* acc[i] += p[i] * w over a row: the vertical pass's inner loop */
+static HOT void row_madd(int32_t *restrict acc, const uint8_t *restrict p, int32_t w, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] += p[i] * w;
+}
+
 static inline uint8_t clip8(int32_t v) {
     v >>= PREC;
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
+/* One RGB row of the horizontal pass. K > 0 is the (constant) kernel size: coefficients
+ * past a pixel's tap count are zero, so where K pixels fit in the row every output
+ * runs the same fully unrolled loop; K = 0 loops over the tap count. */
+static inline __attribute__((always_inline)) void hrow3(const uint8_t *row, uint8_t *out, const int *bx,
+                                                        const int32_t *cx, int dw, int kx, int K,
+                                                        int flip, int sw) {
+    for (int x = 0; x < dw; x++) {
+        const int32_t *k = cx + (size_t)x * kx;
+        const uint8_t *p = row + (size_t)bx[2 * x] * 3;
+        int xo = flip ? dw - 1 - x : x;
+        int32_t s0 = 1 << (PREC - 1), s1 = s0, s2 = s0;
+        if (K && bx[2 * x] + K <= sw) {
+            for (int i = 0; i < K; i++) {
+                s0 += p[3 * i] * k[i];
+                s1 += p[3 * i + 1] * k[i];
+                s2 += p[3 * i + 2] * k[i];
+            }
+        } else {
+            for (int i = 0, n = bx[2 * x + 1]; i < n; i++) {
+                s0 += p[3 * i] * k[i];
+                s1 += p[3 * i + 1] * k[i];
+                s2 += p[3 * i + 2] * k[i];
+            }
+        }
+        out[3 * xo] = clip8(s0);
+        out[3 * xo + 1] = clip8(s1);
+        out[3 * xo + 2] = clip8(s2);
+    }
+}
+
 int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[4], int out_w,
                     int out_h, int ox, int oy, int dw, int dh, int flip, uint8_t *dst,
                     rn_image_ws *ws) {
+    const int part[4] = {0, 0, sw, sh};
+    return rn_image_resize_part(src, part, sw, sh, c, box, out_w, out_h, ox, oy, dw, dh, flip, dst, ws);
+}
+
+HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int sh, int c,
+                             const double box[4], int out_w, int out_h, int ox, int oy, int dw,
+                             int dh, int flip, uint8_t *dst, rn_image_ws *ws) {
     if (sw <= 0 || sh <= 0 || c < 1 || c > 4 || out_w <= 0 || out_h <= 0 || dw <= 0 || dh <= 0)
         return rn_errorf(RN_EINVAL, "resize %dx%dx%d to %dx%d (window %dx%d): bad size", sw, sh, c,
                          out_w, out_h, dw, dh);
@@ -104,6 +154,20 @@ int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[
 
     coeffs(sw, box[0], box[2], out_w, ox, dw, kx, bx, cx, dtmp);
     coeffs(sh, box[1], box[3], out_h, oy, dh, ky, by, cy, dtmp);
+    /* src holds only part of the image: move the bounds into it */
+    for (int i = 0; i < dw; i++) {
+        bx[2 * i] -= part[0];
+        if (bx[2 * i] < 0 || bx[2 * i] + bx[2 * i + 1] > part[2])
+            return rn_errorf(RN_EINVAL, "resize: the part (%d,%d %dx%d) lacks columns the filter reads", part[0],
+                             part[1], part[2], part[3]);
+    }
+    for (int i = 0; i < dh; i++) {
+        by[2 * i] -= part[1];
+        if (by[2 * i] < 0 || by[2 * i] + by[2 * i + 1] > part[3])
+            return rn_errorf(RN_EINVAL, "resize: the part (%d,%d %dx%d) lacks rows the filter reads", part[0],
+                             part[1], part[2], part[3]);
+    }
+    sw = part[2];
     int y0 = by[0], y1 = by[2 * (dh - 1)] + by[2 * (dh - 1) + 1];
     if ((size_t)(y1 - y0) > max_rows)
         return rn_errorf(RN_EINVAL, "resize: internal row bound %d > %zu", y1 - y0, max_rows);
@@ -112,26 +176,23 @@ int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[
     for (int y = y0; y < y1; y++) {
         const uint8_t *row = src + (size_t)y * sw * c;
         uint8_t *out = tmp + (size_t)(y - y0) * dw * c;
+        if (c == 3) {
+            switch (kx) {
+            case 3: hrow3(row, out, bx, cx, dw, 3, 3, flip, sw); break;
+            case 5: hrow3(row, out, bx, cx, dw, 5, 5, flip, sw); break;
+            case 7: hrow3(row, out, bx, cx, dw, 7, 7, flip, sw); break;
+            default: hrow3(row, out, bx, cx, dw, kx, 0, flip, sw); break;
+            }
+            continue;
+        }
         for (int x = 0; x < dw; x++) {
             const int32_t *k = cx + (size_t)x * kx;
             const uint8_t *p = row + (size_t)bx[2 * x] * c;
             int n = bx[2 * x + 1], xo = flip ? dw - 1 - x : x;
-            if (c == 3) {
-                int32_t s0 = 1 << (PREC - 1), s1 = s0, s2 = s0;
-                for (int i = 0; i < n; i++) {
-                    s0 += p[3 * i] * k[i];
-                    s1 += p[3 * i + 1] * k[i];
-                    s2 += p[3 * i + 2] * k[i];
-                }
-                out[3 * xo] = clip8(s0);
-                out[3 * xo + 1] = clip8(s1);
-                out[3 * xo + 2] = clip8(s2);
-            } else {
-                for (int ch = 0; ch < c; ch++) {
-                    int32_t s = 1 << (PREC - 1);
-                    for (int i = 0; i < n; i++) s += p[c * i + ch] * k[i];
-                    out[c * xo + ch] = clip8(s);
-                }
+            for (int ch = 0; ch < c; ch++) {
+                int32_t s = 1 << (PREC - 1);
+                for (int i = 0; i < n; i++) s += p[c * i + ch] * k[i];
+                out[c * xo + ch] = clip8(s);
             }
         }
     }
@@ -143,8 +204,7 @@ int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[
         for (size_t i = 0; i < rowlen; i++) acc[i] = 1 << (PREC - 1);
         for (int r = 0; r < n; r++) {
             const uint8_t *p = tmp + (size_t)(first + r) * rowlen;
-            int32_t w = k[r];
-            for (size_t i = 0; i < rowlen; i++) acc[i] += p[i] * w;
+            row_madd(acc, p, k[r], rowlen);
         }
         uint8_t *out = dst + (size_t)y * rowlen;
         for (size_t i = 0; i < rowlen; i++) out[i] = clip8(acc[i]);

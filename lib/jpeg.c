@@ -6,10 +6,34 @@
 
 #include "rn/err.h"
 
+#ifdef RN_HAVE_LIBJPEG
+#include <stdio.h> /* jpeglib.h needs FILE */
+#include <jerror.h>
+#include <jpeglib.h>
+#include <setjmp.h>
+
+/* progressive files with more scans than this are refused (TJFLAG_LIMITSCANS's limit) */
+#define MAX_SCANS 500
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} jerr_mgr;
+#endif
+
 struct rn_jpeg {
     tjhandle dec, enc;
     uint8_t *tmp; /* CMYK staging, grown on demand */
     size_t tmp_cap;
+    uint8_t *region; /* rn_jpeg_decode_region's output */
+    size_t region_cap;
+#ifdef RN_HAVE_LIBJPEG
+    struct jpeg_decompress_struct cinfo;
+    jerr_mgr jerr;
+    struct jpeg_progress_mgr progress;
+    int cinfo_ok;
+#endif
 };
 
 int rn_jpeg_create(rn_jpeg **out) {
@@ -30,6 +54,10 @@ void rn_jpeg_destroy(rn_jpeg *j) {
     if (!j) return;
     if (j->dec) tjDestroy(j->dec);
     if (j->enc) tjDestroy(j->enc);
+#ifdef RN_HAVE_LIBJPEG
+    if (j->cinfo_ok) jpeg_destroy_decompress(&j->cinfo);
+#endif
+    free(j->region);
     free(j->tmp);
     free(j);
 }
@@ -77,8 +105,11 @@ int rn_jpeg_header(rn_jpeg *j, const uint8_t *data, size_t len, rn_jpeg_info *in
 void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *w, int *h) {
     *w = info->width;
     *h = info->height;
-    for (int num = 1; num < 8; num++) {
-        tjscalingfactor sf = {num, 8};
+    /* only 1/8, 1/4 and 1/2: libjpeg-turbo has SIMD IDCTs for those; the 3/8..7/8
+     * IDCTs are plain C and slower than a full-size decode plus a resize */
+    static const int nums[] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        tjscalingfactor sf = {nums[k], 8};
         int sw = TJSCALED(info->width, sf), sh = TJSCALED(info->height, sf);
         if (sw >= need_w && sh >= need_h) {
             *w = sw;
@@ -151,6 +182,129 @@ int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, in
             dst[i] = (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
         }
     }
+    return RN_OK;
+}
+
+static int grow_region(rn_jpeg *j, size_t n) {
+    if (n <= j->region_cap) return RN_OK;
+    uint8_t *p = realloc(j->region, n);
+    if (!p) return rn_errorf(RN_ENOMEM, "out of memory decoding a JPEG (%zu bytes)", n);
+    j->region = p;
+    j->region_cap = n;
+    return RN_OK;
+}
+
+#ifdef RN_HAVE_LIBJPEG
+static void on_error(j_common_ptr c) {
+    jerr_mgr *e = (jerr_mgr *)c->err;
+    c->err->format_message(c, e->msg);
+    longjmp(e->jb, 1);
+}
+
+/* warnings are accepted as PIL accepts them, except a premature end of data */
+static void on_message(j_common_ptr c, int level) {
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) {
+        jerr_mgr *e = (jerr_mgr *)c->err;
+        snprintf(e->msg, sizeof e->msg, "truncated JPEG (Premature end of JPEG file)");
+        longjmp(e->jb, 1);
+    }
+}
+
+static void on_progress(j_common_ptr c) {
+    j_decompress_ptr d = (j_decompress_ptr)c;
+    if (d->input_scan_number > MAX_SCANS) {
+        jerr_mgr *e = (jerr_mgr *)c->err;
+        snprintf(e->msg, sizeof e->msg, "progressive JPEG with over %d scans refused", MAX_SCANS);
+        longjmp(e->jb, 1);
+    }
+}
+
+/* the window with libjpeg's partial decoding; an iMCU of margin around it keeps the
+ * fancy-upsampled pixels identical to those of a full decode */
+static int region_libjpeg(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int num,
+                          int sw, int sh, const int want[4], const uint8_t **px, int got[4]) {
+    struct jpeg_decompress_struct *ci = &j->cinfo;
+    if (!j->cinfo_ok) {
+        ci->err = jpeg_std_error(&j->jerr.pub);
+        j->jerr.pub.error_exit = on_error;
+        j->jerr.pub.emit_message = on_message;
+        jpeg_create_decompress(ci);
+        j->progress.progress_monitor = on_progress;
+        ci->progress = &j->progress;
+        j->cinfo_ok = 1;
+    }
+    volatile int rc = RN_OK;
+    if (setjmp(j->jerr.jb)) {
+        jpeg_abort_decompress(ci);
+        return rn_errorf(RN_EDATA, "JPEG decode: %s", j->jerr.msg);
+    }
+    jpeg_mem_src(ci, data, (unsigned long)len);
+    jpeg_read_header(ci, TRUE);
+    ci->out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    ci->scale_num = (unsigned)num;
+    ci->scale_denom = 8;
+    jpeg_start_decompress(ci);
+    if ((int)ci->output_width != sw || (int)ci->output_height != sh || ci->output_components != channels) {
+        jpeg_abort_decompress(ci);
+        return rn_errorf(RN_EDATA, "JPEG decode: libjpeg scales to %ux%u, TurboJPEG to %dx%d", ci->output_width,
+                         ci->output_height, sw, sh);
+    }
+    int mw = ci->max_h_samp_factor * ci->min_DCT_scaled_size, mh = ci->max_v_samp_factor * ci->min_DCT_scaled_size;
+    int x0 = want[0] - mw, x1 = want[0] + want[2] + mw, y0 = want[1] - mh, y1 = want[1] + want[3] + mh;
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 > sw) x1 = sw;
+    if (y1 > sh) y1 = sh;
+    JDIMENSION xo = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (x0 > 0 || x1 < sw) jpeg_crop_scanline(ci, &xo, &cw);
+    size_t stride = (size_t)cw * channels;
+    if ((rc = grow_region(j, stride * (size_t)(y1 - y0))) != RN_OK) {
+        jpeg_abort_decompress(ci);
+        return rc;
+    }
+    if (y0 > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)y0) != (JDIMENSION)y0) {
+        jpeg_abort_decompress(ci);
+        return rn_errorf(RN_EDATA, "JPEG decode: could not skip to row %d", y0);
+    }
+    while ((int)ci->output_scanline < y1) {
+        JSAMPROW row = j->region + stride * (ci->output_scanline - (JDIMENSION)y0);
+        jpeg_read_scanlines(ci, &row, 1);
+    }
+    /* the rows below the window are never decoded */
+    jpeg_abort_decompress(ci);
+    *px = j->region;
+    got[0] = (int)xo;
+    got[1] = y0;
+    got[2] = (int)cw;
+    got[3] = y1 - y0;
+    return RN_OK;
+}
+#endif
+
+int rn_jpeg_decode_region(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int sw,
+                          int sh, const int want[4], const uint8_t **px, int got[4]) {
+    rn_jpeg_info info;
+    int rc = rn_jpeg_header(j, data, len, &info);
+    if (rc) return rc;
+    if (want[0] < 0 || want[1] < 0 || want[2] <= 0 || want[3] <= 0 || want[0] + want[2] > sw ||
+        want[1] + want[3] > sh)
+        return rn_errorf(RN_EINVAL, "window %dx%d at (%d,%d) outside the %dx%d image", want[2], want[3],
+                         want[0], want[1], sw, sh);
+#ifdef RN_HAVE_LIBJPEG
+    if (!info.cmyk && (channels == 1 || channels == 3)) {
+        for (int num = 1; num <= 8; num++) {
+            tjscalingfactor sf = {num, 8};
+            if (TJSCALED(info.width, sf) == sw && TJSCALED(info.height, sf) == sh)
+                return region_libjpeg(j, data, len, channels, num, sw, sh, want, px, got);
+        }
+    }
+#endif
+    if ((rc = grow_region(j, (size_t)sw * sh * (channels > 0 ? channels : 1))) != RN_OK) return rc;
+    if ((rc = rn_jpeg_decode(j, data, len, channels, sw, sh, j->region)) != RN_OK) return rc;
+    *px = j->region;
+    got[0] = got[1] = 0;
+    got[2] = sw;
+    got[3] = sh;
     return RN_OK;
 }
 

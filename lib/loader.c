@@ -201,7 +201,7 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
         else ox = rn_round_half_even((W - S) / 2.0), oy = rn_round_half_even((H - S) / 2.0);
     }
     const uint8_t *px = smp.data;
-    int pw = W, ph = H;
+    int pw = W, ph = H, part[4] = {0, 0, W, H}; /* px holds part of the pw x ph image */
     if (smp.enc == RN_ENC_JPEG) {
         /* smallest DCT scale at which the box still has >= output pixels per side */
         int sw = W, sh = H;
@@ -210,20 +210,36 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
             int need_w = (int)ceil(W * (double)out_w / bw), need_h = (int)ceil(H * (double)out_h / bh);
             rn_jpeg_scaled_size(&ji, need_w, need_h, &sw, &sh);
         }
-        if ((rc = grow(w, (size_t)sw * sh * c)) != RN_OK) goto bad;
-        if ((rc = rn_jpeg_decode(w->jpeg, smp.data, smp.len, c, sw, sh, w->buf)) != RN_OK) goto bad;
         if (sw != W || sh != H) {
             double fx = (double)sw / W, fy = (double)sh / H;
             box[0] *= fx, box[2] *= fx, box[1] *= fy, box[3] *= fy;
             if (box[2] > sw) box[2] = sw;
             if (box[3] > sh) box[3] = sh;
         }
-        px = w->buf, pw = sw, ph = sh;
+        /* the source pixels the output window reads: its filter span plus a margin
+         * (whole image when padding); only they are decoded where libjpeg allows */
+        int want[4] = {0, 0, sw, sh}, got[4];
+        if (!pad) {
+            double scx = (box[2] - box[0]) / out_w, scy = (box[3] - box[1]) / out_h;
+            double spx = (scx < 1 ? 1 : scx) + 2, spy = (scy < 1 ? 1 : scy) + 2;
+            int x0 = (int)floor(box[0] + ox * scx - spx), x1 = (int)ceil(box[0] + (ox + S) * scx + spx);
+            int y0 = (int)floor(box[1] + oy * scy - spy), y1 = (int)ceil(box[1] + (oy + S) * scy + spy);
+            if (x0 < 0) x0 = 0;
+            if (y0 < 0) y0 = 0;
+            if (x1 > sw) x1 = sw;
+            if (y1 > sh) y1 = sh;
+            want[0] = x0, want[1] = y0, want[2] = x1 - x0, want[3] = y1 - y0;
+        }
+        if ((rc = rn_jpeg_decode_region(w->jpeg, smp.data, smp.len, c, sw, sh, want, &px, got)) != RN_OK) goto bad;
+        memcpy(part, got, sizeof part);
+        pw = sw, ph = sh;
     }
     if (!pad) {
         int identity = box[0] == 0 && box[1] == 0 && box[2] == pw && box[3] == ph && out_w == pw && out_h == ph;
-        if (identity) rc = rn_image_crop(px, pw, ph, c, ox, oy, S, S, flip, dst);
-        else rc = rn_image_resize(px, pw, ph, c, box, out_w, out_h, ox, oy, S, S, flip, dst, &w->ws);
+        if (identity)
+            rc = rn_image_crop(px, part[2], part[3], c, ox - part[0], oy - part[1], S, S, flip, dst);
+        else
+            rc = rn_image_resize_part(px, part, pw, ph, c, box, out_w, out_h, ox, oy, S, S, flip, dst, &w->ws);
         if (rc) goto bad;
         return RN_OK;
     }

@@ -38,7 +38,7 @@ sums() { rn-load -q --sums "$@" | grep '^batch '; }
 }
 
 @test "reports images/second, position and checksum" {
-    run rn-load --batch 8 --epochs 2 data.lmdb
+    run rn-load --batch 8 --epochs 2 --checksum data.lmdb
     assert_success
     assert_output --regexp "rn-load: 42 images in 6 batches, .* img/s"
     assert_line "position: 2:0"

@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "                     trainer does\n"
             "  --start E:I        start at epoch E, index I (a saved loader position)\n"
             "  --sums             print one line per batch: epoch index n last crc32c\n"
+            "  --checksum         print the crc32c of all batches (pixels and labels) at the end\n"
             "  --dump FILE.jpg    write a contact sheet of the first batch\n"
             "  --raw FILE         write the first batch's u8 NHWC pixels to FILE (raw bytes)\n"
             "  --list             list the records (key label WxHxC enc bytes name) and exit\n"
@@ -75,11 +76,11 @@ int main(int argc, char **argv) {
     rn_loader_opts o;
     rn_loader_defaults(&o);
     long v, epochs = 0, max_batches = 0;
-    int to_float = 0, sums = 0, list = 0, quiet = 0;
+    int to_float = 0, sums = 0, list = 0, quiet = 0, checksum = 0;
     int64_t start_e = 0, start_i = 0;
     const char *dump = NULL, *raw = NULL;
     enum { O_CROP = 256, O_BATCH, O_WORKERS, O_PREFETCH, O_EPOCHS, O_BATCHES, O_SEED, O_EVAL, O_AUGMENT,
-           O_RESIZE, O_NOSHUF, O_DROP, O_EXACT, O_FLOAT, O_START, O_SUMS, O_DUMP, O_LIST, O_VERSION, O_RAW };
+           O_RESIZE, O_NOSHUF, O_DROP, O_EXACT, O_FLOAT, O_START, O_SUMS, O_DUMP, O_LIST, O_VERSION, O_RAW, O_CHECKSUM };
     static const struct option lo[] = {
         {"crop", required_argument, 0, O_CROP},         {"batch", required_argument, 0, O_BATCH},
         {"workers", required_argument, 0, O_WORKERS},   {"prefetch", required_argument, 0, O_PREFETCH},
@@ -89,7 +90,8 @@ int main(int argc, char **argv) {
         {"no-shuffle", no_argument, 0, O_NOSHUF},       {"drop-last", no_argument, 0, O_DROP},
         {"exact", no_argument, 0, O_EXACT},             {"float", no_argument, 0, O_FLOAT},
         {"start", required_argument, 0, O_START},       {"sums", no_argument, 0, O_SUMS},
-        {"dump", required_argument, 0, O_DUMP},         {"raw", required_argument, 0, O_RAW},         {"list", no_argument, 0, O_LIST},
+        {"dump", required_argument, 0, O_DUMP},         {"raw", required_argument, 0, O_RAW},
+        {"checksum", no_argument, 0, O_CHECKSUM},         {"list", no_argument, 0, O_LIST},
         {"quiet", no_argument, 0, 'q'},                 {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},         {0, 0, 0, 0}};
     int c;
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
             break;
         }
         case O_SUMS: sums = 1; break;
+        case O_CHECKSUM: checksum = 1; break;
         case O_DUMP: dump = optarg; break;
         case O_RAW: raw = optarg; break;
         case O_LIST: list = 1; break;
@@ -189,8 +192,10 @@ int main(int argc, char **argv) {
             uint32_t bc = rn_crc32c(rn_crc32c(0, b.pixels, nbytes), b.labels, (size_t)b.n * sizeof(int32_t));
             printf("batch %" PRId64 " %" PRId64 " %d %d %08x\n", b.epoch, b.index, b.n, b.last, bc);
         }
-        crc = rn_crc32c(crc, b.pixels, nbytes);
-        crc = rn_crc32c(crc, b.labels, (size_t)b.n * sizeof(int32_t));
+        if (checksum) {
+            crc = rn_crc32c(crc, b.pixels, nbytes);
+            crc = rn_crc32c(crc, b.labels, (size_t)b.n * sizeof(int32_t));
+        }
         if (dump && batches == 0) {
             uint8_t *jpg;
             size_t len;
@@ -226,7 +231,7 @@ int main(int argc, char **argv) {
                images, batches, secs, images / (secs > 1e-9 ? secs : 1e-9), nworkers, o.batch, o.crop,
                to_float ? ", float" : "");
         printf("position: %" PRId64 ":%" PRId64 "\n", pe, pi);
-        printf("checksum: %08x\n", crc);
+        if (checksum) printf("checksum: %08x\n", crc);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "rn-load: writing to stdout failed\n");

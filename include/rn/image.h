@@ -34,6 +34,13 @@ int rn_image_resize(const uint8_t *src, int sw, int sh, int c, const double box[
                     int out_h, int ox, int oy, int dw, int dh, int flip, uint8_t *dst,
                     rn_image_ws *ws);
 
+/* The same when src holds only part = {x, y, w, h} of the sw x sh image (packed w x h x c):
+ * results are identical to rn_image_resize on the whole image as long as the part holds
+ * every pixel the filter reads (else RN_EINVAL). */
+int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int sh, int c,
+                         const double box[4], int out_w, int out_h, int ox, int oy, int dw,
+                         int dh, int flip, uint8_t *dst, rn_image_ws *ws);
+
 /* Copy the w x h window at (x, y) of src (sw x sh x c) to dst (w x h x c), mirrored
  * left-right if flip. Errors: RN_EINVAL if the window does not fit. */
 int rn_image_crop(const uint8_t *src, int sw, int sh, int c, int x, int y, int w, int h, int flip,

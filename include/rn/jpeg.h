@@ -6,7 +6,7 @@
  * Image.convert("RGB") does (Adobe files store inverted CMYK), RGB files are reduced
  * to gray with the JPEG's own luma (Y) channel.
  *
- * Decoding can use the DCT scaling of libjpeg (1/8 .. 7/8 of each side): the decoder
+ * Decoding can use the DCT scaling of libjpeg (1/8, 1/4, 1/2 of each side): the decoder
  * does a fraction of the work and the result is a good low-pass image of the full one.
  *
  * A handle is not thread-safe: make one per thread. All errors are RN_EDATA (the file
@@ -38,8 +38,9 @@ void rn_jpeg_destroy(rn_jpeg *j);
  * or zero/absurd dimensions as the library sees them). */
 int rn_jpeg_header(rn_jpeg *j, const uint8_t *data, size_t len, rn_jpeg_info *info);
 
-/* The smallest DCT-scaled size (scale num/8 with num in 1..8) whose sides are both
- * at least need_w x need_h; the full size if none is smaller. Pure function. */
+/* The smallest DCT-scaled size (scale 1/8, 1/4 or 1/2: the scales libjpeg-turbo has
+ * SIMD code for) whose sides are both at least need_w x need_h; the full size if none
+ * is smaller. Pure function. */
 void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *w, int *h);
 
 /* Decode into dst, which holds w * h * channels bytes, where (w, h) is the full size or
@@ -48,6 +49,18 @@ void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *
  * other libjpeg warnings (extraneous bytes, ...) are accepted as PIL accepts them. */
 int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int w, int h,
                    uint8_t *dst);
+
+/* Decode (at least) the window want = {x, y, w, h} of the DCT-scaled (sw x sh) image,
+ * where (sw, sh) is as for rn_jpeg_decode. On success *px points to a packed image of
+ * got[2] x got[3] pixels (channels each) whose top-left pixel is (got[0], got[1]) of the
+ * scaled image; it contains the window, and its pixels equal those of a full decode.
+ * The buffer belongs to the handle and is valid until the handle's next call.
+ * Built with RN_HAVE_LIBJPEG (link -ljpeg), only the rows down to the window's bottom
+ * are entropy-decoded and only the window's columns (to iMCU boundaries) are
+ * reconstructed; otherwise the whole scaled image is decoded (got = {0, 0, sw, sh}).
+ * A file truncated below the window is then not noticed. Errors as rn_jpeg_decode. */
+int rn_jpeg_decode_region(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int sw,
+                          int sh, const int want[4], const uint8_t **px, int got[4]);
 
 /* Encode w x h x channels (1 or 3) pixels at quality 1..100 (4:2:0 for RGB, as PIL's
  * default). On success *out is a malloc'ed buffer of *out_len bytes; caller frees it.

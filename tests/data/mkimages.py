@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generate JPEG test inputs for rn-prep/rn-load tests and benchmarks (seeded).
 
-  mkimages.py folder DIR --classes K --per-class N [--size WxH] [--vary] [--seed S]
+  mkimages.py folder DIR --classes K --per-class N [--size WxH] [--vary] [--seed S] [--noise SIGMA]
       ImageFolder tree DIR/class_XX/img_YYYY.jpg with smooth, textured content.
   mkimages.py broken DIR
       one of each bad or unusual input rn-prep must handle (see the names).
@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 
-def picture(rng, w, h):
+def picture(rng, w, h, noise=6.0):
     """Gradients, blobs and mild noise: compresses like a photograph, never flat."""
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     img = np.zeros((h, w, 3), np.float32)
@@ -29,7 +29,7 @@ def picture(rng, w, h):
         col = rng.uniform(-80, 80, 3)
         m = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * r * r))
         img += m[..., None] * col
-    img += rng.normal(0, 6, img.shape)
+    img += rng.normal(0, noise, img.shape)
     return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
 
 
@@ -44,7 +44,7 @@ def folder(a):
             if a.vary:
                 ww = int(rng.integers(w // 2, w + 1))
                 hh = int(rng.integers(h // 2, h + 1))
-            picture(rng, ww, hh).save(os.path.join(d, "img_%04d.jpg" % i), quality=a.quality)
+            picture(rng, ww, hh, a.noise).save(os.path.join(d, "img_%04d.jpg" % i), quality=a.quality)
 
 
 def listfile(a):
@@ -102,6 +102,7 @@ def main():
     f.add_argument("--vary", action="store_true")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--quality", type=int, default=90)
+    f.add_argument("--noise", type=float, default=6.0, help="pixel noise sigma (more: bigger files)")
     b = sub.add_parser("broken")
     b.add_argument("dir")
     li = sub.add_parser("list")

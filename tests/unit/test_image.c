@@ -205,7 +205,11 @@ static void test_jpeg_vs_pil(void) {
     /* DCT-scaled decode: smallest size covering the need */
     int sw, sh;
     rn_jpeg_scaled_size(&info, 20, 10, &sw, &sh);
-    CHECK(sw == 23 && sh == 17, "scaled size for 20x10 of 61x45: %dx%d (3/8 expected)", sw, sh);
+    CHECK(sw == 31 && sh == 23, "scaled size for 20x10 of 61x45: %dx%d (1/2 expected)", sw, sh);
+    rn_jpeg_scaled_size(&info, 9, 5, &sw, &sh);
+    CHECK(sw == 16 && sh == 12, "scaled size for 9x5 of 61x45: %dx%d (1/4 expected)", sw, sh);
+    rn_jpeg_scaled_size(&info, 40, 5, &sw, &sh);
+    CHECK(sw == 61 && sh == 45, "scaled size for 40x5 of 61x45: %dx%d (full expected)", sw, sh);
     CHECK_OK(rn_jpeg_decode(j, jpg, len, 3, sw, sh, dec));
     CHECK(rn_jpeg_decode(j, jpg, len, 3, 30, 30, dec) == RN_EINVAL, "a size that is no DCT scale is refused");
     /* truncated and garbage data fail with a message, never crash */
@@ -237,6 +241,58 @@ static void test_jpeg_vs_pil(void) {
     free(ref);
     free(src);
     free(dec);
+    rn_jpeg_destroy(j);
+}
+
+/* a decoded window equals the same window of a full decode, at every DCT scale */
+static void test_region_decode(void) {
+    rn_jpeg *j;
+    CHECK_OK(rn_jpeg_create(&j));
+    int w = 301, h = 227;
+    uint8_t *src = malloc((size_t)w * h * 3), *full = malloc((size_t)w * h * 3), *jpg;
+    picture(src, w, h, 3, 21);
+    size_t len;
+    CHECK_OK(rn_jpeg_encode(j, src, w, h, 3, 90, &jpg, &len));
+    rn_jpeg_info info;
+    CHECK_OK(rn_jpeg_header(j, jpg, len, &info));
+    uint64_t key = rn_rng_key(5, 5);
+    int bad = 0, tries = 0;
+    for (int t = 0; t < 60; t++) {
+        uint32_t r[4];
+        rn_philox(key, 0, (uint64_t)t, r);
+        int c = t % 5 == 4 ? 1 : 3, need = 1 + (int)(r[0] % (unsigned)w), sw, sh;
+        rn_jpeg_scaled_size(&info, need, 1, &sw, &sh);
+        int want[4], got[4];
+        want[2] = 1 + (int)(r[1] % (unsigned)sw);
+        want[3] = 1 + (int)(r[2] % (unsigned)sh);
+        want[0] = (int)(r[3] % (unsigned)(sw - want[2] + 1));
+        want[1] = (int)((r[3] >> 16) % (unsigned)(sh - want[3] + 1));
+        CHECK_OK(rn_jpeg_decode(j, jpg, len, c, sw, sh, full));
+        const uint8_t *px = NULL;
+        CHECK_OK(rn_jpeg_decode_region(j, jpg, len, c, sw, sh, want, &px, got));
+        if (!px) continue;
+        int inside = got[0] <= want[0] && got[1] <= want[1] && got[0] + got[2] >= want[0] + want[2] &&
+                     got[1] + got[3] >= want[1] + want[3];
+        CHECK(inside, "window (%d,%d %dx%d) not inside the decoded (%d,%d %dx%d)", want[0], want[1], want[2],
+              want[3], got[0], got[1], got[2], got[3]);
+        if (!inside) continue;
+        int diff = 0;
+        for (int y = want[1]; y < want[1] + want[3]; y++)
+            diff |= memcmp(px + ((size_t)(y - got[1]) * got[2] + (want[0] - got[0])) * c,
+                           full + ((size_t)y * sw + want[0]) * c, (size_t)want[2] * c) != 0;
+        if (diff && bad < 3)
+            fprintf(stderr, "region (%d,%d %dx%d) of %dx%d x%d differs from the full decode\n", want[0], want[1],
+                    want[2], want[3], sw, sh, c);
+        bad += diff;
+        tries++;
+    }
+    CHECK(bad == 0, "%d of %d decoded windows differ from the full decode", bad, tries);
+    int want[4] = {0, 0, w + 1, 1}, got[4];
+    const uint8_t *px;
+    CHECK(rn_jpeg_decode_region(j, jpg, len, 3, w, h, want, &px, got) == RN_EINVAL, "window outside accepted");
+    free(jpg);
+    free(src);
+    free(full);
     rn_jpeg_destroy(j);
 }
 
@@ -283,6 +339,7 @@ int main(void) {
         return 1;
     }
     test_small_ops();
+    test_region_decode();
     if (have_python()) {
         test_resize_vs_pil();
         test_rrc_vs_torchvision();

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# make bench-loader: rn's loader against torchvision's DataLoader + ImageFolder + PIL on the
+# same folder of generated ImageNet-sized JPEGs (500x375), same transform
+# (RandomResizedCrop(224), flip, to float, normalise), same worker count, run side by side.
+# Also times rn-prep on that folder. Ends with "loader: rn=<img/s> peer=<img/s> ratio=<r>".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+IMAGES=${IMAGES:-1000}     # generated once, kept in $BUILD/bench-loader
+WORKERS=${WORKERS:-2}
+BATCH=${BATCH:-64}
+BIN="$PWD/$BUILD/bin"
+DIR="$PWD/$BUILD/bench-loader"
+classes=10
+per=$(( (IMAGES + classes - 1) / classes ))
+mkdir -p "$DIR"
+if [ "$(cat "$DIR/imgs.stamp" 2>/dev/null)" != "$per" ]; then
+    echo "bench-loader: generating $((per * classes)) 500x375 JPEGs in $DIR/imgs (once)" >&2
+    rm -rf "$DIR/imgs"
+    "$PYTHON" tests/data/mkimages.py folder "$DIR/imgs" --classes $classes --per-class "$per" \
+        --size 500x375 --seed 7 --noise 12
+    echo "$per" > "$DIR/imgs.stamp"
+fi
+n=$((per * classes))
+echo "bench-loader: $n images, $(du -sh "$DIR/imgs" | cut -f1), $WORKERS workers, batch $BATCH, $(nproc) cores" >&2
+
+prep_out=$("$BIN/rn-prep" -q --threads "$WORKERS" "$DIR/imgs" "$DIR/data.lmdb")
+echo "$prep_out" >&2
+prep_rate=$(sed -n 's/.*: \([0-9.]*\) img\/s$/\1/p' <<<"$prep_out")
+
+# The two loaders run alternately, ROUNDS times each, and the best run of each counts:
+# on a shared machine that is the run least disturbed by other work.
+ROUNDS=${ROUNDS:-2}
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
+rn_rate=0 peer_rate=0
+for round in $(seq "$ROUNDS"); do
+    # rn: decode, RandomResizedCrop(224), flip, normalise to float; 2 epochs amortise start-up
+    rn_out=$("$BIN/rn-load" -q --workers "$WORKERS" --batch "$BATCH" --crop 224 --float --epochs 2 \
+        --seed "$round" "$DIR/data.lmdb")
+    echo "round $round: $(head -1 <<<"$rn_out")" >&2
+    rn_rate=$(best "$rn_rate" "$(sed -n 's/^rn-load: .*: \([0-9.]*\) img\/s.*/\1/p' <<<"$rn_out")")
+    peer_out=$("$PYTHON" - "$DIR/imgs" "$WORKERS" "$BATCH" "$round" <<'PY'
+import sys, time
+import torch
+import torchvision.datasets as D
+import torchvision.transforms as T
+from torch.utils.data import DataLoader
+root, workers, batch, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(seed)
+tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+ds = D.ImageFolder(root, transform=tf)
+t0 = time.time()
+n = 0
+for x, y in DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers):
+    n += x.shape[0]
+dt = time.time() - t0
+print("peer: torchvision DataLoader(ImageFolder, PIL): %d images in %.2f s: %.1f img/s" % (n, dt, n / dt))
+PY
+    )
+    echo "round $round: $peer_out" >&2
+    peer_rate=$(best "$peer_rate" "$(sed -n 's/.*: \([0-9.]*\) img\/s$/\1/p' <<<"$peer_out")")
+done
+
+echo "prep: rn-prep=$prep_rate img/s ($n 500x375 JPEGs, decode + re-encode at quality 90, $WORKERS threads)"
+awk -v r="$rn_rate" -v p="$peer_rate" 'BEGIN { printf "loader: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
