@@ -34,6 +34,20 @@ static int peek(json *j, char c) {
     return j->p < j->end && *j->p == c;
 }
 
+/* append c to the growing string *s (freed on failure) */
+static int push(char **s, size_t *n, size_t *cap, char c) {
+    if (*n + 2 >= *cap) {
+        char *ns = realloc(*s, *cap *= 2);
+        if (!ns) {
+            free(*s);
+            return rn_errorf(RN_ENOMEM, "out of memory");
+        }
+        *s = ns;
+    }
+    (*s)[(*n)++] = c;
+    return RN_OK;
+}
+
 /* string -> malloc'ed, escapes decoded (\uXXXX limited to ASCII/BMP as UTF-8) */
 static int jstring(json *j, char **out) {
     int rc = expect(j, '"');
@@ -61,29 +75,12 @@ static int jstring(json *j, char **out) {
                 if (v < 0x80) u[k++] = (char)v;
                 else if (v < 0x800) u[k++] = (char)(0xc0 | (v >> 6)), u[k++] = (char)(0x80 | (v & 0x3f));
                 else u[k++] = '?';
-                for (int i = 0; i < k; i++) {
-                    if (n + 2 >= cap) {
-                        char *ns = realloc(s, cap *= 2);
-                        if (!ns) {
-                            free(s);
-                            return rn_errorf(RN_ENOMEM, "out of memory");
-                        }
-                        s = ns;
-                    }
-                    s[n++] = u[i];
-                }
+                for (int i = 0; i < k; i++)
+                    if (push(&s, &n, &cap, u[i])) return RN_ENOMEM;
                 continue;
             } else c = e;
         }
-        if (n + 2 >= cap) {
-            char *ns = realloc(s, cap *= 2);
-            if (!ns) {
-                free(s);
-                return rn_errorf(RN_ENOMEM, "out of memory");
-            }
-            s = ns;
-        }
-        s[n++] = c;
+        if (push(&s, &n, &cap, c)) return RN_ENOMEM;
     }
     if (j->p >= j->end) {
         free(s);

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
 #include "rn/train.h"
+
 
 static void usage(FILE *f) {
     fprintf(f, "usage: rn-eval --data VAL.lmdb --ckpt MODEL.pb [options]\n"
@@ -39,16 +41,9 @@ static void usage(FILE *f) {
                "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n");
 }
 
-static int num(const char *s, const char *flag, long lo, long hi, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "rn-eval: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
+/* a flag value in range, or a message and exit status 2 */
+#define NUM(flag, lo, hi, dst) do { if (rn_parse_int(flag, optarg, lo, hi, dst)) { \
+    fprintf(stderr, "rn-eval: %s\n", rn_last_error()); return 2; } } while (0)
 
 static int write_confusion(const char *path, const rn_eval_result *r, const rn_ckpt *ck) {
     size_t cap = 1 << 16, n = 0;
@@ -101,13 +96,13 @@ int main(int argc, char **argv) {
         case 'j': json = 1; break;
         case O_PERCLASS: per_class = 1; break;
         case O_CONF: confusion = optarg; break;
-        case 'k': if (!num(optarg, "--topk", 1, 1 << 20, &o.topk)) return 2; break;
-        case 'b': if (!num(optarg, "--batch", 1, 1 << 20, &o.batch)) return 2; break;
-        case O_CROP: if (!num(optarg, "--crop", 8, 4096, &o.crop)) return 2; break;
-        case O_RESIZE: if (!num(optarg, "--resize", 0, 16384, &o.resize)) return 2; break;
+        case 'k': NUM("--topk", 1, 1 << 20, &o.topk); break;
+        case 'b': NUM("--batch", 1, 1 << 20, &o.batch); break;
+        case O_CROP: NUM("--crop", 8, 4096, &o.crop); break;
+        case O_RESIZE: NUM("--resize", 0, 16384, &o.resize); break;
         case O_DUMP: o.dump_logits = optarg; break;
-        case 'w': if (!num(optarg, "--workers", 1, 1024, &o.workers)) return 2; break;
-        case 't': if (!num(optarg, "--threads", 1, 1024, &o.threads)) return 2; break;
+        case 'w': NUM("--workers", 1, 1024, &o.workers); break;
+        case 't': NUM("--threads", 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-eval %s\n", RN_VERSION); return 0;

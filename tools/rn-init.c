@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/convert.h"
 #include "rn/err.h"
 
@@ -39,16 +40,9 @@ static void usage(FILE *f) {
             DEFAULT_ARCH, DEFAULT_CLASSES, DEFAULT_SEED);
 }
 
-static int parse_int(const char *s, const char *flag, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "rn-init: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
+/* a flag value in range, or a message and exit status 2 */
+#define NUM(flag, lo, hi, dst) do { if (rn_parse_long(flag, optarg, lo, hi, dst)) { \
+    fprintf(stderr, "rn-init: %s\n", rn_last_error()); return 2; } } while (0)
 
 int main(int argc, char **argv) {
     static const struct option opts[] = {
@@ -65,16 +59,16 @@ int main(int argc, char **argv) {
         switch (c) {
         case 'a': arch = optarg; break;
         case 'c':
-            if (!parse_int(optarg, "--classes", 1, 1 << 24, &classes)) return 2;
+            NUM("--classes", 1, 1 << 24, &classes);
             have_classes = 1;
             break;
         case 's':
-            if (!parse_int(optarg, "--seed", 0, 0x7fffffffL, &seed)) return 2;
+            NUM("--seed", 0, 0x7fffffffL, &seed);
             break;
         case 'z': zero_init = 1; break;
         case 'f': from = optarg; break;
         case 'r':
-            if (!parse_int(optarg, "--reset-fc", 1, 1 << 24, &reset_fc)) return 2;
+            NUM("--reset-fc", 1, 1 << 24, &reset_fc);
             break;
         case 'o': out = optarg; break;
         case 'h': usage(stdout); return 0;

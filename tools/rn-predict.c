@@ -6,6 +6,7 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
@@ -13,6 +14,7 @@
 #include "rn/net.h"
 #include "rn/predict.h"
 #include "rn/tensor.h"
+
 
 static void usage(FILE *f) {
     fprintf(f, "usage: rn-predict --ckpt MODEL.pb [options] IMAGE.jpg...\n"
@@ -37,16 +39,9 @@ static void usage(FILE *f) {
                "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n");
 }
 
-static int num(const char *s, const char *flag, long lo, long hi, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) {
-        fprintf(stderr, "rn-predict: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
+/* a flag value in range, or a message and exit status 2 */
+#define NUM(flag, lo, hi, dst) do { if (rn_parse_int(flag, optarg, lo, hi, dst)) { \
+    fprintf(stderr, "rn-predict: %s\n", rn_last_error()); return 2; } } while (0)
 
 int main(int argc, char **argv) {
     enum { O_CROP = 256, O_RESIZE, O_DEVICE };
@@ -62,11 +57,11 @@ int main(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'c': ckpt = optarg; break;
-        case 'k': if (!num(optarg, "--topk", 1, 1 << 20, &topk)) return 2; break;
-        case O_CROP: if (!num(optarg, "--crop", 8, 4096, &crop)) return 2; break;
-        case O_RESIZE: if (!num(optarg, "--resize", 0, 16384, &resize)) return 2; break;
+        case 'k': NUM("--topk", 1, 1 << 20, &topk); break;
+        case O_CROP: NUM("--crop", 8, 4096, &crop); break;
+        case O_RESIZE: NUM("--resize", 0, 16384, &resize); break;
         case 'j': json = 1; break;
-        case 't': if (!num(optarg, "--threads", 1, 1024, &threads)) return 2; break;
+        case 't': NUM("--threads", 1, 1024, &threads); break;
         case O_DEVICE: device = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-predict %s\n", RN_VERSION); return 0;

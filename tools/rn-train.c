@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/loader.h"
 #include "rn/train.h"
@@ -75,16 +76,9 @@ static void usage(FILE *f) {
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
 }
 
-static int num(const char *s, const char *flag, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "rn-train: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
+/* a flag value in range, or a message and exit status 2 */
+#define NUM(flag, lo, hi, dst) do { if (rn_parse_double(flag, optarg, lo, hi, dst)) { \
+    fprintf(stderr, "rn-train: %s\n", rn_last_error()); return 2; } } while (0)
 
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN,
@@ -122,37 +116,37 @@ int main(int argc, char **argv) {
         case 'd': o.data = optarg; break;
         case 'i': in = optarg; break;
         case 'o': o.out = optarg; break;
-        case 'e': if (!num(optarg, "--epochs", 0, 1e6, &v)) return 2; o.epochs = (int)v; have_epochs = 1; break;
-        case O_MAXSTEPS: if (!num(optarg, "--max-steps", 1, 1e15, &v)) return 2; o.max_steps = (int64_t)v; break;
+        case 'e': NUM("--epochs", 0, 1e6, &v); o.epochs = (int)v; have_epochs = 1; break;
+        case O_MAXSTEPS: NUM("--max-steps", 1, 1e15, &v); o.max_steps = (int64_t)v; break;
         case O_VAL: o.val = optarg; break;
-        case 'b': if (!num(optarg, "--batch", 1, 1 << 20, &v)) return 2; o.batch = (int)v; break;
-        case O_ACCUM: if (!num(optarg, "--accum", 1, 1 << 20, &v)) return 2; o.accum = (int)v; break;
-        case O_CROP: if (!num(optarg, "--crop", 8, 4096, &v)) return 2; o.crop = (int)v; break;
-        case O_RESIZE: if (!num(optarg, "--resize", 0, 16384, &v)) return 2; o.resize = (int)v; break;
+        case 'b': NUM("--batch", 1, 1 << 20, &v); o.batch = (int)v; break;
+        case O_ACCUM: NUM("--accum", 1, 1 << 20, &v); o.accum = (int)v; break;
+        case O_CROP: NUM("--crop", 8, 4096, &v); o.crop = (int)v; break;
+        case O_RESIZE: NUM("--resize", 0, 16384, &v); o.resize = (int)v; break;
         case O_AUG:
             if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
             else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
             else { fprintf(stderr, "rn-train: --augment: '%s' is not standard or none\n", optarg); return 2; }
             break;
         case O_NOSHUF: o.shuffle = 0; break;
-        case O_SEED: if (!num(optarg, "--seed", 0, 4294967295.0, &v)) return 2; o.seed = (uint64_t)v; o.seed_given = 1; break;
-        case 'w': if (!num(optarg, "--workers", 1, 1024, &v)) return 2; o.workers = (int)v; break;
-        case 't': if (!num(optarg, "--threads", 1, 1024, &v)) return 2; o.threads = (int)v; break;
+        case O_SEED: NUM("--seed", 0, 4294967295.0, &v); o.seed = (uint64_t)v; o.seed_given = 1; break;
+        case 'w': NUM("--workers", 1, 1024, &v); o.workers = (int)v; break;
+        case 't': NUM("--threads", 1, 1024, &v); o.threads = (int)v; break;
         case O_DEVICE: o.device = optarg; break;
-        case O_LR: if (!num(optarg, "--lr", 0, 1e6, &o.lr.lr)) return 2; break;
-        case O_MOM: if (!num(optarg, "--momentum", 0, 1, &o.momentum)) return 2; break;
-        case O_WD: if (!num(optarg, "--wd", 0, 1, &o.weight_decay)) return 2; break;
+        case O_LR: NUM("--lr", 0, 1e6, &o.lr.lr); break;
+        case O_MOM: NUM("--momentum", 0, 1, &o.momentum); break;
+        case O_WD: NUM("--wd", 0, 1, &o.weight_decay); break;
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.no_wd_bn = 1; break;
-        case O_LS: if (!num(optarg, "--label-smoothing", 0, 1, &o.label_smoothing)) return 2; break;
+        case O_LS: NUM("--label-smoothing", 0, 1, &o.label_smoothing); break;
         case O_SCHED:
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0) {
                 fprintf(stderr, "rn-train: --lr-schedule: '%s' is not step, multistep, cosine or constant\n", optarg);
                 return 2;
             }
             break;
-        case O_LRSTEP: if (!num(optarg, "--lr-step", 1, 1e6, &v)) return 2; o.lr.step_epochs = (int)v; break;
-        case O_GAMMA: if (!num(optarg, "--lr-gamma", 0, 1e6, &o.lr.gamma)) return 2; break;
+        case O_LRSTEP: NUM("--lr-step", 1, 1e6, &v); o.lr.step_epochs = (int)v; break;
+        case O_GAMMA: NUM("--lr-gamma", 0, 1e6, &o.lr.gamma); break;
         case O_MILES: {
             o.lr.n_milestones = 0;
             for (char *s = optarg; *s;) {
@@ -168,11 +162,11 @@ int main(int argc, char **argv) {
             }
             break;
         }
-        case O_LREPOCHS: if (!num(optarg, "--lr-epochs", 1, 1e6, &v)) return 2; o.lr.total_epochs = (int)v; break;
-        case O_WARM: if (!num(optarg, "--warmup-epochs", 0, 1e6, &v)) return 2; o.lr.warmup_epochs = (int)v; break;
-        case O_SAVE: if (!num(optarg, "--save-every", 1, 1e15, &v)) return 2; o.save_every = (int64_t)v; break;
+        case O_LREPOCHS: NUM("--lr-epochs", 1, 1e6, &v); o.lr.total_epochs = (int)v; break;
+        case O_WARM: NUM("--warmup-epochs", 0, 1e6, &v); o.lr.warmup_epochs = (int)v; break;
+        case O_SAVE: NUM("--save-every", 1, 1e15, &v); o.save_every = (int64_t)v; break;
         case O_LOG: o.log_path = optarg; break;
-        case O_LOGEVERY: if (!num(optarg, "--log-every", 1, 1e9, &v)) return 2; o.log_every = (int)v; break;
+        case O_LOGEVERY: NUM("--log-every", 1, 1e9, &v); o.log_every = (int)v; break;
         case O_DUMP: o.dump_grads = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-train %s\n", RN_VERSION); return 0;
