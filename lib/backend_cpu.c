@@ -1,5 +1,6 @@
-/* CPU backend, fp32: OpenBLAS for the GEMMs, OpenMP for everything else.
- * Convolutions and the fully connected layer live in backend_cpu_gemm.c. Arguments arrive checked (lib/backend.c).
+/* CPU backend, fp32: OpenBLAS for the GEMMs, our thread pool (backend_cpu_pool.c) for
+ * every loop. Convolutions and the fully connected layer live in backend_cpu_gemm.c.
+ * Arguments arrive checked (lib/backend.c).
  *
  * Reductions (BN statistics and gradients, the loss) are split into a fixed number of
  * chunks and summed in chunk order, in double, so results do not depend on the thread
@@ -11,17 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rn/backend_cpu_impl.h"
 #include "rn/backend_impl.h"
 #include "rn/err.h"
 #include "rn/tensor.h"
 
-/* Loops shorter than this run on one thread: a parallel region costs a few microseconds. */
+/* Loops over fewer elements run on the calling thread: waking the pool costs microseconds. */
 #define PAR_MIN 32768
 /* BN reductions: fixed chunk count, independent of the thread count. */
 #define BN_CHUNKS 32
 /* Parallel loops hand out work in pieces of about this many elements, dynamically: on a
  * busy machine a thread the OS preempts then delays only its current piece instead of
- * holding the whole team at the closing barrier for its static half. */
+ * holding the others for a static half. */
 #define ELEMS_PER_CHUNK 16384
 
 /* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64, picked when the program
@@ -36,6 +38,31 @@
 static int64_t rows_per_chunk(int64_t row_elems) {
     int64_t r = ELEMS_PER_CHUNK / (row_elems > 0 ? row_elems : 1);
     return r > 0 ? r : 1;
+}
+
+/* fn(ctx, i0, i1) over [0, n) in pieces of `grain`, on the pool when `work` (elements
+ * touched) is worth it. */
+typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1);
+typedef struct {
+    range_fn fn;
+    void *ctx;
+    int64_t n, grain;
+} range_job;
+
+static void range_task(void *c, int64_t t, int worker) {
+    (void)worker;
+    range_job *j = c;
+    int64_t i0 = t * j->grain, i1 = i0 + j->grain < j->n ? i0 + j->grain : j->n;
+    j->fn(j->ctx, i0, i1);
+}
+
+static void par_range(rn_backend *be, int64_t n, int64_t grain, int64_t work, range_fn fn,
+                      void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    range_job j = {fn, ctx, n, grain};
+    rn_cpu_pool_run(be->impl, (n + grain - 1) / grain, work >= PAR_MIN ? be->nthreads : 1,
+                    range_task, &j);
 }
 
 static int cpu_alloc(rn_backend *be, size_t bytes, void **out) {
@@ -59,19 +86,14 @@ static int cpu_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
     return RN_OK;
 }
 
+static void zero_range(void *ctx, int64_t i0, int64_t i1) {
+    memset((char *)ctx + i0, 0, (size_t)(i1 - i0));
+}
+
+/* Large activation buffers are zeroed in parallel: one core cannot fill the bandwidth. */
 static int cpu_zero(rn_backend *be, void *dst, size_t bytes) {
-    int nt = be->nthreads;
-    /* Large activation buffers are zeroed in parallel: one core cannot fill the bandwidth. */
-    if (bytes < (size_t)PAR_MIN * 16 || nt == 1) {
-        memset(dst, 0, bytes);
-        return RN_OK;
-    }
-    char *p = dst;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        size_t a = bytes * t / nt, b = bytes * (t + 1) / nt;
-        memset(p + a, 0, b - a);
-    }
+    par_range(be, (int64_t)bytes, (int64_t)ELEMS_PER_CHUNK * 16, (int64_t)bytes / 16, zero_range,
+              dst);
     return RN_OK;
 }
 
@@ -97,33 +119,50 @@ static size_t cpu_bn_reserve_size(rn_backend *be, const rn_bn_desc *d) {
     return 0;
 }
 
-/* Per-channel sum and sum of squares of x (m, c), in double, left in part[0..c) and
- * part[c..2c) (chunk 0's slots). */
-static void bn_moments(int nt, int64_t m, int c, const float *x, double *part) {
-    int64_t nch = bn_chunks(m);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (m * c >= PAR_MIN)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        double *a = part + ch * 2 * c, *b = a + c;
-        for (int j = 0; j < c; j++) a[j] = b[j] = 0;
-        for (int64_t r = m * ch / nch; r < m * (ch + 1) / nch; r++) {
-            const float *xr = x + r * c;
+/* The arguments of one BN call, shared by its parallel pieces. */
+typedef struct {
+    int64_t m, nch;
+    int c, relu;
+    const float *x, *y, *dy, *res, *mean, *scale, *shift, *ka, *kb, *k0;
+    float *out, *dres, *fs;
+    double *part;
+} bn_job;
+
+/* Chunk ch's per-channel sum and sum of squares of x, in double. */
+RN_HOT static void bn_moments_chunk(void *ctx, int64_t ch0, int64_t ch1) {
+    const bn_job *j = ctx;
+    const int c = j->c;
+    for (int64_t ch = ch0; ch < ch1; ch++) {
+        double *a = j->part + ch * 2 * c, *b = a + c;
+        for (int k = 0; k < c; k++) a[k] = b[k] = 0;
+        for (int64_t r = j->m * ch / j->nch; r < j->m * (ch + 1) / j->nch; r++) {
+            const float *xr = j->x + r * c;
 #pragma omp simd
-            for (int j = 0; j < c; j++) {
-                double v = xr[j];
-                a[j] += v;
-                b[j] += v * v;
+            for (int k = 0; k < c; k++) {
+                double v = xr[k];
+                a[k] += v;
+                b[k] += v * v;
             }
         }
     }
-    for (int64_t ch = 1; ch < nch; ch++)
-        for (int j = 0; j < 2 * c; j++) part[j] += part[ch * 2 * c + j];
 }
 
-/* y = [relu](x*scale + shift [+ res]) per channel. */
-static void bn_apply(int nt, int64_t m, int c, const float *x, const float *scale,
-                     const float *shift, const float *res, int relu, float *y) {
-#pragma omp parallel for num_threads(nt) schedule(dynamic, rows_per_chunk(c)) if (m * c >= PAR_MIN)
-    for (int64_t r = 0; r < m; r++) {
+/* Per-channel sum and sum of squares of x (m, c), in double, left in part[0..c) and
+ * part[c..2c) (chunk 0's slots). */
+static void bn_moments(rn_backend *be, int64_t m, int c, const float *x, double *part) {
+    bn_job j = {.m = m, .nch = bn_chunks(m), .c = c, .x = x, .part = part};
+    par_range(be, j.nch, 1, m * c, bn_moments_chunk, &j);
+    for (int64_t ch = 1; ch < j.nch; ch++)
+        for (int k = 0; k < 2 * c; k++) part[k] += part[ch * 2 * c + k];
+}
+
+/* Rows [r0, r1) of y = [relu](x*scale + shift [+ res]). */
+RN_HOT static void bn_apply_rows(void *ctx, int64_t r0, int64_t r1) {
+    const bn_job *jb = ctx;
+    const int c = jb->c, relu = jb->relu;
+    const float *x = jb->x, *res = jb->res, *scale = jb->scale, *shift = jb->shift;
+    float *y = jb->out;
+    for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
         const float *rr = res ? res + r * c : NULL;
@@ -149,6 +188,13 @@ static void bn_apply(int nt, int64_t m, int c, const float *x, const float *scal
     }
 }
 
+static void bn_apply(rn_backend *be, int64_t m, int c, const float *x, const float *scale,
+                     const float *shift, const float *res, int relu, float *y) {
+    bn_job j = {.m = m, .c = c, .relu = relu, .x = x, .res = res, .scale = scale,
+                .shift = shift, .out = y};
+    par_range(be, m, rows_per_chunk(c), m * c, bn_apply_rows, &j);
+}
+
 static int cpu_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *xv,
                             const float *gamma, const float *beta, const void *res, void *y,
                             float *save_mean, float *save_invstd, float *running_mean,
@@ -158,7 +204,7 @@ static int cpu_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *xv,
     const int64_t m = d->m;
     double *part = be->ws;
     float *scale = (float *)(part + bn_chunks(m) * 2 * c), *shift = scale + c;
-    bn_moments(be->nthreads, m, c, xv, part);
+    bn_moments(be, m, c, xv, part);
     const double *sum = part, *sumsq = part + c;
     for (int j = 0; j < c; j++) {
         double mean = sum[j] / m;
@@ -175,16 +221,38 @@ static int cpu_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *xv,
             running_var[j] = (1 - mom) * running_var[j] + mom * (float)(var * m / (m - 1));
         }
     }
-    bn_apply(be->nthreads, m, c, xv, scale, shift, res, d->relu, y);
+    bn_apply(be, m, c, xv, scale, shift, res, d->relu, y);
     return RN_OK;
+}
+
+/* Inference needs no workspace (the model may run eval without reserving), so the
+ * coefficients go in stack blocks of channels; a tensor wider than one block is done
+ * block by block over strided rows. */
+typedef struct {
+    int64_t m;
+    int c, j0, cb, relu;
+    const float *x, *res, *scale, *shift;
+    float *y;
+} infer_job;
+
+RN_HOT static void bn_infer_rows(void *ctx, int64_t r0, int64_t r1) {
+    const infer_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = j->x + r * j->c + j->j0;
+        const float *rr = j->res ? j->res + r * j->c + j->j0 : NULL;
+        float *yr = j->y + r * j->c + j->j0;
+        for (int k = 0; k < j->cb; k++) {
+            float v = xr[k] * j->scale[k] + j->shift[k];
+            if (rr) v += rr[k];
+            yr[k] = j->relu && !(v > 0) ? 0 : v;
+        }
+    }
 }
 
 static int cpu_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
                             const float *gamma, const float *beta, const float *running_mean,
                             const float *running_var, const void *res, void *y) {
     const int c = d->c;
-    /* Inference needs no workspace (the model may run eval without reserving), so the
-     * two coefficient rows go in stack-bounded blocks of channels. */
     enum { CB = 256 };
     for (int j0 = 0; j0 < c; j0 += CB) {
         int cb = c - j0 < CB ? c - j0 : CB;
@@ -195,23 +263,11 @@ static int cpu_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
             shift[j] = (float)(beta[j0 + j] - running_mean[j0 + j] * gamma[j0 + j] * invstd);
         }
         if (cb == c) {
-            bn_apply(be->nthreads, d->m, c, x, scale, shift, res, d->relu, y);
+            bn_apply(be, d->m, c, x, scale, shift, res, d->relu, y);
             break;
         }
-        /* channel block of a wider tensor: strided rows */
-        const float *xf = x, *rf = res;
-        float *yf = y;
-        int relu = d->relu;
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, rows_per_chunk(c)) if (d->m * cb >= PAR_MIN)
-        for (int64_t r = 0; r < d->m; r++) {
-            const float *xr = xf + r * c + j0;
-            float *yr = yf + r * c + j0;
-            for (int j = 0; j < cb; j++) {
-                float v = xr[j] * scale[j] + shift[j];
-                if (rf) v += rf[r * c + j0 + j];
-                yr[j] = relu && !(v > 0) ? 0 : v;
-            }
-        }
+        infer_job j = {d->m, c, j0, cb, d->relu, x, res, scale, shift, y};
+        par_range(be, d->m, rows_per_chunk(cb), d->m * cb, bn_infer_rows, &j);
     }
     return RN_OK;
 }
@@ -221,9 +277,9 @@ static int cpu_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
  * BN_BLOCK rows (fa, fb: 2c floats of scratch), then in double, so the inner loop is all
  * float and vectorises; one loop per case keeps branches out of it. */
 #define BN_BLOCK 16
-RN_HOT static void bn_bwd_sums(int64_t r0, int64_t r1, int c, const float *x, const float *y,
-                               const float *dy, const float *mean, float *dres, double *a,
-                               double *b, float *fa, int relu) {
+static void bn_bwd_sums(int64_t r0, int64_t r1, int c, const float *x, const float *y,
+                        const float *dy, const float *mean, float *dres, double *a, double *b,
+                        float *fa, int relu) {
     float *fb = fa + c;
     for (int64_t q0 = r0; q0 < r1; q0 += BN_BLOCK) {
         int64_t q1 = q0 + BN_BLOCK < r1 ? q0 + BN_BLOCK : r1;
@@ -266,9 +322,12 @@ RN_HOT static void bn_bwd_sums(int64_t r0, int64_t r1, int c, const float *x, co
 }
 
 /* Rows [r0, r1) of BN backward pass 2: dx = ka*dz - k0 - kb*(x - mean). */
-RN_HOT static void bn_bwd_dx(int64_t r0, int64_t r1, int c, const float *x, const float *y,
-                             const float *dy, const float *mean, const float *ka,
-                             const float *kb, const float *k0, float *dx, int relu) {
+RN_HOT static void bn_bwd_dx(void *ctx, int64_t r0, int64_t r1) {
+    const bn_job *jb = ctx;
+    const int c = jb->c, relu = jb->relu;
+    const float *x = jb->x, *y = jb->y, *dy = jb->dy, *mean = jb->mean, *ka = jb->ka,
+                *kb = jb->kb, *k0 = jb->k0;
+    float *dx = jb->out;
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * c, *dyr = dy + r * c;
         float *dxr = dx + r * c;
@@ -287,25 +346,34 @@ RN_HOT static void bn_bwd_dx(int64_t r0, int64_t r1, int c, const float *x, cons
     }
 }
 
+/* Chunks [ch0, ch1) of pass 1, each into its own slots of part. */
+RN_HOT static void bn_bwd_chunk(void *ctx, int64_t ch0, int64_t ch1) {
+    const bn_job *j = ctx;
+    const int c = j->c;
+    for (int64_t ch = ch0; ch < ch1; ch++) {
+        double *a = j->part + ch * 2 * c, *b = a + c;
+        for (int k = 0; k < c; k++) a[k] = b[k] = 0;
+        bn_bwd_sums(j->m * ch / j->nch, j->m * (ch + 1) / j->nch, c, j->x, j->y, j->dy, j->mean,
+                    j->dres, a, b, j->fs + ch * 2 * c, j->relu);
+    }
+}
+
 static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *xv, const void *yv,
                       const void *dyv, const float *gamma, const float *save_mean,
                       const float *save_invstd, void *dxv, float *dgamma, float *dbeta,
                       void *dresv, void *reserve, int accumulate) {
     (void)reserve;
-    const int c = d->c, relu = d->relu, nt = be->nthreads;
+    const int c = d->c, relu = d->relu;
     const int64_t m = d->m, nch = bn_chunks(m);
     const float *x = xv, *y = yv, *dy = dyv;
     float *dx = dxv, *dres = dresv;
     double *part = be->ws;
     float *ka = (float *)(part + nch * 2 * c), *kb = ka + c, *k0 = kb + c, *fs = k0 + c;
 
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (m * c >= PAR_MIN)
-    for (int64_t ch = 0; ch < nch; ch++) {
-        double *a = part + ch * 2 * c, *b = a + c;
-        for (int j = 0; j < c; j++) a[j] = b[j] = 0;
-        bn_bwd_sums(m * ch / nch, m * (ch + 1) / nch, c, x, y, dy, save_mean, dres, a, b,
-                    fs + ch * 2 * c, relu);
-    }
+    bn_job jb = {.m = m, .nch = nch, .c = c, .relu = relu, .x = x, .y = y, .dy = dy,
+                 .mean = save_mean, .ka = ka, .kb = kb, .k0 = k0, .out = dx, .dres = dres,
+                 .fs = fs, .part = part};
+    par_range(be, nch, 1, m * c, bn_bwd_chunk, &jb);
     for (int64_t ch = 1; ch < nch; ch++)
         for (int j = 0; j < 2 * c; j++) part[j] += part[ch * 2 * c + j];
     for (int j = 0; j < c; j++) {
@@ -320,74 +388,102 @@ static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *xv, const
         k0[j] = (float)(a * sdz / m);
     }
 
-    const int64_t rc = rows_per_chunk(c), nrc = (m + rc - 1) / rc;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (m * c >= PAR_MIN)
-    for (int64_t i = 0; i < nrc; i++) {
-        int64_t r1 = (i + 1) * rc < m ? (i + 1) * rc : m;
-        bn_bwd_dx(i * rc, r1, c, x, y, dy, save_mean, ka, kb, k0, dx, relu);
-    }
+    par_range(be, m, rows_per_chunk(c), m * c, bn_bwd_dx, &jb);
     return RN_OK;
 }
 
 /* ---- elementwise ---- */
 
-static int cpu_add(rn_backend *be, int dtype, int64_t n, const void *av, const void *bv,
-                   void *yv, int relu) {
-    (void)dtype;
-    const float *a = av, *b = bv;
-    float *y = yv;
-    if (relu) {
-#pragma omp parallel for simd num_threads(be->nthreads) schedule(dynamic, ELEMS_PER_CHUNK) if (n >= PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
+/* The arguments of one elementwise or pooling call, shared by its parallel pieces. */
+typedef struct {
+    const float *a, *b, *c;
+    float *y;
+    const uint8_t *u8;
+    const float *mean, *std;
+    const rn_pool_desc *pd;
+    int64_t width;      /* row length where the op works on rows */
+    int relu, hw;
+    float scale;
+} ew_job;
+
+RN_HOT static void add_range(void *ctx, int64_t i0, int64_t i1) {
+    const ew_job *j = ctx;
+    const float *a = j->a, *b = j->b;
+    float *y = j->y;
+    if (j->relu) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; i++) {
             float v = a[i] + b[i];
             y[i] = v > 0 ? v : 0;
         }
     } else {
-#pragma omp parallel for simd num_threads(be->nthreads) schedule(dynamic, ELEMS_PER_CHUNK) if (n >= PAR_MIN)
-        for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+#pragma omp simd
+        for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
     }
+}
+
+static int cpu_add(rn_backend *be, int dtype, int64_t n, const void *av, const void *bv,
+                   void *yv, int relu) {
+    (void)dtype;
+    ew_job j = {.a = av, .b = bv, .y = yv, .relu = relu};
+    par_range(be, n, ELEMS_PER_CHUNK, n, add_range, &j);
     return RN_OK;
+}
+
+RN_HOT static void relu_fwd_range(void *ctx, int64_t i0, int64_t i1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] > 0 ? j->a[i] : 0;
 }
 
 static int cpu_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *xv, void *yv) {
     (void)dtype;
-    const float *x = xv;
-    float *y = yv;
-#pragma omp parallel for simd num_threads(be->nthreads) schedule(dynamic, ELEMS_PER_CHUNK) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+    ew_job j = {.a = xv, .y = yv};
+    par_range(be, n, ELEMS_PER_CHUNK, n, relu_fwd_range, &j);
     return RN_OK;
+}
+
+RN_HOT static void relu_bwd_range(void *ctx, int64_t i0, int64_t i1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] > 0 ? j->b[i] : 0;
 }
 
 static int cpu_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *yv, const void *dyv,
                         void *dxv) {
     (void)dtype;
-    const float *y = yv, *dy = dyv;
-    float *dx = dxv;
-#pragma omp parallel for simd num_threads(be->nthreads) schedule(dynamic, ELEMS_PER_CHUNK) if (n >= PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+    ew_job j = {.a = yv, .b = dyv, .y = dxv};
+    par_range(be, n, ELEMS_PER_CHUNK, n, relu_bwd_range, &j);
     return RN_OK;
+}
+
+/* the same float operations as ToTensor (x/255) then Normalize ((t - mean)/std) */
+static void normalize_rows(void *ctx, int64_t r0, int64_t r1) {
+    const ew_job *j = ctx;
+    const int64_t c = j->width;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t k = 0; k < c; k++)
+            j->y[r * c + k] = ((float)j->u8[r * c + k] / 255.0f - j->mean[k]) / j->std[k];
 }
 
 static int cpu_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x,
                                const float *mean, const float *std, void *yv) {
     (void)dtype;
-    float *y = yv;
-    /* the same float operations as ToTensor (x/255) then Normalize ((t - mean)/std) */
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, rows_per_chunk(c)) if (m * c >= PAR_MIN)
-    for (int64_t r = 0; r < m; r++)
-        for (int j = 0; j < c; j++) y[r * c + j] = ((float)x[r * c + j] / 255.0f - mean[j]) / std[j];
+    ew_job j = {.u8 = x, .mean = mean, .std = std, .y = yv, .width = c};
+    par_range(be, m, rows_per_chunk(c), m * c, normalize_rows, &j);
     return RN_OK;
 }
 
 /* ---- pooling ---- */
 
-static int cpu_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *xv, void *yv) {
-    const float *x = xv;
-    float *y = yv;
+/* Output rows [row0, row1) of (n*p) rows. */
+RN_HOT static void maxpool_fwd_rows(void *ctx, int64_t row0, int64_t row1) {
+    const ew_job *jb = ctx;
+    const rn_pool_desc *d = jb->pd;
+    const float *x = jb->a;
+    float *y = jb->y;
     const int C = d->c;
-    const int64_t rows = (int64_t)d->n * d->p;
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, 1) if (rows * d->q * C >= PAR_MIN)
-    for (int64_t row = 0; row < rows; row++) {
+    for (int64_t row = row0; row < row1; row++) {
         int ni = (int)(row / d->p), pi = (int)(row % d->p);
         for (int qi = 0; qi < d->q; qi++) {
             float *yo = y + ((row * d->q) + qi) * C;
@@ -406,24 +502,29 @@ static int cpu_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *xv
             }
         }
     }
+}
+
+static int cpu_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *xv, void *yv) {
+    ew_job j = {.a = xv, .y = yv, .pd = d};
+    int64_t rows = (int64_t)d->n * d->p;
+    par_range(be, rows, 1, rows * d->q * d->c, maxpool_fwd_rows, &j);
     return RN_OK;
 }
 
-static int cpu_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *xv,
-                           const void *yv, const void *dyv, void *dxv) {
-    const float *x = xv, *y = yv, *dy = dyv;
-    float *dx = dxv;
-    const int C = d->c;
-    enum { CB = 64 };
-    const int ncb = (C + CB - 1) / CB;
-    const int64_t jobs = (int64_t)d->n * ncb;
-    cpu_zero(be, dx, (size_t)d->n * d->h * d->w * C * sizeof(float));
-    /* windows overlap, so each job owns one image and one block of channels */
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, 1) if ((int64_t)d->n * d->p * d->q * C >= PAR_MIN)
-    for (int64_t job = 0; job < jobs; job++) {
-        int ni = (int)(job / ncb), c0 = (int)(job % ncb) * CB;
-        int cb = C - c0 < CB ? C - c0 : CB;
-        float done[CB];   /* 1 once a channel's maximum is found: float keeps the loop vectorisable */
+enum { POOL_CB = 64 };
+
+/* Jobs [job0, job1): one image and one block of POOL_CB channels each, because windows
+ * overlap and a job must own what it adds to. */
+RN_HOT static void maxpool_bwd_jobs(void *ctx, int64_t job0, int64_t job1) {
+    const ew_job *jb = ctx;
+    const rn_pool_desc *d = jb->pd;
+    const float *x = jb->a, *y = jb->b, *dy = jb->c;
+    float *dx = jb->y;
+    const int C = d->c, ncb = (C + POOL_CB - 1) / POOL_CB;
+    for (int64_t job = job0; job < job1; job++) {
+        int ni = (int)(job / ncb), c0 = (int)(job % ncb) * POOL_CB;
+        int cb = C - c0 < POOL_CB ? C - c0 : POOL_CB;
+        float done[POOL_CB];   /* 1 once a channel's maximum is found; float vectorises */
         for (int pi = 0; pi < d->p; pi++)
             for (int qi = 0; qi < d->q; qi++) {
                 int64_t o = ((((int64_t)ni * d->p) + pi) * d->q + qi) * C + c0;
@@ -447,41 +548,58 @@ static int cpu_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *xv
                 }
             }
     }
+}
+
+static int cpu_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *xv,
+                           const void *yv, const void *dyv, void *dxv) {
+    cpu_zero(be, dxv, (size_t)d->n * d->h * d->w * d->c * sizeof(float));
+    ew_job j = {.a = xv, .b = yv, .c = dyv, .y = dxv, .pd = d};
+    int64_t jobs = (int64_t)d->n * ((d->c + POOL_CB - 1) / POOL_CB);
+    par_range(be, jobs, 1, (int64_t)d->n * d->p * d->q * d->c, maxpool_bwd_jobs, &j);
     return RN_OK;
+}
+
+/* Images [n0, n1): y = mean over hw of x. */
+static void gap_fwd_imgs(void *ctx, int64_t n0, int64_t n1) {
+    const ew_job *j = ctx;
+    const int64_t c = j->width;
+    for (int64_t ni = n0; ni < n1; ni++) {
+        float *yo = j->y + ni * c;
+        for (int64_t k = 0; k < c; k++) yo[k] = 0;
+        for (int s = 0; s < j->hw; s++) {
+            const float *xi = j->a + (ni * j->hw + s) * c;
+#pragma omp simd
+            for (int64_t k = 0; k < c; k++) yo[k] += xi[k];
+        }
+        for (int64_t k = 0; k < c; k++) yo[k] /= (float)j->hw;
+    }
 }
 
 static int cpu_gap_fwd(rn_backend *be, int dtype, int n, int hw, int c, const void *xv,
                        void *yv) {
     (void)dtype;
-    const float *x = xv;
-    float *y = yv;
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, 1) if ((int64_t)n * hw * c >= PAR_MIN)
-    for (int ni = 0; ni < n; ni++) {
-        float *yo = y + (int64_t)ni * c;
-        for (int j = 0; j < c; j++) yo[j] = 0;
-        for (int s = 0; s < hw; s++) {
-            const float *xi = x + ((int64_t)ni * hw + s) * c;
-#pragma omp simd
-            for (int j = 0; j < c; j++) yo[j] += xi[j];
-        }
-        for (int j = 0; j < c; j++) yo[j] /= (float)hw;
-    }
+    ew_job j = {.a = xv, .y = yv, .width = c, .hw = hw};
+    par_range(be, n, 1, (int64_t)n * hw * c, gap_fwd_imgs, &j);
     return RN_OK;
+}
+
+/* Rows [r0, r1) of (n*hw): dx = dy / hw. */
+static void gap_bwd_rows(void *ctx, int64_t r0, int64_t r1) {
+    const ew_job *j = ctx;
+    const int64_t c = j->width;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *g = j->a + (r / j->hw) * c;
+        float *o = j->y + r * c;
+#pragma omp simd
+        for (int64_t k = 0; k < c; k++) o[k] = g[k] * j->scale;
+    }
 }
 
 static int cpu_gap_bwd(rn_backend *be, int dtype, int n, int hw, int c, const void *dyv,
                        void *dxv) {
     (void)dtype;
-    const float *dy = dyv;
-    float *dx = dxv;
-    const float inv = 1.0f / (float)hw;
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, rows_per_chunk(c)) if ((int64_t)n * hw * c >= PAR_MIN)
-    for (int64_t r = 0; r < (int64_t)n * hw; r++) {
-        const float *g = dy + (r / hw) * c;
-        float *o = dx + r * c;
-#pragma omp simd
-        for (int j = 0; j < c; j++) o[j] = g[j] * inv;
-    }
+    ew_job j = {.a = dyv, .y = dxv, .width = c, .hw = hw, .scale = 1.0f / (float)hw};
+    par_range(be, (int64_t)n * hw, rows_per_chunk(c), (int64_t)n * hw * c, gap_bwd_rows, &j);
     return RN_OK;
 }
 
@@ -526,8 +644,17 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
 
 /* ---- SGD: float operations in torch's order ---- */
 
-RN_HOT static void sgd_range(int64_t i0, int64_t i1, const rn_sgd_desc *d, float *p,
-                             const float *grad, float *buf) {
+typedef struct {
+    const rn_sgd_desc *d;
+    float *p, *buf;
+    const float *grad;
+} sgd_job;
+
+RN_HOT static void sgd_range(void *ctx, int64_t i0, int64_t i1) {
+    const sgd_job *j = ctx;
+    const rn_sgd_desc *d = j->d;
+    float *p = j->p, *buf = j->buf;
+    const float *grad = j->grad;
     const float lr = d->lr, mom = d->momentum, damp1 = 1.0f - d->dampening,
                 wd = d->weight_decay, gs = d->grad_scale;
     const int nesterov = d->nesterov, first = d->first_step;
@@ -546,18 +673,17 @@ RN_HOT static void sgd_range(int64_t i0, int64_t i1, const rn_sgd_desc *d, float
 
 static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                           const float *grad, float *buf) {
-    const int64_t chunks = (n + ELEMS_PER_CHUNK - 1) / ELEMS_PER_CHUNK;
-#pragma omp parallel for num_threads(be->nthreads) schedule(dynamic, 1) if (n >= PAR_MIN)
-    for (int64_t k = 0; k < chunks; k++) {
-        int64_t i1 = (k + 1) * ELEMS_PER_CHUNK < n ? (k + 1) * ELEMS_PER_CHUNK : n;
-        sgd_range(k * ELEMS_PER_CHUNK, i1, d, p, grad, buf);
-    }
+    sgd_job j = {d, p, buf, grad};
+    par_range(be, n, ELEMS_PER_CHUNK, n, sgd_range, &j);
     return RN_OK;
 }
 
 /* ---- the table ---- */
 
-static void cpu_destroy(rn_backend *be) { (void)be; }
+static void cpu_destroy(rn_backend *be) {
+    rn_cpu_pool_destroy(be->impl);
+    be->impl = NULL;
+}
 
 static const rn_backend_ops cpu_ops = {
     .kind = "cpu",
@@ -595,10 +721,13 @@ static const rn_backend_ops cpu_ops = {
 };
 
 int rn_backend_cpu_init(rn_backend *be) {
+    rn_cpu_pool *pool = NULL;
+    int rc = rn_cpu_pool_create(be->nthreads, &pool);
+    if (rc != RN_OK) return rc;
     be->ops = &cpu_ops;
-    be->impl = NULL;
-    /* OpenBLAS's own pool stays idle: backend_cpu_gemm.c splits every GEMM across this
-     * context's OpenMP threads (why: see there). The setting is process-wide. */
+    be->impl = pool;
+    /* OpenBLAS's own pool stays idle: every GEMM is split across this context's pool
+     * (backend_cpu_gemm.c says why). The setting is process-wide. */
     openblas_set_num_threads(1);
     const char *core = openblas_get_corename();
     snprintf(be->name, sizeof be->name, "cpu: OpenBLAS %s, %d thread%s", core ? core : "?",

@@ -11,11 +11,11 @@
  * im2col runs over tiles of at most TILE_BYTES per thread (the workspace), so the copy is
  * still in cache when the GEMM reads it and memory does not grow with the batch.
  *
- * Threads. OpenBLAS runs single-threaded (set in rn_backend_cpu_init) and the OpenMP team
- * of the context splits the work so that threads never wait on each other inside an op:
+ * Threads. OpenBLAS runs single-threaded (set in rn_backend_cpu_init) and the context's
+ * pool (backend_cpu_pool.c) splits the work so that threads never wait on each other:
  * forward takes row tiles, backward-data runs of whole images, backward-filter column ranges of
- * dw. Two pools (OpenMP's and OpenBLAS's) on the same cores each spin-wait while the
- * other works, and a barrier per tile stalls whenever the OS preempts one thread: on this
+ * dw. Two pools (ours and OpenBLAS's) on the same cores each spin-wait while the other
+ * works, and a barrier per tile stalls whenever the OS preempts one thread: on this
  * 2-core machine either one cost more than half the 3x3 convs' speed.
  *
  * Determinism. Row and column splits do not change the order in which OpenBLAS sums an
@@ -24,10 +24,8 @@
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
+#include "rn/backend_cpu_impl.h"
 #include "rn/backend_impl.h"
 #include "rn/err.h"
 
@@ -38,21 +36,6 @@
 #define TILE_MIN_ROWS 128
 /* Split points of a GEMM are multiples of this many rows/columns (one AVX-512 vector). */
 #define SPLIT_ALIGN 16
-
-static int team_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-static int team_size(void) {
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
 
 /* [*lo, *hi) = share t of tn of [0, n), boundaries on multiples of SPLIT_ALIGN. */
 static void share(int64_t n, int t, int tn, int64_t *lo, int64_t *hi) {
@@ -203,58 +186,83 @@ static void col2im_add(const rn_conv_desc *d, const float *col, int64_t m0, int6
     }
 }
 
-/* Rows are independent: tiles of rows are handed out one at a time, each thread using
+typedef struct {
+    const rn_conv_desc *d;
+    const float *x, *w, *dy;
+    float *y, *dx, *dw, *ws;
+    int64_t mt, ipt, tn;
+    int accumulate;
+} conv_job;
+
+/* Rows are independent: tiles of rows are handed out one at a time, each worker using
  * its own slice of the workspace. */
+static void conv_fwd_tile(void *ctx, int64_t tile, int worker) {
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int K = d->k, C = d->c;
+    const int64_t M = rows_total(d), kc = kcols(d);
+    int64_t m0 = tile * j->mt, rows = M - m0 < j->mt ? M - m0 : j->mt;
+    if (pointwise(d)) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, C, 1.0f,
+                    j->x + m0 * C, C, j->w, C, 0.0f, j->y + m0 * K, K);
+        return;
+    }
+    float *col = j->ws + (int64_t)worker * tile_rows(d) * kc;
+    im2col(d, j->x, m0, rows, 0, kc, col);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, (int)kc, 1.0f, col,
+                (int)kc, j->w, (int)kc, 0.0f, j->y + m0 * K, K);
+}
+
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
                     void *yv) {
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
-    const float *x = xv, *w = wv;
-    float *y = yv;
-    const int K = d->k, C = d->c, pw = pointwise(d), nt = conv_team(be, d);
-    const int64_t M = rows_total(d), kc = kcols(d), mt = fwd_tile_rows(d, nt);
-    const int64_t tiles = (M + mt - 1) / mt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t tile = 0; tile < tiles; tile++) {
-        int64_t m0 = tile * mt, rows = M - m0 < mt ? M - m0 : mt;
-        if (pw) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, C, 1.0f,
-                        x + m0 * C, C, w, C, 0.0f, y + m0 * K, K);
-            continue;
-        }
-        float *col = (float *)be->ws + (int64_t)team_id() * tile_rows(d) * kc;
-        im2col(d, x, m0, rows, 0, kc, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, (int)kc, 1.0f, col,
-                    (int)kc, w, (int)kc, 0.0f, y + m0 * K, K);
-    }
+    const int nt = conv_team(be, d);
+    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .mt = fwd_tile_rows(d, nt)};
+    rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_fwd_tile, &j);
     return RN_OK;
 }
 
-/* Receptive fields overlap inside an image but never across images, so threads take
- * whole images (a 1x1 stride-1 conv has no overlap at all and takes row tiles). */
+/* Receptive fields overlap inside an image but never across images, so a task is a run
+ * of whole images: enough of them that the GEMM has a useful number of rows when images
+ * are small (late layers), one image in tile-sized row chunks when they are large. A 1x1
+ * stride-1 conv has no overlap at all and takes row tiles. */
+static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int K = d->k, C = d->c;
+    const int64_t M = rows_total(d), kc = kcols(d);
+    float beta = j->accumulate ? 1.0f : 0.0f;
+    if (pointwise(d)) {
+        int64_t m0 = task * j->mt, rows = M - m0 < j->mt ? M - m0 : j->mt;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
+                    j->dy + m0 * K, K, j->w, C, beta, j->dx + m0 * C, C);
+        return;
+    }
+    const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
+    float *col = j->ws + (int64_t)worker * tile_rows(d) * kc;
+    int64_t n0 = task * j->ipt, n1 = n0 + j->ipt < d->n ? n0 + j->ipt : d->n;
+    if (!j->accumulate) memset(j->dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
+    for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += j->mt) {
+        int64_t rows = n1 * pq - m0 < j->mt ? n1 * pq - m0 : j->mt;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
+                    j->dy + m0 * K, K, j->w, (int)kc, 0.0f, col, (int)kc);
+        col2im_add(d, col, m0, rows, j->dx);
+    }
+}
+
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv, const void *wv,
                          void *dxv, int accumulate) {
     int rc = check_int(d, "conv_bwd_data");
     if (rc) return rc;
-    const float *dy = dyv, *w = wv;
-    float *dx = dxv;
-    const int K = d->k, C = d->c, nt = conv_team(be, d);
-    const int64_t M = rows_total(d), kc = kcols(d);
+    const int nt = conv_team(be, d);
+    conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate};
     if (pointwise(d)) {
-        const int64_t mt = fwd_tile_rows(d, nt), tiles = (M + mt - 1) / mt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-        for (int64_t tile = 0; tile < tiles; tile++) {
-            int64_t m0 = tile * mt, rows = M - m0 < mt ? M - m0 : mt;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
-                        dy + m0 * K, K, w, C, accumulate ? 1.0f : 0.0f, dx + m0 * C, C);
-        }
+        j.mt = fwd_tile_rows(d, nt);
+        rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_bwd_data_task, &j);
         return RN_OK;
     }
-    /* a task is a run of whole images: enough of them that the GEMM has a useful number
-     * of rows when images are small (late layers), one image in tile-sized row chunks
-     * when they are large */
-    const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
-    const int64_t tr = tile_rows(d);
+    const int64_t pq = (int64_t)d->p * d->q, tr = tile_rows(d);
     int64_t ipt = tr / pq;
     if (ipt < 1) ipt = 1;
     if (ipt > 1 && (d->n + ipt - 1) / ipt < 2 * nt) {
@@ -262,96 +270,112 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
         if (ipt * pq < TILE_MIN_ROWS) ipt = TILE_MIN_ROWS / pq < tr / pq ? TILE_MIN_ROWS / pq : tr / pq;
         if (ipt < 1) ipt = 1;
     }
-    const int64_t mt = ipt * pq < tr ? ipt * pq : tr, tasks = (d->n + ipt - 1) / ipt;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t task = 0; task < tasks; task++) {
-        float *col = (float *)be->ws + (int64_t)team_id() * tr * kc;
-        int64_t n0 = task * ipt, n1 = n0 + ipt < d->n ? n0 + ipt : d->n;
-        if (!accumulate) memset(dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
-        for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += mt) {
-            int64_t rows = n1 * pq - m0 < mt ? n1 * pq - m0 : mt;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
-                        dy + m0 * K, K, w, (int)kc, 0.0f, col, (int)kc);
-            col2im_add(d, col, m0, rows, dx);
-        }
-    }
+    j.ipt = ipt;
+    j.mt = ipt * pq < tr ? ipt * pq : tr;
+    rn_cpu_pool_run(be->impl, (d->n + ipt - 1) / ipt, nt, conv_bwd_data_task, &j);
     return RN_OK;
 }
 
-/* dw's columns are split among the threads; each builds only its columns of every im2col
- * tile and sums the tiles in order, so no two threads touch one element. */
+/* dw's columns are split into tn ranges; each task builds only its columns of every
+ * im2col tile and sums the tiles in order, so no two tasks touch one element. */
+static void conv_bwd_filter_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int K = d->k, C = d->c;
+    const int64_t M = rows_total(d), kc = kcols(d), mt = j->mt;
+    if (pointwise(d)) {
+        gemm_part((int)t, (int)j->tn, CblasTrans, CblasNoTrans, K, C, (int)M, 1.0f, j->dy, K,
+                  j->x, C, j->accumulate ? 1.0f : 0.0f, j->dw, C);
+        return;
+    }
+    int64_t k0, k1;
+    share(kc, (int)t, (int)j->tn, &k0, &k1);
+    float *col = j->ws + mt * k0;
+    for (int64_t m0 = 0; m0 < M && k1 > k0; m0 += mt) {
+        int64_t rows = M - m0 < mt ? M - m0 : mt;
+        im2col(d, j->x, m0, rows, k0, k1, col);
+        float beta = (m0 == 0 && !j->accumulate) ? 0.0f : 1.0f;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(k1 - k0), (int)rows, 1.0f,
+                    j->dy + m0 * K, K, col, (int)(k1 - k0), beta, j->dw + k0, (int)kc);
+    }
+}
+
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv,
                            const void *dyv, void *dwv, int accumulate) {
     int rc = check_int(d, "conv_bwd_filter");
     if (rc) return rc;
-    const float *x = xv, *dy = dyv;
-    float *dw = dwv;
-    const int K = d->k, C = d->c, pw = pointwise(d), nt = conv_team(be, d);
-    const int64_t M = rows_total(d), kc = kcols(d), mt = tile_rows(d);
-#pragma omp parallel num_threads(nt)
-    {
-        int t = team_id(), tn = team_size();
-        if (pw) {
-            gemm_part(t, tn, CblasTrans, CblasNoTrans, K, C, (int)M, 1.0f, dy, K, x, C,
-                      accumulate ? 1.0f : 0.0f, dw, C);
-        } else {
-            int64_t k0, k1;
-            share(kc, t, tn, &k0, &k1);
-            float *col = (float *)be->ws + mt * k0;
-            for (int64_t m0 = 0; m0 < M && k1 > k0; m0 += mt) {
-                int64_t rows = M - m0 < mt ? M - m0 : mt;
-                im2col(d, x, m0, rows, k0, k1, col);
-                float beta = (m0 == 0 && !accumulate) ? 0.0f : 1.0f;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(k1 - k0), (int)rows,
-                            1.0f, dy + m0 * K, K, col, (int)(k1 - k0), beta, dw + k0, (int)kc);
-            }
-        }
-    }
+    const int nt = conv_team(be, d);
+    conv_job j = {.d = d, .x = xv, .dy = dyv, .dw = dwv, .ws = be->ws, .mt = tile_rows(d),
+                  .tn = nt, .accumulate = accumulate};
+    rn_cpu_pool_run(be->impl, nt, nt, conv_bwd_filter_task, &j);
     return RN_OK;
 }
 
 /* ---- fully connected: x (n, in), w (out, in), y (n, out) ---- */
 
-int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
-                  const void *bv, void *yv) {
-    float *y = yv;
-    const float *b = bv;
-#pragma omp parallel num_threads(team_for(be, 2.0 * d->n * d->in * d->out))
-    {
-        int t = team_id(), tn = team_size();
-        gemm_part(t, tn, CblasNoTrans, CblasTrans, d->n, d->out, d->in, 1.0f, x, d->in, w,
-                  d->in, 0.0f, y, d->out);
-#pragma omp barrier
-        if (b) {
-            int64_t lo = (int64_t)d->n * t / tn, hi = (int64_t)d->n * (t + 1) / tn;
-            for (int64_t i = lo; i < hi; i++)
-                for (int j = 0; j < d->out; j++) y[i * d->out + j] += b[j];
-        }
+typedef struct {
+    const rn_fc_desc *d;
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw, *db;
+    int tn, accumulate;
+} fc_job;
+
+/* Part t of tn: a block of y's rows or columns, then the bias on this part's rows. */
+static void fc_fwd_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const fc_job *j = ctx;
+    const rn_fc_desc *d = j->d;
+    gemm_part((int)t, j->tn, CblasNoTrans, CblasTrans, d->n, d->out, d->in, 1.0f, j->x, d->in,
+              j->w, d->in, 0.0f, j->y, d->out);
+    if (!j->b) return;
+    /* the same split as gemm_part, so the bias lands on elements this task wrote */
+    int64_t lo, hi;
+    if (d->n >= d->out) {
+        share(d->n, (int)t, j->tn, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++)
+            for (int k = 0; k < d->out; k++) j->y[i * d->out + k] += j->b[k];
+    } else {
+        share(d->out, (int)t, j->tn, &lo, &hi);
+        for (int64_t i = 0; i < d->n; i++)
+            for (int64_t k = lo; k < hi; k++) j->y[i * d->out + k] += j->b[k];
     }
+}
+
+int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *b, void *y) {
+    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y};
+    j.tn = team_for(be, 2.0 * d->n * d->in * d->out);
+    rn_cpu_pool_run(be->impl, j.tn, j.tn, fc_fwd_task, &j);
     return RN_OK;
 }
 
-int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
-                  const void *dyv, void *dx, void *dw, void *dbv, int accumulate) {
-    const float *dy = dyv;
-    float *db = dbv;
-#pragma omp parallel num_threads(team_for(be, 2.0 * d->n * d->in * d->out))
-    {
-        int t = team_id(), tn = team_size();
-        if (dx)
-            gemm_part(t, tn, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, dy, d->out,
-                      w, d->in, 0.0f, dx, d->in);
-        gemm_part(t, tn, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out, x,
-                  d->in, accumulate ? 1.0f : 0.0f, dw, d->in);
-        if (db) {
-            /* each thread owns a range of bias entries and sums over the batch in order */
-            int64_t lo = (int64_t)d->out * t / tn, hi = (int64_t)d->out * (t + 1) / tn;
-            for (int64_t j = lo; j < hi; j++) {
-                float s = accumulate ? db[j] : 0.0f;
-                for (int i = 0; i < d->n; i++) s += dy[(int64_t)i * d->out + j];
-                db[j] = s;
-            }
+/* Part t of tn of each of dx, dw and db: independent outputs, no waiting. */
+static void fc_bwd_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const fc_job *j = ctx;
+    const rn_fc_desc *d = j->d;
+    if (j->dx)
+        gemm_part((int)t, j->tn, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, j->dy,
+                  d->out, j->w, d->in, 0.0f, j->dx, d->in);
+    gemm_part((int)t, j->tn, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, j->dy, d->out,
+              j->x, d->in, j->accumulate ? 1.0f : 0.0f, j->dw, d->in);
+    if (j->db) {
+        /* each part owns a range of bias entries and sums over the batch in order */
+        int64_t lo = (int64_t)d->out * t / j->tn, hi = (int64_t)d->out * (t + 1) / j->tn;
+        for (int64_t k = lo; k < hi; k++) {
+            float s = j->accumulate ? j->db[k] : 0.0f;
+            for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
+            j->db[k] = s;
         }
     }
+}
+
+int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
+                  const void *dy, void *dx, void *dw, void *db, int accumulate) {
+    fc_job j = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db,
+                .accumulate = accumulate};
+    j.tn = team_for(be, 2.0 * d->n * d->in * d->out);
+    rn_cpu_pool_run(be->impl, j.tn, j.tn, fc_bwd_task, &j);
     return RN_OK;
 }

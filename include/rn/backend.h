@@ -59,9 +59,10 @@ typedef struct rn_backend rn_backend;
 
 /* Create a context for device "cpu", "cuda", "cuda:N" or "auto" (cuda:0 when this build
  * has CUDA and a usable GPU, else cpu). nthreads <= 0 means every online core; the CPU
- * backend runs every op, GEMMs included, on that many OpenMP threads, and sets OpenBLAS
- * to one thread of its own (process-wide), so that two thread pools never compete for
- * the same cores. Code outside the backend that calls cblas directly gets one thread. RN_SYNC=1 in the environment
+ * backend runs every op, GEMMs included, on its own pool of that many threads (the
+ * caller's plus nthreads-1, started here, which sleep when idle), and sets OpenBLAS to
+ * one thread of its own (process-wide), so that two pools never compete for the same
+ * cores. Code outside the backend that calls cblas directly gets one thread. RN_SYNC=1 in the environment
  * makes every op synchronise with the device and report asynchronous faults there.
  * Errors: RN_EINVAL (unknown device), RN_ENOTSUP (cuda in a CPU-only build), RN_EGPU,
  * RN_ENOMEM. */
