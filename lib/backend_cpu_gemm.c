@@ -161,8 +161,8 @@ static void im2col(const rn_conv_desc *d, const float *x, int64_t m0, int64_t mt
 }
 
 /* dx += col2im(col) for rows [m0, m0+mt), all channels. */
-static void col2im_add(const rn_conv_desc *d, const float *col, int64_t m0, int64_t mt,
-                       float *dx) {
+static void col2im_add_ch(const rn_conv_desc *d, const float *col, int64_t m0, int64_t mt,
+                          int c0, int c1, float *dx) {
     const int C = d->c, kw = d->kw, kh = d->kh, pq = d->p * d->q;
     const int64_t kc = kcols(d);
     for (int64_t r = 0; r < mt; r++) {
@@ -180,10 +180,15 @@ static void col2im_add(const rn_conv_desc *d, const float *col, int64_t m0, int6
                 float *o = xrow + (int64_t)wj * C;
                 const float *s = src + ((int64_t)i * kw + j) * C;
 #pragma omp simd
-                for (int c = 0; c < C; c++) o[c] += s[c];
+                for (int c = c0; c < c1; c++) o[c] += s[c];
             }
         }
     }
+}
+
+static void col2im_add(const rn_conv_desc *d, const float *col, int64_t m0, int64_t mt,
+                       float *dx) {
+    col2im_add_ch(d, col, m0, mt, 0, d->c, dx);
 }
 
 typedef struct {
@@ -213,12 +218,44 @@ static void conv_fwd_tile(void *ctx, int64_t tile, int worker) {
                 (int)kc, j->w, (int)kc, 0.0f, j->y + m0 * K, K);
 }
 
+/* Few output rows (late layers at small images or batches): row tiles would leave
+ * threads idle, so the whole im2col matrix is built in one run (rows split) and the GEMM
+ * split by columns in a second. */
+static int small_m(const rn_conv_desc *d, int nt) {
+    int64_t m = rows_total(d);
+    return nt > 1 && m <= tile_rows(d) && (m + fwd_tile_rows(d, nt) - 1) / fwd_tile_rows(d, nt) < 2 * nt;
+}
+
+static void conv_im2col_part(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    int64_t m = rows_total(j->d), r0, r1;
+    share(m, (int)t, (int)j->tn, &r0, &r1);
+    if (r1 > r0) im2col(j->d, j->x, r0, r1 - r0, 0, kcols(j->d), j->ws + r0 * kcols(j->d));
+}
+
+static void conv_fwd_part(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const float *a = pointwise(d) ? j->x : j->ws;
+    int kc = (int)kcols(d);
+    gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasTrans, (int)rows_total(d), d->k, kc, 1.0f,
+              a, kc, j->w, kc, 0.0f, j->y, d->k);
+}
+
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
                     void *yv) {
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
     const int nt = conv_team(be, d);
-    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .mt = fwd_tile_rows(d, nt)};
+    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .mt = fwd_tile_rows(d, nt),
+                  .tn = nt};
+    if (small_m(d, nt)) {
+        if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
+        rn_cpu_pool_run(be->impl, nt, nt, conv_fwd_part, &j);
+        return RN_OK;
+    }
     rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_fwd_tile, &j);
     return RN_OK;
 }
@@ -251,12 +288,46 @@ static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
     }
 }
 
+/* Small-M backward data: dcol = dy w split by columns, then col2im split by channels. */
+static void conv_dcol_part(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    int kc = (int)kcols(d);
+    if (pointwise(d)) {
+        gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasNoTrans, (int)rows_total(d), kc, d->k,
+                  1.0f, j->dy, d->k, j->w, kc, j->accumulate ? 1.0f : 0.0f, j->dx, kc);
+        return;
+    }
+    gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasNoTrans, (int)rows_total(d), kc, d->k, 1.0f,
+              j->dy, d->k, j->w, kc, 0.0f, j->ws, kc);
+}
+
+static void conv_col2im_part(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    int c0 = (int)(d->c * t / j->tn), c1 = (int)(d->c * (t + 1) / j->tn);
+    if (c1 <= c0) return;
+    if (!j->accumulate) {
+        int64_t px = (int64_t)d->n * d->h * d->w;
+        for (int64_t i = 0; i < px; i++) memset(j->dx + i * d->c + c0, 0, sizeof(float) * (c1 - c0));
+    }
+    col2im_add_ch(d, j->ws, 0, rows_total(d), c0, c1, j->dx);
+}
+
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv, const void *wv,
                          void *dxv, int accumulate) {
     int rc = check_int(d, "conv_bwd_data");
     if (rc) return rc;
     const int nt = conv_team(be, d);
-    conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate};
+    conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate,
+                  .tn = nt};
+    if (small_m(d, nt)) {
+        rn_cpu_pool_run(be->impl, nt, nt, conv_dcol_part, &j);
+        if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_col2im_part, &j);
+        return RN_OK;
+    }
     if (pointwise(d)) {
         j.mt = fwd_tile_rows(d, nt);
         rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_bwd_data_task, &j);
