@@ -1,9 +1,9 @@
 /* Micro-benchmark of the backend's convolutions over ResNet-50's conv shapes, weighted by
- * how often each shape occurs, plus BN and a plain sgemm of each conv's GEMM size for
- * reference. Not part of `make test`; build and run:
- *   make build/librn.a && cc -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) \
- *     tests/bench_ops.c build/librn.a $(pkg-config --libs openblas) -lm -o build/bench_ops
- *   build/bench_ops [batch] [size] [threads]        (default 8 224 2) */
+ * how often each shape occurs, with a plain one-thread sgemm of each conv's GEMM size for
+ * reference. Not part of `make test` or `make bench`; `make` builds it:
+ *   build/tests/bench_ops [batch] [size] [threads] [filter]     (default 8 224 2, all rows)
+ * e.g. `build/tests/bench_ops 32 64 2 3x3`. Each number is the fastest of a few calls: on a
+ * shared machine the minimum is what the code can do. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +76,7 @@ int main(int argc, char **argv) {
         if (reps < 3) reps = 3;
         double t[4];
         for (int op = 0; op < 4; op++) {
-            /* one warm-up call, then the fastest of the timed ones: the machine is shared,
-             * and the minimum is what the code can do */
+            /* one warm-up call, then the fastest of the timed ones */
             t[op] = 1e30;
             for (int r = -1; r < reps; r++) {
                 double t0 = now();
