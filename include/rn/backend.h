@@ -40,6 +40,11 @@
  * (rn_last_error) that names the op and the bad value. Ops are not thread-safe on one
  * context: use one context per thread.
  *
+ * Aliasing. An output may share memory with an input only where the op says so.
+ *
+ * Determinism. On the CPU, results are bit-identical for any thread count (fixed
+ * reduction chunks and tiles); test_ops checks it.
+ *
  * Accumulate flags. Where an op has `accumulate`, 0 overwrites its gradient outputs and 1
  * adds to them (gradient accumulation over micro-batches; the two gradient paths into a
  * residual block's input). */
@@ -109,7 +114,8 @@ typedef struct {
  * non-positive size, a kernel larger than the padded input, or sizes that overflow. */
 int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh, int kw,
                       int stride, int pad);
-/* Workspace bytes that each of the three conv ops below may take for d. */
+/* Workspace bytes that each of the three conv ops below may take for d on this context
+ * (on the CPU it grows with the thread count: one im2col tile per thread). */
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 /* y = conv(x, w). */
 int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
