@@ -2,11 +2,10 @@
  * every loop. Convolutions and the fully connected layer live in backend_cpu_gemm.c.
  * Arguments arrive checked (lib/backend.c).
  *
- * Reductions (BN statistics and gradients, the loss) are split into a fixed number of
- * chunks and summed in chunk order, in double, so results do not depend on the thread
- * count. */
+ * BN's reductions are split into a fixed number of chunks, each summed on one thread and
+ * then added in chunk order in double, and the loss is summed on one thread, so results
+ * do not depend on the thread count. */
 #include <cblas.h>
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,7 +276,8 @@ static int cpu_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
  * BN_BLOCK rows (fa, fb: 2c floats of scratch), then in double, so the inner loop is all
  * float and vectorises; one loop per case keeps branches out of it. */
 #define BN_BLOCK 16
-static void bn_bwd_sums(int64_t r0, int64_t r1, int c, const float *x, const float *y,
+/* always inlined, so that it is compiled into each vector-width clone of its caller */
+static inline __attribute__((always_inline)) void bn_bwd_sums(int64_t r0, int64_t r1, int c, const float *x, const float *y,
                         const float *dy, const float *mean, float *dres, double *a, double *b,
                         float *fa, int relu) {
     float *fb = fa + c;
