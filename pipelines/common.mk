@@ -1,0 +1,89 @@
+# pipelines/common.mk: the variables every rn pipeline fragment shares (prep.mk, train.mk,
+# eval.mk, plot.mk and bench.mk include it; include those, not this file). Set a variable
+# before the include line or on the command line: the per-epoch rules are generated when
+# train.mk is read, so EPOCHS in particular must be known by then.
+#
+#   RN_BIN      folder with the rn tools (default: build/bin of the rn source tree these
+#               fragments are in; empty when they are installed elsewhere, meaning $PATH)
+#   DATA        folder of the datasets (default data): $(DATA)/train.lmdb, $(DATA)/val.lmdb
+#   TRAIN_LMDB, VAL_LMDB   the datasets themselves, when they are not in DATA
+#   RUN         the run folder: checkpoints, logs, results, plots, the record of what was
+#               run (default runs/$(ARCH))
+#   ARCH        resnet18|34|50|101|152 (default resnet50)
+#   CLASSES     classes of the new model (default: as many as TRAIN_LMDB has)
+#   EPOCHS      epochs to train (default 30): epoch-001.pb ... epoch-$(EPOCHS).pb
+#   BATCH       images per optimiser step (default 256)
+#   ACCUM       micro-batches per step (rn-train --accum; default 1)
+#   LR          base learning rate (default 0.01)
+#   LR_SCHEDULE step|multistep|cosine|constant (default step); LR_STEP (default 10) and
+#               LR_GAMMA (default 0.1) for step; LR_MILESTONES (e.g. 30,60,80) for multistep;
+#               cosine runs over EPOCHS
+#   AMP         mixed precision (fp16|bf16), passed as --amp only when set; needs the CUDA
+#               backend and an rn-train that has --amp (this one does not yet: leave empty)
+#   DEVICE      auto|cpu|cuda|cuda:N (default auto)
+#   WORKERS     loader threads (default 4); THREADS: CPU compute threads (default: all)
+#   CROP        training and evaluation crop (default 224)
+#   RESIZE      evaluation resize of the shorter side (default: rn's round(CROP*256/224);
+#               0: none, for datasets already stored at CROP x CROP)
+#   SEED        initialisation, data order and augmentation seed (default 0)
+#   SAVE_EVERY  also save the epoch in progress every N steps (default: off); make
+#               then resumes inside the epoch (see train.mk)
+#   TRAIN_VAL   dataset rn-train evaluates after each epoch, for the logs and the
+#               checkpoint history (default VAL_LMDB; empty: none)
+#   INIT_FLAGS  how rn-init makes epoch-000.pb (default --arch $(ARCH) --classes $(CLASSES));
+#               e.g. --from weights.safetensors --reset-fc 10 to fine-tune
+#   TRAIN_FLAGS, EVAL_FLAGS, PREP_FLAGS   more flags for rn-train, rn-eval, rn-prep
+#
+# Every rn command a fragment runs is appended to $(RUN)/commands.sh (to
+# $(DATA)/commands.sh for rn-prep) as it was run, with the time; `make -n` prints them
+# before anything runs.
+
+ifndef RN_COMMON_MK
+RN_COMMON_MK := 1
+
+RN_PIPELINES := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+RN_BIN ?= $(if $(wildcard $(RN_PIPELINES)/../tools/rn-train.c),$(abspath $(RN_PIPELINES)/../build/bin))
+DATA ?= data
+TRAIN_LMDB ?= $(DATA)/train.lmdb
+VAL_LMDB ?= $(DATA)/val.lmdb
+ARCH ?= resnet50
+RUN ?= runs/$(ARCH)
+CLASSES ?=
+EPOCHS ?= 30
+BATCH ?= 256
+ACCUM ?= 1
+LR ?= 0.01
+LR_SCHEDULE ?= step
+LR_STEP ?= 10
+LR_GAMMA ?= 0.1
+LR_MILESTONES ?=
+AMP ?=
+DEVICE ?= auto
+WORKERS ?= 4
+THREADS ?=
+CROP ?= 224
+RESIZE ?=
+SEED ?= 0
+SAVE_EVERY ?=
+TRAIN_VAL ?= $(VAL_LMDB)
+INIT_FLAGS ?= --arch $(ARCH) --classes $(RN_CLASSES)
+TRAIN_FLAGS ?=
+EVAL_FLAGS ?=
+PREP_FLAGS ?=
+
+# a tool by name: $(RN)rn-train
+RN = $(if $(RN_BIN),$(RN_BIN)/)
+# the class count, from the training set when CLASSES is empty (read when the recipe runs)
+RN_CLASSES = $(or $(CLASSES),$$(wc -l < $(TRAIN_LMDB)/classes.txt))
+# $(call rn_log,LOGFILE) COMMAND...: append COMMAND to LOGFILE, then run it
+rn_log = sh $(RN_PIPELINES)/logrun.sh $(1)
+# epoch numbers as in the file names: 001 002 ... $(EPOCHS)
+RN_EPOCHS := $(shell seq -f %03g 1 $(EPOCHS))
+RN_LAST := $(lastword 000 $(RN_EPOCHS))
+# 007 -> 7
+rn_int = $(or $(patsubst 0%,%,$(patsubst 0%,%,$(patsubst 0%,%,$(1)))),0)
+# flags rn-train and rn-eval share
+RN_EVAL_T = --crop $(CROP) $(if $(RESIZE),--resize $(RESIZE)) --workers $(WORKERS) \
+  $(if $(THREADS),--threads $(THREADS)) --device $(DEVICE)
+
+endif
