@@ -636,6 +636,10 @@ int rn_prep_run(const rn_prep_opts *o, rn_prep_result *res) {
     if (!class_counts && rc == RN_OK) rc = rn_errorf(RN_ENOMEM, "out of memory");
     for (uint64_t i = 0; i < in.n && rc == RN_OK; i++) {
         slot *s = &p.slots[i % p.window];
+        if (o->cancel && *o->cancel) {
+            rc = rn_errorf(RN_EINTR, "interrupted after %" PRIu64 " of %zu inputs: no output written", i, in.n);
+            break;
+        }
         pthread_mutex_lock(&p.mu);
         while (s->state != 2 && !p.stop) pthread_cond_wait(&p.done, &p.mu);
         int ok = s->state == 2;

@@ -236,19 +236,41 @@ print('ok')"
 @test "a killed rn-prep never leaves a partial dataset under the final name" {
     "$PY" "$MK" folder many --classes 2 --per-class 150 --size 160x120 --seed 2
     rn-prep -q imgs kill.lmdb
-    rn-prep -q --threads 1 --resize 100 many kill.lmdb &
+    # 15000 small records: about a second of work, so the kill lands mid-run
+    rn-prep -q --threads 1 --augment 50 --crop 48 many kill.lmdb &
     pid=$!
     sleep 0.3
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" || true
-    # either the old dataset (12) or a complete new one (300), never anything else
+    # either the old dataset (12) or a complete new one (15000), never anything else
     run rn-info --json kill.lmdb
     assert_success
-    [[ "$output" == *'"count":12,'* || "$output" == *'"count":300,'* ]]
+    [[ "$output" == *'"count":12,'* || "$output" == *'"count":15000,'* ]]
     # the next run cleans the leftover temporary and succeeds
     run rn-prep -q imgs kill.lmdb
     assert_success
     [ ! -e kill.lmdb.tmp ]
+}
+
+@test "SIGTERM stops rn-prep cleanly: exit 1, no output, no leftover" {
+    [ -d many ] || "$PY" "$MK" folder many --classes 2 --per-class 150 --size 160x120 --seed 2
+    rm -rf term.lmdb
+    rn-prep -q --threads 1 --augment 50 --crop 48 many term.lmdb 2> term.err &
+    pid=$!
+    sleep 0.3
+    kill -TERM "$pid" 2>/dev/null || true
+    rc=0
+    wait "$pid" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        # it finished before the signal: then the dataset is complete
+        run rn-info --json term.lmdb
+        assert_output --partial '"count":15000,'
+    else
+        [ "$rc" -eq 1 ]
+        grep -q "interrupted" term.err
+        [ ! -e term.lmdb ]
+        [ ! -e term.lmdb.tmp ]
+    fi
 }
 
 @test "missing source and unwritable output fail with a message" {

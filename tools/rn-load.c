@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -231,6 +232,11 @@ int main(int argc, char **argv) {
                images, batches, secs, images / (secs > 1e-9 ? secs : 1e-9), nworkers, o.batch, o.crop,
                to_float ? ", float" : "");
         printf("position: %" PRId64 ":%" PRId64 "\n", pe, pi);
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0) {
+            double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+            printf("cpu: %.2f s (%.1f img per cpu-second)\n", cpu, images / (cpu > 1e-9 ? cpu : 1e-9));
+        }
         if (checksum) printf("checksum: %08x\n", crc);
     }
     if (fflush(stdout) != 0) {

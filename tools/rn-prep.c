@@ -1,6 +1,7 @@
 /* rn-prep: a folder of JPEGs (ImageFolder layout or a list file) to an rn dataset. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,9 @@ typedef struct {
     size_t report_len, report_cap;
     int report_oom;
 } ui;
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = 1; }
 
 static double now(void) {
     struct timespec ts;
@@ -232,6 +236,14 @@ int main(int argc, char **argv) {
     o.on_skip = on_skip;
     o.on_progress = on_progress;
     o.ctx = &u;
+    /* SIGINT/SIGTERM: stop cleanly, removing the partial OUT.tmp */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o.cancel = (const volatile int *)&interrupted;
     u.tty = isatty(2);
     u.t0 = u.last = now();
     rn_prep_result res;

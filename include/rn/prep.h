@@ -47,6 +47,9 @@ typedef struct {
     /* called on the calling thread after each source image */
     void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
     void *ctx;
+    /* if set and it becomes non-zero (e.g. from a signal handler), the run stops:
+     * RN_EINTR, no output written */
+    const volatile int *cancel;
 } rn_prep_opts;
 
 /* Fill o with the defaults (jpeg, quality 90, all threads, 100 MP, crop 224). */
@@ -61,7 +64,8 @@ typedef struct {
 
 /* Run the whole conversion. Errors: RN_EINVAL (bad options), RN_EIO (source missing,
  * output not writable), RN_EDATA (strict and an input was bad; nothing was written),
- * RN_ENOMEM. On any error no dataset is left at o->out (a previous one stays). */
+ * RN_EINTR (cancelled), RN_ENOMEM. On any error no dataset is left at o->out (a previous
+ * one stays). */
 int rn_prep_run(const rn_prep_opts *o, rn_prep_result *res);
 
 #endif
