@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,14 +16,24 @@
 int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
-    int want_cuda = 0;
-    if (strcmp(device, "cuda") == 0 || strncmp(device, "cuda:", 5) == 0) want_cuda = 1;
-    else if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+    int want_cuda = 0, index = 0;
+    if (strcmp(device, "cuda") == 0) want_cuda = 1;
+    else if (strncmp(device, "cuda:", 5) == 0) {
+        char *end;
+        long v = strtol(device + 5, &end, 10);
+        if (end == device + 5 || *end || v < 0 || v > INT_MAX)
+            return rn_errorf(RN_EINVAL, "device '%s': expected cuda:N with N a GPU index (rn-gpuinfo "
+                             "lists them)", device);
+        want_cuda = 1;
+        index = (int)v;
+    } else if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
         return rn_errorf(RN_EINVAL, "device '%s': expected cpu, cuda, cuda:N or auto", device);
-    /* The CUDA backend hooks in here once it exists (issue 6); until then "auto" is cpu. */
+#ifndef RN_HAVE_CUDA
+    (void)index;
     if (want_cuda)
-        return rn_errorf(RN_ENOTSUP, "device '%s': this build has no CUDA backend (use "
-                         "--device cpu; rn-gpuinfo shows what the machine offers)", device);
+        return rn_errorf(RN_ENOTSUP, "device '%s': this rn build has no CUDA support (use --device "
+                         "cpu, or rebuild where the CUDA toolkit, cuDNN and cuBLAS are installed)", device);
+#endif
     if (nthreads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nthreads = n > 0 ? (int)n : 1;
@@ -32,10 +43,26 @@ int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
     be->nthreads = nthreads;
     const char *s = getenv("RN_SYNC");
     be->sync_each_op = s && strcmp(s, "1") == 0;
-    int rc = rn_backend_cpu_init(be);
+    int rc, fell_back = 0;
+#ifdef RN_HAVE_CUDA
+    if (want_cuda || strcmp(device, "auto") == 0) {
+        rc = rn_backend_cuda_init(be, index);
+        if (rc == RN_OK || want_cuda || rc != RN_EGPU) {
+            if (rc != RN_OK) free(be);
+            else *out = be;
+            return rc;
+        }
+        fell_back = 1; /* auto without a usable GPU: the CPU, and its name says why */
+    }
+#endif
+    rc = rn_backend_cpu_init(be);
     if (rc != RN_OK) {
         free(be);
         return rc;
+    }
+    if (fell_back) {
+        size_t len = strlen(be->name);
+        snprintf(be->name + len, sizeof be->name - len, " (auto: no usable GPU)");
     }
     *out = be;
     return RN_OK;

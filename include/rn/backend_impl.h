@@ -88,6 +88,10 @@ struct rn_backend {
 
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads is set. */
 int rn_backend_cpu_init(rn_backend *be);
+/* CUDA backend (lib/backend_cuda.cu; only in builds with RN_HAVE_CUDA) on GPU `index`.
+ * Errors: RN_EGPU saying why no GPU is usable (pointing at rn-gpuinfo), RN_EINVAL for a
+ * bad RN_CUDA_* setting, RN_ENOMEM. On failure be is left untouched. */
+int rn_backend_cuda_init(rn_backend *be, int index);
 
 /* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the
  * CPU table. */

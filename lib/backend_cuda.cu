@@ -1,0 +1,1197 @@
+/* CUDA backend: cuDNN convolutions (NHWC activations, OHWI filters), cuBLAS for the fully
+ * connected layer, and our own kernels for everything a library does not fit exactly:
+ * BatchNorm (see the note there), pooling with torch's tie rules, elementwise ops, input
+ * normalise, softmax cross-entropy and the SGD update. Arguments arrive checked
+ * (lib/backend.c); every CUDA/cuDNN/cuBLAS call is checked here with its text, file, line
+ * and the library's own message.
+ *
+ * Settings, read once when the context is created and shown in rn_backend_name():
+ *   RN_CUDA_WORKSPACE_MB  conv workspace limit per algorithm (default RN_CUDA_WS_MB_DEFAULT)
+ *   RN_CUDA_TF32=1        allow TF32 tensor cores for fp32 convolutions and GEMMs (off by
+ *                         default, so fp32 results compare with the CPU backend at 1e-4)
+ *   RN_CUDA_DETERMINISTIC=1  only deterministic convolution algorithms
+ *   RN_CUDA_BN=own|cudnn  BatchNorm training forward by our kernels (default) or by
+ *                         cuDNN's fused BN+add+ReLU where it applies (see there)
+ *   RN_CUDA_CONV_ALGO=find|heuristic  benchmark every algorithm once per shape (default)
+ *                         or take cuDNN's heuristic choice without running anything
+ *
+ * One context uses one device and one stream; call it from the thread that created it
+ * (the current device is set when the context is created). */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/backend_impl.h"
+extern "C" {
+#include "rn/err.h"
+#include "rn/tensor.h"
+}
+
+#define RN_CUDA_WS_MB_DEFAULT 1024
+/* Largest channel count of rn_input_normalize (mean/std travel as kernel arguments). */
+#define NORM_MAXC 64
+/* Threads per block of the elementwise kernels. */
+#define TPB 256
+
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
+    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } while (0)
+#define DNN(call) do { cudnnStatus_t s_ = (call); if (s_ != CUDNN_STATUS_SUCCESS) \
+    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_)); } while (0)
+#define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
+    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); } while (0)
+/* after a kernel launch: a bad configuration shows here, a fault at the next sync
+ * (RN_SYNC=1 makes that the same op) */
+#define LAUNCHED(kernel) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
+    return rn_errorf(RN_EGPU, "%s:%d: kernel %s: %s", __FILE__, __LINE__, kernel, cudaGetErrorString(e_)); } while (0)
+
+/* One convolution shape: descriptors and the algorithm chosen for each direction. */
+typedef struct {
+    int key[12]; /* dtype n h w c k kh kw stride_h stride_w pad_h pad_w */
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    cudnnMathType_t fwd_math, data_math, filter_math;
+    size_t ws; /* the largest of the three algorithms' workspaces */
+} conv_plan;
+
+typedef struct {
+    int dev, sms;
+    cudaStream_t stream;
+    cudnnHandle_t dnn;
+    cublasHandle_t blas;
+    int tf32, deterministic, heuristic;
+    size_t ws_limit; /* bytes */
+    conv_plan *plans;
+    int nplans, cap;
+    int bn_cudnn; /* RN_CUDA_BN=cudnn: training forward through cuDNN where it applies */
+    cudnnTensorDescriptor_t bn_x, bn_stat;
+    cudnnActivationDescriptor_t bn_relu;
+    float *coef; /* BN inference scale and shift, coef_cap floats */
+    size_t coef_cap;
+    rn_backend_ops ops;
+} cuda_ctx;
+
+static cuda_ctx *CTX(rn_backend *be) { return (cuda_ctx *)be->impl; }
+
+static int64_t blocks_for(const cuda_ctx *g, int64_t n) {
+    int64_t b = (n + TPB - 1) / TPB, cap = (int64_t)g->sms * 32;
+    return b < 1 ? 1 : b > cap ? cap : b;
+}
+
+/* ---- element access: every kernel computes in fp32 ---- */
+
+__device__ __forceinline__ float ld(float v) { return v; }
+__device__ __forceinline__ float ld(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T st(float v);
+template <> __device__ __forceinline__ float st<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/* Run F<T> for the element type of dtype (lib/backend.c admits only these three). */
+#define BY_DTYPE(dtype, call) \
+    ((dtype) == RN_F16 ? call<__half> : (dtype) == RN_BF16 ? call<__nv_bfloat16> : call<float>)
+
+/* ---- memory ---- */
+
+static int cuda_alloc(rn_backend *be, size_t bytes, void **out) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        cudaGetLastError();
+        return rn_errorf(e == cudaErrorMemoryAllocation ? RN_ENOMEM : RN_EGPU,
+                         "cuda:%d: cudaMalloc(%zu bytes = %.1f MiB): %s; %.1f MiB of %.1f MiB free "
+                         "(try a smaller --batch or --accum with micro-batches)",
+                         CTX(be)->dev, bytes, bytes / 1048576.0, cudaGetErrorString(e),
+                         fr / 1048576.0, tot / 1048576.0);
+    }
+    *out = p;
+    return RN_OK;
+}
+
+static void cuda_free(rn_backend *be, void *p) {
+    (void)be;
+    cudaFree(p);
+}
+
+static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, CTX(be)->stream));
+    return RN_OK;
+}
+
+static int cuda_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CTX(be)->stream));
+    CU(cudaStreamSynchronize(CTX(be)->stream));
+    return RN_OK;
+}
+
+static int cuda_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, CTX(be)->stream));
+    return RN_OK;
+}
+
+static int cuda_zero(rn_backend *be, void *dst, size_t bytes) {
+    CU(cudaMemsetAsync(dst, 0, bytes, CTX(be)->stream));
+    return RN_OK;
+}
+
+static int cuda_sync(rn_backend *be) {
+    CU(cudaStreamSynchronize(CTX(be)->stream));
+    CU(cudaGetLastError());
+    return RN_OK;
+}
+
+/* ---- convolution (cuDNN) ---- */
+
+static cudnnDataType_t dnn_type(int dtype) {
+    return dtype == RN_F16 ? CUDNN_DATA_HALF : dtype == RN_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* The math type a direction searches and runs with. fp32 without TF32 must be FMA_MATH:
+ * cuDNN's DEFAULT_MATH lets Ampere and later use TF32 tensor cores for fp32. */
+static cudnnMathType_t search_math(const cuda_ctx *g, int dtype) {
+    if (dtype != RN_F32) return CUDNN_TENSOR_OP_MATH;
+    return g->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+static int math_ok(const cuda_ctx *g, int dtype, cudnnMathType_t m) {
+    if (dtype == RN_F32 && !g->tf32) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+    return 1;
+}
+
+/* The run-time math type for an algorithm found with math m. */
+static cudnnMathType_t run_math(const cuda_ctx *g, int dtype, cudnnMathType_t m) {
+    return dtype == RN_F32 && !g->tf32 ? CUDNN_FMA_MATH : m;
+}
+
+static void plan_destroy(conv_plan *p) {
+    if (p->x) cudnnDestroyTensorDescriptor(p->x);
+    if (p->y) cudnnDestroyTensorDescriptor(p->y);
+    if (p->w) cudnnDestroyFilterDescriptor(p->w);
+    if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
+    memset(p, 0, sizeof *p);
+}
+
+/* Pick the first (fastest for Find, best for the heuristic) result that succeeded, fits
+ * the workspace limit, has an allowed math type and, when asked, is deterministic. */
+#define PICK(perf, got, out, math, mem, what)                                                 \
+    do {                                                                                      \
+        int i_;                                                                               \
+        for (i_ = 0; i_ < (got); i_++)                                                        \
+            if ((perf)[i_].status == CUDNN_STATUS_SUCCESS && (perf)[i_].memory <= limit &&    \
+                math_ok(g, d->dtype, (perf)[i_].mathType) &&                                  \
+                (!g->deterministic || (perf)[i_].determinism == CUDNN_DETERMINISTIC))         \
+                break;                                                                        \
+        if (i_ == (got))                                                                      \
+            return rn_errorf(RN_EGPU, "conv %s %s n=%d h=%d w=%d c=%d k=%d %dx%d stride %d "   \
+                             "pad %d: cuDNN offers no algorithm within %zu MiB of workspace%s "  \
+                             "(raise RN_CUDA_WORKSPACE_MB)", what, rn_dtype_name(d->dtype),   \
+                             d->n, d->h, d->w, d->c, d->k, d->kh, d->kw, d->stride_h,         \
+                             d->pad_h, limit >> 20,                                           \
+                             g->deterministic ? " that is deterministic" : "");               \
+        (out) = (perf)[i_].algo;                                                              \
+        (math) = run_math(g, d->dtype, (perf)[i_].mathType);                                  \
+        (mem) = (perf)[i_].memory;                                                            \
+    } while (0)
+
+static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
+    cuda_ctx *g = CTX(be);
+    cudnnDataType_t t = dnn_type(d->dtype);
+    /* After a reservation exists, a new shape (a smaller last batch) must fit in it. */
+    size_t limit = g->ws_limit;
+    if (be->ws_bytes && be->ws_bytes < limit) limit = be->ws_bytes;
+    DNN(cudnnCreateTensorDescriptor(&p->x));
+    DNN(cudnnCreateTensorDescriptor(&p->y));
+    DNN(cudnnCreateFilterDescriptor(&p->w));
+    DNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    DNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, t, d->n, d->c, d->h, d->w));
+    DNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, t, d->n, d->k, d->p, d->q));
+    DNN(cudnnSetFilter4dDescriptor(p->w, t, CUDNN_TENSOR_NHWC, d->k, d->c, d->kh, d->kw));
+    DNN(cudnnSetConvolution2dDescriptor(p->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DNN(cudnnSetConvolutionMathType(p->conv, search_math(g, d->dtype)));
+    int on, oh, ow, oc;
+    DNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
+    if (on != d->n || oc != d->k || oh != d->p || ow != d->q)
+        return rn_errorf(RN_EGPU, "conv: cuDNN computes output %dx%dx%dx%d, rn expects %dx%dx%dx%d", on, oh, ow,
+                         oc, d->n, d->p, d->q, d->k);
+
+    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int nf = 0, nd = 0, nw = 0;
+    if (g->heuristic) {
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
+                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+    } else {
+        /* Find runs every algorithm on scratch memory it allocates itself */
+        DNN(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y,
+                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
+        DNN(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
+                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+        DNN(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
+                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+    }
+    size_t mf = 0, md = 0, mw = 0;
+    PICK(pf, nf, p->fwd, p->fwd_math, mf, "forward");
+    PICK(pd, nd, p->bwd_data, p->data_math, md, "backward-data");
+    PICK(pw, nw, p->bwd_filter, p->filter_math, mw, "backward-filter");
+    /* the heuristic's memory figures are estimates: ask for the exact sizes */
+    DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &mf));
+    DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x, p->bwd_data, &md));
+    DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+    DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w, p->bwd_filter, &mw));
+    p->ws = mf > md ? mf : md;
+    if (mw > p->ws) p->ws = mw;
+    return RN_OK;
+}
+
+/* The cached plan for d, built on first use. */
+static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, conv_plan **out) {
+    cuda_ctx *g = CTX(be);
+    int key[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw,
+                   d->stride_h, d->stride_w, d->pad_h, d->pad_w};
+    for (int i = 0; i < g->nplans; i++)
+        if (memcmp(g->plans[i].key, key, sizeof key) == 0) {
+            *out = &g->plans[i];
+            return RN_OK;
+        }
+    if (g->nplans == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 32;
+        conv_plan *np = (conv_plan *)realloc(g->plans, sizeof(conv_plan) * (size_t)cap);
+        if (!np) return rn_errorf(RN_ENOMEM, "conv: out of host memory for %d algorithm plans", cap);
+        g->plans = np;
+        g->cap = cap;
+    }
+    conv_plan p;
+    memset(&p, 0, sizeof p);
+    memcpy(p.key, key, sizeof key);
+    int rc = plan_build(be, d, &p);
+    if (rc != RN_OK) {
+        plan_destroy(&p);
+        return rn_error_context(rc, "cuda:%d: choosing convolution algorithms", g->dev);
+    }
+    g->plans[g->nplans] = p;
+    *out = &g->plans[g->nplans++];
+    return RN_OK;
+}
+
+/* No status to return here: a failure leaves 0 and the op itself reports it. */
+static size_t cuda_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
+    conv_plan *p;
+    return conv_plan_get(be, d, &p) == RN_OK ? p->ws : 0;
+}
+
+static int cuda_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
+    cuda_ctx *g = CTX(be);
+    conv_plan *p;
+    int rc = conv_plan_get(be, d, &p);
+    if (rc) return rc;
+    const float one = 1, zero = 0;
+    DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+    DNN(cudnnConvolutionForward(g->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, be->ws, be->ws_bytes, &zero,
+                                p->y, y));
+    return RN_OK;
+}
+
+static int cuda_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w, void *dx,
+                              int accumulate) {
+    cuda_ctx *g = CTX(be);
+    conv_plan *p;
+    int rc = conv_plan_get(be, d, &p);
+    if (rc) return rc;
+    const float one = 1, beta = accumulate ? 1.0f : 0.0f;
+    DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+    DNN(cudnnConvolutionBackwardData(g->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, be->ws,
+                                     be->ws_bytes, &beta, p->x, dx));
+    return RN_OK;
+}
+
+static int cuda_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy, void *dw,
+                                int accumulate) {
+    cuda_ctx *g = CTX(be);
+    conv_plan *p;
+    int rc = conv_plan_get(be, d, &p);
+    if (rc) return rc;
+    const float one = 1, beta = accumulate ? 1.0f : 0.0f;
+    DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+    DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter, be->ws,
+                                       be->ws_bytes, &beta, p->w, dw));
+    return RN_OK;
+}
+
+/* ---- batch norm ----
+ * Our own kernels by default rather than cuDNN's: the op contract lets y alias x or the
+ * residual and dx alias dy (the network runs BN backward in place), which cuDNN's
+ * BatchNorm does not promise to support. (cuDNN's fused forward is an opt-in below.)
+ * Statistics are fp32 outputs of double sums over a fixed grid of row chunks, summed in
+ * chunk order: results do not depend on timing and match the CPU backend's formulas.
+ * Pass 1 reduces (m, c) in tiles of 32 channels x a chunk of rows; pass 2 finishes each
+ * channel; pass 3 is elementwise. */
+
+#define BN_TX 32
+#define BN_TY 8
+
+static int bn_chunks(const cuda_ctx *g, const rn_bn_desc *d) {
+    int64_t tiles = (d->c + BN_TX - 1) / BN_TX;
+    int64_t want = (4 * (int64_t)g->sms + tiles - 1) / tiles; /* ~4 blocks per SM */
+    int64_t most = (d->m + 63) / 64;                          /* >= 64 rows per chunk */
+    if (want > most) want = most;
+    if (want > 1024) want = 1024;
+    return want < 1 ? 1 : (int)want;
+}
+
+/* ---- the cuDNN variant of the training forward (RN_CUDA_BN=cudnn, off by default until
+ * make gpu-check has compared it on a GPU): cudnnBatchNormalizationForwardTrainingEx in
+ * NHWC spatial-persistent mode, fused with the residual add and the ReLU where the layer
+ * has them (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), its ReLU mask in the layer's reserve
+ * (rn_bn_reserve_size). It writes the same save_mean/save_invstd, so the backward stays
+ * ours. Calls it cannot take (y aliasing x or the residual, a residual without ReLU, or a
+ * shape cuDNN refuses) run our kernels. x (m, c) is described as m images of 1x1. ---- */
+
+#define BN_MODE CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+
+static cudnnBatchNormOps_t bn_ops_for(int relu, int residual) {
+    return relu ? (residual ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION)
+                : CUDNN_BATCHNORM_OPS_BN;
+}
+
+static int bn_dnn_describe(cuda_ctx *g, const rn_bn_desc *d) {
+    if (d->m > 0x7fffffff) return rn_errorf(RN_EINVAL, "bn: m=%lld too large for cuDNN", (long long)d->m);
+    DNN(cudnnSetTensor4dDescriptor(g->bn_x, CUDNN_TENSOR_NHWC, dnn_type(d->dtype), (int)d->m, d->c, 1, 1));
+    DNN(cudnnDeriveBNTensorDescriptor(g->bn_stat, g->bn_x, BN_MODE));
+    return RN_OK;
+}
+
+/* cuDNN's workspace and reserve for one op variant; 0 when cuDNN does not take it */
+static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *ws, size_t *rs) {
+    *ws = *rs = 0;
+    if (!g->bn_cudnn || (residual && !d->relu) || bn_dnn_describe(g, d) != RN_OK) return 0;
+    cudnnBatchNormOps_t ops = bn_ops_for(d->relu, residual);
+    cudnnActivationDescriptor_t act = d->relu ? g->bn_relu : NULL;
+    if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x,
+                                                                 residual ? g->bn_x : NULL, g->bn_x, g->bn_stat,
+                                                                 act, ws) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(g->dnn, BN_MODE, ops, act, g->bn_x, rs) !=
+            CUDNN_STATUS_SUCCESS) {
+        *ws = *rs = 0;
+        return 0;
+    }
+    return 1;
+}
+
+/* workspace: part (chunks, 2, c) doubles, then four float rows of c; or cuDNN's */
+static size_t cuda_bn_workspace(rn_backend *be, const rn_bn_desc *d) {
+    cuda_ctx *g = CTX(be);
+    size_t own = (size_t)bn_chunks(g, d) * 2 * d->c * sizeof(double) + 4 * (size_t)d->c * sizeof(float);
+    for (int res = 0; res < 2; res++) {
+        size_t ws, rs;
+        if (bn_dnn_sizes(g, d, res, &ws, &rs) && ws > own) own = ws;
+    }
+    return own;
+}
+
+static size_t cuda_bn_reserve_size(rn_backend *be, const rn_bn_desc *d) {
+    size_t most = 0;
+    for (int res = 0; res < 2; res++) {
+        size_t ws, rs;
+        if (bn_dnn_sizes(CTX(be), d, res, &ws, &rs) && rs > most) most = rs;
+    }
+    return most;
+}
+
+/* *done = 1 when cuDNN ran the op, 0 when the caller must run ours */
+static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                            const float *beta, const void *res, void *y, float *save_mean, float *save_invstd,
+                            float *rmean, float *rvar, void *reserve, int *done) {
+    cuda_ctx *g = CTX(be);
+    size_t ws, rs;
+    *done = 0;
+    if (y == x || (res && y == res) || !bn_dnn_sizes(g, d, res != NULL, &ws, &rs) || ws > be->ws_bytes ||
+        (rs && !reserve))
+        return RN_OK;
+    const float one = 1, zero = 0;
+    DNN(cudnnBatchNormalizationForwardTrainingEx(
+        g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
+        g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
+        d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs));
+    *done = 1;
+    return RN_OK;
+}
+
+template <typename T>
+__global__ void bn_moments_k(int64_t m, int c, int nch, const T *__restrict__ x, double *part) {
+    __shared__ double sa[BN_TY][BN_TX], sb[BN_TY][BN_TX];
+    int j = blockIdx.x * BN_TX + threadIdx.x, ch = blockIdx.y;
+    int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
+    double a = 0, b = 0;
+    if (j < c)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BN_TY) {
+            double v = ld(x[r * c + j]);
+            a += v;
+            b += v * v;
+        }
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < c) {
+        for (int t = 1; t < BN_TY; t++) a += sa[t][threadIdx.x], b += sb[t][threadIdx.x];
+        part[(int64_t)ch * 2 * c + j] = a;
+        part[(int64_t)ch * 2 * c + c + j] = b;
+    }
+}
+
+__global__ void bn_stats_k(int64_t m, int c, int nch, const double *part, const float *gamma, const float *beta,
+                           float eps, float mom, float *save_mean, float *save_invstd, float *rmean, float *rvar,
+                           float *scale, float *shift) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    double s = 0, ss = 0;
+    for (int ch = 0; ch < nch; ch++) s += part[(int64_t)ch * 2 * c + j], ss += part[(int64_t)ch * 2 * c + c + j];
+    double mean = s / m, var = ss / m - mean * mean;
+    if (var < 0) var = 0;
+    double invstd = 1.0 / sqrt(var + eps);
+    save_mean[j] = (float)mean;
+    save_invstd[j] = (float)invstd;
+    scale[j] = (float)(gamma[j] * invstd);
+    shift[j] = (float)(beta[j] - mean * gamma[j] * invstd);
+    if (rmean) {
+        rmean[j] = (1 - mom) * rmean[j] + mom * (float)mean;
+        rvar[j] = (1 - mom) * rvar[j] + mom * (float)(var * m / (m - 1));
+    }
+}
+
+/* y = [relu](x*scale + shift [+ res]), elementwise, so y may alias x or res */
+template <typename T>
+__global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, const float *shift, const T *res,
+                           int relu, T *y) {
+    int64_t n = m * c;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(i % c);
+        float v = ld(x[i]) * scale[j] + shift[j];
+        if (res) v += ld(res[i]);
+        y[i] = st<T>(relu && !(v > 0) ? 0.0f : v);
+    }
+}
+
+/* inference: per-channel scale and shift from the running statistics, then apply */
+__global__ void bn_infer_coef_k(int c, const float *gamma, const float *beta, const float *rmean, const float *rvar,
+                                float eps, float *scale, float *shift) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    double invstd = 1.0 / sqrt((double)rvar[j] + eps);
+    scale[j] = (float)(gamma[j] * invstd);
+    shift[j] = (float)(beta[j] - rmean[j] * gamma[j] * invstd);
+}
+
+template <typename T>
+__global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y, const T *dy, const float *mean,
+                              T *dres, int relu, double *part) {
+    __shared__ double sa[BN_TY][BN_TX], sb[BN_TY][BN_TX];
+    int j = blockIdx.x * BN_TX + threadIdx.x, ch = blockIdx.y;
+    int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
+    double a = 0, b = 0;
+    if (j < c) {
+        float mu = mean[j];
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += BN_TY) {
+            int64_t i = r * c + j;
+            float dz = ld(dy[i]);
+            if (relu && !(ld(y[i]) > 0)) dz = 0;
+            if (dres) dres[i] = st<T>(dz);
+            a += dz;
+            b += (double)dz * (double)(ld(x[i]) - mu);
+        }
+    }
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < c) {
+        for (int t = 1; t < BN_TY; t++) a += sa[t][threadIdx.x], b += sb[t][threadIdx.x];
+        part[(int64_t)ch * 2 * c + j] = a;
+        part[(int64_t)ch * 2 * c + c + j] = b;
+    }
+}
+
+__global__ void bn_bwd_coef_k(int64_t m, int c, int nch, const double *part, const float *gamma,
+                              const float *invstd, float *dgamma, float *dbeta, int accumulate, float *ka, float *kb,
+                              float *k0) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    double sdz = 0, sdzx = 0;
+    for (int ch = 0; ch < nch; ch++) sdz += part[(int64_t)ch * 2 * c + j], sdzx += part[(int64_t)ch * 2 * c + c + j];
+    double is = invstd[j], dg = sdzx * is, db = sdz;
+    dgamma[j] = accumulate ? dgamma[j] + (float)dg : (float)dg;
+    dbeta[j] = accumulate ? dbeta[j] + (float)db : (float)db;
+    double a = gamma[j] * is;
+    ka[j] = (float)a;
+    kb[j] = (float)(a * is * is * sdzx / m);
+    k0[j] = (float)(a * sdz / m);
+}
+
+/* dx = ka*dz - k0 - kb*(x - mean); dz recomputed from dy and y (dres, if it aliased dy,
+ * already holds dz: masking twice changes nothing) */
+template <typename T>
+__global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *dy, const float *mean, const float *ka,
+                            const float *kb, const float *k0, int relu, T *dx) {
+    int64_t n = m * c;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(i % c);
+        float dz = ld(dy[i]);
+        if (relu && !(ld(y[i]) > 0)) dz = 0;
+        dx[i] = st<T>(ka[j] * dz - k0[j] - kb[j] * (ld(x[i]) - mean[j]));
+    }
+}
+
+template <typename T>
+static int bn_fwd_train_t(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma, const float *beta,
+                          const void *res, void *y, float *save_mean, float *save_invstd, float *rmean, float *rvar) {
+    cuda_ctx *g = CTX(be);
+    int nch = bn_chunks(g, d), c = d->c;
+    double *part = (double *)be->ws;
+    float *scale = (float *)(part + (size_t)nch * 2 * c), *shift = scale + c;
+    dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+    bn_moments_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
+    LAUNCHED("bn_moments");
+    bn_stats_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, beta, d->eps, d->momentum,
+                                                        save_mean, save_invstd, rmean, rvar, scale, shift);
+    LAUNCHED("bn_stats");
+    bn_apply_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, scale, shift,
+                                                                   (const T *)res, d->relu, (T *)y);
+    LAUNCHED("bn_apply");
+    return RN_OK;
+}
+
+static int cuda_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                             const float *beta, const void *res, void *y, float *save_mean, float *save_invstd,
+                             float *rmean, float *rvar, void *reserve) {
+    int done = 0;
+    int rc = bn_dnn_fwd_train(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar, reserve, &done);
+    if (rc != RN_OK || done) return rc;
+    return BY_DTYPE(d->dtype, bn_fwd_train_t)(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar);
+}
+
+/* The inference coefficients live in a small buffer of the context, not the workspace:
+ * an evaluation network may never reserve one. */
+template <typename T>
+static int bn_fwd_infer_t(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma, const float *beta,
+                          const float *rmean, const float *rvar, const void *res, void *y) {
+    cuda_ctx *g = CTX(be);
+    size_t need = 2 * (size_t)d->c;
+    if (need > g->coef_cap) {
+        float *p = NULL;
+        int rc = cuda_alloc(be, need * sizeof(float), (void **)&p);
+        if (rc) return rn_error_context(rc, "bn_fwd_infer: coefficients for %d channels", d->c);
+        cudaFree(g->coef); /* waits for the ops that used it */
+        g->coef = p;
+        g->coef_cap = need;
+    }
+    float *scale = g->coef, *shift = g->coef + d->c;
+    bn_infer_coef_k<<<(d->c + 127) / 128, 128, 0, g->stream>>>(d->c, gamma, beta, rmean, rvar, d->eps, scale, shift);
+    LAUNCHED("bn_infer_coef");
+    bn_apply_k<T><<<blocks_for(g, d->m * d->c), TPB, 0, g->stream>>>(d->m, d->c, (const T *)x, scale, shift,
+                                                                     (const T *)res, d->relu, (T *)y);
+    LAUNCHED("bn_apply");
+    return RN_OK;
+}
+
+static int cuda_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
+                             const float *beta, const float *rmean, const float *rvar, const void *res, void *y) {
+    return BY_DTYPE(d->dtype, bn_fwd_infer_t)(be, d, x, gamma, beta, rmean, rvar, res, y);
+}
+
+template <typename T>
+static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                    const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                    float *dbeta, void *dres, int accumulate) {
+    cuda_ctx *g = CTX(be);
+    int nch = bn_chunks(g, d), c = d->c;
+    double *part = (double *)be->ws;
+    float *ka = (float *)(part + (size_t)nch * 2 * c), *kb = ka + c, *k0 = kb + c;
+    dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+    bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)y, (const T *)dy,
+                                                    save_mean, (T *)dres, d->relu, part);
+    LAUNCHED("bn_bwd_sums");
+    bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, dgamma, dbeta,
+                                                           accumulate, ka, kb, k0);
+    LAUNCHED("bn_bwd_coef");
+    bn_bwd_dx_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, (const T *)y,
+                                                                   (const T *)dy, save_mean, ka, kb, k0, d->relu,
+                                                                   (T *)dx);
+    LAUNCHED("bn_bwd_dx");
+    return RN_OK;
+}
+
+static int cuda_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                       const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                       float *dgamma, float *dbeta, void *dres, void *reserve, int accumulate) {
+    (void)reserve;
+    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres,
+                                        accumulate);
+}
+
+/* ---- elementwise ---- */
+
+#define GRID_LOOP(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+template <typename T> __global__ void add_k(int64_t n, const T *a, const T *b, T *y, int relu) {
+    GRID_LOOP(i, n) {
+        float v = ld(a[i]) + ld(b[i]);
+        y[i] = st<T>(relu && !(v > 0) ? 0.0f : v);
+    }
+}
+
+template <typename T> __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
+    GRID_LOOP(i, n) {
+        float v = ld(x[i]);
+        y[i] = st<T>(v > 0 ? v : 0.0f);
+    }
+}
+
+template <typename T> __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy, T *dx) {
+    GRID_LOOP(i, n) dx[i] = st<T>(ld(y[i]) > 0 ? ld(dy[i]) : 0.0f);
+}
+
+template <typename T>
+static int add_t(rn_backend *be, int64_t n, const void *a, const void *b, void *y, int relu) {
+    cuda_ctx *g = CTX(be);
+    add_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)a, (const T *)b, (T *)y, relu);
+    LAUNCHED("add");
+    return RN_OK;
+}
+static int cuda_add(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y, int relu) {
+    return BY_DTYPE(dtype, add_t)(be, n, a, b, y, relu);
+}
+
+template <typename T> static int relu_fwd_t(rn_backend *be, int64_t n, const void *x, void *y) {
+    cuda_ctx *g = CTX(be);
+    relu_fwd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)x, (T *)y);
+    LAUNCHED("relu_fwd");
+    return RN_OK;
+}
+static int cuda_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *x, void *y) {
+    return BY_DTYPE(dtype, relu_fwd_t)(be, n, x, y);
+}
+
+template <typename T> static int relu_bwd_t(rn_backend *be, int64_t n, const void *y, const void *dy, void *dx) {
+    cuda_ctx *g = CTX(be);
+    relu_bwd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)y, (const T *)dy, (T *)dx);
+    LAUNCHED("relu_bwd");
+    return RN_OK;
+}
+static int cuda_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *y, const void *dy, void *dx) {
+    return BY_DTYPE(dtype, relu_bwd_t)(be, n, y, dy, dx);
+}
+
+typedef struct {
+    float mean[NORM_MAXC], std[NORM_MAXC];
+} norm_coef;
+
+/* the same float operations as ToTensor then Normalize: (x/255 - mean)/std */
+template <typename T> __global__ void normalize_k(int64_t n, int c, const uint8_t *x, norm_coef k, T *y) {
+    GRID_LOOP(i, n) {
+        int j = (int)(i % c);
+        y[i] = st<T>(__fdiv_rn(__fsub_rn(__fdiv_rn((float)x[i], 255.0f), k.mean[j]), k.std[j]));
+    }
+}
+
+template <typename T>
+static int normalize_t(rn_backend *be, int64_t m, int c, const uint8_t *x, const norm_coef *k, void *y) {
+    cuda_ctx *g = CTX(be);
+    normalize_k<T><<<blocks_for(g, m * c), TPB, 0, g->stream>>>(m * c, c, x, *k, (T *)y);
+    LAUNCHED("input_normalize");
+    return RN_OK;
+}
+
+static int cuda_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x, const float *mean,
+                                const float *std, void *y) {
+    if (c > NORM_MAXC)
+        return rn_errorf(RN_ENOTSUP, "input_normalize: %d channels; the CUDA backend takes at most %d", c,
+                         NORM_MAXC);
+    norm_coef k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.mean, mean, sizeof(float) * (size_t)c);
+    memcpy(k.std, std, sizeof(float) * (size_t)c);
+    return BY_DTYPE(dtype, normalize_t)(be, m, c, x, &k, y);
+}
+
+/* ---- pooling: torch's rules (NaN propagates, the first maximum in row-major order
+ * takes the gradient), which cuDNN does not promise for ties; ties are common after a
+ * ReLU (windows of zeros). ---- */
+
+template <typename T> __global__ void maxpool_fwd_k(rn_pool_desc d, const T *x, T *y) {
+    int64_t n = (int64_t)d.n * d.p * d.q * d.c;
+    GRID_LOOP(o, n) {
+        int j = (int)(o % d.c);
+        int64_t r = o / d.c;
+        int qi = (int)(r % d.q), pi = (int)(r / d.q % d.p), ni = (int)(r / ((int64_t)d.q * d.p));
+        float best = -INFINITY;
+        for (int i = 0; i < d.kh; i++) {
+            int hi = pi * d.stride_h - d.pad_h + i;
+            if (hi < 0 || hi >= d.h) continue;
+            for (int s = 0; s < d.kw; s++) {
+                int wi = qi * d.stride_w - d.pad_w + s;
+                if (wi < 0 || wi >= d.w) continue;
+                float v = ld(x[(((int64_t)ni * d.h + hi) * d.w + wi) * d.c + j]);
+                if (v > best || v != v) best = v;
+            }
+        }
+        y[o] = st<T>(best);
+    }
+}
+
+/* one thread per input element gathers from the windows that chose it, in output order */
+template <typename T> __global__ void maxpool_bwd_k(rn_pool_desc d, const T *x, const T *y, const T *dy, T *dx) {
+    int64_t n = (int64_t)d.n * d.h * d.w * d.c;
+    GRID_LOOP(e, n) {
+        int j = (int)(e % d.c);
+        int64_t r = e / d.c;
+        int wi0 = (int)(r % d.w), hi0 = (int)(r / d.w % d.h), ni = (int)(r / ((int64_t)d.w * d.h));
+        int p0 = hi0 + d.pad_h - d.kh + 1, q0 = wi0 + d.pad_w - d.kw + 1;
+        p0 = p0 > 0 ? (p0 + d.stride_h - 1) / d.stride_h : 0;
+        q0 = q0 > 0 ? (q0 + d.stride_w - 1) / d.stride_w : 0;
+        int p1 = (hi0 + d.pad_h) / d.stride_h, q1 = (wi0 + d.pad_w) / d.stride_w;
+        if (p1 >= d.p) p1 = d.p - 1;
+        if (q1 >= d.q) q1 = d.q - 1;
+        float gsum = 0;
+        for (int pi = p0; pi <= p1; pi++)
+            for (int qi = q0; qi <= q1; qi++) {
+                int64_t o = (((int64_t)ni * d.p + pi) * d.q + qi) * d.c + j;
+                float yv = ld(y[o]);
+                int hit = 0, found = 0;
+                for (int i = 0; i < d.kh && !found; i++) {
+                    int hi = pi * d.stride_h - d.pad_h + i;
+                    if (hi < 0 || hi >= d.h) continue;
+                    for (int s = 0; s < d.kw; s++) {
+                        int wi = qi * d.stride_w - d.pad_w + s;
+                        if (wi < 0 || wi >= d.w) continue;
+                        if (ld(x[(((int64_t)ni * d.h + hi) * d.w + wi) * d.c + j]) == yv) {
+                            found = 1;
+                            hit = hi == hi0 && wi == wi0;
+                            break;
+                        }
+                    }
+                }
+                if (hit) gsum += ld(dy[o]);
+            }
+        dx[e] = st<T>(gsum);
+    }
+}
+
+template <typename T> static int maxpool_fwd_t(rn_backend *be, const rn_pool_desc *d, const void *x, void *y) {
+    cuda_ctx *g = CTX(be);
+    maxpool_fwd_k<T><<<blocks_for(g, (int64_t)d->n * d->p * d->q * d->c), TPB, 0, g->stream>>>(*d, (const T *)x,
+                                                                                                (T *)y);
+    LAUNCHED("maxpool_fwd");
+    return RN_OK;
+}
+static int cuda_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *x, void *y) {
+    return BY_DTYPE(d->dtype, maxpool_fwd_t)(be, d, x, y);
+}
+
+template <typename T>
+static int maxpool_bwd_t(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y, const void *dy,
+                         void *dx) {
+    cuda_ctx *g = CTX(be);
+    maxpool_bwd_k<T><<<blocks_for(g, (int64_t)d->n * d->h * d->w * d->c), TPB, 0, g->stream>>>(
+        *d, (const T *)x, (const T *)y, (const T *)dy, (T *)dx);
+    LAUNCHED("maxpool_bwd");
+    return RN_OK;
+}
+static int cuda_maxpool_bwd(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y, const void *dy,
+                            void *dx) {
+    return BY_DTYPE(d->dtype, maxpool_bwd_t)(be, d, x, y, dy, dx);
+}
+
+/* sums in float in the CPU backend's order, then divides */
+template <typename T> __global__ void gap_fwd_k(int n, int hw, int c, const T *x, T *y) {
+    GRID_LOOP(o, (int64_t)n * c) {
+        int64_t ni = o / c, j = o % c;
+        float s = 0;
+        for (int k = 0; k < hw; k++) s += ld(x[(ni * hw + k) * c + j]);
+        y[o] = st<T>(s / (float)hw);
+    }
+}
+
+template <typename T> __global__ void gap_bwd_k(int n, int hw, int c, const T *dy, T *dx) {
+    const float inv = 1.0f / (float)hw;
+    GRID_LOOP(e, (int64_t)n * hw * c) {
+        int64_t j = e % c, ni = e / ((int64_t)hw * c);
+        dx[e] = st<T>(ld(dy[ni * c + j]) * inv);
+    }
+}
+
+template <typename T> static int gap_fwd_t(rn_backend *be, int n, int hw, int c, const void *x, void *y) {
+    cuda_ctx *g = CTX(be);
+    gap_fwd_k<T><<<blocks_for(g, (int64_t)n * c), TPB, 0, g->stream>>>(n, hw, c, (const T *)x, (T *)y);
+    LAUNCHED("avgpool_global_fwd");
+    return RN_OK;
+}
+static int cuda_gap_fwd(rn_backend *be, int dtype, int n, int hw, int c, const void *x, void *y) {
+    return BY_DTYPE(dtype, gap_fwd_t)(be, n, hw, c, x, y);
+}
+
+template <typename T> static int gap_bwd_t(rn_backend *be, int n, int hw, int c, const void *dy, void *dx) {
+    cuda_ctx *g = CTX(be);
+    gap_bwd_k<T><<<blocks_for(g, (int64_t)n * hw * c), TPB, 0, g->stream>>>(n, hw, c, (const T *)dy, (T *)dx);
+    LAUNCHED("avgpool_global_bwd");
+    return RN_OK;
+}
+static int cuda_gap_bwd(rn_backend *be, int dtype, int n, int hw, int c, const void *dy, void *dx) {
+    return BY_DTYPE(dtype, gap_bwd_t)(be, n, hw, c, dy, dx);
+}
+
+/* ---- fully connected (cuBLAS) ----
+ * Row-major x (n, in), w (out, in), y (n, out) are column-major x^T (in, n), w^T (in, out)
+ * and y^T (out, n): y^T = w x^T, dx^T = w^T... in cuBLAS's column-major words below. */
+
+static cudaDataType_t blas_type(int dtype) {
+    return dtype == RN_F16 ? CUDA_R_16F : dtype == RN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static cublasComputeType_t blas_compute(const cuda_ctx *g, int dtype) {
+    return dtype == RN_F32 && g->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+template <typename T> __global__ void bias_rows_k(int n, int out, const T *b, T *y) {
+    GRID_LOOP(i, (int64_t)n * out) y[i] = b[i % out];
+}
+
+/* db[j] [+]= sum over rows of dy[:, j], in row order like the CPU backend */
+template <typename T> __global__ void bias_grad_k(int n, int out, const T *dy, T *db, int accumulate) {
+    GRID_LOOP(j, (int64_t)out) {
+        float s = accumulate ? ld(db[j]) : 0.0f;
+        for (int i = 0; i < n; i++) s += ld(dy[(int64_t)i * out + j]);
+        db[j] = st<T>(s);
+    }
+}
+
+template <typename T>
+static int fc_fwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w, const void *b, void *y) {
+    cuda_ctx *g = CTX(be);
+    float one = 1, beta = 0;
+    if (b) {
+        bias_rows_k<T><<<blocks_for(g, (int64_t)d->n * d->out), TPB, 0, g->stream>>>(d->n, d->out, (const T *)b,
+                                                                                     (T *)y);
+        LAUNCHED("fc bias");
+        beta = 1;
+    }
+    cudaDataType_t t = blas_type(d->dtype);
+    BLAS(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, w, t, d->in, x, t, d->in, &beta,
+                      y, t, d->out, blas_compute(g, d->dtype), CUBLAS_GEMM_DEFAULT));
+    return RN_OK;
+}
+static int cuda_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w, const void *b, void *y) {
+    return BY_DTYPE(d->dtype, fc_fwd_t)(be, d, x, w, b, y);
+}
+
+template <typename T>
+static int fc_bwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w, const void *dy, void *dx,
+                    void *dw, void *db, int accumulate) {
+    cuda_ctx *g = CTX(be);
+    cudaDataType_t t = blas_type(d->dtype);
+    cublasComputeType_t ct = blas_compute(g, d->dtype);
+    float one = 1, zero = 0, beta = accumulate ? 1.0f : 0.0f;
+    if (dx) /* dx^T (in, n) = w^T (in, out) dy^T (out, n) */
+        BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, w, t, d->in, dy, t, d->out,
+                          &zero, dx, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
+    /* dw^T (in, out) [+]= x^T (in, n) dy (n, out) */
+    BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, x, t, d->in, dy, t, d->out,
+                      &beta, dw, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
+    if (db) {
+        bias_grad_k<T><<<blocks_for(g, d->out), TPB, 0, g->stream>>>(d->n, d->out, (const T *)dy, (T *)db,
+                                                                    accumulate);
+        LAUNCHED("fc bias gradient");
+    }
+    return RN_OK;
+}
+static int cuda_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w, const void *dy, void *dx,
+                       void *dw, void *db, int accumulate) {
+    return BY_DTYPE(d->dtype, fc_bwd_t)(be, d, x, w, dy, dx, dw, db, accumulate);
+}
+
+/* ---- softmax cross-entropy: one block walks the rows in order, so the mean is the same
+ * sum in the same order every run; n*classes is tiny next to any convolution. A label
+ * out of range makes the loss NaN (the CPU backend names the row instead). ---- */
+
+#define XENT_TPB 512
+
+__device__ double block_sum(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += sh[w];
+    return s;
+}
+
+__device__ double block_max(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) s = fmax(s, sh[w]);
+    return s;
+}
+
+template <typename T>
+__global__ void xent_k(int n, int k, float eps, float grad_scale, const T *logits, const int32_t *labels,
+                       float *loss, T *dl) {
+    __shared__ double sh[XENT_TPB / 32];
+    double total = 0;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const T *z = logits + (int64_t)i * k;
+        int lab = labels[i];
+        if (lab < 0 || lab >= k) {
+            bad = 1;
+            lab = 0;
+        }
+        double mx = -INFINITY, se = 0, sz = 0;
+        for (int j = threadIdx.x; j < k; j += blockDim.x) mx = fmax(mx, (double)ld(z[j]));
+        mx = block_max(mx, sh);
+        for (int j = threadIdx.x; j < k; j += blockDim.x) {
+            double v = ld(z[j]);
+            se += exp(v - mx);
+            sz += v;
+        }
+        se = block_sum(se, sh);
+        sz = block_sum(sz, sh);
+        double lse = mx + log(se);
+        double zl = ld(z[lab]);
+        total += lse - (1 - (double)eps) * zl - (double)eps * sz / k;
+        if (dl) {
+            /* every thread has read row i before any thread writes it (dl may alias logits) */
+            __syncthreads();
+            double s = (double)grad_scale / n;
+            for (int j = threadIdx.x; j < k; j += blockDim.x) {
+                double t = (j == lab ? 1 - (double)eps : 0) + (double)eps / k;
+                dl[(int64_t)i * k + j] = st<T>((float)((exp((double)ld(z[j]) - lse) - t) * s));
+            }
+        }
+    }
+    if (threadIdx.x == 0) *loss = bad ? NAN : (float)(total / n);
+}
+
+template <typename T>
+static int xent_t(rn_backend *be, const rn_xent_desc *d, const void *logits, const int32_t *labels, float *loss,
+                  void *dl) {
+    cuda_ctx *g = CTX(be);
+    xent_k<T><<<1, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale,
+                                             (const T *)logits, labels, loss, (T *)dl);
+    LAUNCHED("softmax_xent");
+    return RN_OK;
+}
+static int cuda_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits, const int32_t *labels,
+                             float *loss, void *dl) {
+    return BY_DTYPE(d->dtype, xent_t)(be, d, logits, labels, loss, dl);
+}
+
+/* ---- SGD: torch's float operations in torch's order, rounded like the CPU backend
+ * (no fused multiply-add) ---- */
+
+__global__ void sgd_k(int64_t n, float lr, float mom, float damp1, float wd, float gs, int nesterov, int first,
+                      float *p, const float *grad, float *buf) {
+    GRID_LOOP(i, n) {
+        float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
+        if (wd != 0) g = __fadd_rn(g, __fmul_rn(wd, p[i]));
+        if (mom != 0) {
+            float b = first ? g : __fadd_rn(__fmul_rn(buf[i], mom), __fmul_rn(damp1, g));
+            buf[i] = b;
+            g = nesterov ? __fadd_rn(g, __fmul_rn(mom, b)) : b;
+        }
+        p[i] = __fadd_rn(p[i], __fmul_rn(-lr, g));
+    }
+}
+
+static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad,
+                           float *buf) {
+    cuda_ctx *g = CTX(be);
+    sgd_k<<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->momentum, 1.0f - d->dampening, d->weight_decay,
+                                                    d->grad_scale, d->nesterov, d->first_step, p, grad, buf);
+    LAUNCHED("sgd_update");
+    return RN_OK;
+}
+
+/* ---- context ---- */
+
+static void ctx_free(cuda_ctx *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nplans; i++) plan_destroy(&g->plans[i]);
+    free(g->plans);
+    if (g->bn_x) cudnnDestroyTensorDescriptor(g->bn_x);
+    if (g->bn_stat) cudnnDestroyTensorDescriptor(g->bn_stat);
+    if (g->bn_relu) cudnnDestroyActivationDescriptor(g->bn_relu);
+    if (g->blas) cublasDestroy(g->blas);
+    if (g->dnn) cudnnDestroy(g->dnn);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    cudaFree(g->coef);
+    free(g);
+}
+
+static void cuda_destroy(rn_backend *be) {
+    ctx_free(CTX(be));
+    be->impl = NULL;
+}
+
+/* The table lives in the context (filled by name, so it cannot drift from the header's
+ * order) rather than in a global. */
+static void fill_ops(rn_backend_ops *o) {
+    memset(o, 0, sizeof *o);
+    o->kind = "cuda";
+    o->is_host = 0;
+    o->dtypes = (1u << RN_F32) | (1u << RN_F16) | (1u << RN_BF16);
+    o->destroy = cuda_destroy;
+    o->alloc = cuda_alloc;
+    o->free = cuda_free;
+    o->upload = cuda_upload;
+    o->download = cuda_download;
+    o->copy = cuda_copy;
+    o->zero = cuda_zero;
+    o->sync = cuda_sync;
+    o->conv_workspace = cuda_conv_workspace;
+    o->conv_fwd = cuda_conv_fwd;
+    o->conv_bwd_data = cuda_conv_bwd_data;
+    o->conv_bwd_filter = cuda_conv_bwd_filter;
+    o->bn_workspace = cuda_bn_workspace;
+    o->bn_reserve_size = cuda_bn_reserve_size;
+    o->bn_fwd_train = cuda_bn_fwd_train;
+    o->bn_fwd_infer = cuda_bn_fwd_infer;
+    o->bn_bwd = cuda_bn_bwd;
+    o->add = cuda_add;
+    o->relu_fwd = cuda_relu_fwd;
+    o->relu_bwd = cuda_relu_bwd;
+    o->input_normalize = cuda_input_normalize;
+    o->maxpool_fwd = cuda_maxpool_fwd;
+    o->maxpool_bwd = cuda_maxpool_bwd;
+    o->avgpool_global_fwd = cuda_gap_fwd;
+    o->avgpool_global_bwd = cuda_gap_bwd;
+    o->fc_fwd = cuda_fc_fwd;
+    o->fc_bwd = cuda_fc_bwd;
+    o->softmax_xent = cuda_softmax_xent;
+    o->sgd_update = cuda_sgd_update;
+}
+
+static int env_flag(const char *name) {
+    const char *s = getenv(name);
+    return s && strcmp(s, "1") == 0;
+}
+
+/* Why there is no GPU, in words that do not send a user after a driver upgrade when
+ * there is no driver at all (cudart says "insufficient driver" in both cases). */
+static int no_gpu(int index, cudaError_t e) {
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaGetLastError();
+    if (drv == 0)
+        return rn_errorf(RN_EGPU, "cuda:%d: no usable NVIDIA GPU: no NVIDIA driver is loaded (libcuda.so.1 not "
+                         "found) (run rn-gpuinfo to see why; use --device cpu)", index);
+    if (e == cudaErrorInsufficientDriver)
+        return rn_errorf(RN_EGPU, "cuda:%d: no usable NVIDIA GPU: the driver supports CUDA %d.%d, this rn was built "
+                         "with CUDA %d.%d (%s) (run rn-gpuinfo to see why; use --device cpu)", index, drv / 1000,
+                         drv % 1000 / 10, rt / 1000, rt % 1000 / 10, cudaGetErrorString(e));
+    return rn_errorf(RN_EGPU, "cuda:%d: no usable NVIDIA GPU: %s (run rn-gpuinfo to see why; use --device cpu)",
+                     index, cudaGetErrorString(e));
+}
+
+static int ctx_open(cuda_ctx *g) {
+    CU(cudaSetDevice(g->dev));
+    CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    DNN(cudnnCreate(&g->dnn));
+    DNN(cudnnSetStream(g->dnn, g->stream));
+    DNN(cudnnCreateTensorDescriptor(&g->bn_x));
+    DNN(cudnnCreateTensorDescriptor(&g->bn_stat));
+    DNN(cudnnCreateActivationDescriptor(&g->bn_relu));
+    DNN(cudnnSetActivationDescriptor(g->bn_relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    BLAS(cublasCreate(&g->blas));
+    BLAS(cublasSetStream(g->blas, g->stream));
+    BLAS(cublasSetMathMode(g->blas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    return RN_OK;
+}
+
+extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return no_gpu(index, e);
+    if (count == 0) return no_gpu(index, cudaErrorNoDevice);
+    if (index < 0 || index >= count)
+        return rn_errorf(RN_EGPU, "cuda:%d: this machine has %d usable GPU%s (cuda:0 to cuda:%d; rn-gpuinfo lists "
+                         "them)", index, count, count == 1 ? "" : "s", count - 1);
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, index);
+    if (e != cudaSuccess) return no_gpu(index, e);
+
+    cuda_ctx *g = (cuda_ctx *)calloc(1, sizeof *g);
+    if (!g) return rn_errorf(RN_ENOMEM, "cuda:%d: out of host memory for the backend context", index);
+    g->dev = index;
+    g->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    g->tf32 = env_flag("RN_CUDA_TF32");
+    g->deterministic = env_flag("RN_CUDA_DETERMINISTIC");
+    const char *bn = getenv("RN_CUDA_BN");
+    g->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
+    if (bn && *bn && !g->bn_cudnn && strcmp(bn, "own") != 0) {
+        free(g);
+        return rn_errorf(RN_EINVAL, "RN_CUDA_BN=%s: expected own or cudnn", bn);
+    }
+    const char *algo = getenv("RN_CUDA_CONV_ALGO");
+    g->heuristic = algo && strcmp(algo, "heuristic") == 0;
+    if (algo && !g->heuristic && strcmp(algo, "find") != 0) {
+        free(g);
+        return rn_errorf(RN_EINVAL, "RN_CUDA_CONV_ALGO=%s: expected find or heuristic", algo);
+    }
+    long mb = RN_CUDA_WS_MB_DEFAULT;
+    const char *ws = getenv("RN_CUDA_WORKSPACE_MB");
+    if (ws && *ws) {
+        char *end;
+        mb = strtol(ws, &end, 10);
+        if (*end || mb < 0) {
+            free(g);
+            return rn_errorf(RN_EINVAL, "RN_CUDA_WORKSPACE_MB=%s: expected a number of MiB >= 0", ws);
+        }
+    }
+    g->ws_limit = (size_t)mb << 20;
+    int rc = ctx_open(g);
+    if (rc != RN_OK) {
+        ctx_free(g);
+        return rn_error_context(rc, "cuda:%d (%s)", index, prop.name);
+    }
+    fill_ops(&g->ops);
+    be->ops = &g->ops;
+    be->impl = g;
+    size_t cv = cudnnGetVersion();
+    int bv = 0;
+    cublasGetVersion(g->blas, &bv);
+    char name[512];
+    snprintf(name, sizeof name,
+             "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "
+             "TF32 %s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
+             cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, mb, g->tf32 ? "on" : "off",
+             g->deterministic ? ", deterministic" : "", g->heuristic ? ", heuristic algorithms" : "",
+             g->bn_cudnn ? ", cuDNN BN" : "");
+    size_t len = strlen(name);
+    if (len >= sizeof be->name) len = sizeof be->name - 1;
+    memcpy(be->name, name, len);
+    be->name[len] = 0;
+    return RN_OK;
+}

@@ -1,0 +1,9 @@
+# make gpu-check [GPU_CHECK_OUT=DIR]: on a machine with an NVIDIA GPU, build there, then
+# compare every CUDA op with the CPU op and 30 ResNet-50 training steps on GPU and CPU
+# (tests/gpu/gpu-check.sh says what exactly). Writes DIR/gpu-check.log and DIR/results.md.
+# Without a usable GPU it prints "gpu-check: skipped: <why>" and exits 0 (77 with
+# GPU_CHECK_STRICT=1, for callers that must tell a skip from a pass).
+GPU_CHECK_OUT ?= gpu-check-out
+
+gpu-check:
+	@MAKE="$(MAKE)" BUILD=$(BUILD) PYTHON=$(PYTHON) GPU_CHECK_OUT=$(GPU_CHECK_OUT) tests/gpu/gpu-check.sh

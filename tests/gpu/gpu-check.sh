@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# make gpu-check: everything about the CUDA backend that needs a GPU, in one run.
+#   1. build (make all) here, with CUDA
+#   2. rn-gpuinfo --check: is a GPU usable? If not: "gpu-check: skipped: <why>", exit 0
+#      (exit 77 with GPU_CHECK_STRICT=1)
+#   3. every CUDA op against the CPU op on fresh random inputs (test_cuda_ops, RN_SYNC=1):
+#      fp32 with TF32 off within 1e-4 relative, fp16/bf16 within their own tolerances
+#   4. ResNet-50 at 64x64, batch 32, 30 fp32 training steps from one rn-init checkpoint on
+#      the GPU and on the CPU (tests/parity/device_steps.c): the loss curves may differ by
+#      at most 10x what PyTorch's own CPU and GPU runs of the same recipe differ by on this
+#      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so); the GPU
+#      curve must be finite and end below where it started
+# GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
+# Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything), results.md
+# (one row per check), and the raw outputs. Exit 0 when every check passed, 1 otherwise.
+# About 3-5 minutes on an H200 (most of it the build and the CPU's 30 steps).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${GPU_CHECK_OUT:-gpu-check-out}
+BUILD=${BUILD:-build}
+MAKE=${MAKE:-make}
+PYTHON=${PYTHON:-python3}
+SIZE=64 BATCH=32 STEPS=30 ARCH=resnet50
+FIXED_TOL=1e-3
+mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 1; }
+OUT=$(cd "$OUT" && pwd)
+LOG=$OUT/gpu-check.log
+RES=$OUT/results.md
+: >"$LOG"
+exec > >(tee -a "$LOG") 2>&1
+t_start=$(date +%s)
+failed=0
+row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$RES"; }
+say() { echo "gpu-check: $*"; }
+
+{
+    echo "# rn gpu-check $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname)"
+    echo
+    echo "| check | result | detail |"
+    echo "|---|---|---|"
+} >"$RES"
+
+if [ "${GPU_CHECK_BUILD:-1}" = 0 ]; then
+    # a build made elsewhere and copied here (a machine without the build dependencies)
+    say "using the existing build in $BUILD (GPU_CHECK_BUILD=0)"
+    echo "rn (prebuilt): $(ar t "$BUILD/librn.a" 2>/dev/null | grep -q backend_cuda && echo GPU and CPU backends || echo CPU backend only)" >"$OUT/build.log"
+else
+    say "building in $BUILD (log: $OUT/build.log)"
+fi
+if [ "${GPU_CHECK_BUILD:-1}" != 0 ] && ! $MAKE -j"$(nproc)" BUILD="$BUILD" all >"$OUT/build.log" 2>&1; then
+    tail -n 30 "$OUT/build.log"
+    row build FAIL "see build.log"
+    say "FAILED: the build (see $OUT/build.log)"
+    exit 1
+fi
+grep -q '^rn .*GPU and CPU backends' "$OUT/build.log" || {
+    row build FAIL "built without CUDA: $(grep '^rn ' "$OUT/build.log" | head -n 1)"
+    say "FAILED: this build has no CUDA backend: $(grep '^rn ' "$OUT/build.log" | head -n 1)"
+    exit 1
+}
+row build ok "$(grep '^rn ' "$OUT/build.log" | head -n 1)"
+
+BIN=$BUILD/bin TESTS=$BUILD/tests
+if ! "$BIN/rn-gpuinfo" --check >"$OUT/gpuinfo-check.txt" 2>&1; then
+    why=$(tail -n 1 "$OUT/gpuinfo-check.txt")
+    row gpu skipped "$why"
+    say "skipped: no usable GPU: $why"
+    [ "${GPU_CHECK_STRICT:-0}" = 1 ] && exit 77
+    exit 0
+fi
+"$BIN/rn-gpuinfo" >"$OUT/gpuinfo.txt" 2>&1
+row gpu ok "$(head -n 1 "$OUT/gpuinfo-check.txt")"
+cat "$OUT/gpuinfo.txt"
+
+# 3. ops
+seed=${RN_TEST_SEED:-$(date +%s)}
+say "op comparison, seed $seed"
+if RN_SYNC=1 RN_TEST_SEED=$seed timeout 300 "$TESTS/test_cuda_ops" >"$OUT/ops.txt" 2>&1 &&
+    ! grep -q SKIP "$OUT/ops.txt"; then
+    row "ops: GPU vs CPU (fp32, fp16, bf16)" ok "$(tail -n 1 "$OUT/ops.txt"), seed $seed"
+else
+    failed=1
+    grep -E 'FAIL|mismatch|SKIP|Error|error' "$OUT/ops.txt" | head -n 40
+    row "ops: GPU vs CPU (fp32, fp16, bf16)" FAIL "$(tail -n 1 "$OUT/ops.txt" | cut -c1-200), seed $seed; see ops.txt"
+fi
+grep -E '^test_cuda_ops: (F32|F16|BF16|cuda)' "$OUT/ops.txt"
+
+# 4. training steps, GPU and CPU, from one checkpoint
+say "$ARCH ${SIZE}x$SIZE batch $BATCH: $STEPS fp32 steps on the GPU and on the CPU"
+"$BIN/rn-init" --arch $ARCH --seed 1 -o "$OUT/init.pb" || { row "train: init" FAIL "rn-init"; exit 1; }
+train_ok=1
+timeout 300 "$TESTS/parity_device_steps" cuda "$OUT/init.pb" $SIZE $BATCH $STEPS 1 >"$OUT/train-gpu.txt" 2>"$OUT/train-gpu.err" ||
+    { train_ok=0; cat "$OUT/train-gpu.err"; }
+timeout 400 "$TESTS/parity_device_steps" cpu "$OUT/init.pb" $SIZE $BATCH $STEPS 1 >"$OUT/train-cpu.txt" 2>"$OUT/train-cpu.err" ||
+    { train_ok=0; cat "$OUT/train-cpu.err"; }
+timeout 400 "$PYTHON" tests/gpu/torch_steps.py --arch $ARCH --size $SIZE --batch $BATCH --steps $STEPS \
+    >"$OUT/torch.txt" 2>&1 || echo "torch_rel=unavailable (torch_steps.py failed: $(tail -n 1 "$OUT/torch.txt"))" >>"$OUT/torch.txt"
+torch_line=$(grep '^torch_rel=' "$OUT/torch.txt" | tail -n 1)
+torch_rel=${torch_line#torch_rel=}
+torch_rel=${torch_rel%% *}
+if [ "$train_ok" = 1 ]; then
+    verdict=$(awk -v trel="$torch_rel" -v fixed=$FIXED_TOL -v steps=$STEPS '
+        FNR == 1 { f++ }
+        /^step / { if (f == 1) g[$2] = $4; else c[$2] = $4 }
+        END {
+            n = 0; worst = 0; finite = 1
+            for (i in g) if (i in c) { n++; d = g[i] - c[i]; d = d < 0 ? -d : d; if (d > worst) worst = d
+                                         if (g[i] !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) finite = 0 }
+            rel = worst / (c[0] < 0 ? -c[0] : c[0])
+            if (trel ~ /^[0-9.eE+-]+$/) { tol = 10 * trel; if (tol < 1e-6) tol = 1e-6; how = "10x torch " trel }
+            else { tol = fixed; how = "fixed (no torch peer)" }
+            ok = n == steps && finite && rel <= tol && g[steps - 1] < g[0]
+            printf "%s rel=%.3g tol=%.3g (%s) gpu %.5g->%.5g cpu %.5g->%.5g steps=%d\n", ok ? "ok" : "FAIL", rel, tol,
+                   how, g[0], g[steps - 1], c[0], c[steps - 1], n
+        }' "$OUT/train-gpu.txt" "$OUT/train-cpu.txt")
+    paste <(grep '^step' "$OUT/train-gpu.txt") <(grep '^step' "$OUT/train-cpu.txt") |
+        awk 'BEGIN { print "step  gpu_loss  cpu_loss  diff" } { printf "%4d  %.7f  %.7f  %.3g\n", $2, $4, $8, $4 - $8 }' |
+        tee "$OUT/train-compare.txt"
+    ms_gpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/train-gpu.txt")
+    ms_cpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/train-cpu.txt")
+    row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" "${verdict%% *}" "${verdict#* }; ms/step gpu $ms_gpu cpu $ms_cpu"
+    case $verdict in ok*) ;; *) failed=1 ;; esac
+    say "training: $verdict"
+else
+    failed=1
+    row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" FAIL "a run failed: see train-gpu.err, train-cpu.err"
+fi
+row "torch peer" info "${torch_line:-none}"
+
+row "not run" - "fp16/bf16 training (AMP is not in the network yet); bench-gpu"
+echo
+cat "$RES"
+say "$( [ $failed = 0 ] && echo passed || echo FAILED ) in $(($(date +%s) - t_start)) s; results in $RES"
+exit $failed

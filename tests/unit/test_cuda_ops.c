@@ -1,0 +1,469 @@
+/* Every CUDA backend op against the CPU backend's op on the same seeded random inputs:
+ * fp32 (TF32 off) within a relative error of 1e-4, fp16 and bf16 (inputs rounded to that
+ * type for both sides) within their own tolerances. Mismatches print the first few
+ * indices. Without a usable GPU (or in a build without CUDA) it prints one SKIP line and
+ * passes. RN_TEST_SEED picks the inputs (make gpu-check passes a fresh one). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rn/backend.h"
+#include "rn/err.h"
+#include "rn/rng.h"
+#include "rn/tensor.h"
+
+static uint64_t seed = 20261202u;
+static uint64_t stream_no;
+static const char *variant = ""; /* names the BN variant in messages */
+
+typedef struct {
+    rn_backend *cpu, *gpu;
+    int dtype; /* of the GPU side */
+} env;
+
+/* error of each element relative to max(|want|, rms(want)): near-zero entries of a
+ * tensor are judged against its scale, not against themselves */
+static double tol_for(int dtype) { return dtype == RN_F16 ? 1e-2 : dtype == RN_BF16 ? 6e-2 : 1e-4; }
+
+static float *randn(int64_t n, float mean, float std) {
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    rn_rng_normal(rn_rng_key(seed, ++stream_no), p, n, mean, std);
+    return p;
+}
+
+static float rnd(int dtype, float v) {
+    if (dtype == RN_F16) return rn_f16_to_f32(rn_f32_to_f16(v));
+    if (dtype == RN_BF16) return rn_bf16_to_f32(rn_f32_to_bf16(v));
+    return v;
+}
+
+static void round_all(int dtype, float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[i] = rnd(dtype, p[i]);
+}
+
+static float *copyf(const float *p, int64_t n) {
+    float *q = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    memcpy(q, p, sizeof(float) * (size_t)n);
+    return q;
+}
+
+/* host fp32 -> backend memory in dtype */
+static void *up(rn_backend *be, int dtype, const float *h, int64_t n) {
+    size_t es = rn_dtype_size(dtype);
+    void *tmp = malloc(es * (size_t)(n ? n : 1)), *d = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == RN_F16) ((uint16_t *)tmp)[i] = rn_f32_to_f16(h[i]);
+        else if (dtype == RN_BF16) ((uint16_t *)tmp)[i] = rn_f32_to_bf16(h[i]);
+        else ((float *)tmp)[i] = h[i];
+    }
+    CHECK_OK(rn_backend_alloc(be, es * (size_t)(n ? n : 1), &d));
+    if (d) CHECK_OK(rn_backend_upload(be, d, tmp, es * (size_t)n));
+    free(tmp);
+    return d;
+}
+
+/* backend memory in dtype -> new host fp32 array */
+static float *down(rn_backend *be, int dtype, const void *d, int64_t n) {
+    size_t es = rn_dtype_size(dtype);
+    void *tmp = malloc(es * (size_t)(n ? n : 1));
+    float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    CHECK_OK(rn_backend_download(be, tmp, d, es * (size_t)n));
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dtype == RN_F16 ? rn_f16_to_f32(((uint16_t *)tmp)[i])
+             : dtype == RN_BF16 ? rn_bf16_to_f32(((uint16_t *)tmp)[i]) : ((float *)tmp)[i];
+    free(tmp);
+    return h;
+}
+
+/* got (GPU) against want (CPU): prints the first mismatches with their indices */
+static void compare(const char *what, int dtype, const float *got, const float *want, int64_t n) {
+    double ss = 0, tol = tol_for(dtype), worst = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)want[i] * want[i];
+    double rms = n ? sqrt(ss / n) : 0;
+    if (rms < 1e-30) rms = 1e-30;
+    int64_t bad = 0, at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double den = fabs(want[i]) > rms ? fabs(want[i]) : rms;
+        double e = fabs((double)got[i] - want[i]) / den;
+        if (!(e <= tol)) {
+            if (bad < 5)
+                fprintf(stderr, "  %s [%s] mismatch at %lld: gpu %.8g cpu %.8g (rel %.3g, tol %.1g)\n", what,
+                        rn_dtype_name(dtype), (long long)i, got[i], want[i], e, tol);
+            bad++;
+        }
+        if (e > worst || e != e) worst = e, at = i;
+    }
+    CHECK(bad == 0, "%s [%s]: %lld of %lld elements differ; worst rel %.3g at %lld", what, rn_dtype_name(dtype),
+          (long long)bad, (long long)n, worst, (long long)at);
+}
+
+/* download a GPU tensor and compare it with a CPU one */
+static void cmp_dev(env *e, const char *what, const void *gdev, int gdtype, const float *want, int64_t n) {
+    float *got = down(e->gpu, gdtype, gdev, n);
+    compare(what, gdtype, got, want, n);
+    free(got);
+}
+
+static void reserve_both(env *e, size_t cpu_bytes, size_t gpu_bytes) {
+    CHECK_OK(rn_backend_reserve(e->cpu, cpu_bytes));
+    CHECK_OK(rn_backend_reserve(e->gpu, gpu_bytes));
+}
+
+/* ---- convolution ---- */
+
+static void test_conv(env *e, int n, int h, int w, int c, int k, int ks, int stride, int pad) {
+    rn_conv_desc d, dg;
+    CHECK_OK(rn_conv_desc_init(&d, n, h, w, c, k, ks, ks, stride, pad));
+    dg = d;
+    dg.dtype = e->dtype;
+    int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)k * ks * ks * c, ny = (int64_t)n * d.p * d.q * k;
+    float *x = randn(nx, 0, 1), *wt = randn(nw, 0, 0.5f), *dy = randn(ny, 0, 1), *dx0 = randn(nx, 0, 1),
+          *dw0 = randn(nw, 0, 1);
+    round_all(e->dtype, x, nx), round_all(e->dtype, wt, nw), round_all(e->dtype, dy, ny);
+    round_all(e->dtype, dx0, nx), round_all(e->dtype, dw0, nw);
+    reserve_both(e, rn_conv_workspace(e->cpu, &d), rn_conv_workspace(e->gpu, &dg));
+    float *y = malloc(sizeof(float) * ny), *dx = copyf(dx0, nx), *dw = copyf(dw0, nw);
+    CHECK_OK(rn_conv_fwd(e->cpu, &d, x, wt, y));
+    void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, wt, nw), *gy = up(e->gpu, e->dtype, y, ny);
+    void *gdy = up(e->gpu, e->dtype, dy, ny), *gdx = up(e->gpu, e->dtype, dx0, nx), *gdw = up(e->gpu, e->dtype, dw0, nw);
+    char what[160];
+    snprintf(what, sizeof what, "conv %dx%dx%dx%d k%d %dx%d s%d p%d", n, h, w, c, k, ks, ks, stride, pad);
+    CHECK_OK(rn_conv_fwd(e->gpu, &dg, gx, gw, gy));
+    char t[200];
+    snprintf(t, sizeof t, "%s fwd", what);
+    cmp_dev(e, t, gy, e->dtype, y, ny);
+    for (int acc = 0; acc < 2; acc++) {
+        /* acc 1 adds to what acc 0 left, on both sides */
+        CHECK_OK(rn_conv_bwd_data(e->cpu, &d, dy, wt, dx, acc));
+        CHECK_OK(rn_conv_bwd_filter(e->cpu, &d, x, dy, dw, acc));
+        CHECK_OK(rn_conv_bwd_data(e->gpu, &dg, gdy, gw, gdx, acc));
+        CHECK_OK(rn_conv_bwd_filter(e->gpu, &dg, gx, gdy, gdw, acc));
+        snprintf(t, sizeof t, "%s bwd_data%s", what, acc ? " accumulate" : "");
+        cmp_dev(e, t, gdx, e->dtype, dx, nx);
+        snprintf(t, sizeof t, "%s bwd_filter%s", what, acc ? " accumulate" : "");
+        cmp_dev(e, t, gdw, e->dtype, dw, nw);
+    }
+    void *bufs[] = {gx, gw, gy, gdy, gdx, gdw};
+    for (int i = 0; i < 6; i++) rn_backend_free(e->gpu, bufs[i]);
+    free(x), free(wt), free(dy), free(dx0), free(dw0), free(y), free(dx), free(dw);
+}
+
+/* ---- batch norm ---- */
+
+static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_place) {
+    rn_bn_desc d, dg;
+    CHECK_OK(rn_bn_desc_init(&d, m, c, relu));
+    dg = d;
+    dg.dtype = e->dtype;
+    int64_t n = m * c;
+    float *x = randn(n, 0.5f, 2), *res = residual ? randn(n, 0, 1) : NULL, *gamma = randn(c, 1, 0.3f),
+          *beta = randn(c, 0, 0.3f), *rm = randn(c, 0, 0.1f), *rv = randn(c, 1, 0.1f), *dy = randn(n, 0, 1);
+    for (int j = 0; j < c; j++) rv[j] = fabsf(rv[j]) + 0.1f;
+    round_all(e->dtype, x, n), round_all(e->dtype, dy, n);
+    if (res) round_all(e->dtype, res, n);
+    reserve_both(e, rn_bn_workspace(e->cpu, &d), rn_bn_workspace(e->gpu, &dg));
+    size_t rs = rn_bn_reserve_size(e->gpu, &dg);
+    void *reserve = NULL;
+    if (rs) CHECK_OK(rn_backend_alloc(e->gpu, rs, &reserve));
+    char what[160], t[220];
+    snprintf(what, sizeof what, "%sbn m=%lld c=%d%s%s%s", variant, (long long)m, c, relu ? " relu" : "",
+             residual ? " residual" : "", in_place ? " in place" : "");
+
+    /* CPU reference */
+    float *y = malloc(sizeof(float) * n), *sm = malloc(sizeof(float) * c), *si = malloc(sizeof(float) * c);
+    float *crm = copyf(rm, c), *crv = copyf(rv, c), *yi = malloc(sizeof(float) * n);
+    CHECK_OK(rn_bn_fwd_train(e->cpu, &d, x, gamma, beta, res, y, sm, si, crm, crv, NULL));
+    CHECK_OK(rn_bn_fwd_infer(e->cpu, &d, x, gamma, beta, crm, crv, res, yi));
+    float *dx = malloc(sizeof(float) * n), *dres = res ? malloc(sizeof(float) * n) : NULL;
+    float *dg0 = randn(c, 0, 1), *db0 = randn(c, 0, 1);
+    float *dgam = copyf(dg0, c), *dbet = copyf(db0, c);
+
+    /* GPU: fp32 parameters and statistics, activations in dtype */
+    void *gx = up(e->gpu, e->dtype, x, n), *gres = res ? up(e->gpu, e->dtype, res, n) : NULL;
+    void *gy = in_place ? gx : up(e->gpu, e->dtype, x, n);
+    float *ggam = up(e->gpu, RN_F32, gamma, c), *gbet = up(e->gpu, RN_F32, beta, c);
+    float *grm = up(e->gpu, RN_F32, rm, c), *grv = up(e->gpu, RN_F32, rv, c);
+    float *gsm = up(e->gpu, RN_F32, sm, c), *gsi = up(e->gpu, RN_F32, si, c);
+    void *gxkeep = in_place ? up(e->gpu, e->dtype, x, n) : gx; /* x for the backward */
+    CHECK_OK(rn_bn_fwd_train(e->gpu, &dg, gx, ggam, gbet, gres, gy, gsm, gsi, grm, grv, reserve));
+    snprintf(t, sizeof t, "%s fwd_train y", what);
+    cmp_dev(e, t, gy, e->dtype, y, n);
+    snprintf(t, sizeof t, "%s save_mean", what);
+    cmp_dev(e, t, gsm, RN_F32, sm, c);
+    snprintf(t, sizeof t, "%s save_invstd", what);
+    cmp_dev(e, t, gsi, RN_F32, si, c);
+    snprintf(t, sizeof t, "%s running_mean", what);
+    cmp_dev(e, t, grm, RN_F32, crm, c);
+    snprintf(t, sizeof t, "%s running_var", what);
+    cmp_dev(e, t, grv, RN_F32, crv, c);
+
+    /* The CPU backward takes the GPU's y, so both sides apply the same ReLU mask (a value
+     * within rounding of 0 may land on either side of it). */
+    float *yg = down(e->gpu, e->dtype, gy, n);
+    CHECK_OK(rn_bn_bwd(e->cpu, &d, x, yg, dy, gamma, sm, si, dx, dgam, dbet, dres, NULL, 1));
+    free(yg);
+
+    /* backward: dx in place over dy when asked, dres over dy otherwise */
+    void *gdy = up(e->gpu, e->dtype, dy, n), *gdx = in_place ? gdy : up(e->gpu, e->dtype, dy, n);
+    void *gdres = res ? (in_place ? up(e->gpu, e->dtype, dy, n) : gdy) : NULL;
+    float *gdg = up(e->gpu, RN_F32, dg0, c), *gdb = up(e->gpu, RN_F32, db0, c);
+    CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, gdy, ggam, gsm, gsi, gdx, gdg, gdb, gdres, reserve, 1));
+    snprintf(t, sizeof t, "%s bwd dx", what);
+    cmp_dev(e, t, gdx, e->dtype, dx, n);
+    snprintf(t, sizeof t, "%s bwd dgamma (accumulate)", what);
+    cmp_dev(e, t, gdg, RN_F32, dgam, c);
+    snprintf(t, sizeof t, "%s bwd dbeta (accumulate)", what);
+    cmp_dev(e, t, gdb, RN_F32, dbet, c);
+    if (res) {
+        snprintf(t, sizeof t, "%s bwd dres", what);
+        cmp_dev(e, t, gdres, e->dtype, dres, n);
+    }
+
+    /* inference with the updated running statistics, in place over a fresh x */
+    void *gxi = up(e->gpu, e->dtype, x, n);
+    CHECK_OK(rn_bn_fwd_infer(e->gpu, &dg, gxi, ggam, gbet, grm, grv, gres, gxi));
+    snprintf(t, sizeof t, "%s fwd_infer", what);
+    cmp_dev(e, t, gxi, e->dtype, yi, n);
+
+    void *bufs[] = {gx, gres, in_place ? NULL : gy, ggam, gbet, grm, grv, gsm, gsi, in_place ? gxkeep : NULL,
+                    gdy, in_place ? NULL : gdx, (res && in_place) ? gdres : NULL, gdg, gdb, gxi, reserve};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(e->gpu, bufs[i]);
+    free(x), free(res), free(gamma), free(beta), free(rm), free(rv), free(dy), free(y), free(sm), free(si);
+    free(crm), free(crv), free(yi), free(dx), free(dres), free(dg0), free(db0), free(dgam), free(dbet);
+}
+
+/* ---- elementwise, input normalise ---- */
+
+static void test_elementwise(env *e, int64_t n) {
+    float *a = randn(n, 0, 1), *b = randn(n, 0, 1), *dy = randn(n, 0, 1);
+    round_all(e->dtype, a, n), round_all(e->dtype, b, n), round_all(e->dtype, dy, n);
+    float *y = malloc(sizeof(float) * n), *r = malloc(sizeof(float) * n), *dx = malloc(sizeof(float) * n);
+    void *ga = up(e->gpu, e->dtype, a, n), *gb = up(e->gpu, e->dtype, b, n), *gdy = up(e->gpu, e->dtype, dy, n);
+    void *gy = up(e->gpu, e->dtype, a, n);
+    for (int relu = 0; relu < 2; relu++) {
+        CHECK_OK(rn_add(e->cpu, RN_F32, n, a, b, y, relu));
+        CHECK_OK(rn_add(e->gpu, e->dtype, n, ga, gb, gy, relu));
+        cmp_dev(e, relu ? "add relu" : "add", gy, e->dtype, y, n);
+    }
+    CHECK_OK(rn_relu_fwd(e->cpu, RN_F32, n, a, r));
+    CHECK_OK(rn_relu_fwd(e->gpu, e->dtype, n, ga, gy));
+    cmp_dev(e, "relu_fwd", gy, e->dtype, r, n);
+    CHECK_OK(rn_relu_bwd(e->cpu, RN_F32, n, r, dy, dx));
+    CHECK_OK(rn_relu_bwd(e->gpu, e->dtype, n, gy, gdy, gdy)); /* in place */
+    cmp_dev(e, "relu_bwd", gdy, e->dtype, dx, n);
+
+    /* input normalise: u8 pixels, 3 channels */
+    int64_t m = n / 3;
+    uint8_t *px = malloc((size_t)m * 3);
+    for (int64_t i = 0; i < m * 3; i++) px[i] = (uint8_t)((i * 2654435761u + seed) >> 7);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    CHECK_OK(rn_input_normalize(e->cpu, RN_F32, m, 3, px, mean, std, y));
+    for (int64_t i = 0; i < m * 3; i++) y[i] = rnd(e->dtype, y[i]);
+    void *gpx = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, (size_t)m * 3, &gpx));
+    CHECK_OK(rn_backend_upload(e->gpu, gpx, px, (size_t)m * 3));
+    CHECK_OK(rn_input_normalize(e->gpu, e->dtype, m, 3, gpx, mean, std, gy));
+    cmp_dev(e, "input_normalize", gy, e->dtype, y, m * 3);
+    rn_backend_free(e->gpu, gpx), rn_backend_free(e->gpu, ga), rn_backend_free(e->gpu, gb);
+    rn_backend_free(e->gpu, gdy), rn_backend_free(e->gpu, gy);
+    free(a), free(b), free(dy), free(y), free(r), free(dx), free(px);
+}
+
+/* ---- pooling ---- */
+
+static void test_maxpool(env *e, int n, int h, int w, int c) {
+    rn_pool_desc d, dg;
+    CHECK_OK(rn_pool_desc_init(&d, n, h, w, c, 3, 2, 1));
+    dg = d;
+    dg.dtype = e->dtype;
+    int64_t nx = (int64_t)n * h * w * c, ny = (int64_t)n * d.p * d.q * c;
+    /* after a ReLU: many zeros, so many windows tie */
+    float *x = randn(nx, 0, 1), *dy = randn(ny, 0, 1);
+    for (int64_t i = 0; i < nx; i++) x[i] = x[i] > 0 ? rnd(e->dtype, x[i]) : 0;
+    round_all(e->dtype, dy, ny);
+    float *y = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx);
+    CHECK_OK(rn_maxpool_fwd(e->cpu, &d, x, y));
+    CHECK_OK(rn_maxpool_bwd(e->cpu, &d, x, y, dy, dx));
+    void *gx = up(e->gpu, e->dtype, x, nx), *gy = up(e->gpu, e->dtype, y, ny), *gdy = up(e->gpu, e->dtype, dy, ny);
+    void *gdx = up(e->gpu, e->dtype, x, nx);
+    CHECK_OK(rn_maxpool_fwd(e->gpu, &dg, gx, gy));
+    cmp_dev(e, "maxpool_fwd", gy, e->dtype, y, ny);
+    CHECK_OK(rn_maxpool_bwd(e->gpu, &dg, gx, gy, gdy, gdx));
+    cmp_dev(e, "maxpool_bwd (ties)", gdx, e->dtype, dx, nx);
+    rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gy), rn_backend_free(e->gpu, gdy);
+    rn_backend_free(e->gpu, gdx);
+    free(x), free(dy), free(y), free(dx);
+}
+
+static void test_gap(env *e, int n, int hw, int c) {
+    int64_t nx = (int64_t)n * hw * c, ny = (int64_t)n * c;
+    float *x = randn(nx, 0, 1), *dy = randn(ny, 0, 1);
+    round_all(e->dtype, x, nx), round_all(e->dtype, dy, ny);
+    float *y = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx);
+    CHECK_OK(rn_avgpool_global_fwd(e->cpu, RN_F32, n, hw, c, x, y));
+    CHECK_OK(rn_avgpool_global_bwd(e->cpu, RN_F32, n, hw, c, dy, dx));
+    void *gx = up(e->gpu, e->dtype, x, nx), *gy = up(e->gpu, e->dtype, y, ny), *gdy = up(e->gpu, e->dtype, dy, ny);
+    CHECK_OK(rn_avgpool_global_fwd(e->gpu, e->dtype, n, hw, c, gx, gy));
+    cmp_dev(e, "avgpool_global_fwd", gy, e->dtype, y, ny);
+    CHECK_OK(rn_avgpool_global_bwd(e->gpu, e->dtype, n, hw, c, gdy, gx));
+    cmp_dev(e, "avgpool_global_bwd", gx, e->dtype, dx, nx);
+    rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gy), rn_backend_free(e->gpu, gdy);
+    free(x), free(dy), free(y), free(dx);
+}
+
+/* ---- fully connected, loss ---- */
+
+static void test_fc(env *e, int n, int in, int out) {
+    rn_fc_desc d = {RN_F32, n, in, out}, dg = {e->dtype, n, in, out};
+    int64_t nx = (int64_t)n * in, nw = (int64_t)out * in, ny = (int64_t)n * out;
+    float *x = randn(nx, 0, 1), *w = randn(nw, 0, 0.1f), *b = randn(out, 0, 1), *dy = randn(ny, 0, 1);
+    float *dw0 = randn(nw, 0, 1), *db0 = randn(out, 0, 1);
+    round_all(e->dtype, x, nx), round_all(e->dtype, w, nw), round_all(e->dtype, b, out);
+    round_all(e->dtype, dy, ny), round_all(e->dtype, dw0, nw), round_all(e->dtype, db0, out);
+    float *y = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx), *dw = copyf(dw0, nw),
+          *db = copyf(db0, out);
+    CHECK_OK(rn_fc_fwd(e->cpu, &d, x, w, b, y));
+    CHECK_OK(rn_fc_bwd(e->cpu, &d, x, w, dy, dx, dw, db, 1));
+    void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, w, nw), *gb = up(e->gpu, e->dtype, b, out);
+    void *gy = up(e->gpu, e->dtype, y, ny), *gdy = up(e->gpu, e->dtype, dy, ny), *gdx = up(e->gpu, e->dtype, x, nx);
+    void *gdw = up(e->gpu, e->dtype, dw0, nw), *gdb = up(e->gpu, e->dtype, db0, out);
+    CHECK_OK(rn_fc_fwd(e->gpu, &dg, gx, gw, gb, gy));
+    cmp_dev(e, "fc_fwd", gy, e->dtype, y, ny);
+    CHECK_OK(rn_fc_bwd(e->gpu, &dg, gx, gw, gdy, gdx, gdw, gdb, 1));
+    cmp_dev(e, "fc_bwd dx", gdx, e->dtype, dx, nx);
+    cmp_dev(e, "fc_bwd dw (accumulate)", gdw, e->dtype, dw, nw);
+    cmp_dev(e, "fc_bwd db (accumulate)", gdb, e->dtype, db, out);
+    /* no bias */
+    CHECK_OK(rn_fc_fwd(e->cpu, &d, x, w, NULL, y));
+    CHECK_OK(rn_fc_fwd(e->gpu, &dg, gx, gw, NULL, gy));
+    cmp_dev(e, "fc_fwd without bias", gy, e->dtype, y, ny);
+    void *bufs[] = {gx, gw, gb, gy, gdy, gdx, gdw, gdb};
+    for (int i = 0; i < 8; i++) rn_backend_free(e->gpu, bufs[i]);
+    free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
+}
+
+static void test_xent(env *e, int n, int k, float smoothing, float grad_scale) {
+    rn_xent_desc d, dg;
+    CHECK_OK(rn_xent_desc_init(&d, n, k));
+    d.label_smoothing = smoothing;
+    d.grad_scale = grad_scale;
+    dg = d;
+    dg.dtype = e->dtype;
+    int64_t nz = (int64_t)n * k;
+    float *z = randn(nz, 0, 3);
+    round_all(e->dtype, z, nz);
+    int32_t *lab = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) lab[i] = (int32_t)((i * 7919 + (int)seed) % k);
+    float loss, *dl = malloc(sizeof(float) * nz);
+    CHECK_OK(rn_softmax_xent(e->cpu, &d, z, lab, &loss, dl));
+    void *gz = up(e->gpu, e->dtype, z, nz);
+    int32_t *glab = NULL;
+    float *gloss = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t) * n, (void **)&glab));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float), (void **)&gloss));
+    CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof(int32_t) * n));
+    CHECK_OK(rn_softmax_xent(e->gpu, &dg, gz, glab, gloss, gz)); /* dlogits over logits */
+    char t[120];
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g loss", n, k, smoothing);
+    cmp_dev(e, t, gloss, RN_F32, &loss, 1);
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g dlogits", n, k, smoothing);
+    cmp_dev(e, t, gz, e->dtype, dl, nz);
+    rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
+    free(z), free(lab), free(dl);
+}
+
+/* SGD is fp32 everywhere and written with the same float operations: equal to the bit */
+static void test_sgd(env *e, int64_t n) {
+    for (int variant = 0; variant < 4; variant++) {
+        rn_sgd_desc d;
+        CHECK_OK(rn_sgd_desc_init(&d, 0.1f, variant == 3 ? 0 : 0.9f, variant == 2 ? 0 : 1e-4f, variant == 1));
+        d.first_step = variant == 0;
+        d.grad_scale = variant == 2 ? 0.25f : 1.0f;
+        float *p = randn(n, 0, 1), *g = randn(n, 0, 1), *buf = randn(n, 0, 1);
+        float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
+        CHECK_OK(rn_sgd_update(e->cpu, &d, n, p, g, buf));
+        CHECK_OK(rn_sgd_update(e->gpu, &d, n, gp, gg, gbuf));
+        float *hp = down(e->gpu, RN_F32, gp, n), *hb = down(e->gpu, RN_F32, gbuf, n);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += hp[i] != p[i] || (d.momentum != 0 && hb[i] != buf[i]);
+        CHECK(diff == 0, "sgd variant %d: %lld of %lld values differ from the CPU's", variant, (long long)diff,
+              (long long)n);
+        rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
+        free(p), free(g), free(buf), free(hp), free(hb);
+    }
+}
+
+static void run_bn(env *e) {
+    for (int relu = 0; relu < 2; relu++)
+        for (int res = 0; res < 2; res++) test_bn(e, 70, 13, relu, res, 0);
+    test_bn(e, 70, 13, 1, 0, 1);
+    test_bn(e, 256, 64, 1, 1, 1);
+    test_bn(e, 32 * 16 * 16, 40, 1, 1, 0);
+    test_bn(e, 32 * 8 * 8, 64, 1, 1, 0);
+    test_bn(e, 8 * 7 * 7, 256, 0, 0, 1);
+}
+
+static void run_all(env *e) {
+    int half = e->dtype != RN_F32;
+    if (!half) {
+        test_conv(e, 2, 9, 7, 5, 6, 3, 1, 1);
+        test_conv(e, 3, 11, 11, 3, 8, 7, 2, 3);
+        test_conv(e, 2, 8, 8, 4, 6, 1, 2, 0);
+    }
+    /* half precision: channel counts that tensor-core algorithms take */
+    test_conv(e, 2, 9, 7, 8, 16, 3, 1, 1);
+    test_conv(e, 2, 8, 8, 16, 32, 1, 2, 0);
+    test_conv(e, 4, 14, 14, 32, 64, 3, 2, 1);
+    test_conv(e, 8, 7, 7, 64, 256, 1, 1, 0);
+    run_bn(e);
+    test_elementwise(e, 3 * 1000 + 3);
+    test_maxpool(e, 2, 9, 9, 8);
+    test_maxpool(e, 2, 16, 16, 64);
+    test_maxpool(e, 1, 8, 7, 3);
+    test_gap(e, 3, 49, 40);
+    test_fc(e, 5, 64, 10);
+    test_fc(e, 32, 2048, 1000);
+    test_xent(e, 7, 10, 0, 1);
+    test_xent(e, 32, 1000, 0.1f, 0.5f);
+    if (!half) test_sgd(e, 100003);
+}
+
+int main(void) {
+    const char *s = getenv("RN_TEST_SEED");
+    if (s && *s) seed = strtoull(s, NULL, 10);
+    env e = {0};
+    int rc = rn_backend_create("cuda", 0, &e.gpu);
+    if (rc != RN_OK) {
+        /* any failure to open a GPU (no CUDA in this build, no driver, no device, a driver
+         * too old) means: skip, saying why */
+        printf("test_cuda_ops: SKIP (the CUDA ops were not tested): %s\n", rn_last_error());
+        return 0;
+    }
+    CHECK_OK(rn_backend_create("cpu", 0, &e.cpu));
+    fprintf(stderr, "test_cuda_ops: %s against %s, seed %llu\n", rn_backend_name(e.gpu), rn_backend_name(e.cpu),
+            (unsigned long long)seed);
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
+    for (int i = 0; i < 3; i++) {
+        int before = check_failed;
+        e.dtype = dtypes[i];
+        run_all(&e);
+        fprintf(stderr, "test_cuda_ops: %s: %s\n", rn_dtype_name(e.dtype),
+                check_failed == before ? "all ops match the CPU" : "MISMATCHES above");
+    }
+    rn_backend_destroy(e.gpu);
+    /* the BN training forward again through cuDNN's fused variant (RN_CUDA_BN=cudnn) */
+    setenv("RN_CUDA_BN", "cudnn", 1);
+    CHECK_OK(rn_backend_create("cuda", 0, &e.gpu));
+    variant = "RN_CUDA_BN=cudnn ";
+    for (int i = 0; e.gpu && i < 3; i++) {
+        int before = check_failed;
+        e.dtype = dtypes[i];
+        run_bn(&e);
+        fprintf(stderr, "test_cuda_ops: %s BN with RN_CUDA_BN=cudnn: %s\n", rn_dtype_name(e.dtype),
+                check_failed == before ? "matches the CPU" : "MISMATCHES above");
+    }
+    rn_backend_destroy(e.gpu);
+    rn_backend_destroy(e.cpu);
+    return check_done("test_cuda_ops");
+}
