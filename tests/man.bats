@@ -44,3 +44,14 @@ setup() {
         assert_output --partial "$t - "
     done
 }
+
+@test "man/man.mk installs the man pages and the pipeline fragments" {
+    cd "$BATS_TEST_DIRNAME/.."
+    run make -f man/man.mk install-man install-pipelines DESTDIR="$BATS_TEST_TMPDIR/root" PREFIX=/usr/local
+    assert_success
+    for p in man/rn-*.1; do cmp "$p" "$BATS_TEST_TMPDIR/root/usr/local/share/man/man1/$(basename "$p")"; done
+    for f in common prep train eval plot; do [ -f "$BATS_TEST_TMPDIR/root/usr/local/share/rn/pipelines/$f.mk" ]; done
+    run env MANPATH="$BATS_TEST_TMPDIR/root/usr/local/share/man" man -P cat rn-train
+    assert_success
+    assert_output --partial "rn-train - train a ResNet checkpoint"
+}

@@ -206,3 +206,28 @@ for k, t in e.items():
 assert e["fc.weight"].shape == (3, 512), e["fc.weight"].shape
 PY
 }
+
+@test "examples/imagenet: make -n shows the recipe; a flat val/ with LOC_val_solution.csv is labelled by class" {
+    ex="$BATS_TEST_DIRNAME/../examples/imagenet"
+    run make -n -C "$ex" IMAGENET=/nonexistent OUT="$PWD/in" RN_BIN="$RN_BIN"
+    assert_success
+    [ "$(grep -c 'rn-train --data' <<<"$output")" = 30 ]
+    assert_output --partial "--epochs 1 --batch 256  --lr 0.01 --lr-schedule step --lr-step 10 --lr-gamma 0.1"
+    run make -n -C "$ex" IMAGENET=/nonexistent OUT="$PWD/in" RN_BIN="$RN_BIN" RECIPE=torchvision
+    [ "$(grep -c 'rn-train --data' <<<"$output")" = 90 ]
+    assert_output --partial "--lr 0.1 --lr-schedule step --lr-step 30 "
+    # a tiny stand-in: train/<class>/ and the Kaggle layout for val
+    mkdir -p inet/val && cp -r src/train inet/train
+    printf 'ImageId,PredictionString\n' > inet/LOC_val_solution.csv
+    for c in horiz vert; do
+        for f in src/val/$c/00[0-2].jpg; do
+            id=v$c$(basename "$f" .jpg); cp "$f" "inet/val/$id.JPEG"; echo "$id,$c 1 2 3 4" >> inet/LOC_val_solution.csv
+        done
+    done
+    run make -C "$ex" IMAGENET="$PWD/inet" OUT="$PWD/in" RN_BIN="$RN_BIN" VAL_CLASSES=2 PREP_FLAGS=-q VAL_PREP_FLAGS=-q prep
+    assert_success
+    [ "$(ls in/val-folders/vert)" = "$(printf 'vvert000.JPEG\nvvert001.JPEG\nvvert002.JPEG')" ]
+    run rn-info --json in/data/val.lmdb
+    assert_output --partial '"count":6,'
+    assert_output --partial '"classes":[{"label":0,"name":"horiz","count":3},{"label":1,"name":"vert","count":3}]'
+}
