@@ -268,6 +268,43 @@ static void test_dataset_reader(void) {
     rn_dataset_close(ds);
 }
 
+/* eval without resize on images smaller than the crop: centred, zero padding around */
+static void test_pad(void) {
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    o.train = 0;
+    o.resize = 0;
+    o.crop = 80;
+    o.batch = N;
+    o.workers = 2;
+    rn_loader *l;
+    CHECK_OK(rn_loader_create(path, &o, &l));
+    if (!l) return;
+    rn_batch b;
+    CHECK_OK(rn_loader_next(l, &b));
+    rn_dataset *ds;
+    CHECK_OK(rn_dataset_open(path, &ds));
+    rn_dataset_reader *r;
+    CHECK_OK(rn_dataset_reader_open(ds, &r));
+    int ok = 1;
+    for (int k = 0; k < b.n && ds && r; k++) {
+        rn_sample s;
+        if (rn_dataset_read(r, (uint64_t)k, &s) != RN_OK) break;
+        int w = (int)s.width, h = (int)s.height, dx = (80 - w) / 2, dy = (80 - h) / 2;
+        const uint8_t *img = b.pixels + (size_t)k * 80 * 80 * 3;
+        /* corners outside the image are zero, the centre is the image (raw records exactly) */
+        ok &= img[0] == 0 && img[(80 * 80 - 1) * 3] == 0;
+        if (s.enc == RN_ENC_RAW)
+            ok &= memcmp(img + ((size_t)dy * 80 + dx) * 3, s.data, (size_t)w * 3) == 0 &&
+                  memcmp(img + ((size_t)(dy + h - 1) * 80 + dx) * 3, s.data + (size_t)(h - 1) * w * 3, (size_t)w * 3) == 0;
+    }
+    CHECK(ok, "padded eval crops: image not centred or border not zero");
+    rn_dataset_reader_close(r);
+    rn_dataset_close(ds);
+    rn_loader_release(l, &b);
+    rn_loader_destroy(l);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -280,6 +317,7 @@ int main(void) {
     test_seek();
     test_epochs_and_labels();
     test_alloc_and_normalize();
+    test_pad();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
