@@ -10,6 +10,7 @@
 #      at most 10x what PyTorch's own CPU and GPU runs of the same recipe differ by on this
 #      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so); the GPU
 #      curve must be finite and end below where it started
+# GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything), results.md
 # (one row per check), and the raw outputs. Exit 0 when every check passed, 1 otherwise.
@@ -84,6 +85,24 @@ else
     row "ops: GPU vs CPU (fp32, fp16, bf16)" FAIL "$(tail -n 1 "$OUT/ops.txt" | cut -c1-200), seed $seed; see ops.txt"
 fi
 grep -E '^test_cuda_ops: (F32|F16|BF16|cuda)' "$OUT/ops.txt"
+
+# 3b. optional: the op test under compute-sanitizer (slow: heuristic algorithms, no Find)
+if [ "${GPU_CHECK_MEMCHECK:-0}" = 1 ]; then
+    CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ -x "$CS" ]; then
+        say "op test under compute-sanitizer memcheck"
+        if RN_CUDA_CONV_ALGO=heuristic RN_TEST_SEED=$seed timeout 600 "$CS" --tool memcheck --error-exitcode 9 \
+            "$TESTS/test_cuda_ops" >"$OUT/memcheck.txt" 2>&1; then
+            row "ops under compute-sanitizer memcheck" ok "$(tail -n 1 "$OUT/memcheck.txt")"
+        else
+            failed=1
+            grep -m 20 -E 'Invalid|ERROR|error' "$OUT/memcheck.txt"
+            row "ops under compute-sanitizer memcheck" FAIL "see memcheck.txt"
+        fi
+    else
+        row "ops under compute-sanitizer memcheck" skipped "compute-sanitizer not found"
+    fi
+fi
 
 # 4. training steps, GPU and CPU, from one checkpoint
 say "$ARCH ${SIZE}x$SIZE batch $BATCH: $STEPS fp32 steps on the GPU and on the CPU"
