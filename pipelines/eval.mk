@@ -8,7 +8,9 @@
 #   $(RUN)/val-data.json        the validation set's identity, checked before every eval
 #
 # Variables (see common.mk): RN_BIN DATA VAL_LMDB RUN EPOCHS CROP RESIZE WORKERS THREADS
-# DEVICE EVAL_FLAGS (e.g. --batch 256, --topk 1). Targets: eval (results.tsv and best.pb).
+# DEVICE EVAL_FLAGS (e.g. --batch 256, --topk 1); EVAL_CMD, the command that evaluates the
+# checkpoint $< and prints one line of key=value pairs, top-1 first and loss third (default
+# rn-eval; put your own evaluator here). Targets: eval (results.tsv and best.pb).
 # Includes train.mk: evaluating an epoch that is not there yet trains it first.
 
 ifndef RN_EVAL_MK
@@ -16,13 +18,14 @@ RN_EVAL_MK := 1
 include $(dir $(lastword $(MAKEFILE_LIST)))train.mk
 
 RN_EVALS := $(RN_EPOCHS:%=$(RUN)/eval/epoch-%.txt)
+EVAL_CMD ?= $(RN)rn-eval --data $(VAL_LMDB) --ckpt $< $(RN_EVAL_T) $(EVAL_FLAGS)
 
 .PHONY: eval
 eval: $(RUN)/results.tsv
 
 $(RUN)/eval/epoch-%.txt: $(RUN)/epoch-%.pb | $(VAL_LMDB)
 	@mkdir -p $(dir $@) && $(call rn_check_data,val,$(VAL_LMDB))
-	$(call rn_log,$(RUN)/commands.sh) -o $@ $(RN)rn-eval --data $(VAL_LMDB) --ckpt $< $(RN_EVAL_T) $(EVAL_FLAGS)
+	$(call rn_log,$(RUN)/commands.sh) -o $@ $(EVAL_CMD)
 
 $(RUN)/results.tsv: $(RN_EVALS)
 	@awk 'FNR == 1 { e = FILENAME; sub(/.*epoch-/, "", e); sub(/\.txt$$/, "", e); \

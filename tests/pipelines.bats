@@ -148,6 +148,18 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     assert_success
 }
 
+@test "EVAL_CMD swaps rn-eval for another evaluator" {
+    rm run/eval/epoch-001.txt
+    run make eval RN_BIN="$RN_BIN" EVAL_CMD='echo top1=0.9999 top5=1 loss=0.001 n=16'
+    assert_success
+    assert_output --partial "run/best.pb -> epoch-001.pb: top1=0.9999 top5=1 loss=0.001 n=16"
+    grep -q "echo top1=0.9999 top5=1 loss=0.001 n=16 > run/eval/epoch-001.txt" run/commands.sh
+    rm run/eval/epoch-001.txt
+    run make eval RN_BIN="$RN_BIN"
+    assert_success
+    [ "$(readlink run/best.pb)" = "$(awk -F'\t' 'NR > 1 { print $2, $4, $6 }' run/results.tsv | sort -k1,1gr -k2,2g | head -1 | cut -d' ' -f3)" ]
+}
+
 @test "prep.mk says which variable is missing" {
     mkdir -p empty && cd empty
     printf 'include %s/prep.mk\n' "$PIPES" > Makefile
