@@ -39,6 +39,8 @@ $(BENCH_OUT)/bench.tsv: $(BENCHES:%=$(BENCH_OUT)/%.log)
 	      awk -v b=$$b 'BEGIN { FS = OFS = "\t" } { print b, $$0; n++ } END { if (!n) print b, "(no summary line)", "-", "-", "-" }'; \
 	  done; } > $@.tmp && mv $@.tmp $@
 
+# plain make, not $(MAKE): `make -n bench-table` must print the command, not run the
+# benchmark; and without the caller's MAKEFLAGS, so its variables stay out of rn's Makefile
 $(BENCH_OUT)/bench-%.log:
 	@mkdir -p $(dir $@) && rm -f $@.failed
 	@echo "bench.mk: make -C $(RN_SRC) bench-$* $(BENCH_MAKEFLAGS)"
