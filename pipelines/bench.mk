@@ -44,7 +44,7 @@ $(BENCH_OUT)/bench.tsv: $(BENCHES:%=$(BENCH_OUT)/%.log)
 $(BENCH_OUT)/bench-%.log:
 	@mkdir -p $(dir $@) && rm -f $@.failed
 	@echo "bench.mk: make -C $(RN_SRC) bench-$* $(BENCH_MAKEFLAGS)"
-	@$(MAKE) --no-print-directory -C $(RN_SRC) bench-$* $(BENCH_MAKEFLAGS) > $@.tmp 2>&1; rc=$$?; \
+	@env -u MAKEFLAGS -u MFLAGS make --no-print-directory -C $(RN_SRC) bench-$* $(BENCH_MAKEFLAGS) > $@.tmp 2>&1; rc=$$?; \
 	  mv $@.tmp $@; grep -E '^[A-Za-z0-9_.-]+: rn=' $@ || true; \
 	  if [ $$rc != 0 ]; then touch $@.failed; echo "bench.mk: bench-$* failed (exit $$rc): $@" >&2; fi
 
