@@ -19,6 +19,8 @@
 # or by SAVE_EVERY is continued exactly, mid-epoch. The learning rate is a function of the
 # global step, stored in the checkpoint, and every epoch is run with the same flags, so the
 # schedule is the one an uninterrupted `rn-train --epochs $(EPOCHS)` run follows.
+# Raising EPOCHS later continues a finished run (with LR_SCHEDULE=cosine the earlier epochs
+# followed the shorter schedule: start a new RUN for a clean cosine run).
 # The dataset is checked against train-data.json before every epoch: a run never mixes data.
 
 ifndef RN_TRAIN_MK
