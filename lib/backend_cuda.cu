@@ -97,6 +97,12 @@ template <> __device__ __forceinline__ float st<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+/* channel of flat NHWC index i: 32-bit division when the tensor allows (several times
+ * cheaper than 64-bit on the GPU) */
+__device__ __forceinline__ int chan(int64_t i, int c, int64_t n) {
+    return n <= 0xffffffffLL ? (int)((uint32_t)i % (uint32_t)c) : (int)(i % c);
+}
+
 /* Run F<T> for the element type of dtype (lib/backend.c admits only these three). */
 #define BY_DTYPE(dtype, call) \
     ((dtype) == RN_F16 ? call<__half> : (dtype) == RN_BF16 ? call<__nv_bfloat16> : call<float>)
@@ -485,7 +491,7 @@ __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, con
                            int relu, T *y) {
     int64_t n = m * c;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int j = (int)(i % c);
+        int j = chan(i, c, n);
         float v = ld(x[i]) * scale[j] + shift[j];
         if (res) v += ld(res[i]);
         y[i] = st<T>(relu && !(v > 0) ? 0.0f : v);
@@ -553,7 +559,7 @@ __global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *d
                             const float *kb, const float *k0, int relu, T *dx) {
     int64_t n = m * c;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int j = (int)(i % c);
+        int j = chan(i, c, n);
         float dz = ld(dy[i]);
         if (relu && !(ld(y[i]) > 0)) dz = 0;
         dx[i] = st<T>(ka[j] * dz - k0[j] - kb[j] * (ld(x[i]) - mean[j]));
@@ -708,7 +714,7 @@ typedef struct {
 /* the same float operations as ToTensor then Normalize: (x/255 - mean)/std */
 template <typename T> __global__ void normalize_k(int64_t n, int c, const uint8_t *x, norm_coef k, T *y) {
     GRID_LOOP(i, n) {
-        int j = (int)(i % c);
+        int j = chan(i, c, n);
         y[i] = st<T>(__fdiv_rn(__fsub_rn(__fdiv_rn((float)x[i], 255.0f), k.mean[j]), k.std[j]));
     }
 }

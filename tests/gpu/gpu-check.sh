@@ -8,8 +8,9 @@
 #   4. ResNet-50 at 64x64, batch 32, 30 fp32 training steps from one rn-init checkpoint on
 #      the GPU and on the CPU (tests/parity/device_steps.c): the loss curves may differ by
 #      at most 10x what PyTorch's own CPU and GPU runs of the same recipe differ by on this
-#      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so); the GPU
-#      curve must be finite and end below where it started
+#      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so), and so may
+#      an inference forward with the trained weights; the GPU curve must be finite and end
+#      below where it started
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything), results.md
@@ -121,6 +122,7 @@ if [ "$train_ok" = 1 ]; then
     verdict=$(awk -v trel="$torch_rel" -v fixed=$FIXED_TOL -v steps=$STEPS '
         FNR == 1 { f++ }
         /^step / { if (f == 1) g[$2] = $4; else c[$2] = $4 }
+        /^eval loss / { if (f == 1) ge = $3; else ce = $3 }
         END {
             n = 0; worst = 0; finite = 1
             for (i in g) if (i in c) { n++; d = g[i] - c[i]; d = d < 0 ? -d : d; if (d > worst) worst = d
@@ -128,9 +130,10 @@ if [ "$train_ok" = 1 ]; then
             rel = worst / (c[0] < 0 ? -c[0] : c[0])
             if (trel ~ /^[0-9.eE+-]+$/) { tol = 10 * trel; if (tol < 1e-6) tol = 1e-6; how = "10x torch " trel }
             else { tol = fixed; how = "fixed (no torch peer)" }
-            ok = n == steps && finite && rel <= tol && g[steps - 1] < g[0]
-            printf "%s rel=%.3g tol=%.3g (%s) gpu %.5g->%.5g cpu %.5g->%.5g steps=%d\n", ok ? "ok" : "FAIL", rel, tol,
-                   how, g[0], g[steps - 1], c[0], c[steps - 1], n
+            de = ge - ce; de = de < 0 ? -de : de; erel = de / (c[0] < 0 ? -c[0] : c[0])
+            ok = n == steps && finite && rel <= tol && erel <= tol && g[steps - 1] < g[0]
+            printf "%s rel=%.3g eval_rel=%.3g tol=%.3g (%s) gpu %.5g->%.5g cpu %.5g->%.5g eval gpu %.5g cpu %.5g steps=%d\n",
+                   ok ? "ok" : "FAIL", rel, erel, tol, how, g[0], g[steps - 1], c[0], c[steps - 1], ge, ce, n
         }' "$OUT/train-gpu.txt" "$OUT/train-cpu.txt")
     paste <(grep '^step' "$OUT/train-gpu.txt") <(grep '^step' "$OUT/train-cpu.txt") |
         awk 'BEGIN { print "step  gpu_loss  cpu_loss  diff" } { printf "%4d  %.7f  %.7f  %.3g\n", $2, $4, $8, $4 - $8 }' |

@@ -2,7 +2,8 @@
  *   parity_device_steps DEVICE CKPT.pb SIZE BATCH STEPS SEED
  * Every step trains on the same batch: SEED's u8 pixels (uploaded, then rn_input_normalize
  * on the device, as rn-train does) and labels, SGD lr 0.01 momentum 0.9 weight decay 1e-4.
- * stdout: "step <i> loss <l>" per step, then "ms_per_step=<t> backend=<name>". The same
+ * stdout: "step <i> loss <l>" per step, "eval loss <l>" (an inference forward of the same
+ * batch with the trained weights), then "ms_per_step=<t> backend=<name>". The same
  * checkpoint and seed on two devices give two loss curves to compare. Exit 1 on error. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,17 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     TRY(rn_backend_sync(be));
-    printf("ms_per_step=%.2f backend=%s\n", steps > 1 ? 1e3 * (now() - t0) / (steps - 1) : 0.0,
+    double t1 = now();
+    {
+        /* the trained weights in inference mode (running statistics, BN in place) */
+        float eval_loss;
+        TRY(rn_input_normalize(be, RN_F32, (int64_t)batch * size * size, 3, src, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
+                               rn_net_input(net)));
+        TRY(rn_net_forward(net, batch, 0));
+        TRY(rn_net_loss(net, labels, batch, 0.0f, &eval_loss));
+        printf("eval loss %.9g\n", eval_loss);
+    }
+    printf("ms_per_step=%.2f backend=%s\n", steps > 1 ? 1e3 * (t1 - t0) / (steps - 1) : 0.0,
            rn_backend_name(be));
 out:
     if (be) rn_backend_free(be, dpx);
