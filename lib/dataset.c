@@ -346,8 +346,10 @@ int rn_dataset_describe(const char *path, FILE *out, int json) {
     } else {
         fprintf(out, "dataset:    %s\n", path);
         fprintf(out, "records:    %" PRIu64 " (%" PRIu64 " inputs skipped by rn-prep)\n", in->count, in->skipped);
-        fprintf(out, "encoding:   %s, %d channel%s, %.1f MB of image data\n", enc, c, c == 1 ? "" : "s",
-                in->data_bytes / 1e6);
+        double b = (double)in->data_bytes;
+        const char *unit = b >= 1e9 ? "GB" : b >= 1e6 ? "MB" : "kB";
+        double scaled = b >= 1e9 ? b / 1e9 : b >= 1e6 ? b / 1e6 : b / 1e3;
+        fprintf(out, "encoding:   %s, %d channel%s, %.1f %s of image data\n", enc, c, c == 1 ? "" : "s", scaled, unit);
         fprintf(out, "sizes:      %ux%u to %ux%u (width x height)\n", in->min_width, in->min_height,
                 in->max_width, in->max_height);
         fputs("mean:      ", out);

@@ -34,22 +34,26 @@ void rn_prep_defaults(rn_prep_opts *o) {
 /* ------------------------------------------------------------ the input list */
 
 typedef struct {
-    char *path;   /* to open */
-    char *name;   /* relative, stored in the record */
+    char *name;   /* relative to the input's root; stored in the record */
     int32_t label;
     char *skip;   /* known bad before decoding (a bad list line): the reason */
 } item;
 
+/* the paths are root + "/" + name: 1.28 M names, no second copy of each path */
 typedef struct {
     item *v;
     size_t n, cap;
     char **classes;
     int n_classes;
+    char root[4096];
 } input;
+
+static void item_path(const input *in, const item *it, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", in->root, it->name);
+}
 
 static void input_free(input *in) {
     for (size_t i = 0; i < in->n; i++) {
-        free(in->v[i].path);
         free(in->v[i].name);
         free(in->v[i].skip);
     }
@@ -59,7 +63,7 @@ static void input_free(input *in) {
     memset(in, 0, sizeof *in);
 }
 
-static int input_add(input *in, const char *path, const char *name, int32_t label, const char *skip) {
+static int input_add(input *in, const char *name, int32_t label, const char *skip) {
     if (in->n == in->cap) {
         size_t nc = in->cap ? in->cap * 2 : 1024;
         item *nv = realloc(in->v, nc * sizeof *nv);
@@ -69,12 +73,10 @@ static int input_add(input *in, const char *path, const char *name, int32_t labe
     }
     item *it = &in->v[in->n];
     memset(it, 0, sizeof *it);
-    it->path = strdup(path);
     it->name = strdup(name);
     it->skip = skip ? strdup(skip) : NULL;
     it->label = label;
-    if (!it->path || !it->name || (skip && !it->skip)) {
-        free(it->path);
+    if (!it->name || (skip && !it->skip)) {
         free(it->name);
         free(it->skip);
         return rn_errorf(RN_ENOMEM, "out of memory");
@@ -176,6 +178,7 @@ static int find_class(char **names, int n, const char *name) {
 static int list_imagefolder(const rn_prep_opts *o, input *in, void (*skip)(void *, const char *, const char *),
                             void *ctx, uint64_t *nskip) {
     strvec classes = {0};
+    snprintf(in->root, sizeof in->root, "%s", o->src);
     int rc = list_dir(o->src, &classes, NULL);
     if (rc) goto out;
     if (!in->classes) {
@@ -210,7 +213,7 @@ static int list_imagefolder(const rn_prep_opts *o, input *in, void (*skip)(void 
                     if (label < 0)
                         snprintf(why, sizeof why, "class folder '%s' is not in the class list %s", classes.v[c],
                                  o->classes);
-                    rc = input_add(in, p, name, label, why[0] ? why : NULL);
+                    rc = input_add(in, name, label, why[0] ? why : NULL);
                 }
             sv_free(&files);
         }
@@ -240,12 +243,13 @@ static int list_file(const rn_prep_opts *o, input *in) {
         else snprintf(rootbuf, sizeof rootbuf, ".");
         root = rootbuf;
     }
+    snprintf(in->root, sizeof in->root, "%s", root);
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     long lineno = 0;
     int rc = RN_OK, max_label = -1;
-    char p[8192], why[512];
+    char why[512];
     while ((len = getline(&line, &cap, f)) > 0 && rc == RN_OK) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -268,8 +272,7 @@ static int list_file(const rn_prep_opts *o, input *in) {
         }
         if (why[0]) label = -1;
         else if (label > max_label) max_label = (int)label;
-        snprintf(p, sizeof p, "%s/%s", root, line);
-        rc = input_add(in, p, line, (int32_t)label, why[0] ? why : NULL);
+        rc = input_add(in, line, (int32_t)label, why[0] ? why : NULL);
     }
     if (ferror(f) && rc == RN_OK) rc = rn_errorf(RN_EIO, "%s: read error: %s", o->src, strerror(errno));
     free(line);
@@ -386,7 +389,8 @@ static void center_crop(const uint8_t *src, int w, int h, int c, int cw, int ch,
         memcpy(dst + ((size_t)(y + dy) * cw + dx) * c, src + ((size_t)(y + sy) * w + sx) * c, (size_t)nx * c);
 }
 
-static int process(const rn_prep_opts *o, const item *it, uint64_t index, worker_buf *wb, slot *s) {
+static int process(const rn_prep_opts *o, const input *in, const item *it, uint64_t index, worker_buf *wb,
+                   slot *s) {
     char *why = s->reason;
     size_t nwhy = sizeof s->reason;
     int c = o->gray ? 1 : 3, rc;
@@ -395,7 +399,9 @@ static int process(const rn_prep_opts *o, const item *it, uint64_t index, worker
         snprintf(why, nwhy, "%s", it->skip);
         return RN_EDATA;
     }
-    if (read_file(it->path, wb, &len, why, nwhy) != RN_OK) return RN_EIO;
+    char path[8192];
+    item_path(in, it, path, sizeof path);
+    if (read_file(path, wb, &len, why, nwhy) != RN_OK) return RN_EIO;
     if (len == 0) {
         snprintf(why, nwhy, "empty file (0 bytes)");
         return RN_EDATA;
@@ -530,7 +536,7 @@ static void *worker(void *arg) {
         slot *s = &p->slots[i % p->window];
         s->state = 1;
         pthread_mutex_unlock(&p->mu);
-        process(p->o, &p->in->v[i], i, &wb, s);
+        process(p->o, p->in, &p->in->v[i], i, &wb, s);
         pthread_mutex_lock(&p->mu);
         s->state = 2;
         pthread_cond_broadcast(&p->done);
@@ -652,9 +658,11 @@ int rn_prep_run(const rn_prep_opts *o, rn_prep_result *res) {
         }
         const item *it = &in.v[i];
         if (s->nout == 0) {
+            char path[8192];
+            item_path(&in, it, path, sizeof path);
             skipped++;
-            skip(o->ctx, it->path, s->reason);
-            if (o->strict) rc = rn_errorf(RN_EDATA, "%s: %s (--strict: no output written)", it->path, s->reason);
+            skip(o->ctx, path, s->reason);
+            if (o->strict) rc = rn_errorf(RN_EDATA, "%s: %s (--strict: no output written)", path, s->reason);
         } else {
             for (int v = 0; v < s->nout && rc == RN_OK; v++) {
                 const outimg *oi = &s->out[v];
