@@ -13,8 +13,11 @@
 #      below where it started
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
-# Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything), results.md
-# (one row per check), and the raw outputs. Exit 0 when every check passed, 1 otherwise.
+# Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
+# results.md (one row per check), build.log, ops.txt (the op test's output) and
+# train-compare.txt (the two loss curves); checkpoints and raw outputs go to
+# $GPU_CHECK_WORK (default $GPU_CHECK_OUT/work). GPU_CHECK_MAKE_ARGS are passed to make.
+# Exit 0 when every check passed, 1 otherwise.
 # About 3-5 minutes on an H200 (most of it the build and the CPU's 30 steps).
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,10 +25,16 @@ OUT=${GPU_CHECK_OUT:-gpu-check-out}
 BUILD=${BUILD:-build}
 MAKE=${MAKE:-make}
 PYTHON=${PYTHON:-python3}
-SIZE=64 BATCH=32 STEPS=30 ARCH=resnet50
+SIZE=64 BATCH=32 STEPS=${GPU_CHECK_STEPS:-30} ARCH=${GPU_CHECK_ARCH:-resnet50}
+# GPU_CHECK_DRY=1 runs every step with the CPU in place of the GPU: a check of this script
+# on a machine without one (it proves nothing about the GPU)
+DEV=cuda
+[ "${GPU_CHECK_DRY:-0}" = 1 ] && DEV=cpu
 FIXED_TOL=1e-3
-mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 1; }
+WORK=${GPU_CHECK_WORK:-$OUT/work}
+mkdir -p "$OUT" "$WORK" || { echo "gpu-check: cannot create $OUT and $WORK" >&2; exit 1; }
 OUT=$(cd "$OUT" && pwd)
+WORK=$(cd "$WORK" && pwd)
 LOG=$OUT/gpu-check.log
 RES=$OUT/results.md
 : >"$LOG"
@@ -49,7 +58,7 @@ if [ "${GPU_CHECK_BUILD:-1}" = 0 ]; then
 else
     say "building in $BUILD (log: $OUT/build.log)"
 fi
-if [ "${GPU_CHECK_BUILD:-1}" != 0 ] && ! $MAKE -j"$(nproc)" BUILD="$BUILD" all >"$OUT/build.log" 2>&1; then
+if [ "${GPU_CHECK_BUILD:-1}" != 0 ] && ! $MAKE -j"$(nproc)" BUILD="$BUILD" ${GPU_CHECK_MAKE_ARGS:-} all >"$OUT/build.log" 2>&1; then
     tail -n 30 "$OUT/build.log"
     row build FAIL "see build.log"
     say "FAILED: the build (see $OUT/build.log)"
@@ -63,21 +72,23 @@ grep -q '^rn .*GPU and CPU backends' "$OUT/build.log" || {
 row build ok "$(grep '^rn ' "$OUT/build.log" | head -n 1)"
 
 BIN=$BUILD/bin TESTS=$BUILD/tests
-if ! "$BIN/rn-gpuinfo" --check >"$OUT/gpuinfo-check.txt" 2>&1; then
-    why=$(tail -n 1 "$OUT/gpuinfo-check.txt")
+if [ $DEV = cpu ]; then
+    echo "dry run: the CPU stands in for the GPU" >"$WORK/gpuinfo-check.txt"
+elif ! "$BIN/rn-gpuinfo" --check >"$WORK/gpuinfo-check.txt" 2>&1; then
+    why=$(tail -n 1 "$WORK/gpuinfo-check.txt")
     row gpu skipped "$why"
     say "skipped: no usable GPU: $why"
     [ "${GPU_CHECK_STRICT:-0}" = 1 ] && exit 77
     exit 0
 fi
-"$BIN/rn-gpuinfo" >"$OUT/gpuinfo.txt" 2>&1
-row gpu ok "$(head -n 1 "$OUT/gpuinfo-check.txt")"
-cat "$OUT/gpuinfo.txt"
+"$BIN/rn-gpuinfo" >"$WORK/gpuinfo.txt" 2>&1
+row gpu ok "$(head -n 1 "$WORK/gpuinfo-check.txt")"
+cat "$WORK/gpuinfo.txt"
 
 # 3. ops
 seed=${RN_TEST_SEED:-$(date +%s)}
 say "op comparison, seed $seed"
-if RN_SYNC=1 RN_TEST_SEED=$seed timeout 300 "$TESTS/test_cuda_ops" >"$OUT/ops.txt" 2>&1 &&
+if RN_TEST_DEVICE=$DEV RN_SYNC=1 RN_TEST_SEED=$seed timeout 300 "$TESTS/test_cuda_ops" >"$OUT/ops.txt" 2>&1 &&
     ! grep -q SKIP "$OUT/ops.txt"; then
     row "ops: GPU vs CPU (fp32, fp16, bf16)" ok "$(tail -n 1 "$OUT/ops.txt"), seed $seed"
 else
@@ -93,12 +104,12 @@ if [ "${GPU_CHECK_MEMCHECK:-0}" = 1 ]; then
     if [ -x "$CS" ]; then
         say "op test under compute-sanitizer memcheck"
         if RN_CUDA_CONV_ALGO=heuristic RN_TEST_SEED=$seed timeout 600 "$CS" --tool memcheck --error-exitcode 9 \
-            "$TESTS/test_cuda_ops" >"$OUT/memcheck.txt" 2>&1; then
-            row "ops under compute-sanitizer memcheck" ok "$(tail -n 1 "$OUT/memcheck.txt")"
+            "$TESTS/test_cuda_ops" >"$WORK/memcheck.txt" 2>&1; then
+            row "ops under compute-sanitizer memcheck" ok "$(tail -n 1 "$WORK/memcheck.txt")"
         else
             failed=1
-            grep -m 20 -E 'Invalid|ERROR|error' "$OUT/memcheck.txt"
-            row "ops under compute-sanitizer memcheck" FAIL "see memcheck.txt"
+            grep -m 20 -E 'Invalid|ERROR|error' "$WORK/memcheck.txt"
+            row "ops under compute-sanitizer memcheck" FAIL "see work/memcheck.txt"
         fi
     else
         row "ops under compute-sanitizer memcheck" skipped "compute-sanitizer not found"
@@ -107,15 +118,16 @@ fi
 
 # 4. training steps, GPU and CPU, from one checkpoint
 say "$ARCH ${SIZE}x$SIZE batch $BATCH: $STEPS fp32 steps on the GPU and on the CPU"
-"$BIN/rn-init" --arch $ARCH --seed 1 -o "$OUT/init.pb" || { row "train: init" FAIL "rn-init"; exit 1; }
+"$BIN/rn-init" --arch $ARCH --seed 1 -o "$WORK/init.pb" || { row "train: init" FAIL "rn-init"; exit 1; }
 train_ok=1
-timeout 300 "$TESTS/parity_device_steps" cuda "$OUT/init.pb" $SIZE $BATCH $STEPS 1 >"$OUT/train-gpu.txt" 2>"$OUT/train-gpu.err" ||
-    { train_ok=0; cat "$OUT/train-gpu.err"; }
-timeout 400 "$TESTS/parity_device_steps" cpu "$OUT/init.pb" $SIZE $BATCH $STEPS 1 >"$OUT/train-cpu.txt" 2>"$OUT/train-cpu.err" ||
-    { train_ok=0; cat "$OUT/train-cpu.err"; }
+timeout 300 "$TESTS/parity_device_steps" $DEV "$WORK/init.pb" $SIZE $BATCH $STEPS 1 >"$WORK/train-gpu.txt" 2>"$WORK/train-gpu.err" ||
+    { train_ok=0; cat "$WORK/train-gpu.err"; }
+timeout 400 "$TESTS/parity_device_steps" cpu "$WORK/init.pb" $SIZE $BATCH $STEPS 1 >"$WORK/train-cpu.txt" 2>"$WORK/train-cpu.err" ||
+    { train_ok=0; cat "$WORK/train-cpu.err"; }
 timeout 400 "$PYTHON" tests/gpu/torch_steps.py --arch $ARCH --size $SIZE --batch $BATCH --steps $STEPS \
-    >"$OUT/torch.txt" 2>&1 || echo "torch_rel=unavailable (torch_steps.py failed: $(tail -n 1 "$OUT/torch.txt"))" >>"$OUT/torch.txt"
-torch_line=$(grep '^torch_rel=' "$OUT/torch.txt" | tail -n 1)
+    >"$WORK/torch.txt" 2>&1 || echo "torch_rel=unavailable (torch_steps.py failed: $(tail -n 1 "$WORK/torch.txt"))" >>"$WORK/torch.txt"
+cat "$WORK/torch.txt"
+torch_line=$(grep '^torch_rel=' "$WORK/torch.txt" | tail -n 1)
 torch_rel=${torch_line#torch_rel=}
 torch_rel=${torch_rel%% *}
 if [ "$train_ok" = 1 ]; then
@@ -134,18 +146,18 @@ if [ "$train_ok" = 1 ]; then
             ok = n == steps && finite && rel <= tol && erel <= tol && g[steps - 1] < g[0]
             printf "%s rel=%.3g eval_rel=%.3g tol=%.3g (%s) gpu %.5g->%.5g cpu %.5g->%.5g eval gpu %.5g cpu %.5g steps=%d\n",
                    ok ? "ok" : "FAIL", rel, erel, tol, how, g[0], g[steps - 1], c[0], c[steps - 1], ge, ce, n
-        }' "$OUT/train-gpu.txt" "$OUT/train-cpu.txt")
-    paste <(grep '^step' "$OUT/train-gpu.txt") <(grep '^step' "$OUT/train-cpu.txt") |
+        }' "$WORK/train-gpu.txt" "$WORK/train-cpu.txt")
+    paste <(grep '^step' "$WORK/train-gpu.txt") <(grep '^step' "$WORK/train-cpu.txt") |
         awk 'BEGIN { print "step  gpu_loss  cpu_loss  diff" } { printf "%4d  %.7f  %.7f  %.3g\n", $2, $4, $8, $4 - $8 }' |
         tee "$OUT/train-compare.txt"
-    ms_gpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/train-gpu.txt")
-    ms_cpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$OUT/train-cpu.txt")
+    ms_gpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$WORK/train-gpu.txt")
+    ms_cpu=$(sed -n 's/^ms_per_step=\([0-9.]*\).*/\1/p' "$WORK/train-cpu.txt")
     row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" "${verdict%% *}" "${verdict#* }; ms/step gpu $ms_gpu cpu $ms_cpu"
     case $verdict in ok*) ;; *) failed=1 ;; esac
     say "training: $verdict"
 else
     failed=1
-    row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" FAIL "a run failed: see train-gpu.err, train-cpu.err"
+    row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" FAIL "a run failed: see gpu-check.log"
 fi
 row "torch peer" info "${torch_line:-none}"
 

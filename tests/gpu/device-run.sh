@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# make gpu-check on a lent GPU machine (CUDA toolkit and PyTorch, none of rn's other build
+# dependencies, no network), as one command of the device tool:
+#     tests/gpu/device-deps.sh                       # here, once: fills .gpudeps/
+#     run(command="tests/gpu/device-run.sh", carry=[".gpudeps"], timeout_s=570)
+# It unpacks .gpudeps/*.deb under /tmp/rn-deps (never over /), finds cuDNN and cuBLAS (in
+# the CUDA toolkit, else in PyTorch's nvidia-* wheels), points the compiler, linker and
+# loader at them, then runs tests/gpu/gpu-check.sh with a fresh build in build-device/.
+# Results: $GPU_CHECK_OUT (default $OUT/gpu-check, the folder the device tool brings back):
+# gpu-check.log, results.md, build.log, ops.txt, train-compare.txt. Exit status: gpu-check's.
+set -u
+cd "$(dirname "$0")/../.."
+M=x86_64-linux-gnu
+ROOT=/tmp/rn-deps
+CUDA=${CUDA:-/usr/local/cuda}
+PY=${PYTHON:-python3}
+say() { echo "device-run: $*"; }
+
+mkdir -p "$ROOT"
+for f in .gpudeps/*.deb; do
+    [ -e "$f" ] || { say "no .gpudeps/*.deb: run tests/gpu/device-deps.sh here first and carry .gpudeps"; break; }
+    case $f in
+        # the machine's own runtime libraries of these are newer: keep them
+        */libgfortran5_*) ldconfig -p 2>/dev/null | grep -q 'libgfortran\.so\.5 ' && continue ;;
+        */libquadmath0_*) ldconfig -p 2>/dev/null | grep -q 'libquadmath\.so\.0 ' && continue ;;
+    esac
+    if command -v dpkg >/dev/null; then
+        dpkg -x "$f" "$ROOT" || exit 1
+    else
+        data=$(ar t "$f" | grep '^data.tar')
+        ar p "$f" "$data" | tar -x -C "$ROOT" -f - || exit 1
+    fi
+done
+export PATH="$PATH:$ROOT/usr/bin"
+export CPATH="$ROOT/usr/include:$ROOT/usr/include/$M:$ROOT/usr/include/$M/openblas-pthread${CPATH:+:$CPATH}"
+libdirs="$ROOT/usr/lib/$M:$ROOT/usr/lib/$M/openblas-pthread"
+
+# cuDNN, cuBLAS, cudart: headers and libraries, wherever this machine keeps them
+NV=$("$PY" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null)
+find_one() { local n=$1 d; shift; for d in "$@"; do [ -d "$d" ] && find -L "$d" -name "$n" -print 2>/dev/null | sort | head -n 1; done | head -n 1; }
+LINK=/tmp/rn-devlib
+mkdir -p "$LINK"
+for pair in cudnn.h:libcudnn.so cublas_v2.h:libcublas.so cublasLt.h:libcublasLt.so cuda_runtime.h:libcudart.so; do
+    h=${pair%%:*} l=${pair#*:}
+    hf=$(find_one "$h" "$CUDA/include" /usr/include $NV)
+    lf=$(find_one "$l" "$CUDA/lib64" "/usr/lib/$M" $NV)
+    [ -n "$lf" ] || lf=$(find_one "$l.*" "$CUDA/lib64" "/usr/lib/$M" $NV)
+    if [ -z "$hf" ] || [ -z "$lf" ]; then
+        say "cannot find $h and $l under $CUDA, /usr or python's nvidia packages ($NV)"
+        exit 1
+    fi
+    say "$h: $hf; $l: $lf"
+    CPATH="$(dirname "$hf"):$CPATH"
+    libdirs="$(dirname "$lf"):$libdirs"
+    ln -sf "$lf" "$LINK/$l"
+done
+export CPATH
+export LIBRARY_PATH="$LINK:$libdirs${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+command -v make >/dev/null || { say "no make on PATH"; exit 1; }
+command -v nvcc >/dev/null || [ -x "$CUDA/bin/nvcc" ] || { say "no nvcc under $CUDA/bin"; exit 1; }
+
+export GPU_CHECK_OUT=${GPU_CHECK_OUT:-${OUT:-gpu-check-out}/gpu-check}
+export GPU_CHECK_WORK=${GPU_CHECK_WORK:-/tmp/rn-gpu-check-work}
+export BUILD=${BUILD:-build-device}
+export GPU_CHECK_MAKE_ARGS="USE_CUDA=1 CUDA=$CUDA ${GPU_CHECK_MAKE_ARGS:-}"
+export PYTHON=$PY
+exec tests/gpu/gpu-check.sh
