@@ -131,6 +131,30 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     [ "$(tensors run/epoch-002.pb)" = "$before" ]
 }
 
+@test "Ctrl-C during make: the next make continues the epoch, same tensors as no interruption" {
+    command -v setsid > /dev/null || skip "no setsid"
+    # a new process group, as a shell's job: Ctrl-C signals all of it (make and rn-train);
+    # batch 2 makes 24 steps an epoch, so that the signal lands inside one
+    setsid sh -c 'echo $$ > sig.pid; exec make train RN_BIN="$1" RUN=sig EPOCHS=1 BATCH=2 LOG_EVERY=1' sh "$RN_BIN" > sig.log 2>&1 &
+    for _ in $(seq 3000); do
+        [ -s sig.pid ] && grep -q '"kind":"step"' sig/epoch-001.jsonl 2>/dev/null && break
+        sleep 0.01
+    done
+    pg=$(cat sig.pid)
+    kill -INT -- -"$pg"
+    for _ in $(seq 3000); do kill -0 "$pg" 2>/dev/null || break; sleep 0.01; done
+    [ -f sig/epoch-001.pb.part ] || skip "the epoch finished before the signal arrived"
+    [ ! -e sig/epoch-001.pb ]
+    grep -q 'stopped by signal' sig.log
+    run make train RN_BIN="$RN_BIN" RUN=sig EPOCHS=1 BATCH=2 LOG_EVERY=1
+    assert_success
+    assert_output --partial "continuing epoch 001 from sig/epoch-001.pb.part"
+    flags=$(grep -- '--in sig/epoch-000.pb ' sig/commands.sh | sed 's/  #.*//; s/.*--epochs 1 //; s/ --log .*//')
+    rn-train --data data/train.lmdb --in sig/epoch-000.pb --out sig-direct.pb --epochs 1 $flags 2>/dev/null
+    [ "$(tensors sig-direct.pb)" = "$(tensors sig/epoch-001.pb)" ]
+    [ "$(grep -c '"kind":"step"' sig/epoch-001.jsonl)" = 24 ]
+}
+
 @test "a run refuses to go on with a dataset other than the one it started with" {
     cp run/train-data.json saved.json
     touch -r run/epoch-001.pb saved.json
