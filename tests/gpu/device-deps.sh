@@ -3,7 +3,8 @@
 # that has the CUDA toolkit and PyTorch but not rn's other build dependencies and no
 # network: downloads the Debian packages rn needs to build and run (protobuf-c, LMDB,
 # TurboJPEG, OpenBLAS and their libraries, make) into .gpudeps/ (about 15 MB), which git
-# ignores (.git/info/exclude) and the device call carries. Quick when they are there.
+# ignores (.git/info/exclude) and the device call carries, with this machine's cuDNN
+# headers (for a GPU machine whose cuDNN came without them). Quick when they are there.
 set -eu
 cd "$(dirname "$0")/../.."
 PKGS="protobuf-c-compiler libprotobuf32 libprotoc32 libprotobuf-c-dev libprotobuf-c1 libturbojpeg0-dev
@@ -17,5 +18,11 @@ for p in $PKGS; do ls "${p}"_*.deb >/dev/null 2>&1 || missing="$missing $p"; don
 if [ -n "$missing" ]; then
     echo "device-deps: downloading$missing"
     apt-get download $missing
+fi
+# cuDNN's headers, in case the GPU machine has its libraries (PyTorch's wheel) only
+CUDA=${CUDA:-/usr/local/cuda}
+if ls "$CUDA"/include/cudnn*.h >/dev/null 2>&1; then
+    mkdir -p cudnn-include
+    cp -u "$CUDA"/include/cudnn*.h cudnn-include/
 fi
 echo "device-deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in .gpudeps/"

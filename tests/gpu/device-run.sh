@@ -42,7 +42,7 @@ LINK=/tmp/rn-devlib
 mkdir -p "$LINK"
 for pair in cudnn.h:libcudnn.so cublas_v2.h:libcublas.so cublasLt.h:libcublasLt.so cuda_runtime.h:libcudart.so; do
     h=${pair%%:*} l=${pair#*:}
-    hf=$(find_one "$h" "$CUDA/include" /usr/include $NV)
+    hf=$(find_one "$h" "$CUDA/include" /usr/include $NV "$PWD/.gpudeps/cudnn-include")
     lf=$(find_one "$l" "$CUDA/lib64" "/usr/lib/$M" $NV)
     [ -n "$lf" ] || lf=$(find_one "$l.*" "$CUDA/lib64" "/usr/lib/$M" $NV)
     if [ -z "$hf" ] || [ -z "$lf" ]; then
