@@ -305,6 +305,47 @@ static void test_pad(void) {
     rn_loader_destroy(l);
 }
 
+/* a record that does not decode: next() fails naming the record and its source; the
+ * loader then goes on with the next batch */
+static void test_bad_record(void) {
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/bad.lmdb", dir);
+    rn_dataset_writer *w;
+    CHECK_OK(rn_dataset_writer_create(bad, 0, &w));
+    if (!w) return;
+    uint8_t px[16 * 12 * 3], junk[64];
+    picture(px, 16, 12, 3, 1);
+    for (int i = 0; i < 64; i++) junk[i] = (uint8_t)(i * 37 + 1);
+    junk[0] = 0xFF, junk[1] = 0xD8, junk[2] = 0xFF;
+    uint64_t counts[1] = {4};
+    for (int k = 0; k < 4; k++) {
+        rn_sample smp = {0, 12, 16, 3, RN_ENC_RAW, px, sizeof px, "fine.jpg"};
+        if (k == 2) smp.enc = RN_ENC_JPEG, smp.data = junk, smp.len = sizeof junk, smp.name = "broken.jpg";
+        CHECK_OK(rn_dataset_writer_put(w, &smp));
+    }
+    char *names[1] = {"only"};
+    rn_dataset_info info = {0};
+    info.n_classes = 1, info.class_names = names, info.class_counts = counts, info.channels = 3;
+    info.enc = RN_ENC_RAW, info.command = "test", info.rn_version = "test";
+    CHECK_OK(rn_dataset_writer_finish(w, &info));
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    o.crop = 8, o.batch = 2, o.shuffle = 0, o.workers = 2;
+    rn_loader *l;
+    CHECK_OK(rn_loader_create(bad, &o, &l));
+    if (!l) return;
+    rn_batch b;
+    CHECK_OK(rn_loader_next(l, &b));
+    rn_loader_release(l, &b);
+    CHECK(rn_loader_next(l, &b) == RN_EDATA, "a batch with an undecodable record was delivered");
+    CHECK(strstr(rn_last_error(), "record 00000002") && strstr(rn_last_error(), "broken.jpg"),
+          "message names the record and file: %s", rn_last_error());
+    CHECK_OK(rn_loader_next(l, &b)); /* epoch 1 starts */
+    CHECK(b.epoch == 1 && b.index == 0, "after the error: batch %" PRId64 ":%" PRId64, b.epoch, b.index);
+    rn_loader_release(l, &b);
+    rn_loader_destroy(l);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -318,6 +359,7 @@ int main(void) {
     test_epochs_and_labels();
     test_alloc_and_normalize();
     test_pad();
+    test_bad_record();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
