@@ -12,6 +12,7 @@ missing."""
 import argparse
 import copy
 import sys
+import time
 
 
 def main():
@@ -43,6 +44,8 @@ def main():
     x = (x - mean) / std
     y = torch.randint(0, 1000, (a.batch,), generator=g)
 
+    ms = {}
+
     def run(dev):
         m = getattr(torchvision.models, a.arch)(num_classes=1000)
         m.load_state_dict(state)
@@ -51,19 +54,26 @@ def main():
         xs = x.to(dev).contiguous(memory_format=torch.channels_last)
         ys = y.to(dev)
         out = []
-        for _ in range(a.steps):
+        t0 = None
+        for s in range(a.steps):
+            if s == 1:  # step 0 warms up (cuDNN's choices, allocator), as in device_steps.c
+                if dev == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(m(xs), ys)
             loss.backward()
             opt.step()
             out.append(loss.item())
+        ms[dev] = 1e3 * (time.perf_counter() - t0) / (a.steps - 1) if a.steps > 1 else 0.0
         return out
 
     cpu, gpu = run("cpu"), run("cuda")
     print("torch_cpu " + " ".join(f"{v:.9g}" for v in cpu))
     print("torch_gpu " + " ".join(f"{v:.9g}" for v in gpu))
     rel = max(abs(p - q) for p, q in zip(gpu, cpu)) / abs(cpu[0])
-    print(f"torch_rel={rel:.6g} torch={torch.__version__} device={torch.cuda.get_device_name(0)}")
+    print(f"torch_rel={rel:.6g} torch={torch.__version__} device={torch.cuda.get_device_name(0)} "
+          f"ms_per_step_cpu={ms['cpu']:.2f} ms_per_step_gpu={ms['cuda']:.2f}")
     return 0
 
 
