@@ -11,6 +11,8 @@
 #      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so), and so may
 #      an inference forward with the trained weights; the GPU curve must be finite and end
 #      below where it started
+#   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 5 epochs reach a
+#      validation top-1 of at least 0.95, as on the CPU
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
@@ -162,6 +164,30 @@ else
     row "train: $ARCH ${SIZE}px b$BATCH $STEPS steps GPU vs CPU" FAIL "a run failed: see gpu-check.log"
 fi
 row "torch peer" info "${torch_line:-none}"
+
+# 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
+#    learns on the CPU (two classes of stripes), --device as a user gives it
+say "rn-train and rn-eval --device $DEV on the toy dataset"
+tools_ok=0
+if (cd "$WORK" && rm -rf toy && "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/train 64 1 &&
+    "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/val 32 2 &&
+    "$OLDPWD/$BIN/rn-prep" -q toy/train toy/train.lmdb && "$OLDPWD/$BIN/rn-prep" -q --classes toy/train.lmdb toy/val toy/val.lmdb &&
+    "$OLDPWD/$BIN/rn-init" --arch resnet18 --classes 2 --seed 1 -o toy/init.pb &&
+    "$OLDPWD/$BIN/rn-train" --device $DEV --data toy/train.lmdb --val toy/val.lmdb --in toy/init.pb --out toy/e5.pb \
+        --epochs 5 --batch 16 --crop 32 --workers 2 --lr 0.05 &&
+    "$OLDPWD/$BIN/rn-eval" --device $DEV --data toy/val.lmdb --ckpt toy/e5.pb --crop 32 --json >toy/eval.json) \
+    >"$WORK/tools.txt" 2>&1; then
+    top1=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["top1"])' "$WORK/toy/eval.json" 2>/dev/null)
+    awk -v t="${top1:-0}" 'BEGIN { exit !(t >= 0.95) }' && tools_ok=1
+fi
+grep -E '^rn-train: .* on ' "$WORK/tools.txt" | head -n 1
+if [ $tools_ok = 1 ]; then
+    row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" ok "val top1 $top1 (>= 0.95)"
+else
+    failed=1
+    tail -n 20 "$WORK/tools.txt"
+    row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
+fi
 
 row "not run" - "fp16/bf16 training (AMP is not in the network yet); bench-gpu"
 echo
