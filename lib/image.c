@@ -140,10 +140,13 @@ static inline __m128i px16(const uint8_t *p, int last) {
     return _mm_unpacklo_epi8(_mm_cvtsi32_si128((int)v), _mm_setzero_si128());
 }
 
+/* out must have one writable byte past the row: each pixel is stored as 4 bytes, the
+ * 4th overwritten by the next pixel (so the loop runs in output order, also when flipped) */
 static void hrow3_sse2(const uint8_t *row, uint8_t *out, const int *bx, const __m128i *co, int dw,
                        int pairs, int flip, int sw) {
     const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
-    for (int x = 0; x < dw; x++) {
+    for (int t = 0; t < dw; t++) {
+        int x = flip ? dw - 1 - t : t;
         int x0 = bx[2 * x], n = bx[2 * x + 1];
         const uint8_t *p = row + (size_t)x0 * 3;
         const __m128i *k = co + (size_t)x * pairs * 2;
@@ -160,10 +163,7 @@ static void hrow3_sse2(const uint8_t *row, uint8_t *out, const int *bx, const __
         v = _mm_packs_epi32(v, v);
         v = _mm_packus_epi16(v, v);
         uint32_t w = (uint32_t)_mm_cvtsi128_si32(v);
-        int xo = flip ? dw - 1 - x : x;
-        out[3 * xo] = (uint8_t)w;
-        out[3 * xo + 1] = (uint8_t)(w >> 8);
-        out[3 * xo + 2] = (uint8_t)(w >> 16);
+        memcpy(out + 3 * (size_t)t, &w, 4);
     }
 }
 
@@ -238,7 +238,7 @@ HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int 
     double scale_y = (box[3] - box[1]) / out_h;
     size_t max_rows = (size_t)ceil(dh * scale_y) + (size_t)ky + 2;
     if (max_rows > (size_t)sh) max_rows = (size_t)sh;
-    size_t off_co = (off_t + max_rows * (size_t)dw * c + 15) & ~(size_t)15;
+    size_t off_co = (off_t + max_rows * (size_t)dw * c + 16 + 15) & ~(size_t)15; /* +16: hrow3_sse2 */
     int pairs = (kx + 1) / 2;
     size_t total = off_co + (size_t)dw * pairs * 32;
     uint8_t *base = ws_get(ws, total);
