@@ -377,15 +377,17 @@ static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *xv, const
     for (int64_t ch = 1; ch < nch; ch++)
         for (int j = 0; j < 2 * c; j++) part[j] += part[ch * 2 * c + j];
     for (int j = 0; j < c; j++) {
-        double sdz = part[j], sdzx = part[c + j], is = save_invstd[j];
+        /* frozen: save_invstd holds the running variance, and the statistics are constants */
+        double sdz = part[j], sdzx = part[c + j];
+        double is = d->frozen ? 1.0 / sqrt((double)save_invstd[j] + d->eps) : save_invstd[j];
         double dg = sdzx * is, db = sdz;
         dgamma[j] = accumulate ? dgamma[j] + (float)dg : (float)dg;
         dbeta[j] = accumulate ? dbeta[j] + (float)db : (float)db;
         /* dx = a*(dz - sdz/m) - b*(x - mean), a = gamma*invstd, b = a*invstd^2*sdzx/m */
         double a = gamma[j] * is;
         ka[j] = (float)a;
-        kb[j] = (float)(a * is * is * sdzx / m);
-        k0[j] = (float)(a * sdz / m);
+        kb[j] = d->frozen ? 0.0f : (float)(a * is * is * sdzx / m);
+        k0[j] = d->frozen ? 0.0f : (float)(a * sdz / m);
     }
 
     par_range(be, m, rows_per_chunk(c), m * c, bn_bwd_dx, &jb);

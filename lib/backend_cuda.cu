@@ -537,19 +537,20 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
 }
 
 __global__ void bn_bwd_coef_k(int64_t m, int c, int nch, const double *part, const float *gamma,
-                              const float *invstd, float *dgamma, float *dbeta, int accumulate, float *ka, float *kb,
-                              float *k0) {
+                              const float *invstd, float eps, int frozen, float *dgamma, float *dbeta, int accumulate,
+                              float *ka, float *kb, float *k0) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= c) return;
     double sdz = 0, sdzx = 0;
     for (int ch = 0; ch < nch; ch++) sdz += part[(int64_t)ch * 2 * c + j], sdzx += part[(int64_t)ch * 2 * c + c + j];
-    double is = invstd[j], dg = sdzx * is, db = sdz;
+    /* frozen: invstd holds the running variance, and the statistics are constants */
+    double is = frozen ? 1.0 / sqrt((double)invstd[j] + eps) : (double)invstd[j], dg = sdzx * is, db = sdz;
     dgamma[j] = accumulate ? dgamma[j] + (float)dg : (float)dg;
     dbeta[j] = accumulate ? dbeta[j] + (float)db : (float)db;
     double a = gamma[j] * is;
     ka[j] = (float)a;
-    kb[j] = (float)(a * is * is * sdzx / m);
-    k0[j] = (float)(a * sdz / m);
+    kb[j] = frozen ? 0.0f : (float)(a * is * is * sdzx / m);
+    k0[j] = frozen ? 0.0f : (float)(a * sdz / m);
 }
 
 /* dx = ka*dz - k0 - kb*(x - mean); dz recomputed from dy and y (dres, if it aliased dy,
@@ -635,8 +636,8 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, const void *x, const vo
     bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)y, (const T *)dy,
                                                     save_mean, (T *)dres, d->relu, part);
     LAUNCHED("bn_bwd_sums");
-    bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, dgamma, dbeta,
-                                                           accumulate, ka, kb, k0);
+    bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, d->frozen,
+                                                           dgamma, dbeta, accumulate, ka, kb, k0);
     LAUNCHED("bn_bwd_coef");
     bn_bwd_dx_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, (const T *)y,
                                                                    (const T *)dy, save_mean, ka, kb, k0, d->relu,

@@ -36,6 +36,7 @@ struct rn_net {
     int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
     float *params, *grads, *mom, *bufs;
     int have_mom;
+    int freeze_bn;      /* training uses and keeps BN's running statistics */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
     int pool_h, pool_w; /* its output size */
@@ -97,6 +98,10 @@ void rn_net_destroy(rn_net *net) {
 }
 
 size_t rn_net_bytes(const rn_net *net) { return net->bytes + rn_backend_reserved(net->be); }
+void rn_net_freeze_bn(rn_net *net, int on) {
+    net->freeze_bn = on != 0;
+}
+
 float *rn_net_input(rn_net *net) { return net->input; }
 const float *rn_net_logits(const rn_net *net) { return net->logits; }
 
@@ -398,7 +403,7 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const float *x, float
     if ((rc = rn_conv_fwd(net->be, &cd, x, net->params + u->w_off, z))) return rc;
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
-    if (train) {
+    if (train && !net->freeze_bn) {
         u->tracked++;
         return rn_bn_fwd_train(net->be, &bd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, rm, rv,
                                u->reserve);
@@ -508,9 +513,15 @@ static int unit_bwd(rn_net *net, int ui, int n, const float *x, float *dy, float
     int rc;
     if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
     float *gamma = net->params + u->g_off;
-    if ((rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
-                        net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate)))
-        return rc;
+    if (net->freeze_bn) {
+        const float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
+        rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, rm, rv, dz, net->grads + u->g_off,
+                              net->grads + u->b_off, dres, accumulate);
+    } else {
+        rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
+                       net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate);
+    }
+    if (rc) return rc;
     if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, accumulate))) return rc;
     return dx ? rn_conv_bwd_data(net->be, &cd, dz, net->params + u->w_off, dx, accumulate_dx) : RN_OK;
 }

@@ -406,6 +406,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         if ((rc = check_dataset(o->val, rn_loader_info(vl), ck))) goto out;
     }
     if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN))) goto out;
+    rn_net_freeze_bn(r.net, o->freeze_bn);
     if (o->log_path) {
         log = fopen(o->log_path, "a");
         if (!log) {
@@ -438,7 +439,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             step_loss += loss / o->accum;
         }
         int last = b.last;
-        if (rc == RN_OK && ts->step == 0 && o->dump_grads && isfinite(step_loss))
+        if (rc == RN_OK && run_steps == 0 && o->dump_grads && isfinite(step_loss))
             rc = dump_grads(r.net, ck, o->dump_grads, &b, b.pixels, b.labels);
         rn_loader_release(l, &b);
         if (rc) goto out;

@@ -182,3 +182,39 @@ print("64 images agree")'
     run rn-predict --crop 32 x.jpg
     assert_failure 2
 }
+
+@test "--freeze-bn: torchvision's gradients with BN in eval(); BN buffers kept; K=2 micro-batches equal one batch of 2B" {
+    have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
+    # three ordinary steps first, so that the running statistics are not the initial 0 and 1
+    rn-train --data train.lmdb --in init.pb --out fz0.pb --max-steps 3 $T
+    rn-export fz0.pb fz0.safetensors
+    run rn-train --data train.lmdb --in fz0.pb --out fz1.pb --max-steps 2 $T --freeze-bn --dump-grads fzg.safetensors
+    assert_success
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" --freeze-bn fz0.safetensors fzg.safetensors
+    echo "$output"
+    assert_success
+    assert_output --partial "(frozen BN): 62 gradients of a batch of 16, 0 failed"
+    # the same gradients are far from those of batch statistics: the check can fail
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" fz0.safetensors fzg.safetensors
+    assert_failure
+    # running statistics and num_batches_tracked unchanged; weights moved
+    [ "$(rn-info --tensors fz0.pb | grep buffer)" = "$(rn-info --tensors fz1.pb | grep buffer)" ]
+    [ "$(rn-info --tensors fz0.pb | grep conv1.weight)" != "$(rn-info --tensors fz1.pb | grep conv1.weight)" ]
+    # accumulation: 2 micro-batches of 8 give the weights of one batch of 16 within fp32
+    # rounding with frozen BN; with batch statistics they differ (per-micro-batch BN)
+    A="--batch 16 --crop 32 --workers 2 --threads 2 --augment none --no-shuffle --max-steps 3 --lr 0.05"
+    for fz in "" --freeze-bn; do
+        for k in 1 2; do
+            rn-train --data train.lmdb --in fz0.pb --out acc$k$fz.pb $A --accum $k $fz
+            rn-export acc$k$fz.pb acc$k$fz.safetensors
+        done
+    done
+    run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" "$BATS_TEST_DIRNAME/parity/ckpt_close.py" \
+        acc2--freeze-bn.safetensors acc1--freeze-bn.safetensors 1e-5
+    echo "$output"
+    assert_success
+    run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" "$BATS_TEST_DIRNAME/parity/ckpt_close.py" \
+        acc2.safetensors acc1.safetensors 1e-3
+    echo "$output"
+    assert_failure
+}

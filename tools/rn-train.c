@@ -35,6 +35,10 @@ static void usage(FILE *f) {
             "                          another with the loss divided by K, then one step: the\n"
             "                          gradient of the full batch in 1/K of the memory. BatchNorm\n"
             "                          statistics are per micro-batch, as PyTorch computes them\n"
+            "                          (with --freeze-bn the gradient is exactly the full batch's)\n"
+            "      --freeze-bn         BatchNorm normalises with its running statistics and keeps\n"
+            "                          them (PyTorch: train() with every BN in eval(), as when\n"
+            "                          fine-tuning); BN weights and biases still learn\n"
             "      --crop S            training crop (default %d)\n"
             "      --resize N          eval transform (--val, --augment none): shorter side before\n"
             "                          the centre crop (default round(S*256/224); 0: no resize)\n"
@@ -64,8 +68,8 @@ static void usage(FILE *f) {
             "      --save-every N      also write OUT every N steps\n"
             "      --log FILE.jsonl    append one JSON object per log interval and per epoch\n"
             "      --log-every N       steps between log lines (default %d)\n"
-            "      --dump-grads FILE   write the first step's gradients as safetensors\n"
-            "                          (torchvision names and layouts)\n"
+            "      --dump-grads FILE   write this run's first step's gradients and batch\n"
+            "                          as safetensors (torchvision names and layouts)\n"
             "  -h, --help              this help\n"
             "  -V, --version           print the version\n"
             "\n"
@@ -81,7 +85,7 @@ static void usage(FILE *f) {
     fprintf(stderr, "rn-train: %s\n", rn_last_error()); return 2; } } while (0)
 
 enum {
-    O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN,
+    O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE
 };
 
@@ -98,6 +102,7 @@ int main(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
         {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
+        {"freeze-bn", no_argument, 0, O_FREEZEBN},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
@@ -138,6 +143,7 @@ int main(int argc, char **argv) {
         case O_WD: NUM("--wd", 0, 1, &o.weight_decay); break;
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.no_wd_bn = 1; break;
+        case O_FREEZEBN: o.freeze_bn = 1; break;
         case O_LS: NUM("--label-smoothing", 0, 1, &o.label_smoothing); break;
         case O_SCHED:
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0) {

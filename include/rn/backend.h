@@ -143,6 +143,7 @@ typedef struct {
     float eps;       /* added to the variance inside the sqrt (1e-5) */
     float momentum;  /* running-statistics factor (0.1) */
     int relu;        /* 1: apply ReLU after the (optional) residual add */
+    int frozen;      /* set by rn_bn_bwd_frozen for the backend; 0 otherwise */
 } rn_bn_desc;
 
 #define RN_BN_EPS 1e-5f
@@ -180,6 +181,15 @@ int rn_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
               const void *dy, const float *gamma, const float *save_mean,
               const float *save_invstd, void *dx, float *dgamma, float *dbeta, void *dres,
               void *reserve, int accumulate);
+/* Backward of rn_bn_fwd_infer used while training with frozen BatchNorm (fine-tuning:
+ * BN normalises with its running statistics, which are constants and stay unchanged;
+ * gamma and beta still learn). With a = gamma/sqrt(running_var + eps) and dz = dy masked
+ * by the ReLU: dx = a*dz, dgamma [+]= sum dz*(x - running_mean)*invstd, dbeta [+]=
+ * sum dz, dres = dz. Aliasing and workspace as rn_bn_bwd; no reserve buffer. */
+int rn_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+                     const void *dy, const float *gamma, const float *running_mean,
+                     const float *running_var, void *dx, float *dgamma, float *dbeta,
+                     void *dres, int accumulate);
 
 /* ---- elementwise (n elements, dtype as the descriptors) ---- */
 

@@ -49,6 +49,8 @@ typedef struct rn_backend_ops {
                   const void *dy, const float *gamma, const float *save_mean,
                   const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                   void *dres, void *reserve, int accumulate);
+    /* when d->frozen (rn_bn_bwd_frozen), save_mean and save_invstd are the running mean
+     * and the running *variance*, and dx has no batch-statistics terms: dx = a*dz */
 
     int (*add)(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y,
                int relu);

@@ -46,6 +46,12 @@ int rn_net_load(rn_net *net, const rn_ckpt *c);
  * allocating c->optim as needed. */
 int rn_net_store(rn_net *net, rn_ckpt *c);
 
+/* on != 0: training forwards normalise with BN's running statistics and leave them (and
+ * num_batches_tracked) unchanged, and backward treats them as constants; BN weights and
+ * biases still learn. PyTorch's model.train() with every BatchNorm put in eval(), as
+ * when fine-tuning. Micro-batches then give exactly the gradient of the whole batch. */
+void rn_net_freeze_bn(rn_net *net, int on);
+
 /* The input buffer: (max_batch, h, w, 3) fp32 NHWC in backend memory, to fill (e.g. with
  * rn_input_normalize) before rn_net_forward. */
 float *rn_net_input(rn_net *net);

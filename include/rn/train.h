@@ -52,7 +52,7 @@ typedef struct {
     const char *val;        /* validation dataset evaluated after each epoch, or NULL */
     const char *out;        /* checkpoint written at save points and at the end */
     const char *log_path;   /* JSONL log, or NULL */
-    const char *dump_grads; /* safetensors of the first step's gradients, or NULL */
+    const char *dump_grads; /* safetensors of this run's first step's gradients (and its batch), or NULL */
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     int threads, workers;
     int batch, accum, crop;
@@ -68,6 +68,7 @@ typedef struct {
     int seed_given;         /* else the checkpoint's seed is kept */
     double momentum, weight_decay, label_smoothing;
     int nesterov, no_wd_bn;
+    int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     rn_lr_schedule lr;
     volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR */
     FILE *progress;         /* stderr */

@@ -300,7 +300,77 @@ static void test_bn_case(rn_backend *be, int64_t m, int c, int relu, int residua
     free(rrm), free(rrv), free(yi), free(dx), free(dres), free(dg), free(db), free(r2), free(dy2);
 }
 
+/* Frozen BN (training with the running statistics, as in fine-tuning): the backward of
+ * the inference forward, against finite differences of it. */
+typedef struct {
+    rn_backend *be;
+    rn_bn_desc d;
+    float *x, *gamma, *beta, *res, *y, *r, *rm, *rv;
+} bnf_ctx;
+
+static double bnf_obj(void *p) {
+    bnf_ctx *b = p;
+    if (rn_bn_fwd_infer(b->be, &b->d, b->x, b->gamma, b->beta, b->rm, b->rv, b->res, b->y) != RN_OK)
+        return NAN;
+    return gc_dot(b->r, b->y, b->d.m * b->d.c);
+}
+
+static void test_bn_frozen_case(rn_backend *be, int64_t m, int c, int relu, int residual) {
+    char name[64], g[96];
+    snprintf(name, sizeof name, "bn frozen m%lld c%d%s%s", (long long)m, c, relu ? " relu" : "",
+             residual ? " +res" : "");
+    bnf_ctx b = {be, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+    CHECK_OK(rn_bn_desc_init(&b.d, m, c, relu));
+    int64_t n = m * c;
+    uint64_t s = 5000 + (uint64_t)(m * 8 + c * 2 + relu + residual * 4);
+    b.x = randn(s, n, 0.7f, 2.0f);
+    b.gamma = randn(s + 1, c, 1.0f, 0.5f);
+    b.beta = randn(s + 2, c, 0.0f, 0.5f);
+    b.res = residual ? randn(s + 3, n, 0.0f, 1.0f) : NULL;
+    b.y = zeros(n);
+    b.r = randn(s + 4, n, 0.0f, 1.0f);
+    b.rm = randn(s + 5, c, 0.5f, 1.0f), b.rv = randn(s + 6, c, 3.0f, 0.5f);
+    float *rm0 = malloc(sizeof(float) * c), *rv0 = malloc(sizeof(float) * c);
+    memcpy(rm0, b.rm, sizeof(float) * c), memcpy(rv0, b.rv, sizeof(float) * c);
+    reserve(be, rn_bn_workspace(be, &b.d));
+    CHECK_OK(rn_bn_fwd_infer(be, &b.d, b.x, b.gamma, b.beta, b.rm, b.rv, b.res, b.y));
+    float *dx = zeros(n), *dres = residual ? zeros(n) : NULL, *dg = zeros(c), *db = zeros(c);
+    CHECK_OK(rn_bn_bwd_frozen(be, &b.d, b.x, b.y, b.r, b.gamma, b.rm, b.rv, dx, dg, db, dres, 0));
+    CHECK(memcmp(rm0, b.rm, sizeof(float) * c) == 0 && memcmp(rv0, b.rv, sizeof(float) * c) == 0,
+          "%s: running statistics unchanged", name);
+    gc_opts o = gc_defaults();
+    o.max_points = 400;
+    snprintf(g, sizeof g, "%s dx", name);
+    gc_check(g, bnf_obj, &b, b.x, n, dx, o);
+    snprintf(g, sizeof g, "%s dgamma", name);
+    gc_check(g, bnf_obj, &b, b.gamma, c, dg, o);
+    snprintf(g, sizeof g, "%s dbeta", name);
+    gc_check(g, bnf_obj, &b, b.beta, c, db, o);
+    if (residual) {
+        snprintf(g, sizeof g, "%s dres", name);
+        gc_check(g, bnf_obj, &b, b.res, n, dres, o);
+    }
+    /* accumulate doubles dgamma; dx in place on dy gives the same dx */
+    double *r2 = malloc(sizeof(double) * (c + n));
+    for (int j = 0; j < c; j++) r2[j] = 2.0 * dg[j];
+    float *dy2 = malloc(sizeof(float) * n);
+    memcpy(dy2, b.r, sizeof(float) * n);
+    CHECK_OK(rn_bn_bwd_frozen(be, &b.d, b.x, b.y, dy2, b.gamma, b.rm, b.rv, dy2, dg, db, NULL, 1));
+    snprintf(g, sizeof g, "%s dgamma accumulate", name);
+    CHECK_CLOSE(g, dg, r2, c, 1e-6);
+    for (int64_t i = 0; i < n; i++) r2[i] = dx[i];
+    snprintf(g, sizeof g, "%s dx in place", name);
+    CHECK_CLOSE(g, dy2, r2, n, 1e-6);
+    free(b.x), free(b.gamma), free(b.beta), free(b.res), free(b.y), free(b.r), free(b.rm), free(b.rv);
+    free(rm0), free(rv0), free(dx), free(dres), free(dg), free(db), free(r2), free(dy2);
+}
+
 static void test_bn(rn_backend *be) {
+    for (int relu = 0; relu < 2; relu++)
+        for (int res = 0; res < 2; res++) test_bn_frozen_case(be, 2 * 5 * 7, 8, relu, res);
+    test_bn_frozen_case(be, 1, 5, 1, 1);          /* one position: fine when frozen */
+    test_bn_frozen_case(be, 2 * 3 * 5, 300, 1, 0);
+
     for (int relu = 0; relu < 2; relu++)
         for (int res = 0; res < 2; res++) test_bn_case(be, 2 * 5 * 7, 3, relu, res);
     test_bn_case(be, 2 * 7 * 7, 5, 1, 1);
