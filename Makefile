@@ -102,7 +102,7 @@ $(BUILD)/bin/%: tools/%.c $(LIBRN) $(wildcard include/rn/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(LIBRN)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIBRN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
@@ -134,9 +134,13 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/demo.sh
 
-install: all
+install: all install-man install-pipelines
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+
+# every benchmark, one table (minutes each; wants the machine to itself)
+bench: all
+	@$(MAKE) --no-print-directory -f pipelines/bench.mk bench-table RUN=$(BUILD)
 
 format:
 	clang-format -i lib/*.c include/rn/*.h tools/*.c tests/unit/*.c tests/unit/*.h $(wildcard lib/*.cu)
@@ -153,4 +157,5 @@ clean:
 	rm -rf build build-san
 
 # benchmark targets (make bench-*), one fragment per benchmark
--include $(wildcard pipelines/bench-*.mk)
+-include $(wildcard pipelines/bench-*.mk) pipelines/gpu-check.mk
+include man/man.mk
