@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-4}
 body=$BUILD/tests/bench_cpu_step
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+field() { sed -n "s|.*$1=\([0-9.]*\).*|\1|p"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 run_pair() { # name size batch steps mode
