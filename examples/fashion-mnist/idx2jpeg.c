@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "idx2jpeg: %s and %s disagree on the count or are truncated\n", argv[1], argv[2]);
         return 1;
     }
-    if (argc == 5 && (uint32_t)atol(argv[4]) < n) n = (uint32_t)atol(argv[4]);
+    if (argc == 5 && atol(argv[4]) > 0 && (uint32_t)atol(argv[4]) < n) n = (uint32_t)atol(argv[4]); /* 0: all */
     char path[4096];
     mkdir(argv[3], 0755);
     for (int c = 0; c < 10; c++) {
