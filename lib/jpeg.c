@@ -90,8 +90,16 @@ int rn_jpeg_header(rn_jpeg *j, const uint8_t *data, size_t len, rn_jpeg_info *in
         return rn_errorf(RN_EDATA, "not a JPEG file (no SOI marker)");
     if (len > (size_t)0xFFFFFFFFu) return rn_errorf(RN_EDATA, "JPEG data over 4 GiB");
     int w, h, ss, cs;
-    if (tjDecompressHeader3(j->dec, data, (unsigned long)len, &w, &h, &ss, &cs) != 0)
-        return rn_errorf(RN_EDATA, "bad JPEG header: %s", tjGetErrorStr2(j->dec));
+    if (!j->dec && !(j->dec = tjInitDecompress()))
+        return rn_errorf(RN_EDATA, "tjInitDecompress: %s", tjGetErrorStr2(NULL));
+    if (tjDecompressHeader3(j->dec, data, (unsigned long)len, &w, &h, &ss, &cs) != 0) {
+        int rc = rn_errorf(RN_EDATA, "bad JPEG header: %s", tjGetErrorStr2(j->dec));
+        /* A failed header read leaves TurboJPEG's decompressor mid-header (it does not
+         * abort it), and the next image on this handle then fails too: start afresh. */
+        tjDestroy(j->dec);
+        j->dec = tjInitDecompress();
+        return rc;
+    }
     if (w <= 0 || h <= 0) return rn_errorf(RN_EDATA, "JPEG header says %dx%d pixels", w, h);
     info->width = w;
     info->height = h;

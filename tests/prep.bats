@@ -137,6 +137,19 @@ for (p, l), (im, _) in zip(ds.samples, ds):
     refute_output --partial "x1 jpeg"
 }
 
+@test "a file whose header cannot be read does not spoil the next image on the same thread" {
+    mkdir -p hdr/a
+    cp imgs/*/*.jpg hdr/a/ 2>/dev/null || true
+    n=$(ls hdr/a | wc -l)
+    # cut inside the header: TurboJPEG fails the header read itself (sorted first: "0")
+    head -c 300 "$(ls -d hdr/a/* | head -1)" > hdr/a/0cut.jpg
+    run rn-prep --threads 1 hdr hdr.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    assert_output --partial "(1 skipped)"
+    refute_output --partial "0x0 pixels"
+}
+
 @test "--strict: a bad input fails the run and leaves no output" {
     run rn-prep -q --strict broken strict.lmdb
     assert_failure 1
