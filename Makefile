@@ -71,7 +71,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tests/parity/*.c))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/bench/*.c))
 
-.PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check bench-gpu
+.PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
 
 all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN)
 

@@ -74,5 +74,5 @@ done
 echo "prep: rn-prep=$prep_rate img/s ($n 500x375 JPEGs, decode + re-encode at quality 90, $WORKERS threads)"
 # images per CPU-second (all threads and worker processes): what each costs whatever else
 # the machine is doing; the wall-clock line below is the one the target refers to
-awk -v r="$rn_cpu" -v p="$peer_cpu" 'BEGIN { printf "loader-cpu: rn=%.0f peer=%.0f img/cpu-s ratio=%.2f\n", r, p, r / p }'
+awk -v r="$rn_cpu" -v p="$peer_cpu" 'BEGIN { printf "loader-cpu: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
 awk -v r="$rn_rate" -v p="$peer_rate" 'BEGIN { printf "loader: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
