@@ -198,6 +198,26 @@ static double bn_obj(void *p) {
     return gc_dot(b->r, b->y, b->d.m * b->d.c);
 }
 
+/* Central differences of obj (a forward, dotted with a fixed r) against a BN backward's
+ * dx, dgamma, dbeta and, with a residual, dres. */
+static void bn_gradcheck(const char *name, double (*obj)(void *), void *ctx, float *x, float *gamma, float *beta,
+                         float *res, int64_t n, int c, const float *dx, const float *dg, const float *db,
+                         const float *dres) {
+    char g[96];
+    gc_opts o = gc_defaults();
+    o.max_points = 400;   /* every point costs a whole forward: keep big cases quick */
+    snprintf(g, sizeof g, "%s dx", name);
+    gc_check(g, obj, ctx, x, n, dx, o);
+    snprintf(g, sizeof g, "%s dgamma", name);
+    gc_check(g, obj, ctx, gamma, c, dg, o);
+    snprintf(g, sizeof g, "%s dbeta", name);
+    gc_check(g, obj, ctx, beta, c, db, o);
+    if (res) {
+        snprintf(g, sizeof g, "%s dres", name);
+        gc_check(g, obj, ctx, res, n, dres, o);
+    }
+}
+
 static void test_bn_case(rn_backend *be, int64_t m, int c, int relu, int residual) {
     char name[64];
     snprintf(name, sizeof name, "bn m%lld c%d%s%s", (long long)m, c, relu ? " relu" : "",
@@ -261,19 +281,7 @@ static void test_bn_case(rn_backend *be, int64_t m, int c, int relu, int residua
     CHECK_OK(rn_bn_fwd_train(be, &b.d, b.x, b.gamma, b.beta, b.res, b.y, b.mean, b.invstd, NULL,
                              NULL, NULL));
     CHECK_OK(rn_bn_bwd(be, &b.d, b.x, b.y, b.r, b.gamma, b.mean, b.invstd, dx, dg, db, dres, NULL, 0));
-    char g[96];
-    gc_opts o = gc_defaults();
-    o.max_points = 400;   /* every point costs a whole forward: keep big cases quick */
-    snprintf(g, sizeof g, "%s dx", name);
-    gc_check(g, bn_obj, &b, b.x, n, dx, o);
-    snprintf(g, sizeof g, "%s dgamma", name);
-    gc_check(g, bn_obj, &b, b.gamma, c, dg, o);
-    snprintf(g, sizeof g, "%s dbeta", name);
-    gc_check(g, bn_obj, &b, b.beta, c, db, o);
-    if (residual) {
-        snprintf(g, sizeof g, "%s dres", name);
-        gc_check(g, bn_obj, &b, b.res, n, dres, o);
-    }
+    bn_gradcheck(name, bn_obj, &b, b.x, b.gamma, b.beta, b.res, n, c, dx, dg, db, dres);
 
     /* accumulate doubles dgamma/dbeta; in place (dx and dres on dy) gives the same dx */
     double *r2 = malloc(sizeof(double) * (c + n));
@@ -338,18 +346,7 @@ static void test_bn_frozen_case(rn_backend *be, int64_t m, int c, int relu, int 
     CHECK_OK(rn_bn_bwd_frozen(be, &b.d, b.x, b.y, b.r, b.gamma, b.rm, b.rv, dx, dg, db, dres, 0));
     CHECK(memcmp(rm0, b.rm, sizeof(float) * c) == 0 && memcmp(rv0, b.rv, sizeof(float) * c) == 0,
           "%s: running statistics unchanged", name);
-    gc_opts o = gc_defaults();
-    o.max_points = 400;
-    snprintf(g, sizeof g, "%s dx", name);
-    gc_check(g, bnf_obj, &b, b.x, n, dx, o);
-    snprintf(g, sizeof g, "%s dgamma", name);
-    gc_check(g, bnf_obj, &b, b.gamma, c, dg, o);
-    snprintf(g, sizeof g, "%s dbeta", name);
-    gc_check(g, bnf_obj, &b, b.beta, c, db, o);
-    if (residual) {
-        snprintf(g, sizeof g, "%s dres", name);
-        gc_check(g, bnf_obj, &b, b.res, n, dres, o);
-    }
+    bn_gradcheck(name, bnf_obj, &b, b.x, b.gamma, b.beta, b.res, n, c, dx, dg, db, dres);
     /* accumulate doubles dgamma; dx in place on dy gives the same dx */
     double *r2 = malloc(sizeof(double) * (c + n));
     for (int j = 0; j < c; j++) r2[j] = 2.0 * dg[j];
