@@ -507,6 +507,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
                 m.val_top1 = vr.top1;
                 m.val_top5 = vr.topk;
                 m.val_loss = vr.loss;
+                m.val_n = vr.n;
                 if (o->progress)
                     fprintf(o->progress, "epoch %d: val top1=%.4f top5=%.4f loss=%.4f n=%lld\n", ts->epoch, vr.top1,
                             vr.topk, vr.loss, (long long)vr.n);

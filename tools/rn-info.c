@@ -82,8 +82,10 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
                "val_top5", "val_loss", "img/s");
         for (size_t i = 0; i < c->n_history; i++) {
             const Rn__EpochMetrics *h = c->history[i];
-            printf("  %5d %9lld %10.4f %10.3g %8.4f %8.4f %9.4f %8.1f\n", h->epoch, (long long)h->step, h->train_loss,
-                   h->lr, h->val_top1, h->val_top5, h->val_loss, h->images_per_second);
+            printf("  %5d %9lld %10.4f %10.3g ", h->epoch, (long long)h->step, h->train_loss, h->lr);
+            if (h->val_n) printf("%8.4f %8.4f %9.4f", h->val_top1, h->val_top5, h->val_loss);
+            else printf("%8s %8s %9s", "-", "-", "-"); /* not validated */
+            printf(" %8.1f\n", h->images_per_second);
         }
     }
     if (tensors) {
@@ -160,8 +162,10 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         double v[] = {h->train_loss, h->lr, h->val_top1, h->val_top5, h->val_loss, h->seconds, h->images_per_second};
         for (int j = 0; j < 7; j++) {
             printf(",\"%s\":", k[j]);
-            rn_json_number(stdout, v[j]);
+            if (j >= 2 && j <= 4 && h->val_n == 0) printf("null"); /* not validated */
+            else rn_json_number(stdout, v[j]);
         }
+        printf(",\"val_n\":%lld", (long long)h->val_n);
         printf("}");
     }
     printf("]");
