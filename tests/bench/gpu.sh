@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# make bench-gpu: ResNet-50 training on one GPU, rn against PyTorch eager (channels_last,
+# cudnn.benchmark, autocast) at the same batch, size and precision, one after the other:
+#   1. synthetic input (a fixed random batch on the device): rn's tests/bench/gpu_step.c
+#      and tests/bench/gpu_peer.py synth, for each of PRECISIONS
+#   2. the real loader on generated JPEGs: rn-prep + rn-train (img/s from its --log
+#      JSONL) against gpu_peer.py loader (ImageFolder + DataLoader), same workers
+# and NVML samples (tests/bench/gpu_watch.py) during every run's timed steps for the GPU
+# busy share and the device memory in use. Lines, higher is better:
+#   gpu-train-P, gpu-train-loader-P  img/s                          ratio rn/peer
+#   gpu-busy-P, gpu-busy-loader-P    mean NVML utilisation, %       ratio rn/peer
+#   gpu-peak-mib-P                   rn: what the net holds; peer: max_memory_allocated
+#                                    over the timed steps           ratio peer/rn
+#   gpu-device-mib-P                 NVML: device memory in use, most over the timed
+#                                    steps, less what was in use before the run  peer/rn
+#   gpu-busy                         gpu-busy-fp16 (fp32 while rn has no AMP, said so)
+#   gpu-train-amp                    gpu-train-fp16, the last line
+# A precision rn cannot train in gets "<name>: not run: <why> (peer: <x> img/s)" and no
+# number of rn's. Without a usable GPU: "bench-gpu: skipped: <why>", exit 0, no lines.
+# Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
+# _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
+# _LOADER_PRECISIONS ("fp32 fp16"), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
+# for fp32 convolutions and GEMMs in both, PyTorch's cuDNN default), _LIMIT (300 s per
+# run), _DIR (data and raw outputs: $BUILD/bench-gpu), _DEVICE (cuda; NVML samples GPU 0).
+# BENCH_GPU_DRY=1 runs all of it on the CPU at a toy size: a check of this script only.
+# Exit 1 when a run failed (the other lines still come), else 0: never on a speed.
+set -uo pipefail
+export LC_ALL=C # EPOCHREALTIME and printf with a decimal point
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-python3}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+BIN=$BUILD/bin
+DRY=${BENCH_GPU_DRY:-0}
+# knobs (BENCH_GPU_*, as make bench-gpu takes them), and their defaults: the issue's
+# benchmark, or a toy size for the dry run
+if [ "$DRY" = 1 ]; then
+    d=(cpu resnet18 64 2 1 1 8 80x60 2 1)
+else
+    # loader workers: every core but one, which runs the training step
+    d=(cuda resnet50 224 256 5 20 5120 500x375 16 $(($(nproc) > 2 ? $(nproc) - 1 : 1)))
+fi
+DEVICE=${BENCH_GPU_DEVICE:-${d[0]}}
+ARCH=${BENCH_GPU_ARCH:-${d[1]}}
+SIZE=${BENCH_GPU_SIZE:-${d[2]}}
+BATCH=${BENCH_GPU_BATCH:-${d[3]}}
+WARMUP=${BENCH_GPU_WARMUP:-${d[4]}}   # untimed steps first: cuDNN's algorithm search, allocator growth
+STEPS=${BENCH_GPU_STEPS:-${d[5]}}     # timed steps
+IMAGES=${BENCH_GPU_IMAGES:-${d[6]}}   # generated once; 500x375 as a typical ImageNet photo
+IMG_SIZE=${BENCH_GPU_IMG_SIZE:-${d[7]}}
+CLASSES=${BENCH_GPU_CLASSES:-${d[8]}}
+WORKERS=${BENCH_GPU_WORKERS:-${d[9]}} # rn-train's loader threads, the DataLoader's processes
+PRECISIONS=${BENCH_GPU_PRECISIONS:-fp32 fp16 bf16}
+LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS:-fp32 fp16}
+TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
+LIMIT=${BENCH_GPU_LIMIT:-300}         # seconds per run
+DIR=${BENCH_GPU_DIR:-$BUILD/bench-gpu}
+W=$DIR/run
+body=$BUILD/tests/bench_gpu_step
+failed=0
+
+note() { echo "# $*" >&2; }
+field() { sed -n "s|.*$1=\([^ ]*\).*|\1|p" | head -n 1; }
+num() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
+ratio() { if num "$1" && num "$2" && awk -v b="$2" 'BEGIN { exit !(b > 0) }'; then
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo -; fi; }
+line() { echo "$1: rn=${2:--} peer=${3:--} ratio=$(ratio "${2:--}" "${3:--}")"; }
+line_inv() { echo "$1: rn=${2:--} peer=${3:--} ratio=$(ratio "${3:--}" "${2:--}")"; }
+
+[ -x "$body" ] || { echo "bench-gpu: $body is missing: make BUILD=$BUILD all" >&2; exit 1; }
+if [ "$DEVICE" != cpu ]; then
+    why=$("$body" probe "$DEVICE" 2>&1)
+    case $? in
+        0) ;;
+        77) echo "bench-gpu: skipped: no usable GPU: $why"; exit 0 ;;
+        *) echo "bench-gpu: $body probe failed: $why" >&2; exit 1 ;;
+    esac
+else
+    why=$("$body" probe cpu) || exit 1
+fi
+mkdir -p "$W" || exit 1
+rm -f "$W"/*
+
+# NVML for utilisation and memory; without it those lines carry "-"
+WPID=
+NVML=0
+# (the dry run samples too where NVML answers: a check of the sampling, not of a GPU)
+if nv=$("$PYTHON" tests/bench/gpu_watch.py check 2>&1); then NVML=1; else note "no GPU busy or device memory figures: $nv"; fi
+watch_start() {
+    [ $NVML = 1 ] || return 0
+    "$PYTHON" tests/bench/gpu_watch.py sample "$1" &
+    WPID=$!
+    for _ in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.05; done
+}
+watch_stop() { [ -n "$WPID" ] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=; }
+trap watch_stop EXIT
+window() { # watch-file t0 t1 -> busy_pct=.. used_mib=.. samples=..
+    if [ $NVML = 1 ] && num "${2:-x}" && num "${3:-x}"; then "$PYTHON" tests/bench/gpu_watch.py window "$1" "$2" "$3"
+    else echo "busy_pct=- used_mib=- samples=0"; fi
+}
+
+peer_ok=1
+if ! pv=$("$PYTHON" -c 'import sys, torch, torchvision
+sys.exit(0 if sys.argv[1] == "cpu" or torch.cuda.is_available() else 1)' "$DEVICE" 2>&1); then
+    peer_ok=0
+    note "no PyTorch peer: $PYTHON cannot import torch and torchvision or sees no GPU: $(tail -n 1 <<<"$pv")"
+fi
+[ "$DRY" = 1 ] && echo "bench-gpu: DRY RUN on the CPU (BENCH_GPU_DRY=1): a check of the script; no number below is a GPU's" >&2
+note "$ARCH ${SIZE}x$SIZE batch $BATCH, $WARMUP warm-up + $STEPS timed steps, TF32 $TF32, $WORKERS loader workers; rn on $why; $(nproc) cores"
+PEER=(tests/bench/gpu_peer.py --arch "$ARCH" --size "$SIZE" --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS"
+    --device "$DEVICE" --tf32 "$TF32" --workers "$WORKERS")
+
+# ---- 1. synthetic input ----
+declare -A R P
+for p in $PRECISIONS; do
+    watch_start "$W/rn-$p.watch"
+    RN_CUDA_TF32=$TF32 timeout "$LIMIT" "$body" "$ARCH" "$SIZE" "$BATCH" "$WARMUP" "$STEPS" "$p" "$DEVICE" \
+        >"$W/rn-$p.txt" 2>"$W/rn-$p.err"
+    rc=$?
+    watch_stop
+    case $rc in
+        0) R[$p]=$(cat "$W/rn-$p.txt")
+           R[$p]="${R[$p]} $(window "$W/rn-$p.watch" "$(field t0 <<<"${R[$p]}")" "$(field t1 <<<"${R[$p]}")")"
+           note "rn $p: ${R[$p]}" ;;
+        3) R[$p]="not run: $(sed -n 's/^bench_gpu_step: [a-z0-9]*: //p' "$W/rn-$p.err" | tail -n 1)"
+           note "rn $p: ${R[$p]}" ;;
+        *) failed=1
+           R[$p]="failed"
+           note "rn $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-$p.err")" ;;
+    esac
+done
+if [ $peer_ok = 1 ]; then
+    watch_start "$W/peer-synth.watch"
+    timeout $((LIMIT * 2)) "$PYTHON" "${PEER[@]}" synth --precisions "$(tr ' ' , <<<"$PRECISIONS")" \
+        >"$W/peer-synth.txt" 2>"$W/peer-synth.err" || { failed=1; note "peer synth FAILED: $(tail -n 3 "$W/peer-synth.err")"; }
+    watch_stop
+    grep '^#' "$W/peer-synth.txt" >&2
+fi
+for p in $PRECISIONS; do
+    P[$p]=$(grep "^precision=$p " "$W/peer-synth.txt" 2>/dev/null)
+    [ -n "${P[$p]}" ] && P[$p]="${P[$p]} $(window "$W/peer-synth.watch" "$(field t0 <<<"${P[$p]}")" "$(field t1 <<<"${P[$p]}")")"
+    note "peer $p: ${P[$p]:-none}"
+    case ${R[$p]} in
+        "not run"*) echo "gpu-train-$p: ${R[$p]} (peer: $(field img/s <<<"${P[$p]}" | grep . || echo -) img/s)"; continue ;;
+    esac
+    line "gpu-train-$p" "$(field img/s <<<"${R[$p]}")" "$(field img/s <<<"${P[$p]}")"
+    line "gpu-busy-$p" "$(field busy_pct <<<"${R[$p]}")" "$(field busy_pct <<<"${P[$p]}")"
+    line_inv "gpu-peak-mib-$p" "$(field net_mib <<<"${R[$p]}")" "$(field peak_mib <<<"${P[$p]}")"
+    line_inv "gpu-device-mib-$p" "$(field used_mib <<<"${R[$p]}")" "$(field used_mib <<<"${P[$p]}")"
+done
+
+# ---- 2. the real loader: generated JPEGs, rn-prep + rn-train against ImageFolder + DataLoader ----
+per=$(((IMAGES + CLASSES - 1) / CLASSES))
+stamp="$per $CLASSES $IMG_SIZE"
+if [ "$(cat "$DIR/imgs.stamp" 2>/dev/null)" != "$stamp" ]; then
+    note "generating $((per * CLASSES)) $IMG_SIZE JPEGs in $DIR/imgs (once)"
+    rm -rf "$DIR/imgs" "$DIR/imgs.tmp" "$DIR/data.lmdb" "$DIR/imgs.stamp"
+    mkdir -p "$DIR/imgs" "$DIR/imgs.tmp"
+    if ! seq 0 $((CLASSES - 1)) | xargs -P "$(nproc)" -I{} "$PYTHON" tests/data/mkimages.py folder "$DIR/imgs.tmp/{}" \
+        --classes 1 --per-class "$per" --size "$IMG_SIZE" --seed {} --noise 12; then
+        echo "bench-gpu: generating the JPEGs failed" >&2
+        exit 1
+    fi
+    for k in $(seq 0 $((CLASSES - 1))); do mv "$DIR/imgs.tmp/$k/class_00" "$(printf '%s/imgs/class_%02d' "$DIR" "$k")"; done
+    rm -rf "$DIR/imgs.tmp"
+    echo "$stamp" >"$DIR/imgs.stamp"
+fi
+if [ ! -s "$DIR/data.lmdb/classes.txt" ]; then
+    "$BIN/rn-prep" -q "$DIR/imgs" "$DIR/data.lmdb" >&2 || { echo "bench-gpu: rn-prep failed" >&2; exit 1; }
+fi
+"$BIN/rn-init" --arch "$ARCH" --classes "$CLASSES" --seed 1 -o "$W/init.pb" || exit 1
+has_amp=0
+"$BIN/rn-train" --help | grep -q -- '--amp' && has_amp=1
+# each JSONL line stamped with the wall-clock time it was written, for the NVML window
+stamp_lines() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
+for p in $LOADER_PRECISIONS; do
+    amp=()
+    if [ "$p" != fp32 ]; then
+        # the interface rn-train is expected to get; until then this row is not run
+        if [ $has_amp = 0 ]; then R[L$p]="not run: rn-train has no --amp yet"; note "rn loader $p: ${R[L$p]}"; continue; fi
+        amp=(--amp "$p")
+    fi
+    watch_start "$W/rn-loader-$p.watch"
+    RN_CUDA_TF32=$TF32 timeout "$LIMIT" "$BIN/rn-train" --device "$DEVICE" --data "$DIR/data.lmdb" --in "$W/init.pb" \
+        --out "$W/loader.pb" --epochs 1000 --max-steps $((WARMUP + STEPS)) --batch "$BATCH" --crop "$SIZE" \
+        --workers "$WORKERS" --lr 0.01 --log-every 1 --log /dev/stdout "${amp[@]}" 2>"$W/rn-loader-$p.err" |
+        stamp_lines >"$W/rn-loader-$p.jsonl"
+    rc=${PIPESTATUS[0]}
+    watch_stop
+    rm -f "$W/loader.pb"
+    if [ "$rc" != 0 ]; then
+        failed=1
+        R[L$p]=failed
+        note "rn loader $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-loader-$p.err")"
+        continue
+    fi
+    # step lines WARMUP and WARMUP+STEPS bound the timed steps
+    R[L$p]=$(awk -v w="$WARMUP" -v s="$STEPS" -v b="$BATCH" '/"kind":"step"/ { n++
+            if (n == w) t0 = $1
+            if (n > w && n <= w + s) { match($0, /"data_wait":[0-9.]+/); dw += substr($0, RSTART + 12, RLENGTH - 12) }
+            if (n == w + s) t1 = $1 }
+        END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' \
+        "$W/rn-loader-$p.jsonl")
+    R[L$p]="${R[L$p]} $(window "$W/rn-loader-$p.watch" "$(field t0 <<<"${R[L$p]}")" "$(field t1 <<<"${R[L$p]}")")"
+    note "rn loader $p: ${R[L$p]} ($(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
+done
+if [ $peer_ok = 1 ]; then
+    watch_start "$W/peer-loader.watch"
+    timeout $((LIMIT * 2)) "$PYTHON" "${PEER[@]}" loader --data "$DIR/imgs" --classes "$CLASSES" \
+        --precisions "$(tr ' ' , <<<"$LOADER_PRECISIONS")" >"$W/peer-loader.txt" 2>"$W/peer-loader.err" ||
+        { failed=1; note "peer loader FAILED: $(tail -n 3 "$W/peer-loader.err")"; }
+    watch_stop
+fi
+for p in $LOADER_PRECISIONS; do
+    P[L$p]=$(grep "^precision=$p " "$W/peer-loader.txt" 2>/dev/null)
+    [ -n "${P[L$p]}" ] && P[L$p]="${P[L$p]} $(window "$W/peer-loader.watch" "$(field t0 <<<"${P[L$p]}")" "$(field t1 <<<"${P[L$p]}")")"
+    note "peer loader $p: ${P[L$p]:-none}"
+    case ${R[L$p]} in
+        "not run"*) echo "gpu-train-loader-$p: ${R[L$p]} (peer: $(field img/s <<<"${P[L$p]}" | grep . || echo -) img/s)"; continue ;;
+    esac
+    line "gpu-train-loader-$p" "$(field img/s <<<"${R[L$p]}")" "$(field img/s <<<"${P[L$p]}")"
+    line "gpu-busy-loader-$p" "$(field busy_pct <<<"${R[L$p]}")" "$(field busy_pct <<<"${P[L$p]}")"
+done
+
+# ---- headline: AMP fp16, and its GPU busy share ----
+h=fp16
+case ${R[fp16]:-not run} in "not run"*) h=fp32 ;; esac
+[ $h = fp32 ] && note "gpu-busy below is fp32's: rn has no fp16 run"
+line gpu-busy "$(field busy_pct <<<"${R[$h]:-}")" "$(field busy_pct <<<"${P[$h]:-}")"
+case ${R[fp16]:-not run} in
+    "not run"*) echo "gpu-train-amp: not run: ${R[fp16]:-fp16 not in PRECISIONS}" \
+        "(peer fp16: $(field img/s <<<"${P[fp16]:-}" | grep . || echo -) img/s)" | sed 's/not run: not run: /not run: /' ;;
+    *) line gpu-train-amp "$(field img/s <<<"${R[fp16]}")" "$(field img/s <<<"${P[fp16]:-}")" ;;
+esac
+[ "$DRY" = 1 ] && echo "bench-gpu: DRY RUN on the CPU: the numbers above are not a GPU's" >&2
+exit $failed

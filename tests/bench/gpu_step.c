@@ -1,0 +1,138 @@
+/* GPU benchmark body for make bench-gpu (tests/bench/gpu.sh): ResNet training steps
+ * (forward, loss and backward, SGD momentum 0.9) on a fixed random batch already in device
+ * memory, timed after warm-up steps, each end of the timed window after a device sync.
+ *   bench_gpu_step probe [DEVICE]
+ *       exit 0 and print the backend's name when DEVICE (default cuda) starts; exit 77 and
+ *       say why when it does not (no GPU, no driver, a build without CUDA)
+ *   bench_gpu_step ARCH SIZE BATCH WARMUP STEPS fp32|fp16|bf16 [DEVICE]
+ *       prints "img/s=<x> ms_per_step=<m> net_mib=<n> t0=<s> t1=<s>": net_mib is what the
+ *       net holds in device memory (weights, gradients, momentum, activations, the
+ *       workspace arena: rn allocates nothing after rn_net_create); t0 and t1 bound the
+ *       timed steps in wall-clock seconds since the epoch, for matching GPU utilisation
+ *       samples to them.
+ * Exit 3 with "amp: not supported by this build" for fp16 and bf16 while rn_net trains
+ * in fp32 only. DEVICE "cpu" runs the same code on the CPU (a check of this program only). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rn/backend.h"
+#include "rn/ckpt.h"
+#include "rn/err.h"
+#include "rn/net.h"
+#include "rn/rng.h"
+
+#define SKIP 77
+#define NOT_SUPPORTED 3
+
+#define TRY(call)                                                                                                      \
+    do {                                                                                                               \
+        if ((call) != RN_OK) {                                                                                         \
+            fprintf(stderr, "bench_gpu_step: %s: %s\n", #call, rn_last_error());                                       \
+            goto fail;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+static double wall(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double mono(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int probe(const char *device) {
+    rn_backend *be = NULL;
+    if (rn_backend_create(device, 0, &be) != RN_OK) {
+        printf("%s\n", rn_last_error());
+        return SKIP;
+    }
+    printf("%s\n", rn_backend_name(be));
+    rn_backend_destroy(be);
+    return 0;
+}
+
+/* one optimiser step; the loss comes back to the host, as in rn-train */
+static int step(rn_net *net, const int32_t *labels, int batch) {
+    float loss;
+    int rc;
+    if ((rc = rn_net_forward(net, batch, 1)) || (rc = rn_net_loss_backward(net, labels, batch, 0.0f, 1.0f, 1, 0, &loss)))
+        return rc;
+    return rn_net_sgd(net, 0.01f, 0.9f, 1e-4f, 0, 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && argc <= 3 && strcmp(argv[1], "probe") == 0) return probe(argc == 3 ? argv[2] : "cuda");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: bench_gpu_step ARCH SIZE BATCH WARMUP STEPS fp32|fp16|bf16 [DEVICE]\n"
+                        "       bench_gpu_step probe [DEVICE]\n");
+        return 2;
+    }
+    int size = atoi(argv[2]), batch = atoi(argv[3]), warmup = atoi(argv[4]), steps = atoi(argv[5]);
+    const char *prec = argv[6], *device = argc == 8 ? argv[7] : "cuda";
+    if (size < 1 || batch < 1 || warmup < 1 || steps < 1) {
+        fprintf(stderr, "bench_gpu_step: SIZE, BATCH, WARMUP and STEPS must be positive\n");
+        return 2;
+    }
+    if (strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0) {
+        /* rn's ops exist in fp16 and bf16 (rn/backend.h) but rn_net has no mixed-precision
+         * mode yet: nothing here could run a step in them */
+        fprintf(stderr, "bench_gpu_step: %s: amp: not supported by this build (rn_net trains in fp32 only)\n", prec);
+        return NOT_SUPPORTED;
+    }
+    if (strcmp(prec, "fp32") != 0) {
+        fprintf(stderr, "bench_gpu_step: %s: want fp32, fp16 or bf16\n", prec);
+        return 2;
+    }
+    int ret = 1;
+    rn_resnet spec;
+    rn_ckpt *ck = NULL;
+    rn_backend *be = NULL;
+    rn_net *net = NULL;
+    float *x = NULL;
+    int32_t *labels = NULL;
+    if (rn_backend_create(device, 0, &be) != RN_OK) {
+        fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
+        return SKIP;
+    }
+    TRY(rn_resnet_build(&spec, argv[1], 1000));
+    TRY(rn_ckpt_new(&spec, &ck));
+    TRY(rn_ckpt_init(ck, &spec, 0, 0));
+    TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, &net));
+    TRY(rn_net_load(net, ck));
+    int64_t nx = (int64_t)batch * size * size * 3;
+    if (!(x = malloc(sizeof(float) * (size_t)nx)) || !(labels = malloc(sizeof(int32_t) * (size_t)batch))) {
+        fprintf(stderr, "bench_gpu_step: out of host memory for a batch of %d\n", batch);
+        goto fail;
+    }
+    rn_rng_normal(rn_rng_key(1, 2), x, nx, 0.0f, 1.0f);
+    for (int i = 0; i < batch; i++)
+        labels[i] = (i * 37) % 1000;
+    TRY(rn_backend_upload(be, rn_net_input(net), x, sizeof(float) * (size_t)nx));
+    /* the first step chooses every convolution algorithm (cuDNN Find): never timed */
+    for (int s = 0; s < warmup; s++)
+        TRY(step(net, labels, batch));
+    TRY(rn_backend_sync(be));
+    double w0 = wall(), t0 = mono();
+    for (int s = 0; s < steps; s++)
+        TRY(step(net, labels, batch));
+    TRY(rn_backend_sync(be));
+    double dt = mono() - t0, w1 = wall();
+    printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f\n", steps * batch / dt, 1e3 * dt / steps,
+           rn_net_bytes(net) / 1048576.0, w0, w1);
+    fprintf(stderr, "bench_gpu_step: %s %dx%d batch %d, %d warm-up + %d timed steps on %s\n", argv[1], size, size,
+            batch, warmup, steps, rn_backend_name(be));
+    ret = 0;
+fail:
+    free(x);
+    free(labels);
+    rn_ckpt_free(ck);
+    rn_net_destroy(net);
+    rn_backend_destroy(be);
+    return ret;
+}
