@@ -78,6 +78,9 @@ void rn_backend_destroy(rn_backend *be) {
 const char *rn_backend_name(const rn_backend *be) { return be->name; }
 int rn_backend_is_host(const rn_backend *be) { return be->ops->is_host; }
 int rn_backend_threads(const rn_backend *be) { return be->nthreads; }
+int rn_backend_has_dtype(const rn_backend *be, int dtype) {
+    return dtype >= 0 && dtype <= 31 && (be->ops->dtypes & (1u << dtype)) != 0;
+}
 
 int rn_backend_alloc(rn_backend *be, size_t bytes, void **out) {
     return be->ops->alloc(be, bytes, out);
@@ -488,9 +491,17 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
     return after(be, be->ops->softmax_xent(be, &dd, logits, labels, loss, dlogits));
 }
 
-int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
-                  const float *grad, float *buf) {
-    const char *op = "sgd_update";
+/* Conversions are storage, not compute: every backend takes these three. */
+static int check_storage(const char *op, const char *which, int *dtype) {
+    if (*dtype == 0) *dtype = RN_F32;
+    if (*dtype != RN_F32 && *dtype != RN_F16 && *dtype != RN_BF16)
+        return rn_errorf(RN_EINVAL, "%s: %s dtype %s: expected F32, F16 or BF16", op, which,
+                         rn_dtype_name(*dtype));
+    return RN_OK;
+}
+
+static int sgd(rn_backend *be, const char *op, const rn_sgd_desc *d, int64_t n, float *p,
+               const float *grad, float *buf, void *copy) {
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
     if (!isfinite(d->lr) || !isfinite(d->momentum) || !isfinite(d->dampening) ||
         !isfinite(d->weight_decay) || !(d->grad_scale > 0) || !isfinite(d->grad_scale) ||
@@ -499,8 +510,42 @@ int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                          "weight_decay=%g nesterov=%d grad_scale=%g (nesterov needs momentum "
                          "> 0 and dampening 0; use rn_sgd_desc_init)", op, d->lr, d->momentum,
                          d->dampening, d->weight_decay, d->nesterov, d->grad_scale);
-    if (n == 0) return RN_OK;
+    rn_sgd_desc dd = *d;
+    int rc = copy ? check_storage(op, "copy", &dd.dtype) : RN_OK;
+    if (rc || n == 0) return rc;
     NEED(p, op); NEED(grad, op);
     if (d->momentum != 0) NEED(buf, op);
-    return after(be, be->ops->sgd_update(be, d, n, p, grad, buf));
+    return after(be, be->ops->sgd_update(be, &dd, n, p, grad, buf, copy));
+}
+
+int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                  const float *grad, float *buf) {
+    return sgd(be, "sgd_update", d, n, p, grad, buf, NULL);
+}
+
+int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                       const float *grad, float *buf, void *copy) {
+    const char *op = "sgd_update_copy";
+    if (n > 0) NEED(copy, op);
+    return sgd(be, op, d, n, p, grad, buf, copy);
+}
+
+int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x, void *y,
+            int accumulate) {
+    const char *op = "cast";
+    int rc = check_storage(op, "source", &src_dtype);
+    if (rc || (rc = check_storage(op, "destination", &dst_dtype))) return rc;
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);
+    if (n == 0) return RN_OK;
+    NEED(x, op); NEED(y, op);
+    return after(be, be->ops->cast(be, src_dtype, dst_dtype, n, x, y, accumulate != 0));
+}
+
+int rn_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
+    const char *op = "nonfinite";
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);
+    NEED(flag, op);
+    if (n == 0) return RN_OK;
+    NEED(x, op);
+    return after(be, be->ops->nonfinite(be, n, x, flag));
 }

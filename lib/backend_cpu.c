@@ -650,7 +650,10 @@ typedef struct {
     const rn_sgd_desc *d;
     float *p, *buf;
     const float *grad;
+    void *copy; /* rn_sgd_update_copy's compute copy, in d->dtype, or NULL */
 } sgd_job;
+
+static void store_range(int dtype, void *y, const float *v, int64_t i0, int64_t i1);
 
 RN_HOT static void sgd_range(void *ctx, int64_t i0, int64_t i1) {
     const sgd_job *j = ctx;
@@ -671,12 +674,72 @@ RN_HOT static void sgd_range(void *ctx, int64_t i0, int64_t i1) {
         }
         p[i] = p[i] + -lr * g;
     }
+    /* the compute copy of this piece while it is in cache; the loop above stays the
+     * plain fp32 update */
+    if (j->copy) store_range(d->dtype, j->copy, p, i0, i1);
 }
 
 static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
-                          const float *grad, float *buf) {
-    sgd_job j = {d, p, buf, grad};
+                          const float *grad, float *buf, void *copy) {
+    sgd_job j = {d, p, buf, grad, copy};
     par_range(be, n, ELEMS_PER_CHUNK, n, sgd_range, &j);
+    return RN_OK;
+}
+
+/* ---- conversions (storage: fp32, fp16, bf16) and the non-finite check ---- */
+
+static float load1(int dtype, const void *x, int64_t i) {
+    if (dtype == RN_F16) return rn_f16_to_f32(((const uint16_t *)x)[i]);
+    if (dtype == RN_BF16) return rn_bf16_to_f32(((const uint16_t *)x)[i]);
+    return ((const float *)x)[i];
+}
+
+static void store1(int dtype, void *y, int64_t i, float v) {
+    if (dtype == RN_F16) ((uint16_t *)y)[i] = rn_f32_to_f16(v);
+    else if (dtype == RN_BF16) ((uint16_t *)y)[i] = rn_f32_to_bf16(v);
+    else ((float *)y)[i] = v;
+}
+
+/* y[i0..i1) = v[i0..i1) in dtype */
+static void store_range(int dtype, void *y, const float *v, int64_t i0, int64_t i1) {
+    if (dtype == RN_F32) memcpy((float *)y + i0, v + i0, sizeof(float) * (size_t)(i1 - i0));
+    else
+        for (int64_t i = i0; i < i1; i++) store1(dtype, y, i, v[i]);
+}
+
+typedef struct {
+    int src, dst, accumulate;
+    const void *x;
+    void *y;
+    const float *xf;
+    int32_t *flag;
+} conv_job;
+
+static void cast_range(void *ctx, int64_t i0, int64_t i1) {
+    const conv_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        store1(j->dst, j->y, i,
+               j->accumulate ? load1(j->dst, j->y, i) + load1(j->src, j->x, i) : load1(j->src, j->x, i));
+}
+
+static int cpu_cast(rn_backend *be, int src, int dst, int64_t n, const void *x, void *y,
+                    int accumulate) {
+    conv_job j = {.src = src, .dst = dst, .accumulate = accumulate, .x = x, .y = y};
+    par_range(be, n, ELEMS_PER_CHUNK, n, cast_range, &j);
+    return RN_OK;
+}
+
+static void nonfinite_range(void *ctx, int64_t i0, int64_t i1) {
+    const conv_job *j = ctx;
+    int any = 0;
+    for (int64_t i = i0; i < i1; i++) any |= !isfinite(j->xf[i]);
+    /* pieces only ever store 1: the order in which they do cannot matter */
+    if (any) __atomic_store_n(j->flag, 1, __ATOMIC_RELAXED);
+}
+
+static int cpu_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
+    conv_job j = {.xf = x, .flag = flag};
+    par_range(be, n, ELEMS_PER_CHUNK, n, nonfinite_range, &j);
     return RN_OK;
 }
 
@@ -720,6 +783,8 @@ static const rn_backend_ops cpu_ops = {
     .fc_bwd = rn_cpu_fc_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
+    .cast = cpu_cast,
+    .nonfinite = cpu_nonfinite,
 };
 
 int rn_backend_cpu_init(rn_backend *be) {

@@ -1,9 +1,10 @@
 /* CUDA backend: cuDNN convolutions (NHWC activations, OHWI filters), cuBLAS for the fully
  * connected layer, and our own kernels for everything a library does not fit exactly:
  * BatchNorm (see the note there), pooling with torch's tie rules, elementwise ops, input
- * normalise, softmax cross-entropy and the SGD update. Arguments arrive checked
- * (lib/backend.c); every CUDA/cuDNN/cuBLAS call is checked here with its text, file, line
- * and the library's own message.
+ * normalise, softmax cross-entropy, the SGD update (fused with AMP's compute copy), casts
+ * and AMP's overflow check. Arguments arrive checked (lib/backend.c); every
+ * CUDA/cuDNN/cuBLAS call is checked here with its text, file, line and the library's own
+ * message.
  *
  * Settings, read once when the context is created and shown in rn_backend_name():
  *   RN_CUDA_WORKSPACE_MB  conv workspace limit per algorithm (default RN_CUDA_WS_MB_DEFAULT)
@@ -1017,8 +1018,13 @@ static int cuda_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *
 /* ---- SGD: torch's float operations in torch's order, rounded like the CPU backend
  * (no fused multiply-add) ---- */
 
+/* The fused step of mixed precision: unscale (gs), weight decay, momentum, the fp32
+ * master update and, when copy is given, the compute copy in T, in one pass. (The
+ * overflow check that decides whether to run it is nonfinite_k, before: skipping must be
+ * decided before the first weight is written.) */
+template <typename T>
 __global__ void sgd_k(int64_t n, float lr, float mom, float damp1, float wd, float gs, int nesterov, int first,
-                      float *p, const float *grad, float *buf) {
+                      float *p, const float *grad, float *buf, T *copy) {
     GRID_LOOP(i, n) {
         float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
         if (wd != 0) g = __fadd_rn(g, __fmul_rn(wd, p[i]));
@@ -1027,16 +1033,62 @@ __global__ void sgd_k(int64_t n, float lr, float mom, float damp1, float wd, flo
             buf[i] = b;
             g = nesterov ? __fadd_rn(g, __fmul_rn(mom, b)) : b;
         }
-        p[i] = __fadd_rn(p[i], __fmul_rn(-lr, g));
+        float np = __fadd_rn(p[i], __fmul_rn(-lr, g));
+        p[i] = np;
+        if (copy) copy[i] = st<T>(np);
     }
 }
 
-static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad,
-                           float *buf) {
+template <typename T>
+static int sgd_t(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                 void *copy) {
     cuda_ctx *g = CTX(be);
-    sgd_k<<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->momentum, 1.0f - d->dampening, d->weight_decay,
-                                                    d->grad_scale, d->nesterov, d->first_step, p, grad, buf);
+    sgd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->momentum, 1.0f - d->dampening, d->weight_decay,
+                                                       d->grad_scale, d->nesterov, d->first_step, p, grad, buf,
+                                                       (T *)copy);
     LAUNCHED("sgd_update");
+    return RN_OK;
+}
+static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad,
+                           float *buf, void *copy) {
+    return BY_DTYPE(copy ? d->dtype : RN_F32, sgd_t)(be, d, n, p, grad, buf, copy);
+}
+
+/* ---- conversions and the overflow check of mixed precision ---- */
+
+/* y [+]= x in D, the sum formed in fp32 as the CPU backend forms it */
+template <typename S, typename D> __global__ void cast_k(int64_t n, const S *x, D *y, int accumulate) {
+    GRID_LOOP(i, n) y[i] = st<D>(accumulate ? ld(y[i]) + ld(x[i]) : ld(x[i]));
+}
+
+template <typename S>
+static int cast_from(rn_backend *be, int dst, int64_t n, const void *x, void *y, int accumulate) {
+    cuda_ctx *g = CTX(be);
+    int64_t nb = blocks_for(g, n);
+    if (dst == RN_F16)
+        cast_k<S, __half><<<nb, TPB, 0, g->stream>>>(n, (const S *)x, (__half *)y, accumulate);
+    else if (dst == RN_BF16)
+        cast_k<S, __nv_bfloat16><<<nb, TPB, 0, g->stream>>>(n, (const S *)x, (__nv_bfloat16 *)y, accumulate);
+    else
+        cast_k<S, float><<<nb, TPB, 0, g->stream>>>(n, (const S *)x, (float *)y, accumulate);
+    LAUNCHED("cast");
+    return RN_OK;
+}
+static int cuda_cast(rn_backend *be, int src, int dst, int64_t n, const void *x, void *y, int accumulate) {
+    return BY_DTYPE(src, cast_from)(be, dst, n, x, y, accumulate);
+}
+
+/* every thread that saw an inf or NaN stores 1; none ever stores anything else */
+__global__ void nonfinite_k(int64_t n, const float *x, int32_t *flag) {
+    int any = 0;
+    GRID_LOOP(i, n) any |= !isfinite(x[i]);
+    if (any) *flag = 1;
+}
+
+static int cuda_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
+    cuda_ctx *g = CTX(be);
+    nonfinite_k<<<blocks_for(g, n), TPB, 0, g->stream>>>(n, x, flag);
+    LAUNCHED("nonfinite");
     return RN_OK;
 }
 
@@ -1097,6 +1149,8 @@ static void fill_ops(rn_backend_ops *o) {
     o->fc_bwd = cuda_fc_bwd;
     o->softmax_xent = cuda_softmax_xent;
     o->sgd_update = cuda_sgd_update;
+    o->cast = cuda_cast;
+    o->nonfinite = cuda_nonfinite;
 }
 
 static int env_flag(const char *name) {

@@ -34,7 +34,10 @@
  * 0 means RN_F32) that applies to the pointers declared void * in that op: activations,
  * their gradients, conv/FC weights and their gradients. Pointers declared float * are
  * always fp32 (BN parameters and statistics, the loss, SGD master weights). The CPU
- * backend implements RN_F32 only and returns RN_ENOTSUP for the others.
+ * backend computes in RN_F32 only and returns RN_ENOTSUP for the others
+ * (rn_backend_has_dtype says which a context computes in). Conversions between the three
+ * (rn_cast, the compute copy of rn_sgd_update_copy) are storage, not compute: every
+ * backend does them.
  *
  * Errors. Every function returns RN_OK or a negative RN_E* code with a message
  * (rn_last_error) that names the op and the bad value. Ops are not thread-safe on one
@@ -79,6 +82,9 @@ const char *rn_backend_name(const rn_backend *be);
 /* 1 when tensor pointers are host memory the caller may read and write directly. */
 int rn_backend_is_host(const rn_backend *be);
 int rn_backend_threads(const rn_backend *be);
+/* 1 when every op of this context computes in dtype (RN_F32 on every backend; RN_F16 and
+ * RN_BF16 on CUDA), else 0. */
+int rn_backend_has_dtype(const rn_backend *be, int dtype);
 
 /* ---- memory (pointers in the backend's space; sizes in bytes) ---- */
 
@@ -276,10 +282,12 @@ typedef struct {
     int nesterov;
     int first_step;
     float grad_scale;      /* 1, or 1/loss_scale to unscale AMP gradients */
+    int dtype;             /* element type of rn_sgd_update_copy's copy (0: RN_F32) */
 } rn_sgd_desc;
 
-/* Fill d: dampening 0, grad_scale 1, first_step 1. A grad_scale of 0 is refused with
- * RN_EINVAL (it would silently zero every gradient), here and in rn_xent_desc. */
+/* Fill d: dampening 0, grad_scale 1, first_step 1, dtype RN_F32. A grad_scale of 0 is
+ * refused with RN_EINVAL (it would silently zero every gradient), here and in
+ * rn_xent_desc. */
 int rn_sgd_desc_init(rn_sgd_desc *d, float lr, float momentum, float weight_decay,
                      int nesterov);
 /* p, grad, buf: n fp32 each (buf may be NULL when momentum == 0). Keep every parameter,
@@ -287,6 +295,29 @@ int rn_sgd_desc_init(rn_sgd_desc *d, float lr, float momentum, float weight_deca
  * grad is not modified. */
 int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                   const float *grad, float *buf);
+/* The fused optimiser step of mixed precision: rn_sgd_update (unscale by grad_scale,
+ * weight decay, momentum, update of the fp32 master weights p), and in the same pass
+ * copy (n elements of d->dtype, RN_F32/RN_F16/RN_BF16 on every backend) = the new p
+ * rounded to nearest even: the compute copy the next forward reads. p and buf end bit
+ * for bit as rn_sgd_update leaves them. copy must not overlap p, grad or buf. Skipping
+ * an overflowed step is the caller's decision, made before with rn_nonfinite: it must be
+ * known before the first weight is written, which one pass over the weights cannot. */
+int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
+                       const float *grad, float *buf, void *copy);
+
+/* ---- conversions and the overflow check of mixed precision ---- */
+
+/* y [+]= x converted, element by element: x is n elements of src_dtype, y n elements of
+ * dst_dtype (each RN_F32, RN_F16 or RN_BF16, on every backend). accumulate: the sum
+ * y + x is formed in fp32 and rounded once to dst_dtype (AMP adds a half-precision
+ * weight gradient into its fp32 master gradient this way). Rounding is to nearest even;
+ * beyond the half range values become inf, NaN stays NaN. y must not overlap x. */
+int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x, void *y,
+            int accumulate);
+/* *flag, one int32 in backend memory, is set to 1 when any of the n fp32 values of x is
+ * inf or NaN, and left as it was otherwise, so checks of several arrays accumulate into
+ * one flag: zero it first (rn_backend_zero), read it after (rn_backend_download). */
+int rn_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag);
 
 #ifdef __cplusplus
 }

@@ -74,8 +74,12 @@ typedef struct rn_backend_ops {
                   const void *dy, void *dx, void *dw, void *db, int accumulate);
     int (*softmax_xent)(rn_backend *be, const rn_xent_desc *d, const void *logits,
                         const int32_t *labels, float *loss, void *dlogits);
+    /* copy NULL: rn_sgd_update; else also the compute copy in d->dtype */
     int (*sgd_update)(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
-                      const float *grad, float *buf);
+                      const float *grad, float *buf, void *copy);
+    int (*cast)(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x,
+                void *y, int accumulate);
+    int (*nonfinite)(rn_backend *be, int64_t n, const float *x, int32_t *flag);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -394,6 +394,98 @@ static void test_sgd(env *e, int64_t n) {
     }
 }
 
+/* The fused AMP step: p, buf and the compute copy in each type, bit for bit */
+static void test_sgd_copy(env *e, int64_t n) {
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
+    for (int t = 0; t < 3; t++) {
+        rn_sgd_desc d;
+        CHECK_OK(rn_sgd_desc_init(&d, 0.1f, 0.9f, 1e-4f, 0));
+        d.first_step = 0;
+        d.grad_scale = 1.0f / 65536.0f;
+        d.dtype = dtypes[t];
+        size_t es = rn_dtype_size(dtypes[t]);
+        float *p = randn(n, 0, 1), *g = randn(n, 0, 3e3f), *buf = randn(n, 0, 1e-2f);
+        void *copy = malloc(es * n), *got = malloc(es * n), *gcopy = NULL;
+        float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
+        CHECK_OK(rn_backend_alloc(e->gpu, es * n, &gcopy));
+        CHECK_OK(rn_sgd_update_copy(e->cpu, &d, n, p, g, buf, copy));
+        CHECK_OK(rn_sgd_update_copy(e->gpu, &d, n, gp, gg, gbuf, gcopy));
+        float *hp = down(e->gpu, RN_F32, gp, n), *hb = down(e->gpu, RN_F32, gbuf, n);
+        CHECK_OK(rn_backend_download(e->gpu, got, gcopy, es * n));
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += hp[i] != p[i] || hb[i] != buf[i];
+        CHECK(diff == 0 && memcmp(got, copy, es * n) == 0,
+              "sgd_update_copy %s: %lld of %lld p/buf values differ from the CPU's, copy %s",
+              rn_dtype_name(dtypes[t]), (long long)diff, (long long)n,
+              memcmp(got, copy, es * n) ? "differs" : "equal");
+        rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
+        rn_backend_free(e->gpu, gcopy);
+        free(p), free(g), free(buf), free(copy), free(got), free(hp), free(hb);
+    }
+}
+
+/* Every conversion, plain and accumulating, bit for bit (values past the fp16 range
+ * included: both sides must make them inf) */
+static void test_cast(env *e, int64_t n) {
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
+    float *x = randn(n, 0, 3e4f), *y0 = randn(n, 0, 3e4f);
+    for (int si = 0; si < 3; si++)
+        for (int di = 0; di < 3; di++)
+            for (int acc = 0; acc < 2; acc++) {
+                int src = dtypes[si], dst = dtypes[di];
+                size_t ss = rn_dtype_size(src), ds = rn_dtype_size(dst);
+                /* the inputs in their own types, made by the CPU's conversion */
+                void *hx = malloc(ss * n), *hy = malloc(ds * n), *got = malloc(ds * n);
+                CHECK_OK(rn_cast(e->cpu, RN_F32, src, n, x, hx, 0));
+                CHECK_OK(rn_cast(e->cpu, RN_F32, dst, n, y0, hy, 0));
+                void *gx = NULL, *gy = NULL;
+                CHECK_OK(rn_backend_alloc(e->gpu, ss * n, &gx));
+                CHECK_OK(rn_backend_alloc(e->gpu, ds * n, &gy));
+                CHECK_OK(rn_backend_upload(e->gpu, gx, hx, ss * n));
+                CHECK_OK(rn_backend_upload(e->gpu, gy, hy, ds * n));
+                CHECK_OK(rn_cast(e->cpu, src, dst, n, hx, hy, acc));
+                CHECK_OK(rn_cast(e->gpu, src, dst, n, gx, gy, acc));
+                CHECK_OK(rn_backend_download(e->gpu, got, gy, ds * n));
+                int64_t bad = 0, first = -1;
+                for (int64_t i = 0; i < n; i++)
+                    if (memcmp((char *)got + i * ds, (char *)hy + i * ds, ds)) {
+                        if (first < 0) first = i;
+                        bad++;
+                    }
+                CHECK(bad == 0, "cast %s -> %s%s: %lld of %lld differ from the CPU's, first at %lld",
+                      rn_dtype_name(src), rn_dtype_name(dst), acc ? " accumulate" : "", (long long)bad,
+                      (long long)n, (long long)first);
+                rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gy);
+                free(hx), free(hy), free(got);
+            }
+    free(x), free(y0);
+}
+
+/* The overflow check: nothing found in finite values, one inf or NaN anywhere found */
+static void test_nonfinite(env *e, int64_t n) {
+    float *x = randn(n, 0, 1e30f);
+    const int64_t at[] = {-1, 0, n / 2 + 1, n - 1};
+    const float bad[] = {0, NAN, INFINITY, -INFINITY};
+    int32_t *gflag = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t), (void **)&gflag));
+    for (int k = 0; k < 4; k++) {
+        float keep = at[k] >= 0 ? x[at[k]] : 0;
+        if (at[k] >= 0) x[at[k]] = bad[k];
+        float *gx = up(e->gpu, RN_F32, x, n);
+        int32_t cflag = 0, flag = 7;
+        CHECK_OK(rn_backend_zero(e->gpu, gflag, sizeof(int32_t)));
+        CHECK_OK(rn_nonfinite(e->cpu, n, x, &cflag));
+        CHECK_OK(rn_nonfinite(e->gpu, n, gx, gflag));
+        CHECK_OK(rn_backend_download(e->gpu, &flag, gflag, sizeof(int32_t)));
+        CHECK(flag == cflag && flag == (at[k] >= 0), "nonfinite with %g at %lld: gpu flag %d, cpu %d", bad[k],
+              (long long)at[k], flag, cflag);
+        if (at[k] >= 0) x[at[k]] = keep;
+        rn_backend_free(e->gpu, gx);
+    }
+    rn_backend_free(e->gpu, gflag);
+    free(x);
+}
+
 static void run_bn(env *e) {
     for (int relu = 0; relu < 2; relu++)
         for (int res = 0; res < 2; res++) test_bn(e, 70, 13, relu, res, 0);
@@ -426,7 +518,12 @@ static void run_all(env *e) {
     test_fc(e, 32, 2048, 1000);
     test_xent(e, 7, 10, 0, 1);
     test_xent(e, 32, 1000, 0.1f, 0.5f);
-    if (!half) test_sgd(e, 100003);
+    if (!half) {
+        test_sgd(e, 100003);
+        test_sgd_copy(e, 100003);
+        test_cast(e, 100003);
+        test_nonfinite(e, 100003);
+    }
 }
 
 int main(void) {

@@ -1,6 +1,7 @@
 /* Backend op tests on the CPU backend: forwards against direct loops in double, every
  * backward against central finite differences (gradcheck.h), BN running statistics,
  * SGD against values torch.optim.SGD printed, and the argument checks. */
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -690,6 +691,134 @@ static void test_sgd(rn_backend *be) {
     CHECK(rn_sgd_update(be, &d, 2, p2, g2, b2) == RN_EINVAL, "grad_scale 0 must be refused");
 }
 
+/* The fused step of mixed precision: the same p and buf as rn_sgd_update, bit for bit,
+ * and the compute copy is p rounded to the copy's type. Gradients scaled by 2^16 and
+ * unscaled by grad_scale 2^-16 give the step of the unscaled gradients exactly. */
+static void test_sgd_copy(rn_backend *be) {
+    const int64_t n = 100003; /* several parallel pieces */
+    float *p0 = randn(60, n, 0, 1), *g = randn(61, n, 0, 1e-3f), *b0 = randn(62, n, 0, 1e-3f);
+    float *gs = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) gs[i] = g[i] * 65536.0f;
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
+    for (int t = 0; t < 3; t++) {
+        float *p1 = malloc(sizeof(float) * n), *b1 = malloc(sizeof(float) * n);
+        float *p2 = malloc(sizeof(float) * n), *b2 = malloc(sizeof(float) * n);
+        void *copy = malloc(rn_dtype_size(dtypes[t]) * n);
+        memcpy(p1, p0, sizeof(float) * n), memcpy(p2, p0, sizeof(float) * n);
+        memcpy(b1, b0, sizeof(float) * n), memcpy(b2, b0, sizeof(float) * n);
+        rn_sgd_desc d;
+        CHECK_OK(rn_sgd_desc_init(&d, 0.1f, 0.9f, 1e-4f, 0));
+        d.first_step = 0;
+        CHECK_OK(rn_sgd_update(be, &d, n, p1, g, b1));
+        d.grad_scale = 1.0f / 65536.0f;
+        d.dtype = dtypes[t];
+        CHECK_OK(rn_sgd_update_copy(be, &d, n, p2, gs, b2, copy));
+        int64_t diff = 0, bad_copy = 0;
+        for (int64_t i = 0; i < n; i++) {
+            diff += p1[i] != p2[i] || b1[i] != b2[i];
+            if (dtypes[t] == RN_F32) bad_copy += ((float *)copy)[i] != p2[i];
+            else if (dtypes[t] == RN_F16) bad_copy += ((uint16_t *)copy)[i] != rn_f32_to_f16(p2[i]);
+            else bad_copy += ((uint16_t *)copy)[i] != rn_f32_to_bf16(p2[i]);
+        }
+        CHECK(diff == 0, "sgd_update_copy %s: %lld of %lld p/buf values differ from rn_sgd_update",
+              rn_dtype_name(dtypes[t]), (long long)diff, (long long)n);
+        CHECK(bad_copy == 0, "sgd_update_copy %s: %lld copies are not p rounded", rn_dtype_name(dtypes[t]),
+              (long long)bad_copy);
+        free(p1), free(b1), free(p2), free(b2), free(copy);
+    }
+    rn_sgd_desc d;
+    CHECK_OK(rn_sgd_desc_init(&d, 0.1f, 0.9f, 1e-4f, 0));
+    CHECK(rn_sgd_update_copy(be, &d, n, p0, g, b0, NULL) == RN_EINVAL, "NULL copy refused");
+    d.dtype = RN_U8;
+    CHECK(rn_sgd_update_copy(be, &d, n, p0, g, b0, gs) == RN_EINVAL, "U8 copy refused");
+    CHECK(strstr(rn_last_error(), "U8") != NULL, "message names the dtype: %s", rn_last_error());
+    free(p0), free(g), free(b0), free(gs);
+}
+
+/* Conversions: round to nearest even at the edges of each type, written out as bits. */
+static void test_cast(rn_backend *be) {
+    const float in[] = {1.0f, -2.5f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 3e-8f, 1e-8f,
+                        1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, INFINITY, -INFINITY, NAN,
+                        1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, FLT_MAX};
+    const uint16_t want16[] = {0x3c00, 0xc100, 0x8000, 0x7bff, 0x7bff, 0x7c00, 0x0001, 0x0000,
+                               0x3c00, 0x3c02, 0x7c00, 0xfc00, 0x7e00, 0x3c04, 0x3c0c, 0x7c00};
+    /* (bf16 NaN: any NaN; torch and CUDA pick different payloads) */
+    const uint16_t wantbf[] = {0x3f80, 0xc020, 0x8000, 0x4780, 0x4780, 0x4780, 0x3301, 0x322c,
+                               0x3f80, 0x3f80, 0x7f80, 0xff80, 0x7fc0, 0x3f80, 0x3f82, 0x7f80};
+    enum { N = sizeof in / sizeof *in };
+    uint16_t h[N], b[N];
+    CHECK_OK(rn_cast(be, RN_F32, RN_F16, N, in, h, 0));
+    CHECK_OK(rn_cast(be, RN_F32, RN_BF16, N, in, b, 0));
+    for (int i = 0; i < N; i++) {
+        CHECK(h[i] == want16[i], "f32 %.9g -> f16 0x%04x, want 0x%04x", in[i], h[i], want16[i]);
+        CHECK(b[i] == wantbf[i] || (isnan(in[i]) && (b[i] & 0x7f80) == 0x7f80 && (b[i] & 0x7f)),
+              "f32 %.9g -> bf16 0x%04x, want 0x%04x", in[i], b[i], wantbf[i]);
+    }
+    /* back to fp32: exact */
+    float back[N];
+    CHECK_OK(rn_cast(be, RN_F16, RN_F32, N, h, back, 0));
+    CHECK(back[0] == 1.0f && back[1] == -2.5f && back[3] == 65504.0f && back[6] == 0x1p-24f &&
+              isinf(back[5]) && isnan(back[12]) && signbit(back[2]),
+          "f16 -> f32: %g %g %g %g", back[0], back[1], back[3], back[6]);
+    CHECK_OK(rn_cast(be, RN_BF16, RN_F32, N, b, back, 0));
+    CHECK(back[0] == 1.0f && back[1] == -2.5f && back[14] == 1.0f + 0x1p-6f && isnan(back[12]),
+          "bf16 -> f32: %g %g %.9g", back[0], back[1], back[14]);
+    /* accumulate: the sum in fp32, rounded once into the destination type */
+    float acc[3] = {1.0f, 0.5f, -3.0f};
+    uint16_t x16[3] = {0x3c00, 0x3800, 0x4000}; /* 1, 0.5, 2 */
+    CHECK_OK(rn_cast(be, RN_F16, RN_F32, 3, x16, acc, 1));
+    CHECK(acc[0] == 2.0f && acc[1] == 1.0f && acc[2] == -1.0f, "f16 into f32 accumulate: %g %g %g", acc[0],
+          acc[1], acc[2]);
+    uint16_t y16[2] = {0x3c00, 0x3c00};            /* 1, 1 */
+    const float dx[2] = {0x1p-11f, 0x1p-11f + 0x1p-20f}; /* a tie, and just above one */
+    CHECK_OK(rn_cast(be, RN_F32, RN_F16, 2, dx, y16, 1));
+    CHECK(y16[0] == 0x3c00 && y16[1] == 0x3c01, "f32 into f16 accumulate rounds once: 0x%04x 0x%04x", y16[0],
+          y16[1]);
+    /* many elements, on the pool: f32 -> bf16 -> f32 is rn_f32_to_bf16's rounding */
+    const int64_t n = 100003;
+    float *x = randn(63, n, 0, 1), *z = malloc(sizeof(float) * n);
+    uint16_t *mid = malloc(sizeof(uint16_t) * n);
+    CHECK_OK(rn_cast(be, RN_F32, RN_BF16, n, x, mid, 0));
+    CHECK_OK(rn_cast(be, RN_BF16, RN_F32, n, mid, z, 0));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += z[i] != rn_bf16_to_f32(rn_f32_to_bf16(x[i]));
+    CHECK(bad == 0, "bulk bf16 round trip: %lld differ", (long long)bad);
+    CHECK_OK(rn_cast(be, 0, RN_F32, n, x, z, 0)); /* 0 means fp32 */
+    CHECK(memcmp(x, z, sizeof(float) * n) == 0, "f32 -> f32 copies");
+    CHECK(rn_cast(be, RN_U8, RN_F32, n, x, z, 0) == RN_EINVAL, "U8 refused");
+    CHECK(rn_cast(be, RN_F32, RN_F16, -1, x, z, 0) == RN_EINVAL, "negative count refused");
+    CHECK(rn_cast(be, RN_F32, RN_F16, n, x, NULL, 0) == RN_EINVAL, "NULL y refused");
+    free(x), free(z), free(mid);
+}
+
+/* The overflow check: any inf or NaN anywhere sets the flag; finite values, however
+ * large, leave it; it never clears a flag already set. */
+static void test_nonfinite(rn_backend *be) {
+    const int64_t n = 100003;
+    float *x = randn(64, n, 0, 1e30f);
+    x[5] = FLT_MAX, x[6] = -FLT_MAX, x[7] = FLT_MIN / 4; /* finite, subnormal */
+    int32_t flag = 0;
+    CHECK_OK(rn_nonfinite(be, n, x, &flag));
+    CHECK(flag == 0, "finite values set the flag");
+    const int64_t at[] = {77777, 0, n - 1};
+    const float bad[] = {INFINITY, NAN, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        float keep = x[at[k]];
+        x[at[k]] = bad[k];
+        flag = 0;
+        CHECK_OK(rn_nonfinite(be, n, x, &flag));
+        CHECK(flag == 1, "%g at %lld not found", bad[k], (long long)at[k]);
+        x[at[k]] = keep;
+    }
+    flag = 1;
+    CHECK_OK(rn_nonfinite(be, n, x, &flag));
+    CHECK(flag == 1, "a set flag stays set");
+    flag = 0;
+    CHECK_OK(rn_nonfinite(be, 0, NULL, &flag));
+    CHECK(flag == 0 && rn_nonfinite(be, n, x, NULL) == RN_EINVAL, "n 0; NULL flag refused");
+    free(x);
+}
+
 /* ---- argument checks ---- */
 
 static void test_errors(rn_backend *be) {
@@ -837,6 +966,9 @@ int main(void) {
     test_fc(be);
     test_xent(be);
     test_sgd(be);
+    test_sgd_copy(be);
+    test_cast(be);
+    test_nonfinite(be);
     test_errors(be);
     test_thread_independence(be);
     test_pool_threads();
