@@ -49,6 +49,11 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     run rn-info --json e3.pb
     assert_output --partial '"epoch":5,"step":40,'
     assert_output --partial '"class_names":["horiz","vert"]'
+    # an epoch without --val: its val fields are null (rn-info's table shows '-')
+    rn-train --data train.lmdb --in e3.pb --out e4.pb --epochs 1 $T
+    rn-info --json e4.pb | "$PYTHON" -c 'import json,sys; h=json.load(sys.stdin)["history"]; assert len(h)==6 and h[4]["val_n"]==64 and h[4]["val_top1"]>=0.95 and h[5]["val_n"]==0 and h[5]["val_top1"] is None, h'
+    run rn-info e4.pb
+    assert_line --regexp '^ +6 +48 .* +- +- +- '
     # the JSONL log: step lines and one epoch line per epoch with the val metrics
     run "$PYTHON" -c 'import json,sys; L=[json.loads(l) for l in open("e3.jsonl")]; E=[l for l in L if l["kind"]=="epoch"]; S=[l for l in L if l["kind"]=="step"]; assert len(E)==5 and all("val_top1" in e and "img_s" in e for e in E), E; assert S and all(k in S[0] for k in ("loss","lr","img_s","data_wait","step","epoch")), S[0]; print(len(S), "step lines")'
     assert_success
