@@ -56,3 +56,50 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     assert_success
     assert_output --partial "SKIP"
 }
+
+@test "make bench-gpu without a usable GPU: 'bench-gpu: skipped: <why>', exit 0, no benchmark line" {
+    run make --no-print-directory -C "$BATS_TEST_DIRNAME/.." BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" \
+        PYTHON="$PYTHON" BENCH_GPU_DIR="$BATS_TEST_TMPDIR/bg" bench-gpu
+    assert_success
+    if cuda_build; then
+        assert_output --regexp 'bench-gpu: skipped: cuda:0: no usable NVIDIA GPU: [^ ]'
+    else
+        assert_output --partial "bench-gpu: skipped: device 'cuda': this rn build has no CUDA support"
+    fi
+    refute_output --regexp ': rn='
+}
+
+@test "bench-gpu's dry run on the CPU: every line in the summary form, rows rn cannot run say so with no number" {
+    have_torch || skip "needs PyTorch for the peer"
+    # a stand-in NVML, so that the sampling and its windows run too
+    cc -shared -fPIC -o "$BATS_TEST_TMPDIR/libnvidia-ml.so.1" "$BATS_TEST_DIRNAME/gpu/fake-nvml.c"
+    run --separate-stderr env LD_LIBRARY_PATH="$BATS_TEST_TMPDIR" BENCH_GPU_DRY=1 BENCH_GPU_DIR="$BATS_TEST_TMPDIR/bg" \
+        BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" "$BATS_TEST_DIRNAME/bench/gpu.sh"
+    assert_success
+    [[ "$stderr" == *"DRY RUN on the CPU"* ]]
+    n='[0-9]+(\.[0-9]+)?'
+    assert_line --regexp "^gpu-train-fp32: rn=$n peer=$n ratio=$n\$"
+    assert_line --regexp "^gpu-train-loader-fp32: rn=$n peer=$n ratio=$n\$"
+    # the stand-in's 87% busy, and its 1 GiB more in use once the run started
+    assert_line "gpu-busy-fp32: rn=87.0 peer=87.0 ratio=1.00"
+    assert_line "gpu-device-mib-fp32: rn=1024.0 peer=1024.0 ratio=1.00"
+    assert_line "gpu-busy-loader-fp32: rn=87.0 peer=87.0 ratio=1.00"
+    # no CUDA allocator to ask on the CPU: no number, no ratio
+    assert_line --regexp "^gpu-peak-mib-fp32: rn=$n peer=- ratio=-\$"
+    if [[ "$stderr" == *"amp: not supported by this build"* ]]; then
+        assert_line --regexp "^gpu-train-fp16: not run: amp: not supported by this build .*\(peer: $n img/s\)\$"
+        assert_line --regexp "^gpu-train-amp: not run: .*\(peer fp16: $n img/s\)\$"
+        refute_line --regexp '^gpu-(train|busy|peak-mib|device-mib)-(fp16|bf16): rn='
+    fi
+    # every line is the summary form or says what was not run; gpu-train-amp comes last
+    bad=$(grep -Ev '^[a-z0-9-]+: (rn=[^ ]+ peer=[^ ]+ ratio=[^ ]+|not run: .*)$' <<<"$output" || true)
+    [ -z "$bad" ] || { echo "not a benchmark line: $bad"; false; }
+    [[ "${lines[-1]}" == gpu-train-amp:* ]]
+}
+
+@test "gpu_watch.py without NVML exits 3 and says why" {
+    "$PYTHON" -c 'import ctypes; ctypes.CDLL("libnvidia-ml.so.1")' 2>/dev/null && skip "this machine has NVML"
+    run "$PYTHON" "$BATS_TEST_DIRNAME/bench/gpu_watch.py" check
+    [ "$status" -eq 3 ]
+    assert_output --partial "no NVML"
+}

@@ -72,7 +72,7 @@ if [ "$DEVICE" != cpu ]; then
     why=$("$body" probe "$DEVICE" 2>&1)
     case $? in
         0) ;;
-        77) echo "bench-gpu: skipped: no usable GPU: $why"; exit 0 ;;
+        77) echo "bench-gpu: skipped: $why"; exit 0 ;;
         *) echo "bench-gpu: $body probe failed: $why" >&2; exit 1 ;;
     esac
 else
