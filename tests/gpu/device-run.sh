@@ -5,9 +5,14 @@
 #     run(command="tests/gpu/device-run.sh", carry=[".gpudeps"], timeout_s=570)
 # It unpacks .gpudeps/*.deb under /tmp/rn-deps (never over /), finds cuDNN and cuBLAS (in
 # the CUDA toolkit, else in PyTorch's nvidia-* wheels), points the compiler, linker and
-# loader at them, then runs tests/gpu/gpu-check.sh with a fresh build in build-device/.
+# loader at them, then runs tests/gpu/gpu-check.sh with a fresh build in build-device/,
+# then `make bench-gpu` on that build (tests/bench/gpu.sh; BENCH_GPU=0 leaves it out), with
+# what is left of DEVICE_RUN_SECONDS (default 540: the whole call under the tool's 10
+# minutes; under 120 s left it is not started, and says so).
 # Results: $GPU_CHECK_OUT (default $OUT/gpu-check, the folder the device tool brings back):
-# gpu-check.log, results.md, build.log, ops.txt, train-compare.txt. Exit status: gpu-check's.
+# gpu-check.log, results.md, build.log, ops.txt, train-compare.txt; $OUT/bench-gpu.log (the
+# benchmark's lines and notes) and $OUT/bench-gpu/ (its raw outputs, a few KB).
+# Exit status: gpu-check's when it failed, else bench-gpu's.
 set -u
 cd "$(dirname "$0")/../.."
 M=x86_64-linux-gnu
@@ -65,4 +70,23 @@ export GPU_CHECK_WORK=${GPU_CHECK_WORK:-/tmp/rn-gpu-check-work}
 export BUILD=${BUILD:-build-device}
 export GPU_CHECK_MAKE_ARGS="USE_CUDA=1 CUDA=$CUDA ${GPU_CHECK_MAKE_ARGS:-}"
 export PYTHON=$PY
-exec tests/gpu/gpu-check.sh
+t0=$(date +%s)
+tests/gpu/gpu-check.sh
+rc=$?
+[ "${BENCH_GPU:-1}" = 0 ] && exit $rc
+left=$((${DEVICE_RUN_SECONDS:-540} - ($(date +%s) - t0)))
+out=${OUT:-gpu-check-out}
+mkdir -p "$out/bench-gpu"
+if [ $left -lt 120 ]; then
+    say "bench-gpu: not run: only $left s of DEVICE_RUN_SECONDS left after gpu-check" | tee "$out/bench-gpu.log"
+    exit $rc
+fi
+say "bench-gpu, at most $left s (log: $out/bench-gpu.log)"
+export BENCH_GPU_DIR=${BENCH_GPU_DIR:-/tmp/rn-bench-gpu}
+timeout "$left" make --no-print-directory BUILD="$BUILD" $GPU_CHECK_MAKE_ARGS bench-gpu 2>&1 |
+    grep -v -e '^cc ' -e '^ar ' -e 'nvcc' | tee "$out/bench-gpu.log"
+brc=${PIPESTATUS[0]}
+[ $brc = 124 ] && say "bench-gpu: stopped after $left s" | tee -a "$out/bench-gpu.log"
+cp "$BENCH_GPU_DIR"/run/*.txt "$BENCH_GPU_DIR"/run/*.err "$BENCH_GPU_DIR"/run/*.jsonl "$out/bench-gpu/" 2>/dev/null
+[ $rc != 0 ] && exit $rc
+exit $brc

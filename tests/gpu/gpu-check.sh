@@ -196,7 +196,7 @@ else
     row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
 fi
 
-row "not run" - "fp16/bf16 training (AMP is not in the network yet); bench-gpu"
+row "not run" - "fp16/bf16 training (AMP is not in the network yet); the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
 echo
 cat "$RES"
 say "$( [ $failed = 0 ] && echo passed || echo FAILED ) in $(($(date +%s) - t_start)) s; results in $RES"
