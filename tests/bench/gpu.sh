@@ -51,7 +51,7 @@ IMG_SIZE=${BENCH_GPU_IMG_SIZE:-${d[7]}}
 CLASSES=${BENCH_GPU_CLASSES:-${d[8]}}
 WORKERS=${BENCH_GPU_WORKERS:-${d[9]}} # rn-train's loader threads, the DataLoader's processes
 PRECISIONS=${BENCH_GPU_PRECISIONS:-fp32 fp16 bf16}
-LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS:-fp32 fp16}
+LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp32 fp16} # empty: no loader runs
 TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
 LIMIT=${BENCH_GPU_LIMIT:-300}         # seconds per run
 DIR=${BENCH_GPU_DIR:-$BUILD/bench-gpu}
@@ -87,12 +87,13 @@ NVML=0
 # (the dry run samples too where NVML answers: a check of the sampling, not of a GPU)
 if nv=$("$PYTHON" tests/bench/gpu_watch.py check 2>&1); then NVML=1; else note "no GPU busy or device memory figures: $nv"; fi
 watch_start() {
+    ts=$SECONDS # for "took": what each run costs, to plan a device session's minutes
     [ $NVML = 1 ] || return 0
     "$PYTHON" tests/bench/gpu_watch.py sample "$1" &
     WPID=$!
     for _ in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.05; done
 }
-watch_stop() { [ -n "$WPID" ] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=; }
+watch_stop() { [ -n "$WPID" ] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=; took=$((SECONDS - ts)); }
 trap watch_stop EXIT
 window() { # watch-file t0 t1 -> busy_pct=.. used_mib=.. samples=..
     if [ $NVML = 1 ] && num "${2:-x}" && num "${3:-x}"; then "$PYTHON" tests/bench/gpu_watch.py window "$1" "$2" "$3"
@@ -121,7 +122,7 @@ for p in $PRECISIONS; do
     case $rc in
         0) R[$p]=$(cat "$W/rn-$p.txt")
            R[$p]="${R[$p]} $(window "$W/rn-$p.watch" "$(field t0 <<<"${R[$p]}")" "$(field t1 <<<"${R[$p]}")")"
-           note "rn $p: ${R[$p]}" ;;
+           note "rn $p: ${R[$p]} (took $took s)" ;;
         3) R[$p]="not run: $(sed -n 's/^bench_gpu_step: [a-z0-9]*: //p' "$W/rn-$p.err" | tail -n 1)"
            note "rn $p: ${R[$p]}" ;;
         *) failed=1
@@ -135,6 +136,7 @@ if [ $peer_ok = 1 ]; then
         >"$W/peer-synth.txt" 2>"$W/peer-synth.err" || { failed=1; note "peer synth FAILED: $(tail -n 3 "$W/peer-synth.err")"; }
     watch_stop
     grep '^#' "$W/peer-synth.txt" >&2
+    note "peer synth took $took s"
 fi
 for p in $PRECISIONS; do
     P[$p]=$(grep "^precision=$p " "$W/peer-synth.txt" 2>/dev/null)
@@ -150,25 +152,32 @@ for p in $PRECISIONS; do
 done
 
 # ---- 2. the real loader: generated JPEGs, rn-prep + rn-train against ImageFolder + DataLoader ----
-per=$(((IMAGES + CLASSES - 1) / CLASSES))
-stamp="$per $CLASSES $IMG_SIZE"
-if [ "$(cat "$DIR/imgs.stamp" 2>/dev/null)" != "$stamp" ]; then
-    note "generating $((per * CLASSES)) $IMG_SIZE JPEGs in $DIR/imgs (once)"
-    rm -rf "$DIR/imgs" "$DIR/imgs.tmp" "$DIR/data.lmdb" "$DIR/imgs.stamp"
-    mkdir -p "$DIR/imgs" "$DIR/imgs.tmp"
-    if ! seq 0 $((CLASSES - 1)) | xargs -P "$(nproc)" -I{} "$PYTHON" tests/data/mkimages.py folder "$DIR/imgs.tmp/{}" \
-        --classes 1 --per-class "$per" --size "$IMG_SIZE" --seed {} --noise 12; then
-        echo "bench-gpu: generating the JPEGs failed" >&2
-        exit 1
+loader_data() {
+    local per=$(((IMAGES + CLASSES - 1) / CLASSES)) t=$SECONDS
+    local stamp="$per $CLASSES $IMG_SIZE"
+    if [ "$(cat "$DIR/imgs.stamp" 2>/dev/null)" != "$stamp" ]; then
+        rm -rf "$DIR/imgs" "$DIR/imgs.tmp" "$DIR/data.lmdb" "$DIR/imgs.stamp"
+        mkdir -p "$DIR/imgs" "$DIR/imgs.tmp" || return 1
+        # one generator per class, all cores at once: seconds, not minutes, on a GPU machine
+        seq 0 $((CLASSES - 1)) | xargs -P "$(nproc)" -I{} "$PYTHON" tests/data/mkimages.py folder "$DIR/imgs.tmp/{}" \
+            --classes 1 --per-class "$per" --size "$IMG_SIZE" --seed {} --noise 12 || return 1
+        for k in $(seq 0 $((CLASSES - 1))); do
+            mv "$DIR/imgs.tmp/$k/class_00" "$(printf '%s/imgs/class_%02d' "$DIR" "$k")" || return 1
+        done
+        rm -rf "$DIR/imgs.tmp"
+        echo "$stamp" >"$DIR/imgs.stamp"
+        note "generated $((per * CLASSES)) $IMG_SIZE JPEGs in $DIR/imgs in $((SECONDS - t)) s (kept for the next run)"
     fi
-    for k in $(seq 0 $((CLASSES - 1))); do mv "$DIR/imgs.tmp/$k/class_00" "$(printf '%s/imgs/class_%02d' "$DIR" "$k")"; done
-    rm -rf "$DIR/imgs.tmp"
-    echo "$stamp" >"$DIR/imgs.stamp"
+    if [ ! -s "$DIR/data.lmdb/classes.txt" ]; then
+        "$BIN/rn-prep" -q "$DIR/imgs" "$DIR/data.lmdb" >&2 || return 1
+    fi
+    "$BIN/rn-init" --arch "$ARCH" --classes "$CLASSES" --seed 1 -o "$W/init.pb"
+}
+if [ -n "$LOADER_PRECISIONS" ] && ! loader_data; then
+    failed=1
+    note "the loader runs are left out: making their JPEGs, dataset or checkpoint in $DIR failed (see above)"
+    LOADER_PRECISIONS=
 fi
-if [ ! -s "$DIR/data.lmdb/classes.txt" ]; then
-    "$BIN/rn-prep" -q "$DIR/imgs" "$DIR/data.lmdb" >&2 || { echo "bench-gpu: rn-prep failed" >&2; exit 1; }
-fi
-"$BIN/rn-init" --arch "$ARCH" --classes "$CLASSES" --seed 1 -o "$W/init.pb" || exit 1
 has_amp=0
 "$BIN/rn-train" --help | grep -q -- '--amp' && has_amp=1
 # each JSONL line stamped with the wall-clock time it was written, for the NVML window
@@ -202,14 +211,16 @@ for p in $LOADER_PRECISIONS; do
         END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' \
         "$W/rn-loader-$p.jsonl")
     R[L$p]="${R[L$p]} $(window "$W/rn-loader-$p.watch" "$(field t0 <<<"${R[L$p]}")" "$(field t1 <<<"${R[L$p]}")")"
-    note "rn loader $p: ${R[L$p]} ($(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
+    case ${R[L$p]} in img/s=*) ;; *) failed=1; note "rn loader $p: rn-train logged fewer than $((WARMUP + STEPS)) steps" ;; esac
+    note "rn loader $p: ${R[L$p]} (took $took s; $(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
 done
-if [ $peer_ok = 1 ]; then
+if [ $peer_ok = 1 ] && [ -n "$LOADER_PRECISIONS" ]; then
     watch_start "$W/peer-loader.watch"
     timeout $((LIMIT * 2)) "$PYTHON" "${PEER[@]}" loader --data "$DIR/imgs" --classes "$CLASSES" \
         --precisions "$(tr ' ' , <<<"$LOADER_PRECISIONS")" >"$W/peer-loader.txt" 2>"$W/peer-loader.err" ||
         { failed=1; note "peer loader FAILED: $(tail -n 3 "$W/peer-loader.err")"; }
     watch_stop
+    note "peer loader took $took s"
 fi
 for p in $LOADER_PRECISIONS; do
     P[L$p]=$(grep "^precision=$p " "$W/peer-loader.txt" 2>/dev/null)
@@ -232,5 +243,6 @@ case ${R[fp16]:-not run} in
         "(peer fp16: $(field img/s <<<"${P[fp16]:-}" | grep . || echo -) img/s)" | sed 's/not run: not run: /not run: /' ;;
     *) line gpu-train-amp "$(field img/s <<<"${R[fp16]}")" "$(field img/s <<<"${P[fp16]:-}")" ;;
 esac
+note "bench-gpu took $SECONDS s"
 [ "$DRY" = 1 ] && echo "bench-gpu: DRY RUN on the CPU: the numbers above are not a GPU's" >&2
 exit $failed
