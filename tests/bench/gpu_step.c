@@ -1,6 +1,8 @@
 /* GPU benchmark body for make bench-gpu (tests/bench/gpu.sh): ResNet training steps
  * (forward, loss and backward, SGD momentum 0.9) on a fixed random batch already in device
  * memory, timed after warm-up steps, each end of the timed window after a device sync.
+ * The batch goes in as rn-train's does: random u8 pixels normalised on the device into
+ * the net's input, so that the input's element type is the net's business.
  *   bench_gpu_step probe [DEVICE]
  *       exit 0 and print the backend's name when DEVICE (default cuda) starts; exit 77 and
  *       say why when it does not (no GPU, no driver, a build without CUDA)
@@ -22,6 +24,7 @@
 #include "rn/err.h"
 #include "rn/net.h"
 #include "rn/rng.h"
+#include "rn/tensor.h"
 
 #define SKIP 77
 #define NOT_SUPPORTED 3
@@ -94,8 +97,9 @@ int main(int argc, char **argv) {
     rn_ckpt *ck = NULL;
     rn_backend *be = NULL;
     rn_net *net = NULL;
-    float *x = NULL;
+    uint8_t *px = NULL, *dpx = NULL;
     int32_t *labels = NULL;
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     if (rn_backend_create(device, 0, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
@@ -105,15 +109,21 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
     TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, &net));
     TRY(rn_net_load(net, ck));
-    int64_t nx = (int64_t)batch * size * size * 3;
-    if (!(x = malloc(sizeof(float) * (size_t)nx)) || !(labels = malloc(sizeof(int32_t) * (size_t)batch))) {
+    int64_t m = (int64_t)batch * size * size, nx = m * 3;
+    if (!(px = malloc((size_t)nx)) || !(labels = malloc(sizeof(int32_t) * (size_t)batch))) {
         fprintf(stderr, "bench_gpu_step: out of host memory for a batch of %d\n", batch);
         goto fail;
     }
-    rn_rng_normal(rn_rng_key(1, 2), x, nx, 0.0f, 1.0f);
+    for (int64_t i = 0; i < nx; i += 16) {
+        uint32_t r[4];
+        rn_philox(rn_rng_key(1, 2), 0, (uint64_t)i / 16, r);
+        memcpy(px + i, r, (size_t)(nx - i < 16 ? nx - i : 16));
+    }
     for (int i = 0; i < batch; i++)
         labels[i] = (i * 37) % 1000;
-    TRY(rn_backend_upload(be, rn_net_input(net), x, sizeof(float) * (size_t)nx));
+    TRY(rn_backend_alloc(be, (size_t)nx, (void **)&dpx));
+    TRY(rn_backend_upload(be, dpx, px, (size_t)nx));
+    TRY(rn_input_normalize(be, RN_F32, m, 3, dpx, mean, std, rn_net_input(net)));
     /* the first step chooses every convolution algorithm (cuDNN Find): never timed */
     for (int s = 0; s < warmup; s++)
         TRY(step(net, labels, batch));
@@ -129,8 +139,9 @@ int main(int argc, char **argv) {
             batch, warmup, steps, rn_backend_name(be));
     ret = 0;
 fail:
-    free(x);
+    free(px);
     free(labels);
+    rn_backend_free(be, dpx);
     rn_ckpt_free(ck);
     rn_net_destroy(net);
     rn_backend_destroy(be);
