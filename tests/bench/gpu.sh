@@ -93,7 +93,7 @@ watch_start() {
     WPID=$!
     for _ in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.05; done
 }
-watch_stop() { [ -n "$WPID" ] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=; took=$((SECONDS - ts)); }
+watch_stop() { [ -n "$WPID" ] && kill "$WPID" 2>/dev/null && wait "$WPID" 2>/dev/null; WPID=; took=$((SECONDS - ${ts:-$SECONDS})); }
 trap watch_stop EXIT
 window() { # watch-file t0 t1 -> busy_pct=.. used_mib=.. samples=..
     if [ $NVML = 1 ] && num "${2:-x}" && num "${3:-x}"; then "$PYTHON" tests/bench/gpu_watch.py window "$1" "$2" "$3"
@@ -187,6 +187,7 @@ for p in $LOADER_PRECISIONS; do
     if [ "$p" != fp32 ]; then
         # the interface rn-train is expected to get; until then this row is not run
         if [ $has_amp = 0 ]; then R[L$p]="not run: rn-train has no --amp yet"; note "rn loader $p: ${R[L$p]}"; continue; fi
+        if [ "$DEVICE" = cpu ]; then R[L$p]="not run: rn-train --amp needs a GPU"; note "rn loader $p: ${R[L$p]}"; continue; fi
         amp=(--amp "$p")
     fi
     watch_start "$W/rn-loader-$p.watch"
