@@ -26,7 +26,7 @@
 # Exit 1 when a run failed (the other lines still come), else 0: never on a speed.
 set -uo pipefail
 export LC_ALL=C # EPOCHREALTIME and printf with a decimal point
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-python3}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
