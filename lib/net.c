@@ -21,7 +21,7 @@ typedef struct {
     int64_t out_elems;  /* per image: p*q*cout */
     int64_t w_off, g_off, b_off; /* conv weight, BN gamma, BN beta offsets into params */
     int64_t stat_off;   /* running_mean at bufs+stat_off, running_var at bufs+stat_off+cout */
-    float *z, *a;       /* train: conv output / BN output (max_batch, p, q, cout) */
+    void *z, *a;        /* train: conv output / BN output (max_batch, p, q, cout), in dtype */
     float *save_mean, *save_invstd; /* (cout) */
     void *reserve;
     int64_t tracked;    /* num_batches_tracked */
@@ -31,26 +31,39 @@ struct rn_net {
     rn_backend *be;
     rn_resnet spec;
     int mode, max_batch, h, w;
+    int dtype;          /* activations and the weights convs and fc read: RN_F32, or
+                           RN_F16/RN_BF16 for mixed precision (AMP) */
+    size_t es;          /* bytes per element of dtype */
     int npref;
     pref *prefs;        /* every parameter, state_dict order */
     int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
-    float *params, *grads, *mom, *bufs;
+    float *params, *grads, *mom, *bufs; /* fp32 always: the master weights under AMP */
+    void *wc;           /* AMP: compute copy of params in dtype (nparams), made by rn_net_load
+                           and by every SGD step; NULL in fp32, where convs read params */
+    void *gh;           /* AMP: one conv or fc layer's weight (and bias) gradient in dtype,
+                           on its way into grads (gh_numel) */
+    int64_t gh_numel;
     int have_mom;
     int freeze_bn;      /* training uses and keeps BN's running statistics */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
     int pool_h, pool_w; /* its output size */
     int fin_hw;         /* last block's output h*w */
-    float *input;       /* (max_batch, h, w, 3) */
-    float *pooled_max;  /* stem max-pool output (train) */
-    float *feat, *dfeat;/* (max_batch, fc_in) */
-    float *logits, *dlogits; /* (max_batch, classes) */
+    /* activations and their gradients, in dtype */
+    void *input;        /* (max_batch, h, w, 3) */
+    void *pooled_max;   /* stem max-pool output (train) */
+    void *feat, *dfeat; /* (max_batch, fc_in) */
+    /* the loss is fp32: under AMP the fc output is cast up to logits, and dlogits
+       cast down for the fc backward, as autocast does for cross_entropy */
+    float *logits, *dlogits; /* (max_batch, classes) fp32 */
+    void *logits_h, *dlogits_h; /* AMP: the same in dtype */
     int64_t fc_w, fc_b; /* offsets */
-    float *g[5];        /* training: g[0..3] gradient scratch; all five are the
+    void *g[5];         /* training: g[0..3] gradient scratch; all five are the
                            inference rotation when a training net evaluates */
-    float *pool5[5];    /* inference nets: the rotation */
+    void *pool5[5];     /* inference nets: the rotation */
     int32_t *labels;    /* (max_batch) backend memory */
     float *loss;        /* one float, backend memory */
+    int32_t *flag;      /* one int32, backend memory: rn_nonfinite's verdict */
     int64_t max_act;    /* largest activation per batch, floats */
     size_t bytes;
     int last_n;
@@ -68,12 +81,33 @@ static int nalloc(rn_net *net, size_t bytes, void *out) {
 static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     const rn_convbn *cb = &net->spec.units[ui];
     const unit_rt *u = &net->u[ui];
-    return rn_conv_desc_init(d, n, u->h, u->w, cb->cin, cb->cout, cb->k, cb->k, cb->stride, cb->pad);
+    int rc = rn_conv_desc_init(d, n, u->h, u->w, cb->cin, cb->cout, cb->k, cb->k, cb->stride, cb->pad);
+    d->dtype = net->dtype;
+    return rc;
 }
 
 static int bn_desc(const rn_net *net, int ui, int n, int relu, rn_bn_desc *d) {
     const unit_rt *u = &net->u[ui];
-    return rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, relu);
+    int rc = rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, relu);
+    d->dtype = net->dtype;
+    return rc;
+}
+
+/* the stem's max pool for a batch of n */
+static int pool_desc(const rn_net *net, int n, rn_pool_desc *d) {
+    int rc = rn_pool_desc_init(d, n, net->pool.h, net->pool.w, 64, 3, 2, 1);
+    d->dtype = net->dtype;
+    return rc;
+}
+
+/* element off of an array in dtype */
+static void *elem(const rn_net *net, const void *base, int64_t off) {
+    return (char *)base + (size_t)off * net->es;
+}
+
+/* the conv or fc weight at off as the layers read it: the fp32 master, or its AMP copy */
+static const void *weight(const rn_net *net, int64_t off) {
+    return net->wc ? elem(net, net->wc, off) : (const void *)(net->params + off);
 }
 
 void rn_net_destroy(rn_net *net) {
@@ -87,8 +121,9 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->mom, net->bufs, net->input, net->pooled_max, net->feat,
-                    net->dfeat, net->logits, net->dlogits, net->labels, net->loss};
+    void *bufs[] = {net->params, net->grads, net->mom,    net->bufs,     net->wc,       net->gh,
+                    net->input,  net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
@@ -102,7 +137,8 @@ void rn_net_freeze_bn(rn_net *net, int on) {
     net->freeze_bn = on != 0;
 }
 
-float *rn_net_input(rn_net *net) { return net->input; }
+void *rn_net_input(rn_net *net) { return net->input; }
+int rn_net_dtype(const rn_net *net) { return net->dtype; }
 const float *rn_net_logits(const rn_net *net) { return net->logits; }
 
 /* Lay out parameters: decayed ones (conv weights, fc weight) first, then BN and fc
@@ -148,11 +184,24 @@ static int layout(rn_net *net) {
 }
 
 int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out) {
+    return rn_net_create_amp(be, spec, max_batch, h, w, mode, RN_F32, out);
+}
+
+int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                      rn_net **out) {
+    *out = NULL;
     if (max_batch < 1 || h < 1 || w < 1)
         return rn_errorf(RN_EINVAL, "network input must be at least 1x1x1, not batch %d of %dx%d", max_batch, h, w);
+    if (dtype != RN_F32 && dtype != RN_F16 && dtype != RN_BF16)
+        return rn_errorf(RN_EINVAL, "network compute type %s: expected F32, F16 or BF16", rn_dtype_name(dtype));
+    if (!rn_backend_has_dtype(be, dtype))
+        return rn_errorf(RN_ENOTSUP, "network compute type %s: %s computes in F32 only", rn_dtype_name(dtype),
+                         rn_backend_name(be));
     rn_net *net = rn_calloc(1, sizeof *net);
     if (!net) return RN_ENOMEM;
     net->be = be;
+    net->dtype = dtype;
+    net->es = rn_dtype_size(dtype);
     net->spec = *spec;
     net->mode = mode;
     net->max_batch = max_batch;
@@ -221,39 +270,51 @@ int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, i
     int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
     int64_t nstats = 0;
     for (int i = 0; i < spec->nunits; i++) nstats += 2 * spec->units[i].cout;
-    size_t fl = sizeof(float);
+    /* fl: fp32 (weights, statistics, the loss); es: activations (half under AMP) */
+    size_t fl = sizeof(float), es = net->es;
+    int amp = dtype != RN_F32;
     if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->params)) ||
         (rc = nalloc(net, (size_t)nstats * fl, &net->bufs)) ||
-        (rc = nalloc(net, (size_t)B * h * w * 3 * fl, &net->input)) ||
-        (rc = nalloc(net, (size_t)(B * F) * fl, &net->feat)) ||
+        (rc = nalloc(net, (size_t)B * h * w * 3 * es, &net->input)) ||
+        (rc = nalloc(net, (size_t)(B * F) * es, &net->feat)) ||
         (rc = nalloc(net, (size_t)(B * K) * fl, &net->logits)) ||
-        (rc = nalloc(net, (size_t)B * sizeof(int32_t), &net->labels)) || (rc = nalloc(net, fl, &net->loss)))
+        (rc = nalloc(net, (size_t)B * sizeof(int32_t), &net->labels)) || (rc = nalloc(net, fl, &net->loss)) ||
+        (amp && (rc = nalloc(net, (size_t)net->nparams * es, &net->wc))) ||
+        (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->logits_h))))
         goto fail;
     if ((rc = rn_backend_zero(be, net->params, (size_t)net->nparams * fl))) goto fail;
+    if (amp && (rc = rn_backend_zero(be, net->wc, (size_t)net->nparams * es))) goto fail;
     if (mode == RN_NET_TRAIN) {
+        /* gh holds the largest weight, or the fc weight and then its bias */
+        for (int i = 0; i < net->npref; i++)
+            if (net->prefs[i].numel > net->gh_numel) net->gh_numel = net->prefs[i].numel;
+        if (net->gh_numel < ((F * K + 15) & ~(int64_t)15) + K) net->gh_numel = ((F * K + 15) & ~(int64_t)15) + K;
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->grads)) ||
             (rc = nalloc(net, (size_t)net->nparams * fl, &net->mom)) ||
-            (rc = nalloc(net, (size_t)(B * F) * fl, &net->dfeat)) ||
+            (rc = nalloc(net, (size_t)(B * F) * es, &net->dfeat)) ||
             (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
-            (rc = nalloc(net, (size_t)B * net->pool_h * net->pool_w * 64 * fl, &net->pooled_max)))
+            (rc = nalloc(net, (size_t)B * net->pool_h * net->pool_w * 64 * es, &net->pooled_max)) ||
+            (rc = nalloc(net, sizeof(int32_t), &net->flag)) ||
+            (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
+            (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
             goto fail;
         if ((rc = rn_backend_zero(be, net->grads, (size_t)net->nparams * fl))) goto fail;
         for (int i = 0; i < 5; i++)
-            if ((rc = nalloc(net, (size_t)(B * max_act) * fl, &net->g[i]))) goto fail;
+            if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->g[i]))) goto fail;
         for (int i = 0; i < spec->nunits; i++) {
             unit_rt *u = &net->u[i];
             int c = spec->units[i].cout;
             if ((rc = bn_desc(net, i, max_batch, 1, &bd))) goto fail;
             size_t rs = rn_bn_reserve_size(be, &bd);
-            if ((rc = nalloc(net, (size_t)(B * u->out_elems) * fl, &u->z)) ||
-                (rc = nalloc(net, (size_t)(B * u->out_elems) * fl, &u->a)) ||
+            if ((rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->z)) ||
+                (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->a)) ||
                 (rc = nalloc(net, (size_t)c * fl, &u->save_mean)) ||
                 (rc = nalloc(net, (size_t)c * fl, &u->save_invstd)) || (rs && (rc = nalloc(net, rs, &u->reserve))))
                 goto fail;
         }
     } else {
         for (int i = 0; i < 5; i++)
-            if ((rc = nalloc(net, (size_t)(B * max_act) * fl, &net->pool5[i]))) goto fail;
+            if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->pool5[i]))) goto fail;
     }
     *out = net;
     return RN_OK;
@@ -335,6 +396,7 @@ int rn_net_load(rn_net *net, const rn_ckpt *c) {
         memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
     }
     net->have_mom = with_mom;
+    if (rc == RN_OK && net->wc) rc = rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0);
     return rc;
 }
 
@@ -393,14 +455,14 @@ int rn_net_store(rn_net *net, rn_ckpt *c) {
 }
 
 /* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
-static int unit_fwd(rn_net *net, int ui, int n, int train, const float *x, float *z, float *y, const float *res,
+static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res,
                     int relu) {
     rn_conv_desc cd;
     rn_bn_desc bd;
     unit_rt *u = &net->u[ui];
     int rc;
     if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
-    if ((rc = rn_conv_fwd(net->be, &cd, x, net->params + u->w_off, z))) return rc;
+    if ((rc = rn_conv_fwd(net->be, &cd, x, weight(net, u->w_off), z))) return rc;
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
     if (train && !net->freeze_bn) {
@@ -411,30 +473,32 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const float *x, float
     return rn_bn_fwd_infer(net->be, &bd, z, gamma, beta, rm, rv, res, y);
 }
 
-static int head_fwd(rn_net *net, int n, const float *x) {
-    int rc = rn_avgpool_global_fwd(net->be, RN_F32, n, net->fin_hw, net->spec.fc_in, x, net->feat);
+static int head_fwd(rn_net *net, int n, const void *x) {
+    int rc = rn_avgpool_global_fwd(net->be, net->dtype, n, net->fin_hw, net->spec.fc_in, x, net->feat);
     if (rc) return rc;
-    rn_fc_desc fd = {RN_F32, n, net->spec.fc_in, net->spec.num_classes};
-    return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
+    rn_fc_desc fd = {net->dtype, n, net->spec.fc_in, net->spec.num_classes};
+    if (!net->wc) return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
+    if ((rc = rn_fc_fwd(net->be, &fd, net->feat, weight(net, net->fc_w), weight(net, net->fc_b), net->logits_h)))
+        return rc;
+    return rn_cast(net->be, net->dtype, RN_F32, (int64_t)n * net->spec.num_classes, net->logits_h, net->logits, 0);
 }
 
 static int forward_train(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
     int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL, 1);
     rn_pool_desc pd;
-    if (rc || (rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
-        (rc = rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max)))
+    if (rc || (rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max)))
         return rc;
-    const float *x = net->pooled_max;
+    const void *x = net->pooled_max;
     for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
         const rn_block *blk = &s->blocks[b];
-        const float *res = x;
+        const void *res = x;
         if (blk->down >= 0) {
             unit_rt *d = &net->u[blk->down];
             if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL, 0))) return rc;
             res = d->a;
         }
-        const float *in = x;
+        const void *in = x;
         for (int j = 0; j < blk->nconv && rc == RN_OK; j++) {
             unit_rt *u = &net->u[blk->conv[j]];
             int last = j == blk->nconv - 1;
@@ -450,12 +514,10 @@ static int forward_train(rn_net *net, int n) {
 static int forward_infer(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
     /* a training net evaluating uses its gradient scratch, free between steps */
-    float **B = net->mode == RN_NET_TRAIN ? net->g : net->pool5;
+    void **B = net->mode == RN_NET_TRAIN ? net->g : net->pool5;
     int rc = unit_fwd(net, 0, n, 0, net->input, B[0], B[0], NULL, 1);
     rn_pool_desc pd;
-    if (rc || (rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
-        (rc = rn_maxpool_fwd(net->be, &pd, B[0], B[1])))
-        return rc;
+    if (rc || (rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_fwd(net->be, &pd, B[0], B[1]))) return rc;
     int xi = 1;
     for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
         const rn_block *blk = &s->blocks[b];
@@ -505,7 +567,14 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
 /* Backward of one conv+BN unit. dy (its BN output gradient) is consumed. dres receives
  * the gradient of the residual input (may alias dy). dx receives the gradient of the
  * unit's input (accumulate_dx adds to it); NULL skips it (the stem). */
-static int unit_bwd(rn_net *net, int ui, int n, const float *x, float *dy, float *dz, float *dres, float *dx,
+/* The gradient of the weight at off (numel values) from a backward op that wrote it in
+ * dtype: in fp32 straight into grads; under AMP into gh, then added (or copied) into the
+ * fp32 master gradient, as autocast's cast back to the fp32 parameter does in PyTorch. */
+static int fold_grad(rn_net *net, const void *gh, int64_t off, int64_t numel, int accumulate) {
+    return rn_cast(net->be, net->dtype, RN_F32, numel, gh, net->grads + off, accumulate);
+}
+
+static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
                     int relu, int accumulate, int accumulate_dx) {
     rn_conv_desc cd;
     rn_bn_desc bd;
@@ -522,8 +591,11 @@ static int unit_bwd(rn_net *net, int ui, int n, const float *x, float *dy, float
                        net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate);
     }
     if (rc) return rc;
-    if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, accumulate))) return rc;
-    return dx ? rn_conv_bwd_data(net->be, &cd, dz, net->params + u->w_off, dx, accumulate_dx) : RN_OK;
+    if (!net->gh) rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, accumulate);
+    else if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->gh, 0)) == RN_OK)
+        rc = fold_grad(net, net->gh, u->w_off, (int64_t)cd.k * cd.kh * cd.kw * cd.c, accumulate);
+    if (rc) return rc;
+    return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
 
 int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
@@ -532,26 +604,38 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
     const rn_resnet *s = &net->spec;
     int rc = loss_of(net, labels, n, label_smoothing, grad_scale, backward ? net->dlogits : NULL, loss);
     if (rc || !backward) return rc;
-    rn_fc_desc fd = {RN_F32, n, s->fc_in, s->num_classes};
-    if ((rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
-                        net->grads + net->fc_w, net->grads + net->fc_b, accumulate)))
-        return rc;
-    float **G = net->g;
+    rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
+    if (!net->gh) {
+        rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
+                       net->grads + net->fc_w, net->grads + net->fc_b, accumulate);
+    } else {
+        int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = (nw + 15) & ~(int64_t)15;
+        void *gb = elem(net, net->gh, bias_at);
+        if ((rc = rn_cast(net->be, RN_F32, net->dtype, (int64_t)n * s->num_classes, net->dlogits, net->dlogits_h,
+                          0)) ||
+            (rc = rn_fc_bwd(net->be, &fd, net->feat, weight(net, net->fc_w), net->dlogits_h, net->dfeat, net->gh,
+                            gb, 0)) ||
+            (rc = fold_grad(net, net->gh, net->fc_w, nw, accumulate)))
+            return rc;
+        rc = fold_grad(net, gb, net->fc_b, s->num_classes, accumulate);
+    }
+    if (rc) return rc;
+    void **G = net->g;
     int dyi = 0, s1 = 1, s2 = 2, outi = 3;
-    if ((rc = rn_avgpool_global_bwd(net->be, RN_F32, n, net->fin_hw, s->fc_in, net->dfeat, G[dyi]))) return rc;
+    if ((rc = rn_avgpool_global_bwd(net->be, net->dtype, n, net->fin_hw, s->fc_in, net->dfeat, G[dyi]))) return rc;
     for (int b = s->nblocks - 1; b >= 0; b--) {
         const rn_block *blk = &s->blocks[b];
-        const float *bin = b == 0 ? net->pooled_max : net->u[s->blocks[b - 1].conv[s->blocks[b - 1].nconv - 1]].a;
+        const void *bin = b == 0 ? net->pooled_max : net->u[s->blocks[b - 1].conv[s->blocks[b - 1].nconv - 1]].a;
         /* the last unit: its BN adds the residual before the ReLU; dres lands in G[dyi] */
         int j = blk->nconv - 1;
-        const float *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
-        float *dx_dst = j == 0 ? G[outi] : G[s2];
+        const void *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
+        void *dx_dst = j == 0 ? G[outi] : G[s2];
         if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 1, accumulate, 0))) return rc;
         for (j = blk->nconv - 2; j >= 0; j--) {
             xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
             /* dy in G[s2]; BN backward in place into G[s2]; conv data gradient to G[s1] or out */
-            float *dcur = G[s2];
-            float *dnext = j == 0 ? G[outi] : G[s1];
+            void *dcur = G[s2];
+            void *dnext = j == 0 ? G[outi] : G[s1];
             if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 1, accumulate, 0))) return rc;
             int t = s1;
             s1 = s2;
@@ -561,35 +645,58 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
             if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, accumulate, 1))) return rc;
         } else {
             int64_t elems = (int64_t)n * net->u[blk->conv[0]].h * net->u[blk->conv[0]].w * s->units[blk->conv[0]].cin;
-            if ((rc = rn_add(net->be, RN_F32, elems, G[outi], G[dyi], G[outi], 0))) return rc;
+            if ((rc = rn_add(net->be, net->dtype, elems, G[outi], G[dyi], G[outi], 0))) return rc;
         }
         int t = dyi;
         dyi = outi;
         outi = t;
     }
     rn_pool_desc pd;
-    if ((rc = rn_pool_desc_init(&pd, n, net->pool.h, net->pool.w, 64, 3, 2, 1)) ||
-        (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
+    if ((rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
         return rc;
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
 }
 
 int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn) {
+    return rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
+}
+
+/* the SGD call over params[off, off+n): with the compute copy under AMP */
+static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, float *buf) {
+    if (!net->wc)
+        return rn_sgd_update(net->be, sd, n, net->params + off, net->grads + off, buf ? buf + off : NULL);
+    return rn_sgd_update_copy(net->be, sd, n, net->params + off, net->grads + off, buf ? buf + off : NULL,
+                              elem(net, net->wc, off));
+}
+
+int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+                       float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     rn_sgd_desc sd;
     int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
     if (rc) return rc;
     sd.first_step = !net->have_mom;
+    sd.grad_scale = grad_scale;
+    sd.dtype = net->dtype;
     float *buf = momentum != 0.0f ? net->mom : NULL;
-    if (!no_wd_bn) rc = rn_sgd_update(net->be, &sd, net->nparams, net->params, net->grads, buf);
+    if (!no_wd_bn) rc = sgd_part(net, &sd, 0, net->nparams, buf);
     else {
-        rc = rn_sgd_update(net->be, &sd, net->ndecay, net->params, net->grads, buf);
+        rc = sgd_part(net, &sd, 0, net->ndecay, buf);
         sd.weight_decay = 0.0f;
-        if (rc == RN_OK)
-            rc = rn_sgd_update(net->be, &sd, net->nparams - net->ndecay, net->params + net->ndecay,
-                               net->grads + net->ndecay, buf ? buf + net->ndecay : NULL);
+        if (rc == RN_OK) rc = sgd_part(net, &sd, net->ndecay, net->nparams - net->ndecay, buf);
     }
     if (rc == RN_OK && buf) net->have_mom = 1;
+    return rc;
+}
+
+int rn_net_grads_nonfinite(rn_net *net, int *found) {
+    *found = 0;
+    if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
+    int32_t flag = 0;
+    int rc = rn_backend_zero(net->be, net->flag, sizeof flag);
+    if (rc == RN_OK) rc = rn_nonfinite(net->be, net->nparams, net->grads, net->flag);
+    if (rc == RN_OK) rc = rn_backend_download(net->be, &flag, net->flag, sizeof flag);
+    *found = flag != 0;
     return rc;
 }
 

@@ -13,7 +13,17 @@
  * what backward reads. Gradients flow through four scratch buffers of the largest
  * activation size. An inference net keeps no activations for backward: it rotates five
  * buffers and runs BN in place, so its memory is a fraction of training's.
- * rn_net_bytes() reports the total. */
+ * rn_net_bytes() reports the total.
+ *
+ * Mixed precision (rn_net_create_amp with RN_F16 or RN_BF16, the CUDA backend only):
+ * activations and their gradients, the conv and fc layers, pooling and BN's inputs and
+ * outputs are in that type, so activation memory halves. Weights stay fp32 masters with
+ * fp32 gradients and momentum; the layers read a half-precision compute copy of them
+ * that rn_net_load and every SGD step (in the same pass) make. BN's weights, biases and
+ * statistics and the loss are fp32: the fc output is cast up for softmax cross-entropy
+ * and the logits' gradient cast down, as torch.autocast does. A conv or fc weight
+ * gradient comes out of its backward op in half precision and is at once added into
+ * its fp32 gradient (so micro-batches accumulate in fp32, as PyTorch's .grad does). */
 #ifndef RN_NET_H
 #define RN_NET_H
 
@@ -33,6 +43,11 @@ enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1 };
  * Errors: RN_EINVAL (input too small for the net: the message gives the minimum),
  * RN_ENOMEM/RN_EGPU (the message says how many bytes were asked). */
 int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out);
+/* rn_net_create computing in dtype: RN_F32 (rn_net_create) or, for mixed precision,
+ * RN_F16 or RN_BF16. Errors as rn_net_create, and RN_ENOTSUP when be does not compute in
+ * dtype (the CPU backend is fp32 only: rn_backend_has_dtype). */
+int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                      rn_net **out);
 void rn_net_destroy(rn_net *net);
 
 /* Bytes of backend memory the net holds (weights, gradients, momentum, activations,
@@ -52,9 +67,12 @@ int rn_net_store(rn_net *net, rn_ckpt *c);
  * when fine-tuning. Micro-batches then give exactly the gradient of the whole batch. */
 void rn_net_freeze_bn(rn_net *net, int on);
 
-/* The input buffer: (max_batch, h, w, 3) fp32 NHWC in backend memory, to fill (e.g. with
- * rn_input_normalize) before rn_net_forward. */
-float *rn_net_input(rn_net *net);
+/* The input buffer: (max_batch, h, w, 3) NHWC in backend memory, elements of
+ * rn_net_dtype (fp32 unless mixed precision), to fill (e.g. with rn_input_normalize)
+ * before rn_net_forward. */
+void *rn_net_input(rn_net *net);
+/* The compute type the net was created with (RN_F32, RN_F16 or RN_BF16). */
+int rn_net_dtype(const rn_net *net);
 
 /* Forward n <= max_batch images from rn_net_input. train != 0 (training nets only): BN
  * uses batch statistics and updates its running statistics, and activations are kept
@@ -77,6 +95,14 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
 /* One SGD step over every parameter. no_wd_bn: no weight decay on BN weights/biases and
  * the fc bias (the usual "no decay on BN and bias"). */
 int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn);
+/* rn_net_sgd on the gradients times grad_scale (1/loss_scale unscales gradients of a
+ * loss multiplied by an AMP loss scale; 1 is rn_net_sgd). Under mixed precision the same
+ * pass refreshes the weights' compute copy. */
+int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+                       float grad_scale);
+/* *found = 1 when any stored gradient is inf or NaN (an fp16 overflow: skip the step),
+ * else 0. Synchronises with the device. Training nets only. */
+int rn_net_grads_nonfinite(rn_net *net, int *found);
 
 /* The gradient of the named parameter (torchvision name and OIHW layout) into host
  * memory of numel floats. Errors: RN_EINVAL (unknown name). */
