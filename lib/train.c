@@ -1,5 +1,6 @@
 #include "rn/train.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,15 @@ int rn_lr_schedule_parse(const char *name) {
 }
 
 const char *rn_lr_schedule_name(int s) { return s >= 0 && s < 4 ? sched_names[s] : "?"; }
+
+int rn_amp_parse(const char *name) {
+    if (strcmp(name, "off") == 0) return RN_F32;
+    if (strcmp(name, "fp16") == 0) return RN_F16;
+    if (strcmp(name, "bf16") == 0) return RN_BF16;
+    return -1;
+}
+
+const char *rn_amp_name(int dtype) { return dtype == RN_F16 ? "fp16" : dtype == RN_BF16 ? "bf16" : "off"; }
 
 double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
     if (spe < 1) spe = 1;
@@ -73,6 +83,9 @@ void rn_train_defaults(rn_train_opts *o) {
     o->lr.lr = RN_TRAIN_LR;
     o->lr.step_epochs = RN_TRAIN_LR_STEP;
     o->lr.gamma = RN_TRAIN_LR_GAMMA;
+    o->amp = RN_F32;
+    o->loss_scale = RN_SCALER_INIT;
+    o->scale_growth_interval = RN_SCALER_INTERVAL;
     o->progress = stderr;
 }
 
@@ -102,12 +115,16 @@ static void runner_close(runner *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int runner_open(runner *r, const char *device, int threads, const rn_ckpt *ck, int micro, int crop, int mode) {
+static int runner_open(runner *r, const char *device, int threads, const rn_ckpt *ck, int micro, int crop, int mode,
+                       int dtype) {
     memset(r, 0, sizeof *r);
     rn_resnet spec;
     int rc = rn_ckpt_net(ck, &spec);
     if (rc == RN_OK) rc = rn_backend_create(device, threads, &r->be);
-    if (rc == RN_OK) rc = rn_net_create(r->be, &spec, micro, crop, crop, mode, &r->net);
+    if (rc == RN_OK && !rn_backend_has_dtype(r->be, dtype))
+        rc = rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
+                       rn_amp_name(dtype), rn_backend_name(r->be));
+    if (rc == RN_OK) rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net);
     if (rc == RN_OK) rc = rn_net_load(r->net, ck);
     if (rc == RN_OK && !rn_backend_is_host(r->be))
         rc = rn_backend_alloc(r->be, (size_t)micro * crop * crop * 3, (void **)&r->staging);
@@ -126,8 +143,8 @@ static int fill_input(runner *r, const rn_batch *b, int first, int n) {
         if (rc) return rc;
         px = r->staging;
     }
-    return rn_input_normalize(r->be, RN_F32, (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
-                              rn_net_input(r->net));
+    return rn_input_normalize(r->be, rn_net_dtype(r->net), (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN,
+                              RN_IMAGENET_STD, rn_net_input(r->net));
 }
 
 static int check_dataset(const char *path, const rn_dataset_info *info, const rn_ckpt *ck) {
@@ -225,7 +242,7 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
     int classes = ck->model->num_classes;
     int rc = open_eval_loader(o->data, o->batch, o->crop, o->resize, o->workers, &l);
     if (rc == RN_OK) rc = check_dataset(o->data, rn_loader_info(l), ck);
-    if (rc == RN_OK) rc = runner_open(&r, o->device, o->threads, ck, o->batch, o->crop, RN_NET_INFER);
+    if (rc == RN_OK) rc = runner_open(&r, o->device, o->threads, ck, o->batch, o->crop, RN_NET_INFER, RN_F32);
     if (rc == RN_OK) {
         res->n_classes = classes;
         res->confusion = rn_calloc((size_t)classes * classes, sizeof(int64_t));
@@ -263,10 +280,11 @@ static int ensure_train_state(rn_ckpt *ck) {
     return RN_OK;
 }
 
-/* The first step's gradients, and the batch they came from (u8 pixels and labels, so
- * a reference can recompute them from the same input). */
+/* The first step's gradients (unscaled: times `unscale`, 1/loss_scale under fp16 AMP),
+ * and the batch they came from (u8 pixels and labels, so a reference can recompute them
+ * from the same input). */
 static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn_batch *b, const uint8_t *pixels,
-                      const int32_t *labels) {
+                      const int32_t *labels, float unscale) {
     rn_st_tensor *t = rn_calloc(ck->n_params + 2, sizeof *t);
     if (!t) return RN_ENOMEM;
     int rc = RN_OK;
@@ -286,6 +304,8 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
                               .nbytes = sizeof(float) * (size_t)numel};
         memcpy(t[i].shape, p->shape, sizeof(int64_t) * p->n_shape);
         rc = rn_net_grad(net, p->name, g, numel);
+        if (unscale != 1.0f)
+            for (int64_t k = 0; k < numel; k++) g[k] *= unscale;
     }
     const char *k[] = {"arch", "content"}, *v[] = {ck->model->arch, "gradients of the first optimiser step"};
     if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, 2);
@@ -405,8 +425,22 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         if ((rc = open_eval_loader(o->val, micro, o->crop, o->resize, o->workers, &vl))) goto out;
         if ((rc = check_dataset(o->val, rn_loader_info(vl), ck))) goto out;
     }
-    if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN))) goto out;
+    if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN, o->amp))) goto out;
     rn_net_freeze_bn(r.net, o->freeze_bn);
+    /* fp16 scales the loss; bf16 has fp32's range and runs without, as in PyTorch */
+    int scaled = o->amp == RN_F16;
+    rn_scaler sc = {0};
+    if (scaled) {
+        if ((rc = rn_scaler_init(&sc, o->loss_scale, RN_SCALER_GROWTH, RN_SCALER_BACKOFF, o->scale_growth_interval)))
+            goto out;
+        if (ts->loss_scale > 0) { /* resuming: the checkpoint's scale and tracker */
+            sc.scale = (float)ts->loss_scale;
+            sc.growth_tracker = ts->scale_growth_tracker;
+        }
+    }
+    char amp_note[64] = "";
+    if (scaled) snprintf(amp_note, sizeof amp_note, ", AMP fp16 (loss scale %g)", sc.scale);
+    else if (o->amp != RN_F32) snprintf(amp_note, sizeof amp_note, ", AMP %s", rn_amp_name(o->amp));
     if (o->log_path) {
         log = fopen(o->log_path, "a");
         if (!log) {
@@ -415,14 +449,14 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         }
     }
     if (o->progress)
-        fprintf(o->progress, "rn-train: %s on %s: %lld steps per epoch of %d (%d x %d), network %.0f MiB\n",
+        fprintf(o->progress, "rn-train: %s on %s: %lld steps per epoch of %d (%d x %d), network %.0f MiB%s\n",
                 ck->model->arch, rn_backend_name(r.be), (long long)spe, o->batch, o->accum, micro,
-                rn_net_bytes(r.net) / 1048576.0);
+                rn_net_bytes(r.net) / 1048576.0, amp_note);
 
     int target_epoch = ts->epoch + o->epochs;
     int64_t run_steps = 0, since_log = 0;
     double t_start = now(), t_log = t_start, wait_log = 0, loss_log = 0, loss_epoch = 0, t_epoch = t_start;
-    int64_t epoch_steps = 0, warned_wait = 0;
+    int64_t epoch_steps = 0, warned_wait = 0, skipped_log = 0;
     while (ts->epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
         if (o->stop && *o->stop) break;
         rn_batch b;
@@ -430,29 +464,58 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         if ((rc = rn_loader_next(l, &b))) goto out;
         double waited = now() - tw;
         float step_loss = 0;
+        /* every micro-batch's gradient is scaled by the same loss scale: they add up in
+           fp32 and are checked and unscaled once, at the step */
+        float grad_scale = scaled ? (float)((double)sc.scale / o->accum) : 1.0f / o->accum;
         for (int k = 0; k < o->accum && rc == RN_OK; k++) {
             float loss;
             if ((rc = fill_input(&r, &b, k * micro, micro)) || (rc = rn_net_forward(r.net, micro, 1)) ||
                 (rc = rn_net_loss_backward(r.net, b.labels + k * micro, micro, (float)o->label_smoothing,
-                                           1.0f / o->accum, 1, k > 0, &loss)))
+                                           grad_scale, 1, k > 0, &loss)))
                 break;
             step_loss += loss / o->accum;
         }
         int last = b.last;
+        float unscale = scaled ? rn_scaler_inv(&sc) : 1.0f;
         if (rc == RN_OK && run_steps == 0 && o->dump_grads && isfinite(step_loss))
-            rc = dump_grads(r.net, ck, o->dump_grads, &b, b.pixels, b.labels);
+            rc = dump_grads(r.net, ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
         rn_loader_release(l, &b);
         if (rc) goto out;
         if (!isfinite(step_loss)) {
+            /* (the forward does not depend on the loss scale: skipping would not help) */
             rc = rn_errorf(RN_ENUMERIC,
-                           "step %lld: the loss is %g: training diverged (lower --lr, check the data); "
+                           "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
                            "%s keeps the last good checkpoint",
-                           (long long)ts->step, step_loss, o->out);
+                           (long long)ts->step, step_loss,
+                           o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
+                           o->out);
             goto out;
         }
         double lr = rn_lr_at(&o->lr, ts->step, spe);
-        if ((rc = rn_net_sgd(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay, o->nesterov, o->no_wd_bn)))
+        if (scaled) {
+            /* GradScaler: unscale and check with this step's scale, step unless an
+               inf/NaN turned up, then update the scale */
+            int found = 0;
+            if ((rc = rn_net_grads_nonfinite(r.net, &found)) ||
+                (!found && (rc = rn_net_sgd_unscale(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay,
+                                                    o->nesterov, o->no_wd_bn, unscale))))
+                goto out;
+            int skipped = rn_scaler_update(&sc, found);
+            ts->skipped_steps += skipped;
+            skipped_log += skipped;
+            ts->loss_scale = sc.scale;
+            ts->scale_growth_tracker = sc.growth_tracker;
+            if (!(sc.scale >= FLT_MIN)) {
+                rc = rn_errorf(RN_ENUMERIC,
+                               "step %lld: the fp16 loss scale fell to %g: the gradients overflow at any scale "
+                               "(lower --lr, or use --amp bf16); %s keeps the last good checkpoint",
+                               (long long)ts->step, sc.scale, o->out);
+                goto out;
+            }
+        } else if ((rc = rn_net_sgd(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay, o->nesterov,
+                                    o->no_wd_bn))) {
             goto out;
+        }
         ts->step++;
         run_steps++;
         since_log++;
@@ -467,18 +530,24 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             if (o->max_steps && o->max_steps - run_steps < left) left = o->max_steps - run_steps;
             char eta[32];
             fmt_eta(left * o->batch / (ips > 0 ? ips : 1e-9), eta, sizeof eta);
+            char scale_note[64] = "";
+            if (scaled)
+                snprintf(scale_note, sizeof scale_note, " loss-scale %g (%lld skipped)", sc.scale,
+                         (long long)skipped_log);
             if (o->progress)
-                fprintf(o->progress, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g %.1f img/s data-wait %.0f%% ETA %s%s",
+                fprintf(o->progress, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%% ETA %s%s",
                         o->progress_tty ? "\r" : "", ts->epoch + 1, (long long)ts->step,
-                        (long long)(ts->step - (int64_t)ts->epoch * spe), (long long)spe, loss_log / since_log, lr, ips,
-                        100 * wait, eta, o->progress_tty ? "   " : "\n");
+                        (long long)(ts->step - (int64_t)ts->epoch * spe), (long long)spe, loss_log / since_log, lr,
+                        scale_note, ips, 100 * wait, eta, o->progress_tty ? "   " : "\n");
             if (log) {
                 fprintf(log, "{\"kind\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":", ts->epoch + 1,
                         (long long)ts->step);
                 rn_json_number(log, loss_log / since_log);
                 fprintf(log, ",\"lr\":");
                 rn_json_number(log, lr);
-                fprintf(log, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":1,\"skipped\":0}\n", ips, wait);
+                fprintf(log, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":", ips, wait);
+                rn_json_number(log, scaled ? sc.scale : 1.0);
+                fprintf(log, ",\"skipped\":%lld}\n", (long long)skipped_log);
                 fflush(log);
             }
             if (wait > 0.2 && !warned_wait++ && o->progress)
@@ -487,6 +556,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             t_log = t;
             since_log = 0;
             wait_log = loss_log = 0;
+            skipped_log = 0;
         }
         if (last) {
             ts->epoch++;

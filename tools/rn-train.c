@@ -10,6 +10,7 @@
 #include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/loader.h"
+#include "rn/tensor.h"
 #include "rn/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -49,6 +50,15 @@ static void usage(FILE *f) {
             "  -w, --workers N         loader threads (default %d)\n"
             "  -t, --threads N         compute threads on the CPU (default: all cores)\n"
             "      --device D          auto, cpu, cuda or cuda:N (default auto)\n"
+            "Mixed precision (GPU only; the CPU backend computes in fp32):\n"
+            "      --amp MODE          off, fp16 or bf16 (default off): activations and layers in\n"
+            "                          MODE; fp32 master weights, weight gradients, momentum, BN\n"
+            "                          weights and statistics, and the loss\n"
+            "      --loss-scale S      fp16: initial dynamic loss scale, when IN holds none\n"
+            "                          (default %g); x0.5 and the step skipped on inf/NaN\n"
+            "                          gradients (the step still counts for the schedule)\n"
+            "      --loss-scale-growth-interval N\n"
+            "                          fp16: x2 after N clean steps in a row (default %d)\n"
             "Optimiser (torch.optim.SGD semantics):\n"
             "      --lr X              base learning rate (default %g)\n"
             "      --momentum X        (default %g)\n"
@@ -76,7 +86,8 @@ static void usage(FILE *f) {
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
-            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_TRAIN_LR, RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
+            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
+            RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
 }
 
@@ -86,7 +97,8 @@ static void usage(FILE *f) {
 
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
-    O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE
+    O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
+    O_AMP, O_SCALE, O_SCALEINT
 };
 
 int main(int argc, char **argv) {
@@ -108,7 +120,9 @@ int main(int argc, char **argv) {
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
         {"warmup-epochs", required_argument, 0, O_WARM}, {"save-every", required_argument, 0, O_SAVE},
         {"log", required_argument, 0, O_LOG},      {"log-every", required_argument, 0, O_LOGEVERY},
-        {"dump-grads", required_argument, 0, O_DUMP}, {"help", no_argument, 0, 'h'},
+        {"dump-grads", required_argument, 0, O_DUMP}, {"amp", required_argument, 0, O_AMP},
+        {"loss-scale", required_argument, 0, O_SCALE},
+        {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -174,6 +188,17 @@ int main(int argc, char **argv) {
         case O_LOG: o.log_path = optarg; break;
         case O_LOGEVERY: NUM("--log-every", 1, 1e9, &v); o.log_every = (int)v; break;
         case O_DUMP: o.dump_grads = optarg; break;
+        case O_AMP:
+            if ((o.amp = rn_amp_parse(optarg)) < 0) {
+                fprintf(stderr, "rn-train: --amp: '%s' is not off, fp16 or bf16\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SCALE: NUM("--loss-scale", 1e-30, 1e30, &o.loss_scale); break;
+        case O_SCALEINT:
+            NUM("--loss-scale-growth-interval", 1, 2147483647.0, &v);
+            o.scale_growth_interval = (int)v;
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-train %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-train: see 'rn-train --help'\n"); return 2;
@@ -189,6 +214,11 @@ int main(int argc, char **argv) {
     }
     if (o.batch % o.accum) {
         fprintf(stderr, "rn-train: --batch %d is not a multiple of --accum %d\n", o.batch, o.accum);
+        return 2;
+    }
+    if (o.amp != RN_F32 && strcmp(o.device, "cpu") == 0) {
+        fprintf(stderr, "rn-train: --amp %s needs a GPU (--device cuda): the CPU backend computes in fp32\n",
+                rn_amp_name(o.amp));
         return 2;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */

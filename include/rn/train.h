@@ -7,7 +7,17 @@
  * accumulation never changes them. Everything a run depends on (weights, BN buffers,
  * momentum, step, epoch, loader position, seed) is in the checkpoint, and all
  * randomness is counter-based: training 2N steps, or N, saving, resuming and N more,
- * gives the same tensors bit for bit. */
+ * gives the same tensors bit for bit.
+ *
+ * Mixed precision (amp RN_F16 or RN_BF16; the CUDA backend only): the network computes
+ * in that type on fp32 master weights (rn/net.h). fp16 multiplies the loss by a dynamic
+ * loss scale (rn/scaler.h, torch.cuda.amp.GradScaler's rule; across all micro-batches of
+ * a step), checks the accumulated gradients for inf/NaN before the step, unscales them
+ * in the fused SGD pass, or skips the step and backs the scale off. A skipped step still
+ * counts as a step (the schedule, the log and --max-steps count batches), as PyTorch's
+ * loop steps its scheduler whether or not GradScaler skipped optimizer.step(). The scale
+ * and its growth tracker are saved in and restored from the checkpoint (TrainState),
+ * so resuming stays exact. bf16 runs without a loss scale, as in PyTorch. */
 #ifndef RN_TRAIN_H
 #define RN_TRAIN_H
 
@@ -16,6 +26,7 @@
 #include <stdio.h>
 
 #include "rn/ckpt.h"
+#include "rn/scaler.h"
 
 /* Defaults of the seed recipe, next to the flags that override them. */
 #define RN_TRAIN_LR 0.01
@@ -40,6 +51,10 @@ typedef struct {
     int warmup_epochs;     /* linear warm-up from lr/warmup_steps to lr */
     int total_epochs;      /* cosine: epochs of the whole run */
 } rn_lr_schedule;
+
+/* "off", "fp16", "bf16" <-> RN_F32, RN_F16, RN_BF16; parse gives -1 if unknown. */
+int rn_amp_parse(const char *name);
+const char *rn_amp_name(int dtype);
 
 /* Learning rate for optimiser step `step` (0-based) with steps_per_epoch steps. */
 double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t steps_per_epoch);
@@ -69,6 +84,9 @@ typedef struct {
     double momentum, weight_decay, label_smoothing;
     int nesterov, no_wd_bn;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
+    int amp;                /* RN_F32 (off), RN_F16 or RN_BF16 (rn/tensor.h) */
+    double loss_scale;      /* fp16: initial loss scale, when the checkpoint holds none */
+    int scale_growth_interval; /* fp16: clean steps before the loss scale doubles */
     rn_lr_schedule lr;
     volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR */
     FILE *progress;         /* stderr */
