@@ -65,6 +65,9 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
                (long long)c->train->step, (long long)c->train->data_epoch, (long long)c->train->data_index,
                (unsigned long long)c->train->seed);
     else printf("progress:      not trained (epoch 0, step 0)\n");
+    if (c->train && c->train->loss_scale > 0)
+        printf("loss scale:    %g (fp16 AMP; %d clean steps since it last changed, %lld steps skipped)\n",
+               c->train->loss_scale, c->train->scale_growth_tracker, (long long)c->train->skipped_steps);
     if (c->optim && c->optim->n_momentum)
         printf("optimiser:     %s lr %g momentum %g weight decay %g%s\n", str(c->optim->kind), c->optim->lr,
                c->optim->momentum_coef, c->optim->weight_decay, c->optim->nesterov ? " nesterov" : "");
@@ -125,6 +128,12 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,\"lr_schedule\":\"%s\",",
                (long long)c->train->data_epoch, (long long)c->train->data_index, (unsigned long long)c->train->seed,
                str(c->train->lr_schedule));
+    if (c->train) {
+        printf("\"loss_scale\":");
+        rn_json_number(stdout, c->train->loss_scale);
+        printf(",\"scale_growth_tracker\":%d,\"skipped_steps\":%lld,", c->train->scale_growth_tracker,
+               (long long)c->train->skipped_steps);
+    }
     printf("\"class_names\":[");
     for (size_t i = 0; i < c->n_class_names; i++) {
         if (i) putchar(',');
