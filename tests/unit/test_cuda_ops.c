@@ -508,6 +508,8 @@ static void run_all(env *e) {
     test_conv(e, 2, 8, 8, 16, 32, 1, 2, 0);
     test_conv(e, 4, 14, 14, 32, 64, 3, 2, 1);
     test_conv(e, 8, 7, 7, 64, 256, 1, 1, 0);
+    /* the ResNet stem as rn-train --amp runs it: 3 input channels in half precision too */
+    test_conv(e, 2, 16, 16, 3, 64, 7, 2, 3);
     run_bn(e);
     test_elementwise(e, 3 * 1000 + 3);
     test_maxpool(e, 2, 9, 9, 8);

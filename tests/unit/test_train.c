@@ -2,6 +2,7 @@
 
 #include "check.h"
 #include "rn/err.h"
+#include "rn/tensor.h"
 #include "rn/train.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b)); }
@@ -29,5 +30,10 @@ int main(void) {
     /* the schedule is a function of the optimiser step alone: accumulation (fewer,
      * larger steps) is expressed by steps_per_epoch, never by micro-batches */
     CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exp") == -1, "parse");
+    /* --amp names */
+    CHECK(rn_amp_parse("off") == RN_F32 && rn_amp_parse("fp16") == RN_F16 && rn_amp_parse("bf16") == RN_BF16 &&
+              rn_amp_parse("fp32") == -1 && rn_amp_parse("") == -1,
+          "amp parse");
+    for (int d = RN_F32; d <= RN_BF16; d++) CHECK(rn_amp_parse(rn_amp_name(d)) == d, "amp name %d", d);
     return check_done("test_train");
 }
