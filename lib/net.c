@@ -121,9 +121,9 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->mom,    net->bufs,     net->wc,       net->gh,
-                    net->input,  net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
-                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
+    void *bufs[] = {net->params, net->grads, net->mom, net->bufs, net->wc, net->gh, net->input, net->pooled_max,
+                    net->feat, net->dfeat, net->logits, net->dlogits, net->logits_h, net->dlogits_h, net->labels,
+                    net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
@@ -477,7 +477,8 @@ static int head_fwd(rn_net *net, int n, const void *x) {
     int rc = rn_avgpool_global_fwd(net->be, net->dtype, n, net->fin_hw, net->spec.fc_in, x, net->feat);
     if (rc) return rc;
     rn_fc_desc fd = {net->dtype, n, net->spec.fc_in, net->spec.num_classes};
-    if (!net->wc) return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
+    if (!net->wc)
+        return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
     if ((rc = rn_fc_fwd(net->be, &fd, net->feat, weight(net, net->fc_w), weight(net, net->fc_b), net->logits_h)))
         return rc;
     return rn_cast(net->be, net->dtype, RN_F32, (int64_t)n * net->spec.num_classes, net->logits_h, net->logits, 0);
@@ -567,9 +568,9 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
 /* Backward of one conv+BN unit. dy (its BN output gradient) is consumed. dres receives
  * the gradient of the residual input (may alias dy). dx receives the gradient of the
  * unit's input (accumulate_dx adds to it); NULL skips it (the stem). */
-/* The gradient of the weight at off (numel values) from a backward op that wrote it in
- * dtype: in fp32 straight into grads; under AMP into gh, then added (or copied) into the
- * fp32 master gradient, as autocast's cast back to the fp32 parameter does in PyTorch. */
+/* Under AMP a conv or fc weight's gradient comes out of its backward op in dtype (into
+ * gh): add it, or copy it, into the fp32 master gradient at off, as autocast's cast back
+ * to the fp32 parameter does in PyTorch. (In fp32 the ops write grads directly.) */
 static int fold_grad(rn_net *net, const void *gh, int64_t off, int64_t numel, int accumulate) {
     return rn_cast(net->be, net->dtype, RN_F32, numel, gh, net->grads + off, accumulate);
 }
@@ -652,7 +653,8 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
         outi = t;
     }
     rn_pool_desc pd;
-    if ((rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
+    if ((rc = pool_desc(net, n, &pd)) ||
+        (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
         return rc;
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
 }

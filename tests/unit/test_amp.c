@@ -404,8 +404,10 @@ static void test_gradients(rn_backend *cpu_be, rn_backend *emu_be, const amp_cas
         int64_t k = rn_numel(names->params[i]->shape, names->params[i]->n_shape);
         double e = rel_l2(ga + off, gr + off, k), tol = strcmp(t, "fc.weight") == 0 ? c->fc_tol : c->grad_tol;
         CHECK(e < tol, "%s: gradient of %s off fp32's by %.3g (tol %.3g)", name, t, e, tol);
-        if (strcmp(t, "fc.weight") == 0) fprintf(stderr, "test_amp: %s: fc.weight gradient rel. L2 error %.3g\n", name, e);
-        else if (e > worst) worst = e;
+        if (strcmp(t, "fc.weight") == 0)
+            fprintf(stderr, "test_amp: %s: fc.weight gradient rel. L2 error %.3g\n", name, e);
+        else if (e > worst)
+            worst = e;
         off += k;
     }
     fprintf(stderr, "test_amp: %s: worst other gradient rel. L2 error %.3g, loss %.7g (fp32 %.7g)\n", name, worst,
