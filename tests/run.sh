@@ -4,7 +4,8 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-export RN_BIN="$PWD/$BUILD/bin" RN_BUILD="$PWD/$BUILD" PYTHON=${PYTHON:-/usr/bin/python3}
+case $BUILD in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac # relative to the source tree, or absolute
+export RN_BIN="$BUILD/bin" RN_BUILD="$BUILD" PYTHON=${PYTHON:-/usr/bin/python3}
 export PATH="$RN_BIN:$PATH"
 # CUDA's runtime reserves the shadow gap ASan wants; harmless without sanitizers.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1}
