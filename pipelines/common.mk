@@ -18,8 +18,8 @@
 #   LR_SCHEDULE step|multistep|cosine|constant (default step); LR_STEP (default 10) and
 #               LR_GAMMA (default 0.1) for step; LR_MILESTONES (e.g. 30,60,80) for multistep;
 #               cosine runs over EPOCHS
-#   AMP         mixed precision (fp16|bf16), passed as --amp only when set; needs the CUDA
-#               backend and an rn-train that has --amp (this one does not yet: leave empty)
+#   AMP         mixed precision (fp16|bf16), passed as rn-train --amp only when set; needs
+#               a GPU (the CPU backend computes in fp32 and refuses it)
 #   DEVICE      auto|cpu|cuda|cuda:N (default auto)
 #   WORKERS     loader threads (default 4); THREADS: CPU compute threads (default: all)
 #   CROP        training and evaluation crop (default 224)
