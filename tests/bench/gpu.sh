@@ -179,7 +179,8 @@ if [ -n "$LOADER_PRECISIONS" ] && ! loader_data; then
     LOADER_PRECISIONS=
 fi
 has_amp=0
-"$BIN/rn-train" --help | grep -q -- '--amp' && has_amp=1
+# (not `rn-train --help | grep -q`: under pipefail grep's early exit can SIGPIPE rn-train)
+grep -q -- '--amp' <<<"$("$BIN/rn-train" --help)" && has_amp=1
 # each JSONL line stamped with the wall-clock time it was written, for the NVML window
 stamp_lines() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
 for p in $LOADER_PRECISIONS; do
