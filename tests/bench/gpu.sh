@@ -13,9 +13,11 @@
 #                                    over the timed steps           ratio peer/rn
 #   gpu-device-mib-P                 NVML: device memory in use, most over the timed
 #                                    steps, less what was in use before the run  peer/rn
-#   gpu-busy                         gpu-busy-fp16 (fp32 while rn has no AMP, said so)
+#   gpu-busy                         gpu-busy-fp16 (fp32's when rn's fp16 did not run, said so)
 #   gpu-train-amp                    gpu-train-fp16, the last line
-# A precision rn cannot train in gets "<name>: not run: <why> (peer: <x> img/s)" and no
+# rn's fp16 and bf16 are rn-train --amp's step (fp16 with its dynamic loss scale; steps
+# an overflow skipped in the timed window are noted). A precision rn cannot train in (fp16
+# and bf16 on the CPU backend) gets "<name>: not run: <why> (peer: <x> img/s)" and no
 # number of rn's. Without a usable GPU: "bench-gpu: skipped: <why>", exit 0, no lines.
 # Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
 # _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
@@ -122,7 +124,9 @@ for p in $PRECISIONS; do
     case $rc in
         0) R[$p]=$(cat "$W/rn-$p.txt")
            R[$p]="${R[$p]} $(window "$W/rn-$p.watch" "$(field t0 <<<"${R[$p]}")" "$(field t1 <<<"${R[$p]}")")"
-           note "rn $p: ${R[$p]} (took $took s)" ;;
+           note "rn $p: ${R[$p]} (took $took s)"
+           sk=$(field skipped <<<"${R[$p]}")
+           [ "${sk:-0}" = 0 ] || note "rn $p: $sk of the $STEPS timed steps were skipped by the fp16 loss scale (an overflow: no SGD step), and still counted" ;;
         3) R[$p]="not run: $(sed -n 's/^bench_gpu_step: [a-z0-9]*: //p' "$W/rn-$p.err" | tail -n 1)"
            note "rn $p: ${R[$p]}" ;;
         *) failed=1
@@ -238,7 +242,7 @@ done
 # ---- headline: AMP fp16, and its GPU busy share ----
 h=fp16
 case ${R[fp16]:-not run} in "not run"*) h=fp32 ;; esac
-[ $h = fp32 ] && note "gpu-busy below is fp32's: rn has no fp16 run"
+[ $h = fp32 ] && note "gpu-busy below is fp32's: rn has no fp16 run (${R[fp16]:-fp16 not in PRECISIONS})"
 line gpu-busy "$(field busy_pct <<<"${R[$h]:-}")" "$(field busy_pct <<<"${P[$h]:-}")"
 case ${R[fp16]:-not run} in
     "not run"*) echo "gpu-train-amp: not run: ${R[fp16]:-fp16 not in PRECISIONS}" \

@@ -7,13 +7,20 @@
  *       exit 0 and print the backend's name when DEVICE (default cuda) starts; exit 77 and
  *       say why when it does not (no GPU, no driver, a build without CUDA)
  *   bench_gpu_step ARCH SIZE BATCH WARMUP STEPS fp32|fp16|bf16 [DEVICE]
- *       prints "img/s=<x> ms_per_step=<m> net_mib=<n> t0=<s> t1=<s>": net_mib is what the
- *       net holds in device memory (weights, gradients, momentum, activations, the
- *       workspace arena: rn allocates nothing after rn_net_create); t0 and t1 bound the
- *       timed steps in wall-clock seconds since the epoch, for matching GPU utilisation
- *       samples to them.
- * Exit 3 with "amp: not supported by this build" for fp16 and bf16 while rn_net trains
- * in fp32 only. DEVICE "cpu" runs the same code on the CPU (a check of this program only). */
+ *       prints "img/s=<x> ms_per_step=<m> net_mib=<n> t0=<s> t1=<s> loss=<l>
+ *       loss_scale=<s> skipped=<k>": net_mib is what the net holds in device memory
+ *       (weights, gradients, momentum, activations, the workspace arena: rn allocates
+ *       nothing after rn_net_create); t0 and t1 bound the timed steps in wall-clock
+ *       seconds since the epoch, for matching GPU utilisation samples to them; loss is
+ *       the last step's; loss_scale and skipped (timed steps the fp16 loss scale skipped)
+ *       are 1 and 0 unless fp16.
+ * fp16 and bf16 are mixed precision as rn-train --amp runs it (lib/train.c, one micro-
+ * batch): fp16 backward of the loss times a GradScaler scale, the inf/NaN check, then the
+ * unscaling SGD step or its skip, and the scale's update; bf16 plain SGD, no scale.
+ * Exit 3 with "<precision>: AMP needs a GPU: ..." where the backend does not compute in
+ * that type. DEVICE "cpu" runs the same code on the CPU (a check of this program only). */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,7 @@
 #include "rn/err.h"
 #include "rn/net.h"
 #include "rn/rng.h"
+#include "rn/scaler.h"
 #include "rn/tensor.h"
 
 #define SKIP 77
@@ -60,13 +68,37 @@ static int probe(const char *device) {
     return 0;
 }
 
-/* one optimiser step; the loss comes back to the host, as in rn-train */
-static int step(rn_net *net, const int32_t *labels, int batch) {
-    float loss;
+/* the optimiser's state across steps: fp16's loss scale, what the steps saw */
+typedef struct {
+    rn_net *net;
+    int scaled; /* fp16: GradScaler; fp32 and bf16 step without a scale */
+    rn_scaler sc;
+    int64_t skipped; /* steps an inf/NaN gradient skipped */
+    float loss;      /* the last step's */
+} stepper;
+
+/* one optimiser step as rn-train takes it (lib/train.c); the loss comes back to the host */
+static int step(stepper *st, const int32_t *labels, int batch) {
     int rc;
-    if ((rc = rn_net_forward(net, batch, 1)) || (rc = rn_net_loss_backward(net, labels, batch, 0.0f, 1.0f, 1, 0, &loss)))
+    float grad_scale = st->scaled ? st->sc.scale : 1.0f;
+    if ((rc = rn_net_forward(st->net, batch, 1)) ||
+        (rc = rn_net_loss_backward(st->net, labels, batch, 0.0f, grad_scale, 1, 0, &st->loss)))
         return rc;
-    return rn_net_sgd(net, 0.01f, 0.9f, 1e-4f, 0, 0);
+    if (!isfinite(st->loss))
+        return rn_errorf(RN_ENUMERIC, "the loss is %g: training diverged%s", st->loss,
+                         st->scaled ? " (fp16 activations overflow past 65504)" : "");
+    if (!st->scaled) return rn_net_sgd(st->net, 0.01f, 0.9f, 1e-4f, 0, 0);
+    /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
+       turned up, then update the scale */
+    int found = 0;
+    if ((rc = rn_net_grads_nonfinite(st->net, &found)) ||
+        (!found && (rc = rn_net_sgd_unscale(st->net, 0.01f, 0.9f, 1e-4f, 0, 0, rn_scaler_inv(&st->sc)))))
+        return rc;
+    st->skipped += rn_scaler_update(&st->sc, found);
+    if (!(st->sc.scale >= FLT_MIN))
+        return rn_errorf(RN_ENUMERIC, "the fp16 loss scale fell to %g: the gradients overflow at any scale",
+                         st->sc.scale);
+    return RN_OK;
 }
 
 int main(int argc, char **argv) {
@@ -82,13 +114,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu_step: SIZE, BATCH, WARMUP and STEPS must be positive\n");
         return 2;
     }
-    if (strcmp(prec, "fp16") == 0 || strcmp(prec, "bf16") == 0) {
-        /* rn's ops exist in fp16 and bf16 (rn/backend.h) but rn_net has no mixed-precision
-         * mode yet: nothing here could run a step in them */
-        fprintf(stderr, "bench_gpu_step: %s: amp: not supported by this build (rn_net trains in fp32 only)\n", prec);
-        return NOT_SUPPORTED;
-    }
-    if (strcmp(prec, "fp32") != 0) {
+    int dtype = strcmp(prec, "fp32") == 0   ? RN_F32
+                : strcmp(prec, "fp16") == 0 ? RN_F16
+                : strcmp(prec, "bf16") == 0 ? RN_BF16
+                                            : -1;
+    if (dtype < 0) {
         fprintf(stderr, "bench_gpu_step: %s: want fp32, fp16 or bf16\n", prec);
         return 2;
     }
@@ -104,10 +134,25 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
     }
+    if (!rn_backend_has_dtype(be, dtype)) {
+        /* gpu.sh turns exit 3 into a "not run: <why>" row, as rn-train --amp refuses */
+        fprintf(stderr, "bench_gpu_step: %s: AMP needs a GPU: this backend computes in fp32 only (%s)\n", prec,
+                rn_backend_name(be));
+        rn_backend_destroy(be);
+        return NOT_SUPPORTED;
+    }
+    stepper st = {.scaled = dtype == RN_F16};
+    if (st.scaled &&
+        rn_scaler_init(&st.sc, RN_SCALER_INIT, RN_SCALER_GROWTH, RN_SCALER_BACKOFF, RN_SCALER_INTERVAL) != RN_OK) {
+        fprintf(stderr, "bench_gpu_step: %s\n", rn_last_error());
+        rn_backend_destroy(be);
+        return 1;
+    }
     TRY(rn_resnet_build(&spec, argv[1], 1000));
     TRY(rn_ckpt_new(&spec, &ck));
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
-    TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, &net));
+    TRY(rn_net_create_amp(be, &spec, batch, size, size, RN_NET_TRAIN, dtype, &net));
+    st.net = net;
     TRY(rn_net_load(net, ck));
     int64_t m = (int64_t)batch * size * size, nx = m * 3;
     if (!(px = malloc((size_t)nx)) || !(labels = malloc(sizeof(int32_t) * (size_t)batch))) {
@@ -123,20 +168,22 @@ int main(int argc, char **argv) {
         labels[i] = (i * 37) % 1000;
     TRY(rn_backend_alloc(be, (size_t)nx, (void **)&dpx));
     TRY(rn_backend_upload(be, dpx, px, (size_t)nx));
-    TRY(rn_input_normalize(be, RN_F32, m, 3, dpx, mean, std, rn_net_input(net)));
+    TRY(rn_input_normalize(be, rn_net_dtype(net), m, 3, dpx, mean, std, rn_net_input(net)));
     /* the first step chooses every convolution algorithm (cuDNN Find): never timed */
     for (int s = 0; s < warmup; s++)
-        TRY(step(net, labels, batch));
+        TRY(step(&st, labels, batch));
+    int64_t skipped0 = st.skipped;
     TRY(rn_backend_sync(be));
     double w0 = wall(), t0 = mono();
     for (int s = 0; s < steps; s++)
-        TRY(step(net, labels, batch));
+        TRY(step(&st, labels, batch));
     TRY(rn_backend_sync(be));
     double dt = mono() - t0, w1 = wall();
-    printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f\n", steps * batch / dt, 1e3 * dt / steps,
-           rn_net_bytes(net) / 1048576.0, w0, w1);
-    fprintf(stderr, "bench_gpu_step: %s %dx%d batch %d, %d warm-up + %d timed steps on %s\n", argv[1], size, size,
-            batch, warmup, steps, rn_backend_name(be));
+    printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f loss=%.6g loss_scale=%g skipped=%lld\n",
+           steps * batch / dt, 1e3 * dt / steps, rn_net_bytes(net) / 1048576.0, w0, w1, st.loss,
+           st.scaled ? st.sc.scale : 1.0f, (long long)(st.skipped - skipped0));
+    fprintf(stderr, "bench_gpu_step: %s %dx%d batch %d %s, %d warm-up + %d timed steps on %s\n", argv[1], size, size,
+            batch, prec, warmup, steps, rn_backend_name(be));
     ret = 0;
 fail:
     free(px);
