@@ -14,7 +14,7 @@
 # benchmark's lines and notes) and $OUT/bench-gpu/ (its raw outputs, a few KB).
 # Exit status: gpu-check's when it failed, else bench-gpu's.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 M=x86_64-linux-gnu
 ROOT=/tmp/rn-deps
 CUDA=${CUDA:-/usr/local/cuda}
@@ -37,6 +37,8 @@ for f in .gpudeps/*.deb; do
     fi
 done
 export PATH="$PATH:$ROOT/usr/bin"
+# bats from .gpudeps finds its own files from where it lies; its libraries it is told of
+export BATS_LIB_PATH="${BATS_LIB_PATH:-/usr/lib/bats}:$ROOT/usr/lib/bats"
 export CPATH="$ROOT/usr/include:$ROOT/usr/include/$M:$ROOT/usr/include/$M/openblas-pthread${CPATH:+:$CPATH}"
 libdirs="$ROOT/usr/lib/$M:$ROOT/usr/lib/$M/openblas-pthread"
 
