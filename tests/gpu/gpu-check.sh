@@ -11,20 +11,27 @@
 #      machine (tests/gpu/torch_steps.py; without torch: a fixed 1e-3, said so), and so may
 #      an inference forward with the trained weights; the GPU curve must be finite and end
 #      below where it started
+#   4b. mixed precision: rn-train --amp fp16 and bf16 on the GPU, the same arch, size, batch
+#      and steps on one fixed batch of toy images: losses finite, and the mean of the last
+#      5 below the mean of the first 5
+#   4c. tests/amp.bats (its GPU tests: fp16/bf16 training, overflow skips, exact resume)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 5 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
-# results.md (one row per check), build.log, ops.txt (the op test's output) and
-# train-compare.txt (the two loss curves); checkpoints and raw outputs go to
+# results.md (one row per check), build.log, ops.txt (the op test's output),
+# train-compare.txt (the two loss curves) and amp-bats.txt; checkpoints and raw outputs go to
 # $GPU_CHECK_WORK (default $GPU_CHECK_OUT/work). GPU_CHECK_MAKE_ARGS are passed to make.
 # Exit 0 when every check passed, 1 otherwise.
-# About 3-5 minutes on an H200 (most of it the build and the CPU's 30 steps).
+# GPU_CHECK_DRY=1 (below) runs it on the CPU; the AMP rows then say "not run: needs a GPU".
+# About 3-5 minutes on an H200 (most of it the build and the CPU's 30 steps; 4b and 4c
+# under a minute together).
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${GPU_CHECK_OUT:-gpu-check-out}
 BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac # step 5 runs the tools from $WORK
 MAKE=${MAKE:-make}
 PYTHON=${PYTHON:-python3}
 SIZE=64 BATCH=32 STEPS=${GPU_CHECK_STEPS:-30} ARCH=${GPU_CHECK_ARCH:-resnet50}
@@ -172,17 +179,106 @@ else
 fi
 row "torch peer" info "${torch_line:-none}"
 
+# 4b. mixed precision on the GPU: rn-train --amp fp16 and bf16 with the arch, size, batch
+#     and number of steps of step 4, on a toy dataset of exactly one batch (two classes of
+#     stripes; no augmentation, no shuffle, constant lr: every step sees the same images,
+#     as in step 4). The losses must be finite and go down: the mean of the last 5 below
+#     the mean of the first 5 (not last < first: fp16's loss scale may skip the first
+#     steps, and one step's loss is noisy). Seconds on an H200.
+amp_train() { # fp16|bf16: one run, one row
+    local p=$1 name="train: --amp $1, $ARCH ${SIZE}px b$BATCH $STEPS steps" rc v
+    rm -f "$A/$p.jsonl" "$A/$p.pb"
+    timeout 60 "$BIN/rn-train" --device $DEV --amp "$p" --data "$A/train.lmdb" --in "$A/init.pb" --out "$A/$p.pb" \
+        --epochs "$STEPS" --max-steps "$STEPS" --batch $BATCH --crop $SIZE --augment none --no-shuffle --workers 2 \
+        --lr 0.01 --lr-schedule constant --log-every 1 --log "$A/$p.jsonl" >"$A/$p.err" 2>&1
+    rc=$?
+    grep -m 1 '^rn-train: .* on ' "$A/$p.err"
+    if [ $rc != 0 ]; then
+        failed=1
+        tail -n 5 "$A/$p.err"
+        row "$name" FAIL "rn-train exit $rc$([ $rc = 124 ] && echo ' (over 60 s)'): $(tail -n 1 "$A/$p.err" | cut -c1-200)"
+        return
+    fi
+    v=$("$PYTHON" - "$A/$p.jsonl" "$STEPS" <<'PY'
+import json, math, statistics, sys
+steps = int(sys.argv[2])
+S = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"]
+L = [r.get("loss") for r in S]
+bad = [i for i, x in enumerate(L) if not isinstance(x, (int, float)) or not math.isfinite(x)]
+if len(S) != steps or bad or steps < 2:
+    print(f"FAIL {len(S)} step lines of {steps}; non-finite loss at steps {bad[:5]}")
+    sys.exit()
+k = min(5, steps // 2)
+first, last = sum(L[:k]) / k, sum(L[-k:]) / k
+ips = statistics.median(r["img_s"] for r in S[1:])
+print(f"{'ok' if last < first else 'FAIL'} loss {L[0]:.4g}->{L[-1]:.4g}, mean of the last {k} {last:.4g} "
+      f"{'<' if last < first else 'not <'} first {k} {first:.4g}; loss scale {S[-1]['loss_scale']:g}, "
+      f"{sum(r['skipped'] for r in S)} skipped; {ips:.0f} img/s")
+PY
+    ) || v="FAIL reading $A/$p.jsonl"
+    row "$name" "${v%% *}" "${v#* }"
+    case $v in ok*) ;; *) failed=1 ;; esac
+    say "--amp $p: $v"
+}
+A=$WORK/amp
+if [ $DEV = cpu ]; then
+    for p in fp16 bf16; do
+        row "train: --amp $p, $ARCH ${SIZE}px b$BATCH $STEPS steps" "not run" "needs a GPU (dry run: the CPU backend computes in fp32 only)"
+    done
+else
+    say "$ARCH ${SIZE}x$SIZE batch $BATCH: $STEPS steps with rn-train --amp fp16 and bf16"
+    if rm -rf "$A" && mkdir -p "$A" && "$PYTHON" tests/data/toy.py "$A/src" $((BATCH / 2)) 1 >"$A/setup.txt" 2>&1 &&
+        "$BIN/rn-prep" -q "$A/src" "$A/train.lmdb" >>"$A/setup.txt" 2>&1 &&
+        "$BIN/rn-init" --arch $ARCH --classes 2 --seed 1 -o "$A/init.pb" >>"$A/setup.txt" 2>&1; then
+        amp_train fp16
+        amp_train bf16
+    else
+        failed=1
+        cat "$A/setup.txt"
+        row "train: --amp fp16/bf16" FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$A/setup.txt" | cut -c1-200)"
+    fi
+fi
+
+# 4c. tests/amp.bats where the CUDA backend starts (its GPU tests skip elsewhere): rn-train
+#     --amp as a user runs it: the loss scale logged and saved, overflowing steps skipped
+#     and counted, exact resume, bf16 without a scale. Under a minute on an H200.
+name="amp.bats (rn-train --amp on the GPU)"
+if [ $DEV = cpu ]; then
+    row "$name" "not run" "needs a GPU (dry run; its CPU tests run in make test)"
+elif ! command -v bats >/dev/null; then
+    row "$name" "not run" "bats is not installed (make deps; tests/gpu/device-run.sh brings its own)"
+    say "amp.bats not run: no bats"
+else
+    say "tests/amp.bats"
+    RN_BIN=$BIN RN_BUILD=$BUILD PYTHON=$PYTHON timeout 120 bats --tap tests/amp.bats \
+        >"$OUT/amp-bats.txt" 2>&1
+    cat "$OUT/amp-bats.txt"
+    plan=$(sed -n 's/^1\.\.\([0-9]*\)$/\1/p' "$OUT/amp-bats.txt" | head -n 1)
+    n_ok=$(grep -c '^ok ' "$OUT/amp-bats.txt")
+    n_bad=$(grep -c '^not ok ' "$OUT/amp-bats.txt")
+    n_skip=$(grep -c '^ok .*# skip' "$OUT/amp-bats.txt")
+    # its GPU tests skip when the CUDA backend did not start: here that is a failure
+    n_gpu_skip=$(grep -c '^ok .*# skip no usable GPU' "$OUT/amp-bats.txt")
+    skips=$(sed -n 's/^ok .*# skip //p' "$OUT/amp-bats.txt" | sort -u | paste -sd ';')
+    if [ -n "$plan" ] && [ "$n_bad" = 0 ] && [ "$n_gpu_skip" = 0 ] && [ "$n_ok" = "$plan" ]; then
+        row "$name" ok "$((n_ok - n_skip)) passed, $n_skip skipped${skips:+ ($skips)}"
+    else
+        failed=1
+        row "$name" FAIL "${plan:-?} tests: $((n_ok - n_skip)) passed, $n_bad failed, $n_skip skipped ($n_gpu_skip for no GPU); see amp-bats.txt"
+    fi
+fi
+
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
 #    learns on the CPU (two classes of stripes), --device as a user gives it
 say "rn-train and rn-eval --device $DEV on the toy dataset"
 tools_ok=0
 if (cd "$WORK" && rm -rf toy && "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/train 64 1 &&
     "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/val 32 2 &&
-    "$OLDPWD/$BIN/rn-prep" -q toy/train toy/train.lmdb && "$OLDPWD/$BIN/rn-prep" -q --classes toy/train.lmdb toy/val toy/val.lmdb &&
-    "$OLDPWD/$BIN/rn-init" --arch resnet18 --classes 2 --seed 1 -o toy/init.pb &&
-    "$OLDPWD/$BIN/rn-train" --device $DEV --data toy/train.lmdb --val toy/val.lmdb --in toy/init.pb --out toy/e5.pb \
+    "$BIN/rn-prep" -q toy/train toy/train.lmdb && "$BIN/rn-prep" -q --classes toy/train.lmdb toy/val toy/val.lmdb &&
+    "$BIN/rn-init" --arch resnet18 --classes 2 --seed 1 -o toy/init.pb &&
+    "$BIN/rn-train" --device $DEV --data toy/train.lmdb --val toy/val.lmdb --in toy/init.pb --out toy/e5.pb \
         --epochs 5 --batch 16 --crop 32 --workers 2 --lr 0.05 &&
-    "$OLDPWD/$BIN/rn-eval" --device $DEV --data toy/val.lmdb --ckpt toy/e5.pb --crop 32 --json >toy/eval.json) \
+    "$BIN/rn-eval" --device $DEV --data toy/val.lmdb --ckpt toy/e5.pb --crop 32 --json >toy/eval.json) \
     >"$WORK/tools.txt" 2>&1; then
     top1=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["top1"])' "$WORK/toy/eval.json" 2>/dev/null)
     awk -v t="${top1:-0}" 'BEGIN { exit !(t >= 0.95) }' && tools_ok=1
@@ -196,7 +292,7 @@ else
     row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
 fi
 
-row "not run" - "fp16/bf16 training (AMP is not in the network yet); the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
+row "not run" - "the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
 echo
 cat "$RES"
 say "$( [ $failed = 0 ] && echo passed || echo FAILED ) in $(($(date +%s) - t_start)) s; results in $RES"
