@@ -31,9 +31,17 @@ CC ?= cc
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
+HASH := \#
+# libjpeg-turbo's libjpeg API (Debian: libjpeg62-turbo-dev) lets the loader decode only
+# the rows and columns of a RandomResizedCrop window; without it TurboJPEG decodes whole
+# images (same pixels, slower). USE_LIBJPEG=0|1 overrides the detection.
+ifeq ($(origin USE_LIBJPEG),undefined)
+USE_LIBJPEG := $(shell printf '$(HASH)include <stdio.h>\n$(HASH)include <jpeglib.h>\nint main(void){struct jpeg_decompress_struct c; JDIMENSION x = 0, w = 0; jpeg_crop_scanline(&c, &x, &w); return 0;}\n' | \
+  $(CC) -x c - -ljpeg -o /dev/null 2>/dev/null && echo 1 || echo 0)
+endif
+
 # CUDA detection: nvcc, cuDNN and cuBLAS headers and libraries, and a tiny test compile.
 ifeq ($(origin USE_CUDA),undefined)
-HASH := \#
 USE_CUDA := $(shell test -x $(CUDA)/bin/nvcc && printf '$(HASH)include <cudnn.h>\n$(HASH)include <cublas_v2.h>\n$(HASH)include <cuda_runtime.h>\nint main(void){cublasHandle_t h; (void)h; return cudnnGetVersion()==0;}\n' | \
   $(CC) -x c - -I$(CUDA)/include -L$(CUDA)/lib64 -lcudnn -lcublas -lcudart -o /dev/null 2>/dev/null && echo 1 || echo 0)
 endif
@@ -45,6 +53,11 @@ CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread $(SANFL
 # on machines without the CUDA libraries
 LDFLAGS += -fopenmp -pthread -Wl,--as-needed $(SANFLAGS)
 LDLIBS += -lprotobuf-c -llmdb -lturbojpeg $(BLAS_LIBS) -ldl -lm
+ifeq ($(USE_LIBJPEG),1)
+CPPFLAGS += -DRN_HAVE_LIBJPEG=1
+LDLIBS += -ljpeg
+JPEG_SUMMARY := , libjpeg crop decoding
+endif
 
 ifeq ($(USE_CUDA),1)
 CPPFLAGS += -DRN_HAVE_CUDA=1 -I$(CUDA)/include -DRN_CUDA_ARCH='"$(CUDA_ARCH)"'
@@ -76,7 +89,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/
 all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN)
 
 summary:
-	@echo "rn $(VERSION): $(BUILD_SUMMARY)"
+	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)"
 
 $(PROTO_C) $(PROTO_H): proto/rn.proto
 	@mkdir -p $(BUILD)/gen
@@ -117,7 +130,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
-  libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
+  libjpeg62-turbo-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
   python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
