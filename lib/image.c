@@ -170,9 +170,9 @@ static void hrow3_sse2(const uint8_t *row, uint8_t *out, const int *bx, const __
 /* One output row of the vertical pass, 16 bytes at a time with the same hi/lo split as
  * the horizontal pass: lanes [row r, row r+1] against [k_r, k_r+1], accumulators in
  * registers. Same sums as the scalar loop, so the same results. */
-static void vrow_sse2(const uint8_t *tmp, size_t rowlen, int first, int n, const int32_t *k, uint8_t *out) {
+static void vrow_sse2(const uint8_t *tmp, size_t rowlen, size_t i, int first, int n, const int32_t *k,
+                      uint8_t *out) {
     const __m128i z = _mm_setzero_si128(), round = _mm_set1_epi32(1 << (PREC - 1));
-    size_t i = 0;
     for (; i + 16 <= rowlen; i += 16) {
         __m128i hi[4] = {z, z, z, z}, lo[4] = {z, z, z, z};
         for (int r = 0; r < n; r += 2) {
@@ -202,6 +202,114 @@ static void vrow_sse2(const uint8_t *tmp, size_t rowlen, int first, int n, const
         for (int r = 0; r < n; r++) acc += tmp[(size_t)(first + r) * rowlen + i] * k[r];
         out[i] = clip8(acc);
     }
+}
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_AVX2_PATH 1
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2")))
+
+/* The horizontal pass with AVX2, exactly equal to hrow3: four taps per step, taps
+ * (i, i+1) in the low 128-bit lane and (i+2, i+3) in the high one, each lane laid out
+ * as in hrow3_sse2. One 16-byte load and one byte shuffle gather the four pixels.
+ * co holds, per output and tap quad, the hi and lo coefficient vectors. */
+static AVX2 void hcoeffs_avx2(const int *bx, const int32_t *cx, int dw, int kx, int quads, __m256i *co) {
+    for (int x = 0; x < dw; x++) {
+        const int32_t *k = cx + (size_t)x * kx;
+        int n = bx[2 * x + 1];
+        for (int q = 0; q < quads; q++) {
+            int16_t hi[4] = {0}, lo[4] = {0};
+            for (int t = 0; t < 4; t++)
+                if (4 * q + t < n) hi[t] = (int16_t)(k[4 * q + t] >> 11), lo[t] = (int16_t)(k[4 * q + t] & 2047);
+            /* unaligned stores: the workspace is only 16-byte aligned */
+            _mm256_storeu_si256(co + ((size_t)x * quads + q) * 2,
+                                _mm256_setr_epi16(hi[0], hi[1], hi[0], hi[1], hi[0], hi[1], 0, 0, hi[2], hi[3], hi[2],
+                                                  hi[3], hi[2], hi[3], 0, 0));
+            _mm256_storeu_si256(co + ((size_t)x * quads + q) * 2 + 1,
+                                _mm256_setr_epi16(lo[0], lo[1], lo[0], lo[1], lo[0], lo[1], 0, 0, lo[2], lo[3], lo[2],
+                                                  lo[3], lo[2], lo[3], 0, 0));
+        }
+    }
+}
+
+/* quads <= 8. out must have one writable byte past the row, as for hrow3_sse2. The
+ * 16-byte loads never leave the row: outputs that would read past it read from a
+ * zero-padded copy of its end. */
+static AVX2 void hrow3_avx2(const uint8_t *row, uint8_t *out, const int *bx, const __m256i *co, int dw,
+                            int quads, int flip, int sw) {
+    const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
+    uint8_t pad[16 * 8 + 16];
+    for (int t = 0; t < dw; t++) {
+        int x = flip ? dw - 1 - t : t;
+        int x0 = bx[2 * x];
+        const uint8_t *p = row + (size_t)x0 * 3;
+        const __m256i *k = co + (size_t)x * quads * 2;
+        if (3 * x0 + 12 * (quads - 1) + 16 > 3 * sw) {
+            size_t have = (size_t)(sw - x0) * 3;
+            memset(pad, 0, sizeof pad);
+            memcpy(pad, p, have < sizeof pad ? have : sizeof pad);
+            p = pad;
+        }
+        __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+        for (int q = 0; q < quads; q++) {
+            __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + 12 * q)));
+            v = _mm256_shuffle_epi8(v, shuf);
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(v, _mm256_loadu_si256(k + 2 * q)));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(v, _mm256_loadu_si256(k + 2 * q + 1)));
+        }
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+        __m128i l = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+        __m128i v = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, 11), l), round);
+        v = _mm_srai_epi32(v, PREC);
+        v = _mm_packs_epi32(v, v);
+        v = _mm_packus_epi16(v, v);
+        uint32_t w = (uint32_t)_mm_cvtsi128_si32(v);
+        memcpy(out + 3 * (size_t)t, &w, 4);
+    }
+}
+
+/* vrow_sse2 32 bytes at a time: the unpacks and packs work within 128-bit lanes and
+ * undo each other, so no cross-lane shuffles are needed */
+static AVX2 void vrow_avx2(const uint8_t *tmp, size_t rowlen, int first, int n, const int32_t *k, uint8_t *out) {
+    const __m256i z = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (PREC - 1));
+    __m256i kh[64], kl[64];
+    int np = (n + 1) / 2;
+    if (np > 64) {
+        vrow_sse2(tmp, rowlen, 0, first, n, k, out);
+        return;
+    }
+    for (int j = 0; j < np; j++) {
+        int32_t k0 = k[2 * j], k1 = 2 * j + 1 < n ? k[2 * j + 1] : 0;
+        kh[j] = _mm256_set1_epi32((int)(((uint32_t)(k1 >> 11) << 16) | (uint32_t)(k0 >> 11)));
+        kl[j] = _mm256_set1_epi32((int)(((uint32_t)(k1 & 2047) << 16) | (uint32_t)(k0 & 2047)));
+    }
+    size_t i = 0;
+    for (; i + 32 <= rowlen; i += 32) {
+        __m256i hi[4] = {z, z, z, z}, lo[4] = {z, z, z, z};
+        for (int j = 0; j < np; j++) {
+            const uint8_t *pa = tmp + (size_t)(first + 2 * j) * rowlen + i;
+            __m256i a = _mm256_loadu_si256((const __m256i *)pa);
+            __m256i b = 2 * j + 1 < n ? _mm256_loadu_si256((const __m256i *)(pa + rowlen)) : z;
+            __m256i a0 = _mm256_unpacklo_epi8(a, z), a1 = _mm256_unpackhi_epi8(a, z);
+            __m256i b0 = _mm256_unpacklo_epi8(b, z), b1 = _mm256_unpackhi_epi8(b, z);
+            __m256i q[4] = {_mm256_unpacklo_epi16(a0, b0), _mm256_unpackhi_epi16(a0, b0),
+                            _mm256_unpacklo_epi16(a1, b1), _mm256_unpackhi_epi16(a1, b1)};
+            for (int m = 0; m < 4; m++) {
+                hi[m] = _mm256_add_epi32(hi[m], _mm256_madd_epi16(q[m], kh[j]));
+                lo[m] = _mm256_add_epi32(lo[m], _mm256_madd_epi16(q[m], kl[j]));
+            }
+        }
+        __m256i v[4];
+        for (int m = 0; m < 4; m++)
+            v[m] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi[m], 11), lo[m]), round),
+                                     PREC);
+        __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)(out + i), bytes);
+    }
+    if (i < rowlen) vrow_sse2(tmp, rowlen, i, first, n, k, out);
 }
 #endif
 
@@ -239,8 +347,8 @@ HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int 
     size_t max_rows = (size_t)ceil(dh * scale_y) + (size_t)ky + 2;
     if (max_rows > (size_t)sh) max_rows = (size_t)sh;
     size_t off_co = (off_t + max_rows * (size_t)dw * c + 16 + 15) & ~(size_t)15; /* +16: hrow3_sse2 */
-    int pairs = (kx + 1) / 2;
-    size_t total = off_co + (size_t)dw * pairs * 32;
+    int pairs = (kx + 1) / 2, quads = (kx + 3) / 4;
+    size_t total = off_co + (size_t)dw * (pairs * 32 > quads * 64 ? pairs * 32 : quads * 64);
     uint8_t *base = ws_get(ws, total);
     if (!base) return rn_errorf(RN_ENOMEM, "out of memory: resize workspace of %zu bytes", total);
     int *bx = (int *)base, *by = bx + 2 * dw;
@@ -270,6 +378,16 @@ HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int 
         return rn_errorf(RN_EINVAL, "resize: internal row bound %d > %zu", y1 - y0, max_rows);
 
     /* horizontal pass over rows y0..y1-1 into tmp (mirrored if flip) */
+#ifdef HAVE_AVX2_PATH
+    int avx2 = __builtin_cpu_supports("avx2");
+    if (avx2 && c == 3 && quads <= 8) {
+        __m256i *co2 = (__m256i *)(base + off_co);
+        hcoeffs_avx2(bx, cx, dw, kx, quads, co2);
+        for (int y = y0; y < y1; y++)
+            hrow3_avx2(src + (size_t)y * sw * c, tmp + (size_t)(y - y0) * dw * c, bx, co2, dw, quads, flip, sw);
+        goto vertical;
+    }
+#endif
 #ifdef __SSE2__
     __m128i *co = (__m128i *)(base + off_co);
     if (c == 3) hcoeffs_sse2(bx, cx, dw, kx, pairs, co);
@@ -304,12 +422,21 @@ HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int 
         }
     }
     /* vertical pass */
+#ifdef HAVE_AVX2_PATH
+vertical:;
+#endif
     size_t rowlen = (size_t)dw * c;
     for (int y = 0; y < dh; y++) {
         const int32_t *k = cy + (size_t)y * ky;
         int first = by[2 * y] - y0, n = by[2 * y + 1];
+#ifdef HAVE_AVX2_PATH
+        if (avx2) {
+            vrow_avx2(tmp, rowlen, first, n, k, dst + (size_t)y * rowlen);
+            continue;
+        }
+#endif
 #ifdef __SSE2__
-        vrow_sse2(tmp, rowlen, first, n, k, dst + (size_t)y * rowlen);
+        vrow_sse2(tmp, rowlen, 0, first, n, k, dst + (size_t)y * rowlen);
         continue;
 #endif
         for (size_t i = 0; i < rowlen; i++) acc[i] = 1 << (PREC - 1);
