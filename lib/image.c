@@ -271,6 +271,52 @@ static AVX2 void hrow3_avx2(const uint8_t *row, uint8_t *out, const int *bx, con
     }
 }
 
+/* hrow3_avx2 on two rows at once: each coefficient load serves both, and one
+ * cross-lane add finishes both sums */
+static AVX2 void hrow3x2_avx2(const uint8_t *ra, const uint8_t *rb, uint8_t *oa, uint8_t *ob, const int *bx,
+                              const __m256i *co, int dw, int quads, int flip, int sw) {
+    const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    const __m256i round = _mm256_set1_epi32(1 << (PREC - 1));
+    uint8_t pada[16 * 8 + 16], padb[16 * 8 + 16];
+    for (int t = 0; t < dw; t++) {
+        int x = flip ? dw - 1 - t : t;
+        int x0 = bx[2 * x];
+        const uint8_t *pa = ra + (size_t)x0 * 3, *pb = rb + (size_t)x0 * 3;
+        const __m256i *k = co + (size_t)x * quads * 2;
+        if (3 * x0 + 12 * (quads - 1) + 16 > 3 * sw) {
+            size_t have = (size_t)(sw - x0) * 3;
+            if (have > sizeof pada) have = sizeof pada;
+            memset(pada, 0, sizeof pada);
+            memset(padb, 0, sizeof padb);
+            memcpy(pada, pa, have);
+            memcpy(padb, pb, have);
+            pa = pada, pb = padb;
+        }
+        __m256i ha = _mm256_setzero_si256(), la = ha, hb = ha, lb = ha;
+        for (int q = 0; q < quads; q++) {
+            __m256i kh = _mm256_loadu_si256(k + 2 * q), kl = _mm256_loadu_si256(k + 2 * q + 1);
+            __m256i va = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(pa + 12 * q))), shuf);
+            __m256i vb = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(pb + 12 * q))), shuf);
+            ha = _mm256_add_epi32(ha, _mm256_madd_epi16(va, kh));
+            la = _mm256_add_epi32(la, _mm256_madd_epi16(va, kl));
+            hb = _mm256_add_epi32(hb, _mm256_madd_epi16(vb, kh));
+            lb = _mm256_add_epi32(lb, _mm256_madd_epi16(vb, kl));
+        }
+        /* [a taps 01 | a taps 23] and [b ..] -> [a | b] */
+        __m256i h = _mm256_add_epi32(_mm256_permute2x128_si256(ha, hb, 0x20), _mm256_permute2x128_si256(ha, hb, 0x31));
+        __m256i l = _mm256_add_epi32(_mm256_permute2x128_si256(la, lb, 0x20), _mm256_permute2x128_si256(la, lb, 0x31));
+        __m256i v = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), round), PREC);
+        v = _mm256_packs_epi32(v, v);
+        v = _mm256_packus_epi16(v, v);
+        uint32_t wa = (uint32_t)_mm256_cvtsi256_si32(v), wb = (uint32_t)_mm256_extract_epi32(v, 4);
+        /* row a's last pixel takes 3 bytes: a 4th would land on row b's first */
+        if (t < dw - 1) memcpy(oa + 3 * (size_t)t, &wa, 4);
+        else memcpy(oa + 3 * (size_t)t, &wa, 3);
+        memcpy(ob + 3 * (size_t)t, &wb, 4);
+    }
+}
+
 /* vrow_sse2 32 bytes at a time: the unpacks and packs work within 128-bit lanes and
  * undo each other, so no cross-lane shuffles are needed */
 static AVX2 void vrow_avx2(const uint8_t *tmp, size_t rowlen, int first, int n, const int32_t *k, uint8_t *out) {
@@ -383,7 +429,13 @@ HOT int rn_image_resize_part(const uint8_t *src, const int part[4], int sw, int 
     if (avx2 && c == 3 && quads <= 8) {
         __m256i *co2 = (__m256i *)(base + off_co);
         hcoeffs_avx2(bx, cx, dw, kx, quads, co2);
-        for (int y = y0; y < y1; y++)
+        int y = y0;
+        for (; y + 2 <= y1; y += 2) {
+            const uint8_t *r = src + (size_t)y * sw * c;
+            uint8_t *o = tmp + (size_t)(y - y0) * dw * c;
+            hrow3x2_avx2(r, r + (size_t)sw * c, o, o + (size_t)dw * c, bx, co2, dw, quads, flip, sw);
+        }
+        if (y < y1)
             hrow3_avx2(src + (size_t)y * sw * c, tmp + (size_t)(y - y0) * dw * c, bx, co2, dw, quads, flip, sw);
         goto vertical;
     }
