@@ -531,13 +531,42 @@ void rn_image_flip(uint8_t *img, int w, int h, int c) {
     }
 }
 
+#ifdef HAVE_AVX2_PATH
+/* The same float operations as the table (IEEE division and subtraction round the same
+ * in every lane), 8 RGB pixels per step; returns how many pixels it did. */
+static AVX2 size_t normalize3_avx2(const uint8_t *src, float *dst, size_t npix, const float *mean, const float *std) {
+    __m256 m[3], sd[3];
+    const __m256 d255 = _mm256_set1_ps(255.0f);
+    for (int j = 0; j < 3; j++) {
+        float mm[8], ss[8];
+        for (int l = 0; l < 8; l++) mm[l] = mean[(8 * j + l) % 3], ss[l] = std[(8 * j + l) % 3];
+        m[j] = _mm256_loadu_ps(mm);
+        sd[j] = _mm256_loadu_ps(ss);
+    }
+    size_t i = 0;
+    for (; i + 8 <= npix; i += 8) {
+        const uint8_t *p = src + 3 * i;
+        for (int j = 0; j < 3; j++) {
+            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * j))));
+            v = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(v, d255), m[j]), sd[j]);
+            _mm256_storeu_ps(dst + 3 * i + 8 * j, v);
+        }
+    }
+    return i;
+}
+#endif
+
 void rn_image_normalize(const uint8_t *src, float *dst, size_t npix, int c, const float *mean,
                         const float *std) {
     float lut[4][256];
     for (int ch = 0; ch < c && ch < 4; ch++)
         for (int v = 0; v < 256; v++) lut[ch][v] = ((float)v / 255.0f - mean[ch]) / std[ch];
     if (c == 3) {
-        for (size_t i = 0; i < npix; i++) {
+        size_t i = 0;
+#ifdef HAVE_AVX2_PATH
+        if (__builtin_cpu_supports("avx2")) i = normalize3_avx2(src, dst, npix, mean, std);
+#endif
+        for (; i < npix; i++) {
             dst[3 * i] = lut[0][src[3 * i]];
             dst[3 * i + 1] = lut[1][src[3 * i + 1]];
             dst[3 * i + 2] = lut[2][src[3 * i + 2]];
