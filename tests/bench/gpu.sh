@@ -37,7 +37,7 @@ DRY=${BENCH_GPU_DRY:-0}
 # knobs (BENCH_GPU_*, as make bench-gpu takes them), and their defaults: the issue's
 # benchmark, or a toy size for the dry run
 if [ "$DRY" = 1 ]; then
-    d=(cpu resnet18 64 2 1 1 8 80x60 2 1)
+    d=(cpu resnet18 64 2 1 6 8 80x60 2 1) # 6 timed steps: several 50 ms NVML samples in the window
 else
     # loader workers: every core but one, which runs the training step
     d=(cuda resnet50 224 256 5 20 5120 500x375 16 $(($(nproc) > 2 ? $(nproc) - 1 : 1)))
