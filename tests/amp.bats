@@ -9,9 +9,7 @@ bats_require_minimum_version 1.5.0
 
 setup_file() {
     cd "$BATS_FILE_TMPDIR"
-    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src 16 1
-    rn-prep -q src train.lmdb
-    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+    toy_setup 16
     # a GPU counts when the CUDA backend itself starts on it
     if rn-train --data train.lmdb --in init.pb --out probe.pb --max-steps 1 --batch 8 --crop 32 --workers 1 \
         --device cuda >/dev/null 2>&1; then touch gpu; fi

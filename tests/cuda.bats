@@ -7,9 +7,7 @@ bats_require_minimum_version 1.5.0
 
 setup_file() {
     cd "$BATS_FILE_TMPDIR"
-    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src 16 1
-    rn-prep -q src train.lmdb
-    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+    toy_setup 16
 }
 
 setup() {

@@ -17,3 +17,11 @@ with open(p, "r+b") as f:
     f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x5A]))
 PY
 }
+
+# In the current folder: src/ (toy.py: two classes of N generated images each), train.lmdb
+# from it, and init.pb (resnet18, 2 classes, seed 1).
+toy_setup() {
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src "$1" 1
+    rn-prep -q src train.lmdb
+    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+}

@@ -199,6 +199,18 @@ static double bn_obj(void *p) {
     return gc_dot(b->r, b->y, b->d.m * b->d.c);
 }
 
+/* Random BN inputs: x (n), gamma and beta (c), a residual (n) or NULL, y zeroed (n), and
+ * r (n), the fixed direction the objectives dot y with. */
+static void bn_inputs(uint64_t s, int64_t n, int c, int residual, float **x, float **gamma, float **beta,
+                      float **res, float **y, float **r) {
+    *x = randn(s, n, 0.7f, 2.0f);
+    *gamma = randn(s + 1, c, 1.0f, 0.5f);
+    *beta = randn(s + 2, c, 0.0f, 0.5f);
+    *res = residual ? randn(s + 3, n, 0.0f, 1.0f) : NULL;
+    *y = zeros(n);
+    *r = randn(s + 4, n, 0.0f, 1.0f);
+}
+
 /* Central differences of obj (a forward, dotted with a fixed r) against a BN backward's
  * dx, dgamma, dbeta and, with a residual, dres. */
 static void bn_gradcheck(const char *name, double (*obj)(void *), void *ctx, float *x, float *gamma, float *beta,
@@ -227,12 +239,7 @@ static void test_bn_case(rn_backend *be, int64_t m, int c, int relu, int residua
     CHECK_OK(rn_bn_desc_init(&b.d, m, c, relu));
     int64_t n = m * c;
     uint64_t s = 1000 + (uint64_t)(m * 8 + c * 2 + relu + residual * 4);
-    b.x = randn(s, n, 0.7f, 2.0f);
-    b.gamma = randn(s + 1, c, 1.0f, 0.5f);
-    b.beta = randn(s + 2, c, 0.0f, 0.5f);
-    b.res = residual ? randn(s + 3, n, 0.0f, 1.0f) : NULL;
-    b.y = zeros(n);
-    b.r = randn(s + 4, n, 0.0f, 1.0f);
+    bn_inputs(s, n, c, residual, &b.x, &b.gamma, &b.beta, &b.res, &b.y, &b.r);
     b.mean = zeros(c), b.invstd = zeros(c);
     float *rm = randn(s + 5, c, 0.0f, 1.0f), *rv = randn(s + 6, c, 2.0f, 0.3f);
     float *rm0 = malloc(sizeof(float) * c), *rv0 = malloc(sizeof(float) * c);
@@ -332,12 +339,7 @@ static void test_bn_frozen_case(rn_backend *be, int64_t m, int c, int relu, int 
     CHECK_OK(rn_bn_desc_init(&b.d, m, c, relu));
     int64_t n = m * c;
     uint64_t s = 5000 + (uint64_t)(m * 8 + c * 2 + relu + residual * 4);
-    b.x = randn(s, n, 0.7f, 2.0f);
-    b.gamma = randn(s + 1, c, 1.0f, 0.5f);
-    b.beta = randn(s + 2, c, 0.0f, 0.5f);
-    b.res = residual ? randn(s + 3, n, 0.0f, 1.0f) : NULL;
-    b.y = zeros(n);
-    b.r = randn(s + 4, n, 0.0f, 1.0f);
+    bn_inputs(s, n, c, residual, &b.x, &b.gamma, &b.beta, &b.res, &b.y, &b.r);
     b.rm = randn(s + 5, c, 0.5f, 1.0f), b.rv = randn(s + 6, c, 3.0f, 0.5f);
     float *rm0 = malloc(sizeof(float) * c), *rv0 = malloc(sizeof(float) * c);
     memcpy(rm0, b.rm, sizeof(float) * c), memcpy(rv0, b.rv, sizeof(float) * c);
