@@ -713,10 +713,10 @@ typedef struct {
     void *y;
     const float *xf;
     int32_t *flag;
-} conv_job;
+} cast_job;
 
 static void cast_range(void *ctx, int64_t i0, int64_t i1) {
-    const conv_job *j = ctx;
+    const cast_job *j = ctx;
     for (int64_t i = i0; i < i1; i++)
         store1(j->dst, j->y, i,
                j->accumulate ? load1(j->dst, j->y, i) + load1(j->src, j->x, i) : load1(j->src, j->x, i));
@@ -724,13 +724,13 @@ static void cast_range(void *ctx, int64_t i0, int64_t i1) {
 
 static int cpu_cast(rn_backend *be, int src, int dst, int64_t n, const void *x, void *y,
                     int accumulate) {
-    conv_job j = {.src = src, .dst = dst, .accumulate = accumulate, .x = x, .y = y};
+    cast_job j = {.src = src, .dst = dst, .accumulate = accumulate, .x = x, .y = y};
     par_range(be, n, ELEMS_PER_CHUNK, n, cast_range, &j);
     return RN_OK;
 }
 
 static void nonfinite_range(void *ctx, int64_t i0, int64_t i1) {
-    const conv_job *j = ctx;
+    const cast_job *j = ctx;
     int any = 0;
     for (int64_t i = i0; i < i1; i++) any |= !isfinite(j->xf[i]);
     /* pieces only ever store 1: the order in which they do cannot matter */
@@ -738,7 +738,7 @@ static void nonfinite_range(void *ctx, int64_t i0, int64_t i1) {
 }
 
 static int cpu_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
-    conv_job j = {.xf = x, .flag = flag};
+    cast_job j = {.xf = x, .flag = flag};
     par_range(be, n, ELEMS_PER_CHUNK, n, nonfinite_range, &j);
     return RN_OK;
 }

@@ -100,6 +100,9 @@ static int pool_desc(const rn_net *net, int n, rn_pool_desc *d) {
     return rc;
 }
 
+/* n rounded up to 16 floats: parameter starts (and the fc bias in gh) are 64-byte aligned */
+static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
 /* element off of an array in dtype */
 static void *elem(const rn_net *net, const void *base, int64_t off) {
     return (char *)base + (size_t)off * net->es;
@@ -162,7 +165,7 @@ static int layout(rn_net *net) {
             p->d = d[i];
             p->off = off;
             p->numel = rn_numel(d[i].shape, (size_t)d[i].ndim);
-            off += (p->numel + 15) & ~(int64_t)15; /* 64-byte aligned starts */
+            off += align16(p->numel);
             if (pass == 0) net->ndecay = off;
             unit_rt *u = d[i].unit >= 0 ? &net->u[d[i].unit] : NULL;
             switch (d[i].kind) {
@@ -288,7 +291,7 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
         /* gh holds the largest weight, or the fc weight and then its bias */
         for (int i = 0; i < net->npref; i++)
             if (net->prefs[i].numel > net->gh_numel) net->gh_numel = net->prefs[i].numel;
-        if (net->gh_numel < ((F * K + 15) & ~(int64_t)15) + K) net->gh_numel = ((F * K + 15) & ~(int64_t)15) + K;
+        if (net->gh_numel < align16(F * K) + K) net->gh_numel = align16(F * K) + K;
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->grads)) ||
             (rc = nalloc(net, (size_t)net->nparams * fl, &net->mom)) ||
             (rc = nalloc(net, (size_t)(B * F) * es, &net->dfeat)) ||
@@ -610,7 +613,7 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
         rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
                        net->grads + net->fc_w, net->grads + net->fc_b, accumulate);
     } else {
-        int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = (nw + 15) & ~(int64_t)15;
+        int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = align16(nw);
         void *gb = elem(net, net->gh, bias_at);
         if ((rc = rn_cast(net->be, RN_F32, net->dtype, (int64_t)n * s->num_classes, net->dlogits, net->dlogits_h,
                           0)) ||

@@ -29,6 +29,7 @@
 #include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/err.h"
+#include "rn/loader.h"
 #include "rn/net.h"
 #include "rn/rng.h"
 #include "rn/scaler.h"
@@ -129,7 +130,6 @@ int main(int argc, char **argv) {
     rn_net *net = NULL;
     uint8_t *px = NULL, *dpx = NULL;
     int32_t *labels = NULL;
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     if (rn_backend_create(device, 0, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
         labels[i] = (i * 37) % 1000;
     TRY(rn_backend_alloc(be, (size_t)nx, (void **)&dpx));
     TRY(rn_backend_upload(be, dpx, px, (size_t)nx));
-    TRY(rn_input_normalize(be, rn_net_dtype(net), m, 3, dpx, mean, std, rn_net_input(net)));
+    TRY(rn_input_normalize(be, rn_net_dtype(net), m, 3, dpx, RN_IMAGENET_MEAN, RN_IMAGENET_STD, rn_net_input(net)));
     /* the first step chooses every convolution algorithm (cuDNN Find): never timed */
     for (int s = 0; s < warmup; s++)
         TRY(step(&st, labels, batch));

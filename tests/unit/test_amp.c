@@ -57,12 +57,19 @@ static void narrow(int dtype, float *t, void *y, int64_t n) {
     free(t);
 }
 
+/* element counts of a convolution's input, weight and output */
+static void conv_sizes(const rn_conv_desc *d, int64_t *nx, int64_t *nw, int64_t *ny) {
+    *nx = (int64_t)d->n * d->h * d->w * d->c;
+    *nw = (int64_t)d->k * d->kh * d->kw * d->c;
+    *ny = (int64_t)d->n * d->p * d->q * d->k;
+}
+
 static int e_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
     if (d->dtype == RN_F32) return cpu->conv_fwd(be, d, x, w, y);
     rn_conv_desc f = *d;
     f.dtype = RN_F32;
-    int64_t nx = (int64_t)d->n * d->h * d->w * d->c, nw = (int64_t)d->k * d->kh * d->kw * d->c,
-            ny = (int64_t)d->n * d->p * d->q * d->k;
+    int64_t nx, nw, ny;
+    conv_sizes(d, &nx, &nw, &ny);
     float *tx = wide(d->dtype, x, nx), *tw = wide(d->dtype, w, nw), *ty = scratch(d->dtype, y, ny, 0);
     int rc = cpu->conv_fwd(be, &f, tx, tw, ty);
     narrow(d->dtype, ty, y, ny);
@@ -74,8 +81,8 @@ static int e_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy
     if (d->dtype == RN_F32) return cpu->conv_bwd_data(be, d, dy, w, dx, acc);
     rn_conv_desc f = *d;
     f.dtype = RN_F32;
-    int64_t nx = (int64_t)d->n * d->h * d->w * d->c, nw = (int64_t)d->k * d->kh * d->kw * d->c,
-            ny = (int64_t)d->n * d->p * d->q * d->k;
+    int64_t nx, nw, ny;
+    conv_sizes(d, &nx, &nw, &ny);
     float *tdy = wide(d->dtype, dy, ny), *tw = wide(d->dtype, w, nw), *tdx = scratch(d->dtype, dx, nx, acc);
     int rc = cpu->conv_bwd_data(be, &f, tdy, tw, tdx, acc);
     narrow(d->dtype, tdx, dx, nx);
@@ -88,8 +95,8 @@ static int e_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *
     if (d->dtype == RN_F32) return cpu->conv_bwd_filter(be, d, x, dy, dw, acc);
     rn_conv_desc f = *d;
     f.dtype = RN_F32;
-    int64_t nx = (int64_t)d->n * d->h * d->w * d->c, nw = (int64_t)d->k * d->kh * d->kw * d->c,
-            ny = (int64_t)d->n * d->p * d->q * d->k;
+    int64_t nx, nw, ny;
+    conv_sizes(d, &nx, &nw, &ny);
     float *tx = wide(d->dtype, x, nx), *tdy = wide(d->dtype, dy, ny), *tdw = scratch(d->dtype, dw, nw, acc);
     int rc = cpu->conv_bwd_filter(be, &f, tx, tdy, tdw, acc);
     narrow(d->dtype, tdw, dw, nw);
