@@ -233,26 +233,37 @@ static AVX2 void hcoeffs_avx2(const int *bx, const int32_t *cx, int dw, int kx, 
     }
 }
 
+/* The byte shuffle that spreads a 16-byte load (4 RGB pixels) into the 16-bit tap pairs
+ * of hcoeffs_avx2's layout. */
+static AVX2 __m256i hshuf_avx2(void) {
+    return _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7, -1, 10, -1, 8,
+                            -1, 11, -1, -1, -1, -1, -1);
+}
+
+/* The pixels from x0 on that an output's 16-byte loads read: row itself, or, where those
+ * loads would pass the row's end (sw pixels), a zero-padded copy of its end in pad. */
+static const uint8_t *htaps(const uint8_t *row, int x0, int quads, int sw, uint8_t pad[16 * 8 + 16]) {
+    const uint8_t *p = row + (size_t)x0 * 3;
+    if (3 * x0 + 12 * (quads - 1) + 16 <= 3 * sw) return p;
+    size_t have = (size_t)(sw - x0) * 3, cap = 16 * 8 + 16;
+    memset(pad, 0, cap);
+    memcpy(pad, p, have < cap ? have : cap);
+    return pad;
+}
+
 /* quads <= 8. out must have one writable byte past the row, as for hrow3_sse2. The
  * 16-byte loads never leave the row: outputs that would read past it read from a
  * zero-padded copy of its end. */
 static AVX2 void hrow3_avx2(const uint8_t *row, uint8_t *out, const int *bx, const __m256i *co, int dw,
                             int quads, int flip, int sw) {
-    const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    const __m256i shuf = hshuf_avx2();
     const __m128i round = _mm_set1_epi32(1 << (PREC - 1));
     uint8_t pad[16 * 8 + 16];
     for (int t = 0; t < dw; t++) {
         int x = flip ? dw - 1 - t : t;
         int x0 = bx[2 * x];
-        const uint8_t *p = row + (size_t)x0 * 3;
+        const uint8_t *p = htaps(row, x0, quads, sw, pad);
         const __m256i *k = co + (size_t)x * quads * 2;
-        if (3 * x0 + 12 * (quads - 1) + 16 > 3 * sw) {
-            size_t have = (size_t)(sw - x0) * 3;
-            memset(pad, 0, sizeof pad);
-            memcpy(pad, p, have < sizeof pad ? have : sizeof pad);
-            p = pad;
-        }
         __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
         for (int q = 0; q < quads; q++) {
             __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + 12 * q)));
@@ -275,24 +286,14 @@ static AVX2 void hrow3_avx2(const uint8_t *row, uint8_t *out, const int *bx, con
  * cross-lane add finishes both sums */
 static AVX2 void hrow3x2_avx2(const uint8_t *ra, const uint8_t *rb, uint8_t *oa, uint8_t *ob, const int *bx,
                               const __m256i *co, int dw, int quads, int flip, int sw) {
-    const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    const __m256i shuf = hshuf_avx2();
     const __m256i round = _mm256_set1_epi32(1 << (PREC - 1));
     uint8_t pada[16 * 8 + 16], padb[16 * 8 + 16];
     for (int t = 0; t < dw; t++) {
         int x = flip ? dw - 1 - t : t;
         int x0 = bx[2 * x];
-        const uint8_t *pa = ra + (size_t)x0 * 3, *pb = rb + (size_t)x0 * 3;
+        const uint8_t *pa = htaps(ra, x0, quads, sw, pada), *pb = htaps(rb, x0, quads, sw, padb);
         const __m256i *k = co + (size_t)x * quads * 2;
-        if (3 * x0 + 12 * (quads - 1) + 16 > 3 * sw) {
-            size_t have = (size_t)(sw - x0) * 3;
-            if (have > sizeof pada) have = sizeof pada;
-            memset(pada, 0, sizeof pada);
-            memset(padb, 0, sizeof padb);
-            memcpy(pada, pa, have);
-            memcpy(padb, pb, have);
-            pa = pada, pb = padb;
-        }
         __m256i ha = _mm256_setzero_si256(), la = ha, hb = ha, lb = ha;
         for (int q = 0; q < quads; q++) {
             __m256i kh = _mm256_loadu_si256(k + 2 * q), kl = _mm256_loadu_si256(k + 2 * q + 1);
