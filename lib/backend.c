@@ -101,6 +101,22 @@ int rn_backend_zero(rn_backend *be, void *dst, size_t bytes) {
     return bytes ? be->ops->zero(be, dst, bytes) : RN_OK;
 }
 int rn_backend_sync(rn_backend *be) { return be->ops->sync(be); }
+int rn_backend_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return be->ops->mem_info(be, free_bytes, total_bytes);
+}
+size_t rn_backend_workspace_limit(const rn_backend *be) { return be->ops->ws_limit; }
+int rn_backend_host_alloc(rn_backend *be, size_t bytes, void **out) {
+    *out = NULL;
+    return be->ops->host_alloc(be, bytes, out);
+}
+void rn_backend_host_free(rn_backend *be, void *p) {
+    if (p) be->ops->host_free(be, p);
+}
+int rn_backend_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    return bytes ? be->ops->upload_async(be, dst, src, bytes) : RN_OK;
+}
+int rn_backend_upload_wait(rn_backend *be) { return be->ops->upload_wait(be); }
 
 int rn_backend_reserve(rn_backend *be, size_t bytes) {
     if (bytes <= be->ws_bytes) return RN_OK;

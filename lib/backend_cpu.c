@@ -101,6 +101,47 @@ static int cpu_sync(rn_backend *be) {
     return RN_OK;
 }
 
+/* a number from the first line of path; 0 when absent, unreadable or "max" */
+static size_t read_size(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return (size_t)v;
+}
+
+static int cpu_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return rn_errorf(RN_EIO, "cpu memory: cannot read /proc/meminfo");
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *free_bytes = (size_t)kb * 1024;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total_bytes = (size_t)kb * 1024;
+    }
+    fclose(f);
+    if (!*total_bytes) return rn_errorf(RN_EIO, "cpu memory: no MemTotal in /proc/meminfo");
+    if (!*free_bytes) *free_bytes = *total_bytes; /* kernels before 3.14 */
+    /* a container's limit (cgroup v2, else v1) */
+    size_t max = read_size("/sys/fs/cgroup/memory.max"), used = read_size("/sys/fs/cgroup/memory.current");
+    if (!max) {
+        max = read_size("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+        used = read_size("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    }
+    if (max && max < *total_bytes) {
+        size_t left = max > used ? max - used : 0;
+        if (left < *free_bytes) *free_bytes = left;
+    }
+    return RN_OK;
+}
+
+static int cpu_upload_wait(rn_backend *be) {
+    (void)be;
+    return RN_OK;
+}
+
 /* ---- batch norm ---- */
 
 static int64_t bn_chunks(int64_t m) { return m < BN_CHUNKS ? m : BN_CHUNKS; }
@@ -762,6 +803,12 @@ static const rn_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .mem_info = cpu_mem_info,
+    .ws_limit = 0,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .upload_async = cpu_copy,
+    .upload_wait = cpu_upload_wait,
     .conv_workspace = rn_cpu_conv_workspace,
     .conv_fwd = rn_cpu_conv_fwd,
     .conv_bwd_data = rn_cpu_conv_bwd_data,

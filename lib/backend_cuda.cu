@@ -16,7 +16,9 @@
  *   RN_CUDA_CONV_ALGO=find|heuristic  benchmark every algorithm once per shape (default)
  *                         or take cuDNN's heuristic choice without running anything
  *
- * One context uses one device and one stream; call it from the thread that created it
+ * One context uses one device and one stream for its ops, plus a copy stream for
+ * rn_backend_upload_async (so the next batch's pixels cross the bus while this batch
+ * computes); call it from the thread that created it
  * (the current device is set when the context is created). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -67,6 +69,10 @@ typedef struct {
 typedef struct {
     int dev, sms;
     cudaStream_t stream;
+    cudaStream_t copy;       /* rn_backend_upload_async's stream */
+    cudaEvent_t copied;      /* recorded on copy after the last async upload */
+    cudaEvent_t consumed;    /* recorded on stream at the last async upload: the ops the
+                                next one must wait for (rn/backend.h) */
     cudnnHandle_t dnn;
     cublasHandle_t blas;
     int tf32, deterministic, heuristic;
@@ -151,6 +157,45 @@ static int cuda_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
 
 static int cuda_zero(rn_backend *be, void *dst, size_t bytes) {
     CU(cudaMemsetAsync(dst, 0, bytes, CTX(be)->stream));
+    return RN_OK;
+}
+
+static int cuda_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    CU(cudaMemGetInfo(free_bytes, total_bytes));
+    (void)be;
+    return RN_OK;
+}
+
+static int cuda_host_alloc(rn_backend *be, size_t bytes, void **out) {
+    /* portable: the loader may touch it from any thread, with any device current */
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return rn_errorf(RN_ENOMEM, "cuda:%d: cudaHostAlloc(%zu bytes = %.1f MiB of pinned host memory): %s "
+                         "(lower --batch or --workers, or raise the locked-memory limit: ulimit -l)",
+                         CTX(be)->dev, bytes, bytes / 1048576.0, cudaGetErrorString(e));
+    }
+    return RN_OK;
+}
+
+static void cuda_host_free(rn_backend *be, void *p) {
+    (void)be;
+    cudaFreeHost(p);
+}
+
+static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *g = CTX(be);
+    CU(cudaStreamWaitEvent(g->copy, g->consumed, 0));
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->copy));
+    CU(cudaEventRecord(g->copied, g->copy));
+    CU(cudaEventRecord(g->consumed, g->stream));
+    CU(cudaStreamWaitEvent(g->stream, g->copied, 0));
+    return RN_OK;
+}
+
+static int cuda_upload_wait(rn_backend *be) {
+    CU(cudaEventSynchronize(CTX(be)->copied));
     return RN_OK;
 }
 
@@ -1104,6 +1149,9 @@ static void ctx_free(cuda_ctx *g) {
     if (g->blas) cublasDestroy(g->blas);
     if (g->dnn) cudnnDestroy(g->dnn);
     if (g->stream) cudaStreamDestroy(g->stream);
+    if (g->copy) cudaStreamDestroy(g->copy);
+    if (g->copied) cudaEventDestroy(g->copied);
+    if (g->consumed) cudaEventDestroy(g->consumed);
     cudaFree(g->coef);
     free(g);
 }
@@ -1123,6 +1171,11 @@ static void fill_ops(rn_backend_ops *o) {
     o->destroy = cuda_destroy;
     o->alloc = cuda_alloc;
     o->free = cuda_free;
+    o->mem_info = cuda_mem_info;
+    o->host_alloc = cuda_host_alloc;
+    o->host_free = cuda_host_free;
+    o->upload_async = cuda_upload_async;
+    o->upload_wait = cuda_upload_wait;
     o->upload = cuda_upload;
     o->download = cuda_download;
     o->copy = cuda_copy;
@@ -1179,6 +1232,9 @@ static int no_gpu(int index, cudaError_t e) {
 static int ctx_open(cuda_ctx *g) {
     CU(cudaSetDevice(g->dev));
     CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&g->copied, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&g->consumed, cudaEventDisableTiming));
     DNN(cudnnCreate(&g->dnn));
     DNN(cudnnSetStream(g->dnn, g->stream));
     DNN(cudnnCreateTensorDescriptor(&g->bn_x));
@@ -1238,6 +1294,7 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
         return rn_error_context(rc, "cuda:%d (%s)", index, prop.name);
     }
     fill_ops(&g->ops);
+    g->ops.ws_limit = g->ws_limit ? g->ws_limit : 1; /* 0 would mean "ask cuDNN" (rn_net_plan) */
     be->ops = &g->ops;
     be->impl = g;
     size_t cv = cudnnGetVersion();

@@ -1,6 +1,9 @@
 #include "rn/cli.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "rn/err.h"
@@ -28,5 +31,25 @@ int rn_parse_double(const char *flag, const char *s, double lo, double hi, doubl
     if (!*s || *end || !(v >= lo && v <= hi))
         return rn_errorf(RN_EINVAL, "%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
     *out = v;
+    return RN_OK;
+}
+
+int rn_parse_size(const char *flag, const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    static const char units[] = "KMGT";
+    const char *u = *end ? strchr(units, *end >= 'a' ? *end - 32 : *end) : NULL;
+    double mult = 1;
+    if (u && *u) {
+        mult = ldexp(1.0, 10 * (int)(u - units + 1));
+        end++;
+        if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0) end += strlen(end);
+    } else if (strcmp(end, "B") == 0) {
+        end++;
+    }
+    v *= mult;
+    if (end == s || *end || !(v >= 1) || v > (double)SIZE_MAX / 2)
+        return rn_errorf(RN_EINVAL, "%s: '%s' is not a size like 8G, 512M or 1048576 (bytes)", flag, s);
+    *out = (size_t)v;
     return RN_OK;
 }

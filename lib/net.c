@@ -66,10 +66,16 @@ struct rn_net {
     int32_t *flag;      /* one int32, backend memory: rn_nonfinite's verdict */
     int64_t max_act;    /* largest activation per batch, floats */
     size_t bytes;
+    int plan;           /* rn_net_plan: count bytes, allocate nothing */
     int last_n;
 };
 
 static int nalloc(rn_net *net, size_t bytes, void *out) {
+    if (net->plan) {
+        *(void **)out = NULL;
+        net->bytes += bytes;
+        return RN_OK;
+    }
     int rc = rn_backend_alloc(net->be, bytes ? bytes : 64, (void **)out);
     if (rc != RN_OK)
         return rn_error_context(rc, "network memory: %zu bytes asked, %zu already held (lower --batch)", bytes,
@@ -190,8 +196,9 @@ int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, i
     return rn_net_create_amp(be, spec, max_batch, h, w, mode, RN_F32, out);
 }
 
-int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
-                      rn_net **out) {
+/* rn_net_create_amp, or with plan set the same walk counting bytes into *planned */
+static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype, int plan,
+                 rn_net **out, size_t *planned) {
     *out = NULL;
     if (max_batch < 1 || h < 1 || w < 1)
         return rn_errorf(RN_EINVAL, "network input must be at least 1x1x1, not batch %d of %dx%d", max_batch, h, w);
@@ -203,6 +210,7 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
     rn_net *net = rn_calloc(1, sizeof *net);
     if (!net) return RN_ENOMEM;
     net->be = be;
+    net->plan = plan;
     net->dtype = dtype;
     net->es = rn_dtype_size(dtype);
     net->spec = *spec;
@@ -244,7 +252,9 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
             u->out_elems = (int64_t)cd.p * cd.q * spec->units[ui].cout;
             if ((int64_t)u->h * u->w * spec->units[ui].cin > max_act) max_act = (int64_t)u->h * u->w * spec->units[ui].cin;
             if (u->out_elems > max_act) max_act = u->out_elems;
-            size_t cw_ = rn_conv_workspace(be, &cd);
+            /* planning on a device takes the bound: asking would benchmark algorithms */
+            size_t cw_ = plan && rn_backend_workspace_limit(be) ? rn_backend_workspace_limit(be)
+                                                                : rn_conv_workspace(be, &cd);
             if (cw_ > ws) ws = cw_;
             if ((rc = bn_desc(net, ui, max_batch, 1, &bd)) != RN_OK) goto fail;
             if (mode == RN_NET_TRAIN && bd.m < 2) {
@@ -268,7 +278,8 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
     }
     net->fin_hw = ch * cw;
     net->max_act = max_act;
-    if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
+    if (plan) net->bytes += ws;
+    else if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
 
     int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
     int64_t nstats = 0;
@@ -285,8 +296,8 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
         (amp && (rc = nalloc(net, (size_t)net->nparams * es, &net->wc))) ||
         (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->logits_h))))
         goto fail;
-    if ((rc = rn_backend_zero(be, net->params, (size_t)net->nparams * fl))) goto fail;
-    if (amp && (rc = rn_backend_zero(be, net->wc, (size_t)net->nparams * es))) goto fail;
+    if (!plan && (rc = rn_backend_zero(be, net->params, (size_t)net->nparams * fl))) goto fail;
+    if (!plan && amp && (rc = rn_backend_zero(be, net->wc, (size_t)net->nparams * es))) goto fail;
     if (mode == RN_NET_TRAIN) {
         /* gh holds the largest weight, or the fc weight and then its bias */
         for (int i = 0; i < net->npref; i++)
@@ -301,7 +312,7 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
             (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
             (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
             goto fail;
-        if ((rc = rn_backend_zero(be, net->grads, (size_t)net->nparams * fl))) goto fail;
+        if (!plan && (rc = rn_backend_zero(be, net->grads, (size_t)net->nparams * fl))) goto fail;
         for (int i = 0; i < 5; i++)
             if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->g[i]))) goto fail;
         for (int i = 0; i < spec->nunits; i++) {
@@ -319,11 +330,28 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
         for (int i = 0; i < 5; i++)
             if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->pool5[i]))) goto fail;
     }
+    if (plan) {
+        *planned = net->bytes;
+        rn_net_destroy(net);
+        return RN_OK;
+    }
     *out = net;
     return RN_OK;
 fail:
     rn_net_destroy(net);
     return rc;
+}
+
+int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                      rn_net **out) {
+    return build(be, spec, max_batch, h, w, mode, dtype, 0, out, NULL);
+}
+
+int rn_net_plan(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                size_t *bytes) {
+    rn_net *none;
+    *bytes = 0;
+    return build(be, spec, max_batch, h, w, mode, dtype, 1, &none, bytes);
 }
 
 static const pref *find_pref(const rn_net *net, const char *name) {

@@ -104,45 +104,175 @@ void rn_eval_defaults(rn_eval_opts *o) {
 typedef struct {
     rn_backend *be;
     rn_net *net;
-    uint8_t *staging; /* device copy of a micro-batch of u8 pixels (non-host backends) */
+    uint8_t *staging[2]; /* non-host backends: device copies of a loader batch of u8 pixels,
+                            used in turn so that one fills while the other is read */
+    const uint8_t *px;   /* the pixels of the batch last staged: staging[i] or the batch's own */
+    int next;            /* staging buffer the next batch goes to */
     int micro, crop;
+    size_t staged_cap;   /* bytes per staging buffer */
 } runner;
 
 static void runner_close(runner *r) {
     rn_net_destroy(r->net);
-    if (r->be) rn_backend_free(r->be, r->staging);
+    if (r->be) {
+        rn_backend_free(r->be, r->staging[0]);
+        rn_backend_free(r->be, r->staging[1]);
+    }
     rn_backend_destroy(r->be);
     memset(r, 0, sizeof *r);
 }
 
-static int runner_open(runner *r, const char *device, int threads, const rn_ckpt *ck, int micro, int crop, int mode,
-                       int dtype) {
-    memset(r, 0, sizeof *r);
-    rn_resnet spec;
-    int rc = rn_ckpt_net(ck, &spec);
-    if (rc == RN_OK) rc = rn_backend_create(device, threads, &r->be);
-    if (rc == RN_OK && !rn_backend_has_dtype(r->be, dtype))
-        rc = rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
-                       rn_amp_name(dtype), rn_backend_name(r->be));
-    if (rc == RN_OK) rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net);
-    if (rc == RN_OK) rc = rn_net_load(r->net, ck);
-    if (rc == RN_OK && !rn_backend_is_host(r->be))
-        rc = rn_backend_alloc(r->be, (size_t)micro * crop * crop * 3, (void **)&r->staging);
-    r->micro = micro;
-    r->crop = crop;
-    if (rc != RN_OK) runner_close(r);
-    return rc;
+/* The loader's allocator hook: pinned host memory, so batches copy asynchronously */
+static void *pinned_alloc(size_t bytes, void *be) {
+    void *p = NULL;
+    return rn_backend_host_alloc(be, bytes, &p) == RN_OK ? p : NULL;
+}
+static void pinned_free(void *p, void *be) { rn_backend_host_free(be, p); }
+
+/* Loader batches in memory be copies from fastest (pinned on a GPU). The loader must be
+ * destroyed before be. */
+static void loader_memory(rn_loader_opts *lo, rn_backend *be) {
+    if (rn_backend_is_host(be)) return;
+    lo->alloc = pinned_alloc;
+    lo->free = pinned_free;
+    lo->alloc_ctx = be;
 }
 
-/* Normalise n images starting at image `first` of batch b into the network input. */
-static int fill_input(runner *r, const rn_batch *b, int first, int n) {
-    const uint8_t *px = b->pixels + (size_t)first * b->h * b->w * b->c;
-    size_t bytes = (size_t)n * b->h * b->w * b->c;
-    if (r->staging) {
-        int rc = rn_backend_upload(r->be, r->staging, px, bytes);
-        if (rc) return rc;
-        px = r->staging;
+static void fmt_bytes(size_t b, char *buf, size_t cap) {
+    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.1f GiB", b / 1073741824.0);
+    else snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+}
+
+/* What the run may plan for: --mem-limit, else the free memory less 5% of the total
+ * (cuDNN's algorithm search, cuBLAS, the loader and fragmentation take the rest). */
+static int mem_budget(rn_backend *be, size_t limit, size_t *budget, char *how, size_t cap) {
+    if (limit) {
+        *budget = limit;
+        snprintf(how, cap, "--mem-limit");
+        return RN_OK;
     }
+    size_t fr, tot;
+    int rc = rn_backend_mem_info(be, &fr, &tot);
+    if (rc) return rc;
+    *budget = fr > tot / 20 ? fr - tot / 20 : 0;
+    char f[32], t[32];
+    fmt_bytes(fr, f, sizeof f);
+    fmt_bytes(tot, t, sizeof t);
+    snprintf(how, cap, "%s free of %s, less 5%% of the total; --mem-limit sets it", f, t);
+    return RN_OK;
+}
+
+/* The largest divisor m <= below of batch whose network plus `extra` bytes fits in
+ * budget, its need in *need; 0 when none does (or the ones that would are too small
+ * for BatchNorm to train on). */
+static int largest_fit(rn_backend *be, const rn_resnet *spec, int batch, int below, int crop, int mode, int dtype,
+                       size_t extra, size_t budget, size_t *need, int *rc) {
+    for (int m = below; m >= 1; m--) {
+        if (batch % m) continue;
+        size_t b;
+        if ((*rc = rn_net_plan(be, spec, m, crop, crop, mode, dtype, &b)) == RN_EINVAL) {
+            *rc = RN_OK; /* smaller ones cannot train either */
+            return 0;
+        }
+        if (*rc) return 0;
+        if (b + extra <= budget) {
+            *need = b + extra;
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* Open the backend (before the loaders, whose buffers it allocates). */
+static int runner_backend(runner *r, const char *device, int threads) {
+    memset(r, 0, sizeof *r);
+    return rn_backend_create(device, threads, &r->be);
+}
+
+/* The network for batches of `batch` images in micro-batches of `micro` (0: the largest
+ * divisor of batch that fits in memory), checked against the memory budget before
+ * anything is allocated; then ck's weights, and staging for batches of `batch`. */
+static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                      int dtype) {
+    rn_resnet spec;
+    int rc = rn_ckpt_net(ck, &spec);
+    if (rc) return rc;
+    if (!rn_backend_has_dtype(r->be, dtype))
+        return rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
+                         rn_amp_name(dtype), rn_backend_name(r->be));
+    size_t staged = rn_backend_is_host(r->be) ? 0 : (size_t)batch * crop * crop * 3;
+    size_t budget, need = 0, fit_need = 0;
+    char how[160], a[32], u[32], f[32];
+    if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
+    const char *what = mode == RN_NET_TRAIN ? "training" : "evaluation";
+    const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
+    const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
+    if (micro > 0) {
+        if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode, dtype, &need))) return rc;
+        need += 2 * staged;
+        if (need > budget) {
+            int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
+            if (rc) return rc;
+            fmt_bytes(need, a, sizeof a);
+            fmt_bytes(budget, u, sizeof u);
+            fmt_bytes(fit_need, f, sizeof f);
+            char advice[160];
+            if (!fit)
+                snprintf(advice, sizeof advice, "no smaller micro-batch fits: lower --crop%s, or free memory",
+                         rn_backend_is_host(r->be) ? "" : ", use --amp");
+            else if (mode == RN_NET_TRAIN)
+                snprintf(advice, sizeof advice, "--micro-batch %d (= --accum %d) needs %s; --micro-batch auto picks it",
+                         fit, batch / fit, f);
+            else
+                snprintf(advice, sizeof advice, "--batch %d needs %s", fit, f);
+            return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
+                             "(%s): %s",
+                             spec.arch, what, mode == RN_NET_TRAIN ? "micro-batch" : "batch", micro, crop, crop, dt,
+                             a, where, u, how, advice);
+        }
+    } else {
+        micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
+        if (rc) return rc;
+        if (!micro) {
+            fmt_bytes(budget, u, sizeof u);
+            return rn_errorf(RN_ENOMEM, "--micro-batch auto: %s %s of %dx%d in %s does not fit in %s memory at any "
+                             "micro-batch that can train (%s usable: %s): lower --crop, or free memory",
+                             spec.arch, what, crop, crop, dt, where, u, how);
+        }
+    }
+    /* the plan fits; an allocation can still fail (fragmentation, other processes) */
+    if ((rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net))) return rc;
+    if ((rc = rn_net_load(r->net, ck))) return rc;
+    for (int i = 0; i < 2 && staged; i++)
+        if ((rc = rn_backend_alloc(r->be, staged, (void **)&r->staging[i])))
+            return rn_error_context(rc, "staging for batches of %d", batch);
+    r->staged_cap = staged;
+    r->micro = micro;
+    r->crop = crop;
+    return RN_OK;
+}
+
+/* Start b's pixels on their way to the device (the whole batch, overlapping whatever
+ * the device is still computing). rn_backend_upload_wait before releasing b. */
+static int stage(runner *r, const rn_batch *b) {
+    size_t bytes = (size_t)b->n * b->h * b->w * b->c;
+    if (!r->staging[0]) {
+        r->px = b->pixels;
+        return RN_OK;
+    }
+    if (bytes > r->staged_cap)
+        return rn_errorf(RN_EINVAL, "a batch of %zu bytes does not fit the %zu-byte staging buffer", bytes,
+                         r->staged_cap);
+    uint8_t *dst = r->staging[r->next];
+    r->next ^= 1;
+    r->px = dst;
+    return rn_backend_upload_async(r->be, dst, b->pixels, bytes);
+}
+
+/* Normalise n images starting at image `first` of the batch last staged into the
+ * network input. */
+static int fill_input(runner *r, const rn_batch *b, int first, int n) {
+    const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
     return rn_input_normalize(r->be, rn_net_dtype(r->net), (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN,
                               RN_IMAGENET_STD, rn_net_input(r->net));
 }
@@ -192,6 +322,7 @@ static int eval_loop(runner *r, rn_loader *l, int classes, int topk, rn_eval_res
     for (;;) {
         rn_batch b;
         if ((rc = rn_loader_next(l, &b))) break;
+        rc = stage(r, &b);
         for (int off = 0; off < b.n && rc == RN_OK; off += r->micro) {
             int m = b.n - off < r->micro ? b.n - off : r->micro;
             float loss;
@@ -206,6 +337,8 @@ static int eval_loop(runner *r, rn_loader *l, int classes, int topk, rn_eval_res
         }
         n += b.n;
         int last = b.last;
+        int wrc = rn_backend_upload_wait(r->be);
+        if (rc == RN_OK) rc = wrc;
         rn_loader_release(l, &b);
         if (progress && tty)
             fprintf(progress, "\reval %lld/%lld images, %.1f img/s   ", (long long)n, (long long)total,
@@ -221,9 +354,11 @@ static int eval_loop(runner *r, rn_loader *l, int classes, int topk, rn_eval_res
     return rc;
 }
 
-static int open_eval_loader(const char *path, int batch, int crop, int resize, int workers, rn_loader **l) {
+static int open_eval_loader(const char *path, int batch, int crop, int resize, int workers, rn_backend *be,
+                            rn_loader **l) {
     rn_loader_opts lo;
     rn_loader_defaults(&lo);
+    loader_memory(&lo, be);
     lo.crop = crop;
     lo.batch = batch;
     lo.workers = workers;
@@ -240,9 +375,10 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
     runner r = {0};
     logit_dump dump = {0};
     int classes = ck->model->num_classes;
-    int rc = open_eval_loader(o->data, o->batch, o->crop, o->resize, o->workers, &l);
+    int rc = runner_backend(&r, o->device, o->threads);
+    if (rc == RN_OK) rc = open_eval_loader(o->data, o->batch, o->crop, o->resize, o->workers, r.be, &l);
     if (rc == RN_OK) rc = check_dataset(o->data, rn_loader_info(l), ck);
-    if (rc == RN_OK) rc = runner_open(&r, o->device, o->threads, ck, o->batch, o->crop, RN_NET_INFER, RN_F32);
+    if (rc == RN_OK) rc = runner_net(&r, ck, o->batch, o->batch, o->mem_limit, o->crop, RN_NET_INFER, RN_F32);
     if (rc == RN_OK) {
         res->n_classes = classes;
         res->confusion = rn_calloc((size_t)classes * classes, sizeof(int64_t));
@@ -263,8 +399,8 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
         free(labels);
     }
     free(dump.logits);
+    rn_loader_destroy(l); /* its buffers may be the backend's pinned memory */
     runner_close(&r);
-    rn_loader_destroy(l);
     if (rc != RN_OK) {
         free(res->confusion);
         res->confusion = NULL;
@@ -353,7 +489,7 @@ static int save(const rn_train_opts *o, runner *r, rn_ckpt *ck, rn_loader *l) {
         t->n_lr_milestones = (size_t)o->lr.n_milestones;
     }
     t->batch = o->batch;
-    t->accum = o->accum;
+    t->accum = o->batch / r->micro;
     if ((rc = rn_ckpt_set_provenance(ck, o->argc, o->argv, NULL, 1))) return rc;
     char ds[1024];
     snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(l)->count);
@@ -370,18 +506,23 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     if (o->accum < 1 || o->batch % o->accum)
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
+    if (o->micro_batch > 0 && o->batch % o->micro_batch)
+        return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --micro-batch %d", o->batch, o->micro_batch);
+    if (o->micro_batch && o->accum != 1)
+        return rn_errorf(RN_EINVAL, "--micro-batch and --accum both set the micro-batch: give one");
     int rc = ensure_train_state(ck);
     if (rc) return rc;
     Rn__TrainState *ts = ck->train;
     if (o->seed_given || ts->step == 0) ts->seed = o->seed;
-    int micro = o->batch / o->accum;
     rn_loader *l = NULL, *vl = NULL;
     runner r = {0};
     FILE *log = NULL;
     int classes = ck->model->num_classes;
 
+    if ((rc = runner_backend(&r, o->device, o->threads))) goto out;
     rn_loader_opts lo;
     rn_loader_defaults(&lo);
+    loader_memory(&lo, r.be);
     lo.crop = o->crop;
     lo.batch = o->batch;
     lo.workers = o->workers;
@@ -421,11 +562,13 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         goto out;
     }
     ts->steps_per_epoch = spe;
+    int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : o->batch / o->accum;
+    if ((rc = runner_net(&r, ck, o->batch, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp))) goto out;
+    int micro = r.micro, accum = o->batch / micro;
     if (o->val) {
-        if ((rc = open_eval_loader(o->val, micro, o->crop, o->resize, o->workers, &vl))) goto out;
+        if ((rc = open_eval_loader(o->val, micro, o->crop, o->resize, o->workers, r.be, &vl))) goto out;
         if ((rc = check_dataset(o->val, rn_loader_info(vl), ck))) goto out;
     }
-    if ((rc = runner_open(&r, o->device, o->threads, ck, micro, o->crop, RN_NET_TRAIN, o->amp))) goto out;
     rn_net_freeze_bn(r.net, o->freeze_bn);
     /* fp16 scales the loss; bf16 has fp32's range and runs without, as in PyTorch */
     int scaled = o->amp == RN_F16;
@@ -450,7 +593,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     }
     if (o->progress)
         fprintf(o->progress, "rn-train: %s on %s: %lld steps per epoch of %d (%d x %d), network %.0f MiB%s\n",
-                ck->model->arch, rn_backend_name(r.be), (long long)spe, o->batch, o->accum, micro,
+                ck->model->arch, rn_backend_name(r.be), (long long)spe, o->batch, accum, micro,
                 rn_net_bytes(r.net) / 1048576.0, amp_note);
 
     int target_epoch = ts->epoch + o->epochs;
@@ -466,19 +609,22 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         float step_loss = 0;
         /* every micro-batch's gradient is scaled by the same loss scale: they add up in
            fp32 and are checked and unscaled once, at the step */
-        float grad_scale = scaled ? (float)((double)sc.scale / o->accum) : 1.0f / o->accum;
-        for (int k = 0; k < o->accum && rc == RN_OK; k++) {
+        float grad_scale = scaled ? (float)((double)sc.scale / accum) : 1.0f / accum;
+        rc = stage(&r, &b);
+        for (int k = 0; k < accum && rc == RN_OK; k++) {
             float loss;
             if ((rc = fill_input(&r, &b, k * micro, micro)) || (rc = rn_net_forward(r.net, micro, 1)) ||
                 (rc = rn_net_loss_backward(r.net, b.labels + k * micro, micro, (float)o->label_smoothing,
                                            grad_scale, 1, k > 0, &loss)))
                 break;
-            step_loss += loss / o->accum;
+            step_loss += loss / accum;
         }
         int last = b.last;
         float unscale = scaled ? rn_scaler_inv(&sc) : 1.0f;
         if (rc == RN_OK && run_steps == 0 && o->dump_grads && isfinite(step_loss))
             rc = dump_grads(r.net, ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
+        int wrc = rn_backend_upload_wait(r.be);
+        if (rc == RN_OK) rc = wrc;
         rn_loader_release(l, &b);
         if (rc) goto out;
         if (!isfinite(step_loss)) {
@@ -608,8 +754,8 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
                        (int)*o->stop, (long long)ts->step, o->out);
 out:
     if (log) fclose(log);
-    runner_close(&r);
-    rn_loader_destroy(vl);
+    rn_loader_destroy(vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(l);
+    runner_close(&r);
     return rc;
 }

@@ -223,3 +223,50 @@ print("64 images agree")'
     echo "$output"
     assert_failure
 }
+
+@test "memory plan: --micro-batch auto under --mem-limit equals --accum; too little memory is refused with advice" {
+    A="--crop 32 --workers 2 --threads 2 --augment none --no-shuffle --max-steps 2"
+    # what each micro-batch needs, from the refusal (nothing fits in 1 MiB)
+    need() {
+        run rn-train --data train.lmdb --in init.pb --out never.pb --batch 16 --micro-batch "$1" --mem-limit 1M $A
+        assert_failure 1
+        assert_output --partial "needs"
+        echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+    }
+    n4=$(need 4) n8=$(need 8) n16=$(need 16)
+    echo "needs: 4 -> $n4 MiB, 8 -> $n8, 16 -> $n16"
+    awk -v a="$n4" -v b="$n8" -v c="$n16" 'BEGIN { exit !(a > 0 && a < b && b < c) }'
+    [ ! -e never.pb ]
+    lim=$(awk -v a="$n4" -v b="$n8" 'BEGIN { printf "%dK", (a + b) / 2 * 1024 }')
+    # auto takes the largest divisor of 16 that fits: 4, so 4 micro-batches, as --accum 4
+    run rn-train --data train.lmdb --in init.pb --out auto.pb --batch 16 --micro-batch auto --mem-limit "$lim" $A
+    assert_success
+    assert_output --partial "of 16 (4 x 4)"
+    rn-train --data train.lmdb --in init.pb --out acc4.pb --batch 16 --accum 4 $A
+    tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
+    diff <(tensors auto.pb) <(tensors acc4.pb)
+    # the whole batch asked for under that limit: refused before training, with advice
+    echo keep > kept.pb
+    run rn-train --data train.lmdb --in init.pb --out kept.pb --batch 16 --mem-limit "$lim" $A
+    assert_failure 1
+    assert_output --partial "needs $n16 MiB of host memory"
+    assert_output --partial "--micro-batch 4 (= --accum 4) needs $n4 MiB; --micro-batch auto picks it"
+    [ "$(cat kept.pb)" = keep ]
+    # auto with room for all of it runs the whole batch at once
+    run rn-train --data train.lmdb --in init.pb --out all.pb --batch 16 --micro-batch auto $A
+    assert_success
+    assert_output --partial "of 16 (1 x 16)"
+    # usage errors
+    run rn-train --data train.lmdb --in init.pb --out x.pb --batch 16 --micro-batch 5
+    assert_failure 2
+    assert_output --partial "not a multiple of --micro-batch 5"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --batch 16 --micro-batch 4 --accum 4
+    assert_failure 2
+    run rn-train --data train.lmdb --in init.pb --out x.pb --mem-limit 12X
+    assert_failure 2
+    assert_output --partial "is not a size"
+    # rn-eval plans too
+    run rn-eval --data val.lmdb --ckpt init.pb --crop 32 --batch 32 --mem-limit 1M
+    assert_failure 1
+    assert_output --partial "resnet18 evaluation at batch 32"
+}

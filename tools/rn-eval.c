@@ -28,6 +28,9 @@ static void usage(FILE *f) {
                "      --confusion FILE.csv  write the confusion matrix (rows: true, columns: predicted)\n"
                "  -k, --topk K              the second accuracy is top-K (default 5)\n"
                "  -b, --batch N             images per forward (default 64)\n"
+               "      --mem-limit SIZE      memory the network may plan for, e.g. 4G (default: the\n"
+               "                            device's free memory less 5%% of its total); a batch\n"
+               "                            over it stops before anything is allocated\n"
                "      --crop S              centre crop (default 224)\n"
                "      --resize N            shorter side before the crop (default round(S*256/224);\n"
                "                            0: no resize)\n"
@@ -74,12 +77,13 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
 }
 
 int main(int argc, char **argv) {
-    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE };
+    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT };
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},     {"ckpt", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},           {"per-class", no_argument, 0, O_PERCLASS},
         {"confusion", required_argument, 0, O_CONF}, {"topk", required_argument, 0, 'k'},
         {"batch", required_argument, 0, 'b'},    {"crop", required_argument, 0, O_CROP},
+        {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"resize", required_argument, 0, O_RESIZE}, {"dump-logits", required_argument, 0, O_DUMP},
         {"workers", required_argument, 0, 'w'},  {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'},
@@ -98,6 +102,12 @@ int main(int argc, char **argv) {
         case O_CONF: confusion = optarg; break;
         case 'k': NUM("--topk", 1, 1 << 20, &o.topk); break;
         case 'b': NUM("--batch", 1, 1 << 20, &o.batch); break;
+        case O_MEMLIMIT:
+            if (rn_parse_size("--mem-limit", optarg, &o.mem_limit)) {
+                fprintf(stderr, "rn-eval: %s\n", rn_last_error());
+                return 2;
+            }
+            break;
         case O_CROP: NUM("--crop", 8, 4096, &o.crop); break;
         case O_RESIZE: NUM("--resize", 0, 16384, &o.resize); break;
         case O_DUMP: o.dump_logits = optarg; break;

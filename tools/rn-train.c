@@ -37,6 +37,14 @@ static void usage(FILE *f) {
             "                          gradient of the full batch in 1/K of the memory. BatchNorm\n"
             "                          statistics are per micro-batch, as PyTorch computes them\n"
             "                          (with --freeze-bn the gradient is exactly the full batch's)\n"
+            "      --micro-batch M     images per micro-batch instead of --accum (a divisor of N),\n"
+            "                          or auto: the largest divisor of N whose network fits in\n"
+            "                          memory (planned before anything is allocated), so the\n"
+            "                          effective batch and the schedule stay as asked\n"
+            "      --mem-limit SIZE    memory the network may plan for, e.g. 20G or 512M (default:\n"
+            "                          the device's free memory less 5%% of its total; on the CPU\n"
+            "                          the memory available). A plan over it stops the run before\n"
+            "                          it starts, saying which --micro-batch fits\n"
             "      --freeze-bn         BatchNorm normalises with its running statistics and keeps\n"
             "                          them (PyTorch: train() with every BN in eval(), as when\n"
             "                          fine-tuning); BN weights and biases still learn\n"
@@ -98,7 +106,7 @@ static void usage(FILE *f) {
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT
 };
 
 int main(int argc, char **argv) {
@@ -107,6 +115,7 @@ int main(int argc, char **argv) {
         {"out", required_argument, 0, 'o'},        {"epochs", required_argument, 0, 'e'},
         {"max-steps", required_argument, 0, O_MAXSTEPS}, {"val", required_argument, 0, O_VAL},
         {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
+        {"micro-batch", required_argument, 0, O_MICRO}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
         {"resize", required_argument, 0, O_RESIZE},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
@@ -140,6 +149,16 @@ int main(int argc, char **argv) {
         case O_VAL: o.val = optarg; break;
         case 'b': NUM("--batch", 1, 1 << 20, &v); o.batch = (int)v; break;
         case O_ACCUM: NUM("--accum", 1, 1 << 20, &v); o.accum = (int)v; break;
+        case O_MICRO:
+            if (strcmp(optarg, "auto") == 0) o.micro_batch = -1;
+            else { NUM("--micro-batch", 1, 1 << 20, &v); o.micro_batch = (int)v; }
+            break;
+        case O_MEMLIMIT:
+            if (rn_parse_size("--mem-limit", optarg, &o.mem_limit)) {
+                fprintf(stderr, "rn-train: %s\n", rn_last_error());
+                return 2;
+            }
+            break;
         case O_CROP: NUM("--crop", 8, 4096, &v); o.crop = (int)v; break;
         case O_RESIZE: NUM("--resize", 0, 16384, &v); o.resize = (int)v; break;
         case O_AUG:
@@ -214,6 +233,14 @@ int main(int argc, char **argv) {
     }
     if (o.batch % o.accum) {
         fprintf(stderr, "rn-train: --batch %d is not a multiple of --accum %d\n", o.batch, o.accum);
+        return 2;
+    }
+    if (o.micro_batch && o.accum != 1) {
+        fprintf(stderr, "rn-train: give --micro-batch or --accum, not both (each sets the other)\n");
+        return 2;
+    }
+    if (o.micro_batch > 0 && o.batch % o.micro_batch) {
+        fprintf(stderr, "rn-train: --batch %d is not a multiple of --micro-batch %d\n", o.batch, o.micro_batch);
         return 2;
     }
     if (o.amp != RN_F32 && strcmp(o.device, "cpu") == 0) {

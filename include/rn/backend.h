@@ -99,6 +99,32 @@ int rn_backend_zero(rn_backend *be, void *dst, size_t bytes);
 /* Wait until every op issued on this context has finished; reports deferred errors. */
 int rn_backend_sync(rn_backend *be);
 
+/* Memory for planning (rn_net_plan, --micro-batch auto): *free_bytes the device has free
+ * now and *total_bytes its size. CUDA: cudaMemGetInfo. CPU: the memory this process can
+ * still use: MemAvailable, or the cgroup's memory.max less its usage when that is lower,
+ * and MemTotal. Errors: RN_EGPU, RN_EIO (nothing readable). */
+int rn_backend_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* The most workspace one convolution may take on this context (CUDA:
+ * RN_CUDA_WORKSPACE_MB), or 0 when rn_conv_workspace is exact and cheap for any shape
+ * (CPU). */
+size_t rn_backend_workspace_limit(const rn_backend *be);
+
+/* ---- host staging: input batches on their way to the device ----
+ * Host memory that the device copies from asynchronously: page-locked ("pinned") on
+ * CUDA, so a copy runs on the copy engine while kernels run; 64-byte-aligned host
+ * memory on the CPU. The loader's allocator hook takes these (rn/loader.h). */
+int rn_backend_host_alloc(rn_backend *be, size_t bytes, void **out);
+void rn_backend_host_free(rn_backend *be, void *p);
+/* Start copying `bytes` from host_src to dst on the context's copy stream, overlapped
+ * with the ops already issued; every op issued after this call sees dst filled. The copy
+ * first waits for the ops issued before the *previous* rn_backend_upload_async call, so
+ * a caller that alternates two dst buffers never overwrites one still being read.
+ * host_src must stay unchanged until rn_backend_upload_wait returns (from pageable
+ * memory the copy is not overlapped, but still correct). On the CPU: a plain copy. */
+int rn_backend_upload_async(rn_backend *be, void *dst, const void *host_src, size_t bytes);
+/* Wait until the last rn_backend_upload_async has read its source. */
+int rn_backend_upload_wait(rn_backend *be);
+
 /* Grow the workspace arena to at least `bytes` (never shrinks). Call before a step. */
 int rn_backend_reserve(rn_backend *be, size_t bytes);
 /* Bytes currently reserved. */

@@ -28,6 +28,12 @@ typedef struct rn_backend_ops {
     int (*copy)(rn_backend *be, void *dst, const void *src, size_t bytes);
     int (*zero)(rn_backend *be, void *dst, size_t bytes);
     int (*sync)(rn_backend *be);
+    int (*mem_info)(rn_backend *be, size_t *free_bytes, size_t *total_bytes);
+    size_t ws_limit;     /* rn_backend_workspace_limit (CUDA: set per context) */
+    int (*host_alloc)(rn_backend *be, size_t bytes, void **out);
+    void (*host_free)(rn_backend *be, void *p);
+    int (*upload_async)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*upload_wait)(rn_backend *be);
 
     size_t (*conv_workspace)(rn_backend *be, const rn_conv_desc *d);
     int (*conv_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);

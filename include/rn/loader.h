@@ -35,8 +35,9 @@
  * The loader runs on across epochs; b.epoch and b.last tell where a batch belongs.
  *
  * Memory: `prefetch` batch buffers (pixels + labels), allocated once through the
- * allocator hook (meant for pinned host memory on a GPU; rn-train does not pass one yet,
- * so its batches are in ordinary host memory). The caller may hold
+ * allocator hook (rn-train and rn-eval pass the backend's rn_backend_host_alloc: pinned
+ * host memory on a GPU, from which each batch is copied asynchronously; the default is
+ * ordinary aligned host memory). The caller may hold
  * at most prefetch - 1 batches at a time. */
 #ifndef RN_LOADER_H
 #define RN_LOADER_H

@@ -50,6 +50,15 @@ int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int 
                       rn_net **out);
 void rn_net_destroy(rn_net *net);
 
+/* The bytes of backend memory rn_net_create_amp would hold for these arguments
+ * (rn_net_bytes of the net on a context with no workspace yet), without allocating:
+ * the plan behind --micro-batch auto and the out-of-memory advice. Exact where
+ * rn_backend_workspace_limit is 0 (the CPU); on a GPU the convolution workspace is
+ * counted at that limit, an upper bound, because asking cuDNN for a shape's exact need
+ * runs its algorithms. Errors as rn_net_create_amp, less the allocation failures. */
+int rn_net_plan(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                size_t *bytes);
+
 /* Bytes of backend memory the net holds (weights, gradients, momentum, activations,
  * workspace). */
 size_t rn_net_bytes(const rn_net *net);

@@ -1,5 +1,12 @@
 /* rn/train.h: the training loop (rn-train) and evaluation (rn-eval) over a dataset.
  *
+ * Memory: before allocating, the network's bytes at the micro-batch (rn_net_plan, plus
+ * the device's input staging) are checked against mem_limit or the device's free memory
+ * less 5% of its total; a plan that does not fit fails with RN_ENOMEM naming the
+ * largest micro-batch (a divisor of batch) that does, and micro_batch = -1 (auto) takes
+ * it. On a GPU the loader fills pinned buffers and each batch is copied to the device on
+ * its own stream (rn_backend_upload_async) while the previous step computes.
+ *
  * Training: the loader delivers batches of `batch` images; each is split into `accum`
  * micro-batches of batch/accum, run forward and backward one after another with the
  * loss divided by accum (BN statistics per micro-batch, as PyTorch computes them under
@@ -71,6 +78,10 @@ typedef struct {
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     int threads, workers;
     int batch, accum, crop;
+    int micro_batch;        /* 0: batch/accum; > 0: images per micro-batch (a divisor of batch,
+                               accum left 1); -1: auto, the largest divisor that fits in memory */
+    size_t mem_limit;       /* bytes the network may plan for; 0: the device's free memory
+                               less 5% of its total (rn_backend_mem_info) */
     int resize;             /* eval transform (--val, augment none): shorter side before the
                                centre crop; -1: round(crop*256/224); 0: no resize */
     int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
@@ -106,6 +117,7 @@ typedef struct {
     const char *data;
     const char *device;
     int threads, workers, batch, crop, resize;
+    size_t mem_limit;       /* as rn_train_opts */
     int topk;               /* the "top-k" accuracy besides top-1 (5) */
     const char *dump_logits;/* safetensors of per-sample logits in dataset order, or NULL */
     FILE *progress;

@@ -485,20 +485,29 @@ out:
     rn_net_destroy(b);
 }
 
-/* Activation memory (what grows with the batch) halves in fp16 and bf16. */
+/* Activation memory (what grows with the batch) halves in fp16 and bf16. rn_net_plan
+ * counts exactly what rn_net_create_amp holds (this backend's workspace query is exact). */
 static void test_memory(void) {
     size_t bytes[3][2];
     const int dt[3] = {RN_F32, RN_F16, RN_BF16};
     for (int t = 0; t < 3; t++)
-        for (int k = 0; k < 2; k++) {
-            rn_backend *be = emu_create();
-            rn_net *net = NULL;
-            bytes[t][k] = 0;
-            if (be) CHECK_OK(rn_net_create_amp(be, &spec, 8 * (k + 1), SIZE, SIZE, RN_NET_TRAIN, dt[t], &net));
-            if (net) bytes[t][k] = rn_net_bytes(net) - rn_backend_reserved(be);
-            rn_net_destroy(net);
-            rn_backend_destroy(be);
-        }
+        for (int k = 0; k < 2; k++)
+            for (int mode = RN_NET_INFER; mode <= RN_NET_TRAIN; mode++) {
+                rn_backend *be = emu_create();
+                rn_net *net = NULL;
+                size_t planned = 0;
+                int batch = 8 * (k + 1);
+                if (be) CHECK_OK(rn_net_plan(be, &spec, batch, SIZE, SIZE, mode, dt[t], &planned));
+                CHECK(be && rn_backend_reserved(be) == 0, "planning reserved workspace");
+                if (be) CHECK_OK(rn_net_create_amp(be, &spec, batch, SIZE, SIZE, mode, dt[t], &net));
+                if (net) {
+                    CHECK(planned == rn_net_bytes(net), "%s mode %d batch %d: planned %zu bytes, holds %zu",
+                          rn_dtype_name(dt[t]), mode, batch, planned, rn_net_bytes(net));
+                    if (mode == RN_NET_TRAIN) bytes[t][k] = rn_net_bytes(net) - rn_backend_reserved(be);
+                }
+                rn_net_destroy(net);
+                rn_backend_destroy(be);
+            }
     double act32 = (double)(bytes[0][1] - bytes[0][0]);
     for (int t = 1; t < 3; t++) {
         double r = (double)(bytes[t][1] - bytes[t][0]) / act32;

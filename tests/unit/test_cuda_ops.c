@@ -496,6 +496,60 @@ static void run_bn(env *e) {
     test_bn(e, 8 * 7 * 7, 256, 0, 0, 1);
 }
 
+/* Host staging as rn-train uses it: batches in pinned host memory, copied on the copy
+ * stream into two device buffers in turn while ops read the other, each normalised on
+ * the compute stream right after its rn_backend_upload_async. Every output must equal
+ * the CPU's normalise of its own batch (a copy overtaking or racing an op shows up as
+ * another batch's pixels). Also rn_backend_mem_info's figures. */
+static void test_staging(env *e) {
+    size_t fr = 0, tot = 0;
+    CHECK_OK(rn_backend_mem_info(e->gpu, &fr, &tot));
+    CHECK(fr > 0 && tot >= fr, "mem_info: %zu free of %zu", fr, tot);
+    enum { ROUNDS = 6 };
+    const int64_t m = 64 * 64 * 32; /* 32 images of 64x64 */
+    const size_t bytes = (size_t)m * 3;
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    uint8_t *host[2] = {NULL, NULL}, *dev[2] = {NULL, NULL};
+    void *out[ROUNDS] = {NULL};
+    float *want = malloc(sizeof(float) * (size_t)m * 3);
+    void *gbig = NULL, *gbig_y = NULL;
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(rn_backend_host_alloc(e->gpu, bytes, (void **)&host[i]));
+        CHECK_OK(rn_backend_alloc(e->gpu, bytes, (void **)&dev[i]));
+    }
+    /* a long op before each copy, so that copies run while the compute stream is busy */
+    const int64_t mbig = (int64_t)1 << 22;
+    CHECK_OK(rn_backend_alloc(e->gpu, (size_t)mbig * 3, &gbig));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)mbig * 3, &gbig_y));
+    CHECK_OK(rn_backend_zero(e->gpu, gbig, (size_t)mbig * 3));
+    for (int r = 0; r < ROUNDS && host[0] && host[1] && dev[0] && dev[1] && gbig && gbig_y; r++) {
+        uint8_t *h = host[r % 2];
+        for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
+        CHECK_OK(rn_input_normalize(e->gpu, RN_F32, mbig, 3, gbig, mean, std, gbig_y));
+        CHECK_OK(rn_backend_upload_async(e->gpu, dev[r % 2], h, bytes));
+        CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)m * 3, &out[r]));
+        if (out[r]) CHECK_OK(rn_input_normalize(e->gpu, RN_F32, m, 3, dev[r % 2], mean, std, out[r]));
+        CHECK_OK(rn_backend_upload_wait(e->gpu)); /* h may be refilled two rounds on */
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        if (!out[r]) continue;
+        uint8_t *h = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
+        CHECK_OK(rn_input_normalize(e->cpu, RN_F32, m, 3, h, mean, std, want));
+        char what[48];
+        snprintf(what, sizeof what, "staged batch %d", r);
+        cmp_dev(e, what, out[r], RN_F32, want, m * 3);
+        free(h);
+        rn_backend_free(e->gpu, out[r]);
+    }
+    for (int i = 0; i < 2; i++) {
+        rn_backend_host_free(e->gpu, host[i]);
+        rn_backend_free(e->gpu, dev[i]);
+    }
+    rn_backend_free(e->gpu, gbig), rn_backend_free(e->gpu, gbig_y);
+    free(want);
+}
+
 static void run_all(env *e) {
     int half = e->dtype != RN_F32;
     if (!half) {
@@ -546,6 +600,12 @@ int main(void) {
     CHECK_OK(rn_backend_create("cpu", 0, &e.cpu));
     fprintf(stderr, "test_cuda_ops: %s against %s, seed %llu\n", rn_backend_name(e.gpu), rn_backend_name(e.cpu),
             (unsigned long long)seed);
+    {
+        int before = check_failed;
+        test_staging(&e);
+        fprintf(stderr, "test_cuda_ops: pinned staging, async copies: %s\n",
+                check_failed == before ? "every batch arrived intact" : "MISMATCHES above");
+    }
     const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
     int ndt = rn_backend_is_host(e.gpu) ? 1 : 3;
     for (int i = 0; i < ndt; i++) {
