@@ -733,6 +733,20 @@ int rn_net_grads_nonfinite(rn_net *net, int *found) {
     return rc;
 }
 
+int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+                int *skipped) {
+    *skipped = 0;
+    if (!sc) return rn_net_sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn);
+    /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
+       turned up, then update the scale */
+    int found = 0;
+    int rc = rn_net_grads_nonfinite(net, &found);
+    if (rc == RN_OK && !found)
+        rc = rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
+    if (rc == RN_OK) *skipped = rn_scaler_update(sc, found);
+    return rc;
+}
+
 int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel) {
     const pref *p = find_pref(net, name);
     if (!p) return rn_errorf(RN_EINVAL, "no parameter named %s", name);

@@ -638,15 +638,11 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             goto out;
         }
         double lr = rn_lr_at(&o->lr, ts->step, spe);
+        int skipped = 0;
+        if ((rc = rn_net_step(r.net, scaled ? &sc : NULL, (float)lr, (float)o->momentum, (float)o->weight_decay,
+                              o->nesterov, o->no_wd_bn, &skipped)))
+            goto out;
         if (scaled) {
-            /* GradScaler: unscale and check with this step's scale, step unless an
-               inf/NaN turned up, then update the scale */
-            int found = 0;
-            if ((rc = rn_net_grads_nonfinite(r.net, &found)) ||
-                (!found && (rc = rn_net_sgd_unscale(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay,
-                                                    o->nesterov, o->no_wd_bn, unscale))))
-                goto out;
-            int skipped = rn_scaler_update(&sc, found);
             ts->skipped_steps += skipped;
             skipped_log += skipped;
             ts->loss_scale = sc.scale;
@@ -658,9 +654,6 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
                                (long long)ts->step, sc.scale, o->out);
                 goto out;
             }
-        } else if ((rc = rn_net_sgd(r.net, (float)lr, (float)o->momentum, (float)o->weight_decay, o->nesterov,
-                                    o->no_wd_bn))) {
-            goto out;
         }
         ts->step++;
         run_steps++;

@@ -33,6 +33,7 @@
 #include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/resnet.h"
+#include "rn/scaler.h"
 
 typedef struct rn_net rn_net;
 
@@ -112,6 +113,14 @@ int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay
 /* *found = 1 when any stored gradient is inf or NaN (an fp16 overflow: skip the step),
  * else 0. Synchronises with the device. Training nets only. */
 int rn_net_grads_nonfinite(rn_net *net, int *found);
+
+/* One optimiser step on the gradients accumulated since the last, as rn-train takes it.
+ * sc NULL (fp32, bf16): rn_net_sgd. sc given (fp16's loss scale): GradScaler's step:
+ * check the gradients for inf/NaN, unscale them by rn_scaler_inv(sc) in the SGD pass or
+ * skip the step, then rn_scaler_update; *skipped = 1 when the step was skipped. The
+ * caller decides what a scale that keeps falling means (rn-train stops below FLT_MIN). */
+int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+                int *skipped);
 
 /* The gradient of the named parameter (torchvision name and OIHW layout) into host
  * memory of numel floats. Errors: RN_EINVAL (unknown name). */

@@ -88,15 +88,10 @@ static int step(stepper *st, const int32_t *labels, int batch) {
     if (!isfinite(st->loss))
         return rn_errorf(RN_ENUMERIC, "the loss is %g: training diverged%s", st->loss,
                          st->scaled ? " (fp16 activations overflow past 65504)" : "");
-    if (!st->scaled) return rn_net_sgd(st->net, 0.01f, 0.9f, 1e-4f, 0, 0);
-    /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
-       turned up, then update the scale */
-    int found = 0;
-    if ((rc = rn_net_grads_nonfinite(st->net, &found)) ||
-        (!found && (rc = rn_net_sgd_unscale(st->net, 0.01f, 0.9f, 1e-4f, 0, 0, rn_scaler_inv(&st->sc)))))
-        return rc;
-    st->skipped += rn_scaler_update(&st->sc, found);
-    if (!(st->sc.scale >= FLT_MIN))
+    int skipped = 0;
+    if ((rc = rn_net_step(st->net, st->scaled ? &st->sc : NULL, 0.01f, 0.9f, 1e-4f, 0, 0, &skipped))) return rc;
+    st->skipped += skipped;
+    if (st->scaled && !(st->sc.scale >= FLT_MIN))
         return rn_errorf(RN_ENUMERIC, "the fp16 loss scale fell to %g: the gradients overflow at any scale",
                          st->sc.scale);
     return RN_OK;

@@ -348,8 +348,12 @@ static void step(rn_backend *be, rn_net *net, float scale, float *loss, int *fou
     CHECK_OK(rn_net_forward(net, BATCH / 2, 1));
     CHECK_OK(rn_net_loss_backward(net, labels + BATCH / 2, BATCH / 2, 0.0f, scale / 2, 1, 1, &l1));
     *loss = (l0 + l1) / 2;
-    CHECK_OK(rn_net_grads_nonfinite(net, found));
-    if (!*found) CHECK_OK(rn_net_sgd_unscale(net, 0.02f, 0.9f, 1e-4f, 0, 0, 1.0f / scale));
+    /* rn_net_step with a GradScaler at this scale: skip on overflow and halve */
+    rn_scaler sc;
+    CHECK_OK(rn_scaler_init(&sc, scale, RN_SCALER_GROWTH, RN_SCALER_BACKOFF, RN_SCALER_INTERVAL));
+    CHECK_OK(rn_net_step(net, &sc, 0.02f, 0.9f, 1e-4f, 0, 0, found));
+    CHECK(sc.scale == (*found ? scale / 2 : scale), "scale %g after a step at %g (skipped %d)", sc.scale, scale,
+          *found);
 }
 
 /* every parameter (torchvision names and layouts) into one host array */
