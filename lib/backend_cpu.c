@@ -8,11 +8,13 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rn/backend_cpu_impl.h"
 #include "rn/backend_impl.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/tensor.h"
 
@@ -65,16 +67,32 @@ static void par_range(rn_backend *be, int64_t n, int64_t grain, int64_t work, ra
 }
 
 static int cpu_alloc(rn_backend *be, size_t bytes, void **out) {
-    (void)be;
     void *p = NULL;
     size_t n = (bytes + 63) & ~(size_t)63;
+    if (be->mem_cap && n + be->mem_held > be->mem_cap)
+        return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes: %zu of RN_CPU_MEMORY=%zu held", bytes,
+                         be->mem_held, be->mem_cap);
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", bytes);
+    if (be->mem_cap) be->mem_held += malloc_usable_size(p);
     *out = p;
     return RN_OK;
 }
 
 static void cpu_free(rn_backend *be, void *p) {
+    if (be->mem_cap && p) be->mem_held -= malloc_usable_size(p);
+    free(p);
+}
+
+/* the loader's buffers: host memory, not counted under RN_CPU_MEMORY */
+static int cpu_host_alloc(rn_backend *be, size_t bytes, void **out) {
+    (void)be;
+    size_t n = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(out, 64, n ? n : 64) != 0) return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", bytes);
+    return RN_OK;
+}
+
+static void cpu_host_free(rn_backend *be, void *p) {
     (void)be;
     free(p);
 }
@@ -112,7 +130,11 @@ static size_t read_size(const char *path) {
 }
 
 static int cpu_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes) {
-    (void)be;
+    if (be->mem_cap) {
+        *total_bytes = be->mem_cap;
+        *free_bytes = be->mem_cap - be->mem_held;
+        return RN_OK;
+    }
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return rn_errorf(RN_EIO, "cpu memory: cannot read /proc/meminfo");
     char line[256];
@@ -805,8 +827,8 @@ static const rn_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .mem_info = cpu_mem_info,
     .ws_limit = 0,
-    .host_alloc = cpu_alloc,
-    .host_free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
     .upload_async = cpu_copy,
     .upload_wait = cpu_upload_wait,
     .conv_workspace = rn_cpu_conv_workspace,
@@ -840,6 +862,14 @@ int rn_backend_cpu_init(rn_backend *be) {
     if (rc != RN_OK) return rc;
     be->ops = &cpu_ops;
     be->impl = pool;
+    /* RN_CPU_MEMORY=SIZE: the context behaves as a device of that size (allocations past
+       it fail, rn_backend_mem_info reports it): out-of-memory paths, tested on the CPU */
+    const char *cap = getenv("RN_CPU_MEMORY");
+    if (cap && *cap && rn_parse_size("RN_CPU_MEMORY", cap, &be->mem_cap)) {
+        rn_cpu_pool_destroy(pool);
+        be->impl = NULL;
+        return rn_error_context(RN_EINVAL, "cpu backend");
+    }
     /* OpenBLAS's own pool stays idle: every GEMM is split across this context's pool
      * (backend_cpu_gemm.c says why). The setting is process-wide. */
     openblas_set_num_threads(1);

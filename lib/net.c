@@ -78,8 +78,7 @@ static int nalloc(rn_net *net, size_t bytes, void *out) {
     }
     int rc = rn_backend_alloc(net->be, bytes ? bytes : 64, (void **)out);
     if (rc != RN_OK)
-        return rn_error_context(rc, "network memory: %zu bytes asked, %zu already held (lower --batch)", bytes,
-                                net->bytes);
+        return rn_error_context(rc, "network memory: %zu bytes asked, %zu already held", bytes, net->bytes);
     net->bytes += bytes;
     return RN_OK;
 }

@@ -183,6 +183,20 @@ static int largest_fit(rn_backend *be, const rn_resnet *spec, int batch, int bel
     return 0;
 }
 
+/* What to run instead: micro-batch (training) or batch (evaluation) `fit` and its need,
+ * or, when fit is 0, that nothing smaller fits. */
+static void advise(char *buf, size_t cap, int mode, int batch, int fit, size_t need, rn_backend *be) {
+    char f[32];
+    fmt_bytes(need, f, sizeof f);
+    if (!fit)
+        snprintf(buf, cap, "no smaller %s fits: lower --crop%s, or free memory",
+                 mode == RN_NET_TRAIN ? "micro-batch" : "batch", rn_backend_is_host(be) ? "" : ", use --amp");
+    else if (mode == RN_NET_TRAIN)
+        snprintf(buf, cap, "--micro-batch %d (= --accum %d) needs %s", fit, batch / fit, f);
+    else
+        snprintf(buf, cap, "--batch %d needs %s", fit, f);
+}
+
 /* Open the backend (before the loaders, whose buffers it allocates). */
 static int runner_backend(runner *r, const char *device, int threads) {
     memset(r, 0, sizeof *r);
@@ -202,33 +216,25 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
                          rn_amp_name(dtype), rn_backend_name(r->be));
     size_t staged = rn_backend_is_host(r->be) ? 0 : (size_t)batch * crop * crop * 3;
     size_t budget, need = 0, fit_need = 0;
-    char how[160], a[32], u[32], f[32];
+    char how[160], a[32], u[32], advice[160];
     if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
     const char *what = mode == RN_NET_TRAIN ? "training" : "evaluation";
     const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
     const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
-    if (micro > 0) {
+    int is_auto = micro == 0;
+    if (!is_auto) {
         if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode, dtype, &need))) return rc;
         need += 2 * staged;
         if (need > budget) {
             int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
             if (rc) return rc;
+            advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
             fmt_bytes(need, a, sizeof a);
             fmt_bytes(budget, u, sizeof u);
-            fmt_bytes(fit_need, f, sizeof f);
-            char advice[160];
-            if (!fit)
-                snprintf(advice, sizeof advice, "no smaller micro-batch fits: lower --crop%s, or free memory",
-                         rn_backend_is_host(r->be) ? "" : ", use --amp");
-            else if (mode == RN_NET_TRAIN)
-                snprintf(advice, sizeof advice, "--micro-batch %d (= --accum %d) needs %s; --micro-batch auto picks it",
-                         fit, batch / fit, f);
-            else
-                snprintf(advice, sizeof advice, "--batch %d needs %s", fit, f);
             return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
-                             "(%s): %s",
+                             "(%s): %s%s",
                              spec.arch, what, mode == RN_NET_TRAIN ? "micro-batch" : "batch", micro, crop, crop, dt,
-                             a, where, u, how, advice);
+                             a, where, u, how, advice, fit && mode == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "");
         }
     } else {
         micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
@@ -240,12 +246,30 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
                              spec.arch, what, crop, crop, dt, where, u, how);
         }
     }
-    /* the plan fits; an allocation can still fail (fragmentation, other processes) */
-    if ((rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net))) return rc;
-    if ((rc = rn_net_load(r->net, ck))) return rc;
     for (int i = 0; i < 2 && staged; i++)
         if ((rc = rn_backend_alloc(r->be, staged, (void **)&r->staging[i])))
             return rn_error_context(rc, "staging for batches of %d", batch);
+    /* The plan fits, but an allocation can still fail (another process took memory since,
+       fragmentation): auto goes on to the next smaller micro-batch that fits what is
+       usable now; a given micro-batch fails, naming one. */
+    while ((rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net)) == RN_ENOMEM) {
+        char failed[600];
+        snprintf(failed, sizeof failed, "%s", rn_last_error());
+        int rc2 = mem_budget(r->be, mem_limit, &budget, how, sizeof how), fit = 0;
+        if (rc2 == RN_OK)
+            fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc2);
+        if (is_auto && fit) {
+            micro = fit;
+            continue;
+        }
+        advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
+        fmt_bytes(budget, u, sizeof u);
+        rc = rn_errorf(RN_ENOMEM, "%s %s at %s %d: %s; by the plan, with %s usable now (%s): %s", spec.arch, what,
+                       mode == RN_NET_TRAIN ? "micro-batch" : "batch", micro, failed, u, how, advice);
+        break;
+    }
+    if (rc) return rc;
+    if ((rc = rn_net_load(r->net, ck))) return rc;
     r->staged_cap = staged;
     r->micro = micro;
     r->crop = crop;

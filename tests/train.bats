@@ -256,6 +256,19 @@ print("64 images agree")'
     run rn-train --data train.lmdb --in init.pb --out all.pb --batch 16 --micro-batch auto $A
     assert_success
     assert_output --partial "of 16 (1 x 16)"
+    # an allocation that fails although the plan fitted (RN_CPU_MEMORY: the CPU backend as
+    # a device of that size; --mem-limit above it, as when another process took memory):
+    # auto goes on to a smaller micro-batch; a given one fails naming one that fits now
+    dev=$(awk -v a="$n8" -v b="$n16" 'BEGIN { printf "%dK", (a + b) / 2 * 1024 }')
+    run env RN_CPU_MEMORY="$dev" rn-train --data train.lmdb --in init.pb --out oom.pb --batch 16 --mem-limit 10G $A
+    assert_failure 1
+    assert_output --partial "resnet18 training at micro-batch 16: network memory:"
+    assert_output --partial "--micro-batch 8 (= --accum 2) needs $n8 MiB"
+    [ ! -e oom.pb ]
+    run env RN_CPU_MEMORY="$dev" rn-train --data train.lmdb --in init.pb --out oom.pb --batch 16 --mem-limit 10G \
+        --micro-batch auto $A
+    assert_success
+    assert_output --partial "of 16 (2 x 8)"
     # usage errors
     run rn-train --data train.lmdb --in init.pb --out x.pb --batch 16 --micro-batch 5
     assert_failure 2

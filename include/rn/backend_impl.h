@@ -95,6 +95,8 @@ struct rn_backend {
     void *ws;              /* workspace arena, ws_bytes, in backend memory */
     size_t ws_bytes;
     void *impl;            /* backend-private state */
+    size_t mem_cap;        /* CPU: RN_CPU_MEMORY, an emulated device size (0: none) */
+    size_t mem_held;       /* CPU: bytes rn_backend_alloc holds, counted under mem_cap */
     char name[160];        /* rn_backend_name() */
 };
 

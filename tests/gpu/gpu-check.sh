@@ -15,6 +15,8 @@
 #      and steps on one fixed batch of toy images: losses finite, and the mean of the last
 #      5 below the mean of the first 5
 #   4c. tests/amp.bats (its GPU tests: fp16/bf16 training, overflow skips, exact resume)
+#   4d. memory plan: --micro-batch auto under a --mem-limit between the plans of BATCH/4
+#      and BATCH/2 images takes BATCH/4, trains, and holds no more than it planned
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 5 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
@@ -266,6 +268,46 @@ else
         failed=1
         row "$name" FAIL "${plan:-?} tests: $((n_ok - n_skip)) passed, $n_bad failed, $n_skip skipped ($n_gpu_skip for no GPU); see amp-bats.txt"
     fi
+fi
+
+# 4d. memory plan on the device: under a 1 MiB --mem-limit rn-train refuses, naming what
+#     micro-batches of BATCH/4 and BATCH/2 need; under a limit between those two needs,
+#     --micro-batch auto must take BATCH/4 (4 micro-batches) and train 2 steps, holding no
+#     more memory than it planned ("network N MiB"; the plan counts the convolution
+#     workspace at its limit, the net holds what cuDNN's chosen algorithms take). Seconds.
+M=$WORK/mem
+mib() { # "<value> <G|M>" -> MiB
+    awk '{ printf "%.1f", $2 == "G" ? $1 * 1024 : $1 }'
+}
+mem_need() { # micro-batch -> MiB planned, from the refusal
+    "$BIN/rn-train" --device $DEV --data "$M/train.lmdb" --in "$M/init.pb" --out "$M/never.pb" --batch $BATCH \
+        --crop $SIZE --micro-batch "$1" --mem-limit 1M 2>&1 |
+        sed -n 's/.* needs \([0-9.]*\) \([GM]\)iB of .*/\1 \2/p' | head -n 1 | mib
+}
+name="memory plan: --micro-batch auto, $ARCH ${SIZE}px b$BATCH"
+say "$name"
+if rm -rf "$M" && mkdir -p "$M" && "$PYTHON" tests/data/toy.py "$M/src" $BATCH 1 >"$M/setup.txt" 2>&1 &&
+    "$BIN/rn-prep" -q "$M/src" "$M/train.lmdb" >>"$M/setup.txt" 2>&1 &&
+    "$BIN/rn-init" --arch $ARCH --classes 2 --seed 1 -o "$M/init.pb" >>"$M/setup.txt" 2>&1; then
+    q=$((BATCH / 4)) h=$((BATCH / 2))
+    nq=$(mem_need $q) nh=$(mem_need $h)
+    lim=$(awk -v a="${nq:-0}" -v b="${nh:-0}" 'BEGIN { printf "%dK", (a + b) / 2 * 1024 }')
+    timeout 120 "$BIN/rn-train" --device $DEV --data "$M/train.lmdb" --in "$M/init.pb" --out "$M/auto.pb" \
+        --batch $BATCH --crop $SIZE --micro-batch auto --mem-limit "$lim" --max-steps 2 --workers 2 >"$M/auto.err" 2>&1
+    rc=$?
+    cat "$M/auto.err"
+    held=$(sed -n 's/.*, network \([0-9]*\) MiB.*/\1/p' "$M/auto.err" | head -n 1)
+    detail="plans: micro-batch $q ${nq:-?} MiB, $h ${nh:-?} MiB; limit $lim; auto: $(grep -o "of $BATCH ([0-9]* x [0-9]*)" "$M/auto.err" | head -n 1), holds ${held:-?} MiB"
+    if [ $rc = 0 ] && [ -n "$nq" ] && [ -n "$held" ] && grep -q "of $BATCH (4 x $q)" "$M/auto.err" &&
+        awk -v a="$held" -v p="$nq" 'BEGIN { exit !(a <= p + 1) }'; then
+        row "$name" ok "$detail"
+    else
+        failed=1
+        row "$name" FAIL "$detail; rn-train exit $rc: $(tail -n 1 "$M/auto.err" | cut -c1-160)"
+    fi
+else
+    failed=1
+    row "$name" FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$M/setup.txt" | cut -c1-200)"
 fi
 
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
