@@ -128,6 +128,11 @@ int rn_backend_reserve(rn_backend *be, size_t bytes) {
     be->ws_bytes = bytes;
     return RN_OK;
 }
+void rn_backend_unreserve(rn_backend *be) {
+    if (be->ws) be->ops->free(be, be->ws);
+    be->ws = NULL;
+    be->ws_bytes = 0;
+}
 size_t rn_backend_reserved(const rn_backend *be) { return be->ws_bytes; }
 
 /* ---- descriptors ---- */

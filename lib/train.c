@@ -255,6 +255,7 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
     while ((rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net)) == RN_ENOMEM) {
         char failed[600];
         snprintf(failed, sizeof failed, "%s", rn_last_error());
+        rn_backend_unreserve(r->be); /* the failed net's workspace: a smaller net needs less */
         int rc2 = mem_budget(r->be, mem_limit, &budget, how, sizeof how), fit = 0;
         if (rc2 == RN_OK)
             fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc2);

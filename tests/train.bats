@@ -268,7 +268,7 @@ print("64 images agree")'
     run env RN_CPU_MEMORY="$dev" rn-train --data train.lmdb --in init.pb --out oom.pb --batch 16 --mem-limit 10G \
         --micro-batch auto $A
     assert_success
-    assert_output --partial "of 16 (2 x 8)"
+    assert_output --partial "of 16 (2 x 8), network $(printf %.0f "$n8") MiB"
     # usage errors
     run rn-train --data train.lmdb --in init.pb --out x.pb --batch 16 --micro-batch 5
     assert_failure 2

@@ -127,6 +127,10 @@ int rn_backend_upload_wait(rn_backend *be);
 
 /* Grow the workspace arena to at least `bytes` (never shrinks). Call before a step. */
 int rn_backend_reserve(rn_backend *be, size_t bytes);
+/* Free the workspace arena (after a network that reserved it failed to build, so that a
+ * smaller one starts from nothing). The next op that needs workspace fails until
+ * rn_backend_reserve. */
+void rn_backend_unreserve(rn_backend *be);
 /* Bytes currently reserved. */
 size_t rn_backend_reserved(const rn_backend *be);
 
