@@ -102,8 +102,7 @@ print(sum(s["skipped"] for s in S))'
 @test "--amp fp16 on the GPU: 2N steps equal N, resume, N (tensors, loss scale and its growth count)" {
     need_gpu
     # deterministic algorithms, chosen without timing: the same in each process
-    export RN_CUDA_DETERMINISTIC=1 RN_CUDA_CONV_ALGO=heuristic
-    A="--amp fp16 --device cuda --seed 3 --loss-scale-growth-interval 2"
+    A="--amp fp16 --device cuda --seed 3 --loss-scale-growth-interval 2 --deterministic"
     rn-train $T --out full.pb --max-steps 6 $A
     rn-train $T --out half.pb --max-steps 3 $A
     rn-train --data train.lmdb --in half.pb --out resumed.pb --max-steps 3 --batch 8 --crop 32 --workers 1 $A
@@ -125,4 +124,18 @@ S = [json.loads(l) for l in open("b.jsonl") if json.loads(l)["kind"] == "step"]
 assert len(S) == 4 and all(math.isfinite(s["loss"]) and s["loss_scale"] == 1 and s["skipped"] == 0 for s in S), S'
     assert_success
     [ "$(info b.pb loss_scale)" = 0 ]
+}
+
+@test "--deterministic on the GPU: two runs give the same tensors bit for bit (fp32 and bf16)" {
+    need_gpu
+    tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
+    for p in off bf16; do
+        for k in 1 2; do
+            rn-train $T --out det$k-$p.pb --max-steps 3 --device cuda --amp $p --deterministic
+        done
+        diff <(tensors det1-$p.pb) <(tensors det2-$p.pb)
+        rn-eval --data train.lmdb --ckpt det1-$p.pb --crop 32 --device cuda --deterministic --json >e1.json
+        rn-eval --data train.lmdb --ckpt det1-$p.pb --crop 32 --device cuda --deterministic --json >e2.json
+        cmp e1.json e2.json
+    done
 }

@@ -269,6 +269,9 @@ print("64 images agree")'
         --micro-batch auto $A
     assert_success
     assert_output --partial "of 16 (2 x 8), network $(printf %.0f "$n8") MiB"
+    # --deterministic changes nothing on the CPU, which always repeats bit for bit
+    rn-train --data train.lmdb --in init.pb --out det.pb --batch 16 --accum 4 $A --deterministic
+    diff <(tensors det.pb) <(tensors acc4.pb)
     # usage errors
     run rn-train --data train.lmdb --in init.pb --out x.pb --batch 16 --micro-batch 5
     assert_failure 2

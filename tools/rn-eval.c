@@ -37,7 +37,8 @@ static void usage(FILE *f) {
                "      --dump-logits FILE    per-sample logits in dataset order, as safetensors\n"
                "  -w, --workers N           loader threads (default 4)\n"
                "  -t, --threads N           compute threads on the CPU (default: all cores)\n"
-               "      --device D            auto, cpu, cuda or cuda:N (default auto)\n"
+               "      --device D            auto, cpu, cuda or cuda:N (default auto)\n"               "      --deterministic       GPU: deterministic convolution algorithms, chosen the\n"
+               "                            same way in every process (results repeat bit for bit)\n"
                "  -h, --help                this help\n"
                "  -V, --version             print the version\n"
                "\n"
@@ -77,13 +78,13 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
 }
 
 int main(int argc, char **argv) {
-    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT };
+    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM };
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},     {"ckpt", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},           {"per-class", no_argument, 0, O_PERCLASS},
         {"confusion", required_argument, 0, O_CONF}, {"topk", required_argument, 0, 'k'},
         {"batch", required_argument, 0, 'b'},    {"crop", required_argument, 0, O_CROP},
-        {"mem-limit", required_argument, 0, O_MEMLIMIT},
+        {"mem-limit", required_argument, 0, O_MEMLIMIT}, {"deterministic", no_argument, 0, O_DETERM},
         {"resize", required_argument, 0, O_RESIZE}, {"dump-logits", required_argument, 0, O_DUMP},
         {"workers", required_argument, 0, 'w'},  {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'},
@@ -114,6 +115,10 @@ int main(int argc, char **argv) {
         case 'w': NUM("--workers", 1, 1024, &o.workers); break;
         case 't': NUM("--threads", 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
+        case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
+            setenv("RN_CUDA_DETERMINISTIC", "1", 1);
+            setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-eval %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-eval: see 'rn-eval --help'\n"); return 2;

@@ -57,7 +57,9 @@ static void usage(FILE *f) {
             "      --seed S            data order and augmentation seed (default: IN's, else 0)\n"
             "  -w, --workers N         loader threads (default %d)\n"
             "  -t, --threads N         compute threads on the CPU (default: all cores)\n"
-            "      --device D          auto, cpu, cuda or cuda:N (default auto)\n"
+            "      --device D          auto, cpu, cuda or cuda:N (default auto)\n"            "      --deterministic     GPU: deterministic convolution algorithms, chosen the same\n"
+            "                          way in every process, so a run repeats bit for bit (the\n"
+            "                          CPU backend always does); may be slower\n"
             "Mixed precision (GPU only; the CPU backend computes in fp32):\n"
             "      --amp MODE          off, fp16 or bf16 (default off): activations and layers in\n"
             "                          MODE; fp32 master weights, weight gradients, momentum, BN\n"
@@ -106,7 +108,7 @@ static void usage(FILE *f) {
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM
 };
 
 int main(int argc, char **argv) {
@@ -115,7 +117,7 @@ int main(int argc, char **argv) {
         {"out", required_argument, 0, 'o'},        {"epochs", required_argument, 0, 'e'},
         {"max-steps", required_argument, 0, O_MAXSTEPS}, {"val", required_argument, 0, O_VAL},
         {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
-        {"micro-batch", required_argument, 0, O_MICRO}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
+        {"micro-batch", required_argument, 0, O_MICRO}, {"deterministic", no_argument, 0, O_DETERM}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
         {"resize", required_argument, 0, O_RESIZE},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
@@ -171,6 +173,10 @@ int main(int argc, char **argv) {
         case 'w': NUM("--workers", 1, 1024, &v); o.workers = (int)v; break;
         case 't': NUM("--threads", 1, 1024, &v); o.threads = (int)v; break;
         case O_DEVICE: o.device = optarg; break;
+        case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
+            setenv("RN_CUDA_DETERMINISTIC", "1", 1);
+            setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
+            break;
         case O_LR: NUM("--lr", 0, 1e6, &o.lr.lr); break;
         case O_MOM: NUM("--momentum", 0, 1, &o.momentum); break;
         case O_WD: NUM("--wd", 0, 1, &o.weight_decay); break;
