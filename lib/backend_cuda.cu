@@ -12,7 +12,8 @@
  *                         default, so fp32 results compare with the CPU backend at 1e-4)
  *   RN_CUDA_DETERMINISTIC=1  only deterministic convolution algorithms
  *   RN_CUDA_BN=own|cudnn  BatchNorm training forward by our kernels (default) or by
- *                         cuDNN's fused BN+add+ReLU where it applies (see there)
+ *                         cuDNN's fused BN+add+ReLU where it applies (fp16, channels a
+ *                         multiple of 4; see there)
  *   RN_CUDA_CONV_ALGO=find|heuristic  benchmark every algorithm once per shape (default)
  *                         or take cuDNN's heuristic choice without running anything
  *
@@ -42,8 +43,12 @@ extern "C" {
 /* Threads per block of the elementwise kernels. */
 #define TPB 256
 
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
-    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } while (0)
+/* a failed call's error is read here (cudaGetLastError clears it), so that the next
+ * kernel's launch check does not report it again under the kernel's name */
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { (void)cudaGetLastError(); \
+    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } } while (0)
+/* frees have no caller to report to: clear what they leave */
+#define FREED(call) do { if ((call) != cudaSuccess) (void)cudaGetLastError(); } while (0)
 #define DNN(call) do { cudnnStatus_t s_ = (call); if (s_ != CUDNN_STATUS_SUCCESS) \
     return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_)); } while (0)
 #define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
@@ -136,7 +141,7 @@ static int cuda_alloc(rn_backend *be, size_t bytes, void **out) {
 
 static void cuda_free(rn_backend *be, void *p) {
     (void)be;
-    cudaFree(p);
+    FREED(cudaFree(p));
 }
 
 static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
@@ -172,7 +177,7 @@ static int cuda_host_alloc(rn_backend *be, size_t bytes, void **out) {
     if (e != cudaSuccess) {
         cudaGetLastError();
         *out = NULL;
-        return rn_errorf(RN_ENOMEM, "cuda:%d: cudaHostAlloc(%zu bytes = %.1f MiB of pinned host memory): %s "
+        return rn_errorf(e == cudaErrorMemoryAllocation ? RN_ENOMEM : RN_EGPU, "cuda:%d: cudaHostAlloc(%zu bytes = %.1f MiB of pinned host memory): %s "
                          "(lower --batch or --workers, or raise the locked-memory limit: ulimit -l)",
                          CTX(be)->dev, bytes, bytes / 1048576.0, cudaGetErrorString(e));
     }
@@ -181,7 +186,7 @@ static int cuda_host_alloc(rn_backend *be, size_t bytes, void **out) {
 
 static void cuda_host_free(rn_backend *be, void *p) {
     (void)be;
-    cudaFreeHost(p);
+    FREED(cudaFreeHost(p));
 }
 
 static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
@@ -218,8 +223,11 @@ static cudnnMathType_t search_math(const cuda_ctx *g, int dtype) {
     return g->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
-static int math_ok(const cuda_ctx *g, int dtype, cudnnMathType_t m) {
-    if (dtype == RN_F32 && !g->tf32) return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+/* strict: fp32 without TF32 takes only results measured in FMA math (Find also times
+ * DEFAULT_MATH, which may be TF32 on Ampere and later); the second pass admits those,
+ * run as FMA, when no FMA result fits */
+static int math_ok(const cuda_ctx *g, int dtype, cudnnMathType_t m, int strict) {
+    if (dtype == RN_F32 && !g->tf32) return m == CUDNN_FMA_MATH || (!strict && m == CUDNN_DEFAULT_MATH);
     return 1;
 }
 
@@ -240,12 +248,13 @@ static void plan_destroy(conv_plan *p) {
  * the workspace limit, has an allowed math type and, when asked, is deterministic. */
 #define PICK(perf, got, out, math, mem, what)                                                 \
     do {                                                                                      \
-        int i_;                                                                               \
-        for (i_ = 0; i_ < (got); i_++)                                                        \
-            if ((perf)[i_].status == CUDNN_STATUS_SUCCESS && (perf)[i_].memory <= limit &&    \
-                math_ok(g, d->dtype, (perf)[i_].mathType) &&                                  \
-                (!g->deterministic || (perf)[i_].determinism == CUDNN_DETERMINISTIC))         \
-                break;                                                                        \
+        int i_ = (got);                                                                       \
+        for (int strict_ = 1; strict_ >= 0 && i_ == (got); strict_--)                         \
+            for (i_ = 0; i_ < (got); i_++)                                                    \
+                if ((perf)[i_].status == CUDNN_STATUS_SUCCESS && (perf)[i_].memory <= limit && \
+                    math_ok(g, d->dtype, (perf)[i_].mathType, strict_) &&                     \
+                    (!g->deterministic || (perf)[i_].determinism == CUDNN_DETERMINISTIC))     \
+                    break;                                                                    \
         if (i_ == (got))                                                                      \
             return rn_errorf(RN_EGPU, "conv %s %s n=%d h=%d w=%d c=%d k=%d %dx%d stride %d "   \
                              "pad %d: cuDNN offers no algorithm within %zu MiB of workspace%s "  \
@@ -292,13 +301,28 @@ static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
         DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
     } else {
-        /* Find runs every algorithm on scratch memory it allocates itself */
-        DNN(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y,
-                                                 CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
-        DNN(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
-                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
-        DNN(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
-                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+        /* Find runs every algorithm on scratch memory it allocates itself; where that
+           scratch does not fit in what is free (a new shape late in a run that filled the
+           device), the heuristic's choice for that direction, without running anything */
+        cudnnStatus_t st;
+        st = cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf);
+        if (st == CUDNN_STATUS_ALLOC_FAILED)
+            DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
+        else DNN(st);
+        st = cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
+                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd);
+        if (st == CUDNN_STATUS_ALLOC_FAILED)
+            DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
+                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+        else DNN(st);
+        st = cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
+                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw);
+        if (st == CUDNN_STATUS_ALLOC_FAILED)
+            DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
+                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+        else DNN(st);
     }
     size_t mf = 0, md = 0, mw = 0;
     PICK(pf, nf, p->fwd, p->fwd_math, mf, "forward");
@@ -436,7 +460,10 @@ static int bn_dnn_describe(cuda_ctx *g, const rn_bn_desc *d) {
 /* cuDNN's workspace and reserve for one op variant; 0 when cuDNN does not take it */
 static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *ws, size_t *rs) {
     *ws = *rs = 0;
-    if (!g->bn_cudnn || (residual && !d->relu) || bn_dnn_describe(g, d) != RN_OK) return 0;
+    /* cuDNN's fused NHWC kernel (the only one that applies ReLU and adds a residual)
+       takes fp16 with channels a multiple of 4; elsewhere ours run */
+    if (!g->bn_cudnn || d->dtype != RN_F16 || d->c % 4 || (residual && !d->relu) || bn_dnn_describe(g, d) != RN_OK)
+        return 0;
     cudnnBatchNormOps_t ops = bn_ops_for(d->relu, residual);
     cudnnActivationDescriptor_t act = d->relu ? g->bn_relu : NULL;
     if (cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x,
@@ -481,10 +508,12 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         (rs && !reserve))
         return RN_OK;
     const float one = 1, zero = 0;
-    DNN(cudnnBatchNormalizationForwardTrainingEx(
+    cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
         g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
-        d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs));
+        d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
+    if (st == CUDNN_STATUS_NOT_SUPPORTED) return RN_OK; /* ours, then */
+    DNN(st);
     *done = 1;
     return RN_OK;
 }
@@ -652,7 +681,7 @@ static int bn_fwd_infer_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
         float *p = NULL;
         int rc = cuda_alloc(be, need * sizeof(float), (void **)&p);
         if (rc) return rn_error_context(rc, "bn_fwd_infer: coefficients for %d channels", d->c);
-        cudaFree(g->coef); /* waits for the ops that used it */
+        FREED(cudaFree(g->coef)); /* waits for the ops that used it */
         g->coef = p;
         g->coef_cap = need;
     }

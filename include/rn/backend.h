@@ -151,7 +151,11 @@ typedef struct {
 int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh, int kw,
                       int stride, int pad);
 /* Workspace bytes that each of the three conv ops below may take for d on this context
- * (on the CPU it grows with the thread count: one im2col tile per thread). */
+ * (on the CPU it grows with the thread count: one im2col tile per thread). On CUDA the
+ * first query for a shape chooses its algorithms (then cached), within
+ * RN_CUDA_WORKSPACE_MB, and, when a reservation is already held, within it (so that a
+ * shape first met during a run, a short last batch, fits the arena): query every shape
+ * of a plan before rn_backend_reserve, or after rn_backend_unreserve. */
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 /* y = conv(x, w). */
 int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
