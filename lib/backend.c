@@ -70,7 +70,7 @@ int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
 
 void rn_backend_destroy(rn_backend *be) {
     if (!be) return;
-    if (be->ws) be->ops->free(be, be->ws);
+    rn_backend_unreserve(be);
     if (be->ops->destroy) be->ops->destroy(be);
     free(be);
 }

@@ -66,30 +66,29 @@ static void par_range(rn_backend *be, int64_t n, int64_t grain, int64_t work, ra
                     range_task, &j);
 }
 
-static int cpu_alloc(rn_backend *be, size_t bytes, void **out) {
-    void *p = NULL;
-    size_t n = (bytes + 63) & ~(size_t)63;
-    if (be->mem_cap && n + be->mem_held > be->mem_cap)
-        return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes: %zu of RN_CPU_MEMORY=%zu held", bytes,
-                         be->mem_held, be->mem_cap);
-    if (posix_memalign(&p, 64, n ? n : 64) != 0)
-        return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", bytes);
-    if (be->mem_cap) be->mem_held += malloc_usable_size(p);
-    *out = p;
-    return RN_OK;
-}
-
-static void cpu_free(rn_backend *be, void *p) {
-    if (be->mem_cap && p) be->mem_held -= malloc_usable_size(p);
-    free(p);
-}
-
-/* the loader's buffers: host memory, not counted under RN_CPU_MEMORY */
+/* the loader's buffers (rn_backend_host_alloc): host memory, not counted under
+ * RN_CPU_MEMORY */
 static int cpu_host_alloc(rn_backend *be, size_t bytes, void **out) {
     (void)be;
     size_t n = (bytes + 63) & ~(size_t)63;
     if (posix_memalign(out, 64, n ? n : 64) != 0) return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", bytes);
     return RN_OK;
+}
+
+/* the same memory, counted under RN_CPU_MEMORY when it is set */
+static int cpu_alloc(rn_backend *be, size_t bytes, void **out) {
+    size_t n = (bytes + 63) & ~(size_t)63;
+    if (be->mem_cap && n + be->mem_held > be->mem_cap)
+        return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes: %zu of RN_CPU_MEMORY=%zu held", bytes,
+                         be->mem_held, be->mem_cap);
+    int rc = cpu_host_alloc(be, bytes, out);
+    if (rc == RN_OK && be->mem_cap) be->mem_held += malloc_usable_size(*out);
+    return rc;
+}
+
+static void cpu_free(rn_backend *be, void *p) {
+    if (be->mem_cap && p) be->mem_held -= malloc_usable_size(p);
+    free(p);
 }
 
 static void cpu_host_free(rn_backend *be, void *p) {

@@ -293,37 +293,29 @@ static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
     cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int nf = 0, nd = 0, nw = 0;
-    if (g->heuristic) {
-        DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
-                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
-        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
-                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
-        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
-                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
-    } else {
-        /* Find runs every algorithm on scratch memory it allocates itself; where that
-           scratch does not fit in what is free (a new shape late in a run that filled the
-           device), the heuristic's choice for that direction, without running anything */
-        cudnnStatus_t st;
-        st = cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y,
-                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf);
-        if (st == CUDNN_STATUS_ALLOC_FAILED)
-            DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
-        else DNN(st);
-        st = cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
-                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd);
-        if (st == CUDNN_STATUS_ALLOC_FAILED)
-            DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
-                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
-        else DNN(st);
-        st = cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
-                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw);
-        if (st == CUDNN_STATUS_ALLOC_FAILED)
-            DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
-                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
-        else DNN(st);
-    }
+    /* Find runs every algorithm on scratch memory it allocates itself; the heuristic
+       (RN_CUDA_CONV_ALGO=heuristic, or where Find's scratch does not fit in what is free:
+       a new shape late in a run that filled the device) runs nothing */
+#define CHOOSE(find, get)                                                                       \
+    do {                                                                                        \
+        cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_ALLOC_FAILED : (find);                   \
+        if (s_ == CUDNN_STATUS_ALLOC_FAILED) DNN(get);                                          \
+        else if (s_ != CUDNN_STATUS_SUCCESS)                                                    \
+            return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #find, cudnnGetErrorString(s_)); \
+    } while (0)
+    CHOOSE(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                &nf, pf),
+           cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
+    CHOOSE(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
+                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd),
+           cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
+                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+    CHOOSE(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
+                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw),
+           cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
+                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+#undef CHOOSE
     size_t mf = 0, md = 0, mw = 0;
     PICK(pf, nf, p->fwd, p->fwd_math, mf, "forward");
     PICK(pd, nd, p->bwd_data, p->data_math, md, "backward-data");

@@ -83,6 +83,11 @@ static int nalloc(rn_net *net, size_t bytes, void *out) {
     return RN_OK;
 }
 
+/* zero backend memory from nalloc (nothing to do when planning) */
+static int nzero(rn_net *net, void *p, size_t bytes) {
+    return net->plan ? RN_OK : rn_backend_zero(net->be, p, bytes);
+}
+
 static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     const rn_convbn *cb = &net->spec.units[ui];
     const unit_rt *u = &net->u[ui];
@@ -295,8 +300,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         (amp && (rc = nalloc(net, (size_t)net->nparams * es, &net->wc))) ||
         (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->logits_h))))
         goto fail;
-    if (!plan && (rc = rn_backend_zero(be, net->params, (size_t)net->nparams * fl))) goto fail;
-    if (!plan && amp && (rc = rn_backend_zero(be, net->wc, (size_t)net->nparams * es))) goto fail;
+    if ((rc = nzero(net, net->params, (size_t)net->nparams * fl))) goto fail;
+    if (amp && (rc = nzero(net, net->wc, (size_t)net->nparams * es))) goto fail;
     if (mode == RN_NET_TRAIN) {
         /* gh holds the largest weight, or the fc weight and then its bias */
         for (int i = 0; i < net->npref; i++)
@@ -311,7 +316,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
             (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
             goto fail;
-        if (!plan && (rc = rn_backend_zero(be, net->grads, (size_t)net->nparams * fl))) goto fail;
+        if ((rc = nzero(net, net->grads, (size_t)net->nparams * fl))) goto fail;
         for (int i = 0; i < 5; i++)
             if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->g[i]))) goto fail;
         for (int i = 0; i < spec->nunits; i++) {

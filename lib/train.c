@@ -219,6 +219,7 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
     char how[160], a[32], u[32], advice[160];
     if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
     const char *what = mode == RN_NET_TRAIN ? "training" : "evaluation";
+    const char *unit = mode == RN_NET_TRAIN ? "micro-batch" : "batch";
     const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
     const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
     int is_auto = micro == 0;
@@ -233,7 +234,7 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
                              "(%s): %s%s",
-                             spec.arch, what, mode == RN_NET_TRAIN ? "micro-batch" : "batch", micro, crop, crop, dt,
+                             spec.arch, what, unit, micro, crop, crop, dt,
                              a, where, u, how, advice, fit && mode == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "");
         }
     } else {
@@ -266,7 +267,7 @@ static int runner_net(runner *r, const rn_ckpt *ck, int batch, int micro, size_t
         advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
         fmt_bytes(budget, u, sizeof u);
         rc = rn_errorf(RN_ENOMEM, "%s %s at %s %d: %s; by the plan, with %s usable now (%s): %s", spec.arch, what,
-                       mode == RN_NET_TRAIN ? "micro-batch" : "batch", micro, failed, u, how, advice);
+                       unit, micro, failed, u, how, advice);
         break;
     }
     if (rc) return rc;

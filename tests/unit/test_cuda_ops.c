@@ -154,6 +154,24 @@ static void test_conv(env *e, int n, int h, int w, int c, int k, int ks, int str
 
 /* ---- batch norm ---- */
 
+/* A BN backward's four outputs on the GPU against the CPU's: dx, dgamma, dbeta and,
+ * with a residual, dres; `op` names the op in messages */
+static void cmp_bn_grads(env *e, const char *what, const char *op, const void *gdx, const float *dx,
+                         const float *gdg, const float *dg, const float *gdb, const float *db, const void *gdres,
+                         const float *dres, int64_t n, int c) {
+    char t[240];
+    snprintf(t, sizeof t, "%s %s dx", what, op);
+    cmp_dev(e, t, gdx, e->dtype, dx, n);
+    snprintf(t, sizeof t, "%s %s dgamma (accumulate)", what, op);
+    cmp_dev(e, t, gdg, RN_F32, dg, c);
+    snprintf(t, sizeof t, "%s %s dbeta (accumulate)", what, op);
+    cmp_dev(e, t, gdb, RN_F32, db, c);
+    if (dres) {
+        snprintf(t, sizeof t, "%s %s dres", what, op);
+        cmp_dev(e, t, gdres, e->dtype, dres, n);
+    }
+}
+
 static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_place) {
     rn_bn_desc d, dg;
     CHECK_OK(rn_bn_desc_init(&d, m, c, relu));
@@ -212,16 +230,7 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     void *gdres = res ? (in_place ? up(e->gpu, e->dtype, dy, n) : gdy) : NULL;
     float *gdg = up(e->gpu, RN_F32, dg0, c), *gdb = up(e->gpu, RN_F32, db0, c);
     CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, gdy, ggam, gsm, gsi, gdx, gdg, gdb, gdres, reserve, 1));
-    snprintf(t, sizeof t, "%s bwd dx", what);
-    cmp_dev(e, t, gdx, e->dtype, dx, n);
-    snprintf(t, sizeof t, "%s bwd dgamma (accumulate)", what);
-    cmp_dev(e, t, gdg, RN_F32, dgam, c);
-    snprintf(t, sizeof t, "%s bwd dbeta (accumulate)", what);
-    cmp_dev(e, t, gdb, RN_F32, dbet, c);
-    if (res) {
-        snprintf(t, sizeof t, "%s bwd dres", what);
-        cmp_dev(e, t, gdres, e->dtype, dres, n);
-    }
+    cmp_bn_grads(e, what, "bwd", gdx, dx, gdg, dgam, gdb, dbet, gdres, dres, n, c);
 
     /* inference with the updated running statistics, in place over a fresh x */
     void *gxi = up(e->gpu, e->dtype, x, n);
@@ -238,16 +247,7 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     float *gfg = up(e->gpu, RN_F32, dg0, c), *gfb = up(e->gpu, RN_F32, db0, c);
     void *gfdy = up(e->gpu, e->dtype, dy, n), *gfdres = res ? up(e->gpu, e->dtype, dy, n) : NULL;
     CHECK_OK(rn_bn_bwd_frozen(e->gpu, &dg, gxkeep, gxi, gfdy, ggam, frm, frv, gfdy, gfg, gfb, gfdres, 1));
-    snprintf(t, sizeof t, "%s bwd_frozen dx (in place)", what);
-    cmp_dev(e, t, gfdy, e->dtype, fdx, n);
-    snprintf(t, sizeof t, "%s bwd_frozen dgamma", what);
-    cmp_dev(e, t, gfg, RN_F32, fdg, c);
-    snprintf(t, sizeof t, "%s bwd_frozen dbeta", what);
-    cmp_dev(e, t, gfb, RN_F32, fdb, c);
-    if (res) {
-        snprintf(t, sizeof t, "%s bwd_frozen dres", what);
-        cmp_dev(e, t, gfdres, e->dtype, fdres, n);
-    }
+    cmp_bn_grads(e, what, "bwd_frozen (dx in place)", gfdy, fdx, gfg, fdg, gfb, fdb, gfdres, fdres, n, c);
     void *fb[] = {frm, frv, gfg, gfb, gfdy, gfdres};
     for (size_t i = 0; i < sizeof fb / sizeof *fb; i++) rn_backend_free(e->gpu, fb[i]);
     free(yf), free(fdx), free(fdres), free(fdg), free(fdb);
@@ -527,6 +527,11 @@ static void run_bn(env *e) {
  * the compute stream right after its rn_backend_upload_async. Every output must equal
  * the CPU's normalise of its own batch (a copy overtaking or racing an op shows up as
  * another batch's pixels). Also rn_backend_mem_info's figures. */
+/* round r's pixels */
+static void staged_pattern(uint8_t *h, size_t bytes, int r) {
+    for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
+}
+
 static void test_staging(env *e) {
     size_t fr = 0, tot = 0;
     CHECK_OK(rn_backend_mem_info(e->gpu, &fr, &tot));
@@ -550,7 +555,7 @@ static void test_staging(env *e) {
     CHECK_OK(rn_backend_zero(e->gpu, gbig, (size_t)mbig * 3));
     for (int r = 0; r < ROUNDS && host[0] && host[1] && dev[0] && dev[1] && gbig && gbig_y; r++) {
         uint8_t *h = host[r % 2];
-        for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
+        staged_pattern(h, bytes, r);
         CHECK_OK(rn_input_normalize(e->gpu, RN_F32, mbig, 3, gbig, mean, std, gbig_y));
         CHECK_OK(rn_backend_upload_async(e->gpu, dev[r % 2], h, bytes));
         CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)m * 3, &out[r]));
@@ -560,7 +565,7 @@ static void test_staging(env *e) {
     for (int r = 0; r < ROUNDS; r++) {
         if (!out[r]) continue;
         uint8_t *h = malloc(bytes);
-        for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
+        staged_pattern(h, bytes, r);
         CHECK_OK(rn_input_normalize(e->cpu, RN_F32, m, 3, h, mean, std, want));
         char what[48];
         snprintf(what, sizeof what, "staged batch %d", r);
