@@ -759,3 +759,14 @@ int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel) {
     if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
     return get(net, net->grads, p, host);
 }
+
+int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]) {
+    if (unit < 0 || unit >= net->spec.nunits) return rn_errorf(RN_EINVAL, "no unit %d", unit);
+    const unit_rt *u = &net->u[unit];
+    if (net->mode != RN_NET_TRAIN || !u->a || net->last_n < 1)
+        return rn_errorf(RN_EINVAL, "unit outputs are kept by a training forward only");
+    if (net->dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "unit outputs of an AMP network");
+    shape[0] = net->last_n, shape[1] = u->p, shape[2] = u->q, shape[3] = net->spec.units[unit].cout;
+    if (!host) return RN_OK;
+    return rn_backend_download(net->be, host, u->a, sizeof(float) * (size_t)(net->last_n * u->out_elems));
+}

@@ -126,4 +126,12 @@ int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weig
  * memory of numel floats. Errors: RN_EINVAL (unknown name). */
 int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel);
 
+/* The output of conv+BN unit `unit` (an index into the spec's units) in the last training
+ * forward: after its ReLU, and after the residual add for a block's last unit. Sets
+ * shape to NHWC (n, p, q, cout) for that forward's n and, unless host is NULL, copies
+ * the values there (host holds the product of shape). For tests that need rn's own ReLU
+ * decisions (tests/parity); call it before the backward. Errors: RN_EINVAL (no such
+ * unit, no training forward yet), RN_ENOTSUP (AMP). */
+int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]);
+
 #endif

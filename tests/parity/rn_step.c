@@ -3,7 +3,10 @@
  *   parity_rn_step WEIGHTS.safetensors INPUT.safetensors OUT.safetensors
  * INPUT holds x (n, h, w, 3) F32 NHWC and y (n) I32. OUT holds eval_logits, logits,
  * loss, loss2, grad.<param> (first step, torchvision layout) and final.<name> for every
- * parameter and buffer after two SGD steps (lr 0.1, momentum 0.9, weight decay 1e-4). */
+ * parameter and buffer after two SGD steps (lr 0.1, momentum 0.9, weight decay 1e-4),
+ * and act.<module>.<call> (n, h, w, c): the output of each call of a torchvision ReLU
+ * module in the first training forward ("relu.0" the stem's, "layer1.0.relu.2" a
+ * bottleneck's third, after the residual add), so the driver can see rn's ReLU masks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +19,7 @@
 #include "rn/safetensors.h"
 #include "rn/tensor.h"
 
-#define MAX_OUT 1024
+#define MAX_OUT 1536
 
 static rn_st_tensor outs[MAX_OUT];
 static int nout;
@@ -72,9 +75,28 @@ int main(int argc, char **argv) {
     TRY(rn_net_forward(net, n, 1));
     TRY(rn_backend_download(be, logits, rn_net_logits(net), sizeof(float) * (size_t)(n * K)));
     add_out("logits", 2, lshape, logits, sizeof(float) * (size_t)(n * K));
+    char name[128];
+    /* torchvision's ReLU calls: the stem's, then call j of a block's module after its
+       unit j (the downsample unit has none) */
+    for (int b = -1; b < spec.nblocks; b++) {
+        int nc = b < 0 ? 1 : spec.blocks[b].nconv;
+        for (int j = 0; j < nc; j++) {
+            int ui = b < 0 ? 0 : spec.blocks[b].conv[j];
+            const rn_convbn *cb = &spec.units[ui];
+            const char *dot = strrchr(cb->bn, '.');
+            int plen = b < 0 || !dot ? 0 : (int)(dot - cb->bn);
+            snprintf(name, sizeof name, "act.%.*s%srelu.%d", plen, cb->bn, plen ? "." : "", j);
+            int64_t ashape[4];
+            TRY(rn_net_unit_output(net, ui, NULL, ashape));
+            int64_t numel = rn_numel(ashape, 4);
+            float *a = malloc(sizeof(float) * (size_t)numel);
+            TRY(rn_net_unit_output(net, ui, a, ashape));
+            add_out(name, 4, ashape, a, sizeof(float) * (size_t)numel);
+            free(a);
+        }
+    }
     TRY(rn_net_loss_backward(net, labels, n, 0.0f, 1.0f, 1, 0, &loss));
     add_out("loss", 1, one, &loss, sizeof loss);
-    char name[128];
     for (size_t i = 0; i < ck->n_params; i++) {
         const rn_ptensor *p = ck->params[i];
         int64_t numel = rn_numel(p->shape, p->n_shape);
