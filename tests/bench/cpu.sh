@@ -2,6 +2,12 @@
 # make bench-cpu: ResNet-50 on the CPU, rn against PyTorch (same threads, batch, size),
 # side by side. Lines: <name>: rn=<value> peer=<value> ratio=<r>, higher is better
 # (for memory the ratio is peer/rn). The last line is cpu-train at 64x64 batch 32.
+#
+# OpenBLAS's kernel (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE, or what it detects) changes
+# both sides' speed, and a forced kernel can slow one side far more than the other. The
+# log names the kernel each side ran. When the environment sets OPENBLAS_* variables, the
+# lines are given twice: as the environment is (names ending -env), then with every
+# OPENBLAS_* variable unset for rn and peer alike (the plain names, the fair comparison).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -17,17 +23,24 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 ROUNDS=${ROUNDS:-2}
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
+# the environment for both sides: as it is, or without OPENBLAS_* (run_all's argument)
+blas_vars=$(env | grep '^OPENBLAS_' | sort | tr '\n' ' ' || true)
+unset_args=()
+for v in $(env | sed -n 's/^\(OPENBLAS_[A-Za-z0-9_]*\)=.*/\1/p'); do unset_args+=(-u "$v"); done
+ENVCMD=(env)
+
 run_pair() { # name size batch steps mode
     local r p ri=0 pi=0 rm pm
     for round in $(seq "$ROUNDS"); do
-        r=$("$body" resnet50 "$2" "$3" "$4" "$THREADS" "$5")
-        p=$("$PYTHON" tests/bench/cpu_peer.py resnet50 "$2" "$3" "$4" "$THREADS" "$5")
+        r=$("${ENVCMD[@]}" "$body" resnet50 "$2" "$3" "$4" "$THREADS" "$5")
+        p=$("${ENVCMD[@]}" "$PYTHON" tests/bench/cpu_peer.py resnet50 "$2" "$3" "$4" "$THREADS" "$5")
         echo "# $1 round $round rn: $r" >&2
         echo "# $1 round $round peer: $p" >&2
         ri=$(best "$ri" "$(field img/s <<<"$r")")
         pi=$(best "$pi" "$(field img/s <<<"$p")")
         rm=$(field peak_rss_mib <<<"$r") pm=$(field peak_rss_mib <<<"$p")
     done
+    echo "# $1 OpenBLAS kernel: rn $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$r"), peer $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$p")" >&2
     echo "$1: rn=$ri peer=$pi ratio=$(ratio "$ri" "$pi")"
     if [ "$5" = train ]; then
         echo "$1-peak-rss-mib: rn=$rm peer=$pm ratio=$(ratio "$pm" "$rm")"
@@ -35,6 +48,18 @@ run_pair() { # name size batch steps mode
 }
 
 echo "# resnet50, $THREADS threads, $STEPS timed steps after one warm-up, best of $ROUNDS rounds; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" >&2
-run_pair cpu-train-224-b8 224 8 2 train
-run_pair cpu-eval-64-b32 64 32 "$STEPS" eval
-run_pair cpu-train 64 32 "$STEPS" train
+run_all() { # name suffix
+    run_pair "cpu-train-224-b8$1" 224 8 2 train
+    run_pair "cpu-eval-64-b32$1" 64 32 "$STEPS" eval
+    run_pair "cpu-train$1" 64 32 "$STEPS" train
+}
+
+if [ -n "$blas_vars" ]; then
+    echo "# as the environment is: $blas_vars" >&2
+    run_all -env
+    echo "# with ${unset_args[*]} for rn and peer alike" >&2
+    ENVCMD=(env "${unset_args[@]}")
+else
+    echo "# no OPENBLAS_* variables set: each side runs the kernel OpenBLAS detects" >&2
+fi
+run_all ""

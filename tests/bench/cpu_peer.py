@@ -1,6 +1,7 @@
 """PyTorch side of make bench-cpu: the same work as bench_cpu_step.
 usage: cpu_peer.py ARCH SIZE BATCH STEPS THREADS train|eval
-Prints "img/s=<x> peak_rss_mib=<y>"."""
+Prints "img/s=<x> peak_rss_mib=<y> blas=<OpenBLAS kernel>"."""
+import ctypes
 import resource
 import sys
 import time
@@ -32,4 +33,16 @@ for s in range(steps + 1):
         with torch.no_grad():
             m(x)
 dt = time.perf_counter() - t0
-print(f"img/s={steps * batch / dt:.2f} peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+
+
+def blas_kernel():
+    """The kernel of the OpenBLAS this process loaded (torch's BLAS on Debian), or '-'."""
+    try:
+        f = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+    except OSError:
+        return "-"
+    f.restype = ctypes.c_char_p
+    return f().decode()
+
+
+print(f"img/s={steps * batch / dt:.2f} peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} blas={blas_kernel()}")

@@ -1,12 +1,14 @@
 /* CPU benchmark body for make bench-cpu: ResNet training steps (forward, backward, SGD)
  * or eval forwards on random input, timed after one warm-up step.
  *   bench_cpu_step ARCH SIZE BATCH STEPS THREADS train|eval
- * Prints "img/s=<x> peak_rss_mib=<y> net_mib=<z>". */
+ * Prints "img/s=<x> peak_rss_mib=<y> net_mib=<z> blas=<OpenBLAS kernel>". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include <cblas.h>
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
@@ -57,8 +59,8 @@ int main(int argc, char **argv) {
     double dt = now() - t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("img/s=%.2f peak_rss_mib=%.1f net_mib=%.1f\n", steps * batch / dt, ru.ru_maxrss / 1024.0,
-           rn_net_bytes(net) / 1048576.0);
+    printf("img/s=%.2f peak_rss_mib=%.1f net_mib=%.1f blas=%s\n", steps * batch / dt,
+           ru.ru_maxrss / 1024.0, rn_net_bytes(net) / 1048576.0, openblas_get_corename());
     free(labels);
     rn_net_destroy(net);
     rn_backend_destroy(be);
