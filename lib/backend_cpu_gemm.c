@@ -12,15 +12,21 @@
  * still in cache when the GEMM reads it and memory does not grow with the batch.
  *
  * Threads. OpenBLAS runs single-threaded (set in rn_backend_cpu_init) and the context's
- * pool (backend_cpu_pool.c) splits the work so that threads never wait on each other:
- * forward takes row tiles, backward-data runs of whole images, backward-filter column ranges of
- * dw. Two pools (ours and OpenBLAS's) on the same cores each spin-wait while the other
+ * pool (backend_cpu_pool.c) hands out tasks so that threads never wait on each other:
+ * forward takes row tiles, backward-data runs of whole images, backward-filter column
+ * blocks of dw; a conv whose whole im2col matrix fits one tile, and the FC layer, cut
+ * their GEMMs into fixed blocks. Two pools (ours and OpenBLAS's) on the same cores each spin-wait while the other
  * works, and a barrier per tile stalls whenever the OS preempts one thread: on this
  * 2-core machine either one cost more than half the 3x3 convs' speed.
  *
- * Determinism. Row and column splits do not change the order in which OpenBLAS sums an
- * output element, and dw sums its tiles in a fixed order, so results do not depend on the
- * thread count (test_ops checks this bit for bit). */
+ * Determinism. How OpenBLAS sums one output element depends on its kernel (chosen at load
+ * time: OPENBLAS_CORETYPE or the CPU) and on the shape of the call: with the Haswell and
+ * Zen kernels a 64x128 GEMM and two 64x64 halves of it give different bits. So every
+ * tile and block here is sized from the op's shape alone, never from the thread count:
+ * each output element is computed by a call of the same shape, at the same place in it,
+ * and dw sums its row tiles in a fixed order. Threads only decide who runs which task.
+ * test_threads checks 1, 2 and 3 threads bit for bit; tests/kernels.bats runs it, and a
+ * short rn-train, under every kernel the CPU can execute. */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -34,37 +40,72 @@
 #define TILE_BYTES ((size_t)4 << 20)
 /* GEMMs with fewer rows than this lose efficiency faster than the cache helps. */
 #define TILE_MIN_ROWS 128
-/* Split points of a GEMM are multiples of this many rows/columns (one AVX-512 vector). */
+/* Block edges are multiples of this many rows/columns (one AVX-512 vector), so block
+ * starts stay 64-byte aligned. */
 #define SPLIT_ALIGN 16
+/* A GEMM or a row range is cut into about this many tasks: more than threads, so the
+ * dynamic hand-out balances them, few enough that each stays efficient. A constant, not
+ * the thread count: the cut must not depend on how many threads run it. */
+#define PARTS 8
+/* The smallest side of a block: narrower GEMMs waste the kernel's register tile. */
+#define BLOCK_MIN 64
 
-/* [*lo, *hi) = share t of tn of [0, n), boundaries on multiples of SPLIT_ALIGN. */
-static void share(int64_t n, int t, int tn, int64_t *lo, int64_t *hi) {
-    int64_t blocks = (n + SPLIT_ALIGN - 1) / SPLIT_ALIGN;
-    *lo = blocks * t / tn * SPLIT_ALIGN;
-    *hi = blocks * (t + 1) / tn * SPLIT_ALIGN;
-    if (*lo > n) *lo = n;
-    if (*hi > n) *hi = n;
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The length of one of PARTS pieces of n: a multiple of SPLIT_ALIGN, at least BLOCK_MIN,
+ * at most n. */
+static int64_t part_len(int64_t n) {
+    int64_t b = round_up(ceil_div(n, PARTS), SPLIT_ALIGN);
+    if (b < BLOCK_MIN) b = BLOCK_MIN;
+    return min64(b, n);
 }
 
-/* Thread t's part of C = alpha op(A) op(B) + beta C (row-major): a block of C's rows, or
- * of its columns when C is wider than tall, so no two threads write one element. */
-static void gemm_part(int t, int tn, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
-                      int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc) {
-    int64_t lo, hi;
-    if (M >= N) {
-        share(M, t, tn, &lo, &hi);
-        if (hi <= lo) return;
-        const float *a = ta == CblasNoTrans ? A + lo * lda : A + lo;
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)(hi - lo), N, K, alpha, a, lda, B, ldb, beta,
-                    C + lo * ldc, ldc);
-    } else {
-        share(N, t, tn, &lo, &hi);
-        if (hi <= lo) return;
-        const float *b = tb == CblasNoTrans ? B + lo : B + lo * ldb;
-        cblas_sgemm(CblasRowMajor, ta, tb, M, (int)(hi - lo), K, alpha, A, lda, b, ldb, beta,
-                    C + lo, ldc);
-    }
+/* C (m, n) cut into fixed blocks: the longer side in PARTS pieces. The cut depends on
+ * (m, n) alone, so every element of C is computed by a GEMM call of the same shape, at
+ * the same place in it, whatever the thread count: OpenBLAS's summation order (and
+ * whether it takes a small-matrix path) depends on the shape of the call and differs
+ * between kernels (OPENBLAS_CORETYPE), so equal shapes are the only portable guarantee. */
+typedef struct {
+    int64_t m, n;     /* C's size */
+    int64_t bm, bn;   /* block size; edge blocks are smaller */
+    int64_t nn;       /* blocks per row of blocks */
+    int64_t count;    /* blocks */
+} gemm_grid;
+
+/* C (m, n) in blocks of (bm, bn). */
+static gemm_grid grid_cut(int64_t m, int64_t n, int64_t bm, int64_t bn) {
+    gemm_grid g = {.m = m, .n = n, .bm = bm < 1 ? 1 : bm, .bn = bn < 1 ? 1 : bn};
+    g.nn = ceil_div(n, g.bn);
+    g.count = ceil_div(m, g.bm) * g.nn;
+    return g;
+}
+
+static gemm_grid grid_of(int64_t m, int64_t n) {
+    return m >= n ? grid_cut(m, n, part_len(m), n) : grid_cut(m, n, m, part_len(n));
+}
+
+/* [*i0, *i0 + *mb) x [*j0, *j0 + *nb): block t of g. */
+static void grid_block(const gemm_grid *g, int64_t t, int64_t *i0, int64_t *mb, int64_t *j0,
+                       int64_t *nb) {
+    *i0 = t / g->nn * g->bm;
+    *j0 = t % g->nn * g->bn;
+    *mb = min64(g->bm, g->m - *i0);
+    *nb = min64(g->bn, g->n - *j0);
+}
+
+/* Block t of C = alpha op(A) op(B) + beta C (row-major, C of g's size, inner size K). */
+static void gemm_block(const gemm_grid *g, int64_t t, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                       float beta, float *C, int ldc) {
+    int64_t i0, mb, j0, nb;
+    grid_block(g, t, &i0, &mb, &j0, &nb);
+    if (mb <= 0 || nb <= 0) return;
+    const float *a = ta == CblasNoTrans ? A + i0 * lda : A + i0;
+    const float *b = tb == CblasNoTrans ? B + j0 : B + j0 * ldb;
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)mb, (int)nb, K, alpha, a, lda, b, ldb, beta,
+                C + i0 * ldc + j0, ldc);
 }
 
 /* ---- convolution ---- */
@@ -81,20 +122,27 @@ static int64_t kcols(const rn_conv_desc *d) { return (int64_t)d->kh * d->kw * d-
 static int64_t tile_rows(const rn_conv_desc *d) {
     int64_t t = (int64_t)(TILE_BYTES / (kcols(d) * sizeof(float)));
     if (t < TILE_MIN_ROWS) t = TILE_MIN_ROWS;
-    int64_t m = rows_total(d);
-    return t < m ? t : m;
+    return min64(t, rows_total(d));
 }
 
-/* Row tiles for the forward pass: at most tile_rows, and small enough that every thread
- * gets a few (tiles are handed out dynamically, so a thread the OS preempts does not hold
- * up the rest). */
-static int64_t fwd_tile_rows(const rn_conv_desc *d, int nt) {
-    int64_t m = rows_total(d), t = tile_rows(d);
-    int64_t even = (m + 4 * nt - 1) / (4 * nt);
-    even = (even + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
-    if (even < TILE_MIN_ROWS) even = TILE_MIN_ROWS;
-    return even < t ? even : t;
+/* Floats between two workers' tiles in the workspace: a whole number of 64-byte lines,
+ * so every worker's tile starts equally aligned. */
+static int64_t tile_stride(const rn_conv_desc *d) {
+    return round_up(tile_rows(d) * kcols(d), SPLIT_ALIGN);
 }
+
+/* Row tiles for the forward pass: at most tile_rows, and about PARTS of them (tiles are
+ * handed out dynamically, so a thread the OS preempts does not hold up the rest). */
+static int64_t fwd_tile_rows(const rn_conv_desc *d) {
+    int64_t even = round_up(ceil_div(rows_total(d), PARTS), SPLIT_ALIGN);
+    if (even < TILE_MIN_ROWS) even = TILE_MIN_ROWS;
+    return min64(even, tile_rows(d));
+}
+
+/* The whole im2col matrix fits one tile (late layers at small images or batches): it is
+ * built in one run and the GEMM cut into fixed blocks, which keeps every thread busy when
+ * row tiles would be few. */
+static int whole(const rn_conv_desc *d) { return rows_total(d) <= tile_rows(d); }
 
 /* Teams smaller than the work: tiny convs (the unit tests, late layers at small batch)
  * are not worth waking a second thread for. */
@@ -106,11 +154,11 @@ static int conv_team(const rn_backend *be, const rn_conv_desc *d) {
     return team_for(be, 2.0 * rows_total(d) * kcols(d) * d->k);
 }
 
-/* forward and backward-data: one tile per thread; backward-filter: one tile, split by
- * columns among the threads */
+/* forward and backward-data: one tile per thread; backward-filter: one tile, cut by
+ * columns */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     if (pointwise(d)) return 0;
-    return (size_t)be->nthreads * tile_rows(d) * kcols(d) * sizeof(float);
+    return (size_t)be->nthreads * tile_stride(d) * sizeof(float);
 }
 
 /* cblas takes int sizes; refuse what would overflow them rather than wrap. */
@@ -196,6 +244,7 @@ typedef struct {
     const float *x, *w, *dy;
     float *y, *dx, *dw, *ws;
     int64_t mt, ipt, tn;
+    gemm_grid g;
     int accumulate;
 } conv_job;
 
@@ -206,42 +255,33 @@ static void conv_fwd_tile(void *ctx, int64_t tile, int worker) {
     const rn_conv_desc *d = j->d;
     const int K = d->k, C = d->c;
     const int64_t M = rows_total(d), kc = kcols(d);
-    int64_t m0 = tile * j->mt, rows = M - m0 < j->mt ? M - m0 : j->mt;
+    int64_t m0 = tile * j->mt, rows = min64(M - m0, j->mt);
     if (pointwise(d)) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, C, 1.0f,
                     j->x + m0 * C, C, j->w, C, 0.0f, j->y + m0 * K, K);
         return;
     }
-    float *col = j->ws + (int64_t)worker * tile_rows(d) * kc;
+    float *col = j->ws + (int64_t)worker * tile_stride(d);
     im2col(d, j->x, m0, rows, 0, kc, col);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, K, (int)kc, 1.0f, col,
                 (int)kc, j->w, (int)kc, 0.0f, j->y + m0 * K, K);
 }
 
-/* Few output rows (late layers at small images or batches): row tiles would leave
- * threads idle, so the whole im2col matrix is built in one run (rows split) and the GEMM
- * split by columns in a second. */
-static int small_m(const rn_conv_desc *d, int nt) {
-    int64_t m = rows_total(d);
-    return nt > 1 && m <= tile_rows(d) && (m + fwd_tile_rows(d, nt) - 1) / fwd_tile_rows(d, nt) < 2 * nt;
-}
-
+/* A copy, so any split will do: part t of tn of the rows. */
 static void conv_im2col_part(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
-    int64_t m = rows_total(j->d), r0, r1;
-    share(m, (int)t, (int)j->tn, &r0, &r1);
+    int64_t m = rows_total(j->d), r0 = m * t / j->tn, r1 = m * (t + 1) / j->tn;
     if (r1 > r0) im2col(j->d, j->x, r0, r1 - r0, 0, kcols(j->d), j->ws + r0 * kcols(j->d));
 }
 
-static void conv_fwd_part(void *ctx, int64_t t, int worker) {
+static void conv_fwd_block(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     const float *a = pointwise(d) ? j->x : j->ws;
     int kc = (int)kcols(d);
-    gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasTrans, (int)rows_total(d), d->k, kc, 1.0f,
-              a, kc, j->w, kc, 0.0f, j->y, d->k);
+    gemm_block(&j->g, t, CblasNoTrans, CblasTrans, kc, 1.0f, a, kc, j->w, kc, 0.0f, j->y, d->k);
 }
 
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
@@ -249,21 +289,23 @@ int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
     const int nt = conv_team(be, d);
-    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .mt = fwd_tile_rows(d, nt),
-                  .tn = nt};
-    if (small_m(d, nt)) {
+    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt};
+    if (whole(d)) {
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
-        rn_cpu_pool_run(be->impl, nt, nt, conv_fwd_part, &j);
+        j.g = grid_of(rows_total(d), d->k);
+        rn_cpu_pool_run(be->impl, j.g.count, nt, conv_fwd_block, &j);
         return RN_OK;
     }
-    rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_fwd_tile, &j);
+    j.mt = fwd_tile_rows(d);
+    rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, conv_fwd_tile, &j);
     return RN_OK;
 }
 
 /* Receptive fields overlap inside an image but never across images, so a task is a run
  * of whole images: enough of them that the GEMM has a useful number of rows when images
  * are small (late layers), one image in tile-sized row chunks when they are large. A 1x1
- * stride-1 conv has no overlap at all and takes row tiles. */
+ * stride-1 conv has no overlap at all and takes row tiles. Every dx element receives its
+ * contributions in the order of the rows m, however the images are grouped. */
 static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
@@ -271,36 +313,36 @@ static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
     const int64_t M = rows_total(d), kc = kcols(d);
     float beta = j->accumulate ? 1.0f : 0.0f;
     if (pointwise(d)) {
-        int64_t m0 = task * j->mt, rows = M - m0 < j->mt ? M - m0 : j->mt;
+        int64_t m0 = task * j->mt, rows = min64(M - m0, j->mt);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
                     j->dy + m0 * K, K, j->w, C, beta, j->dx + m0 * C, C);
         return;
     }
     const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
-    float *col = j->ws + (int64_t)worker * tile_rows(d) * kc;
-    int64_t n0 = task * j->ipt, n1 = n0 + j->ipt < d->n ? n0 + j->ipt : d->n;
+    float *col = j->ws + (int64_t)worker * tile_stride(d);
+    int64_t n0 = task * j->ipt, n1 = min64(n0 + j->ipt, d->n);
     if (!j->accumulate) memset(j->dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
     for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += j->mt) {
-        int64_t rows = n1 * pq - m0 < j->mt ? n1 * pq - m0 : j->mt;
+        int64_t rows = min64(n1 * pq - m0, j->mt);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
                     j->dy + m0 * K, K, j->w, (int)kc, 0.0f, col, (int)kc);
         col2im_add(d, col, m0, rows, j->dx);
     }
 }
 
-/* Small-M backward data: dcol = dy w split by columns, then col2im split by channels. */
-static void conv_dcol_part(void *ctx, int64_t t, int worker) {
+/* Whole-matrix backward data: dcol = dy w in fixed blocks, then col2im split by channels. */
+static void conv_dcol_block(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     int kc = (int)kcols(d);
     if (pointwise(d)) {
-        gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasNoTrans, (int)rows_total(d), kc, d->k,
-                  1.0f, j->dy, d->k, j->w, kc, j->accumulate ? 1.0f : 0.0f, j->dx, kc);
+        gemm_block(&j->g, t, CblasNoTrans, CblasNoTrans, d->k, 1.0f, j->dy, d->k, j->w, kc,
+                   j->accumulate ? 1.0f : 0.0f, j->dx, kc);
         return;
     }
-    gemm_part((int)t, (int)j->tn, CblasNoTrans, CblasNoTrans, (int)rows_total(d), kc, d->k, 1.0f,
-              j->dy, d->k, j->w, kc, 0.0f, j->ws, kc);
+    gemm_block(&j->g, t, CblasNoTrans, CblasNoTrans, d->k, 1.0f, j->dy, d->k, j->w, kc, 0.0f,
+               j->ws, kc);
 }
 
 static void conv_col2im_part(void *ctx, int64_t t, int worker) {
@@ -316,6 +358,19 @@ static void conv_col2im_part(void *ctx, int64_t t, int worker) {
     col2im_add_ch(d, j->ws, 0, rows_total(d), c0, c1, j->dx);
 }
 
+/* Images per backward-data task: as many as one tile holds, fewer when that leaves
+ * fewer than PARTS tasks, but not below TILE_MIN_ROWS rows. */
+static int64_t bwd_images(const rn_conv_desc *d) {
+    const int64_t pq = (int64_t)d->p * d->q, fit = tile_rows(d) / pq;
+    int64_t ipt = fit < 1 ? 1 : fit;
+    if (ipt > 1 && ceil_div(d->n, ipt) < PARTS) {
+        ipt = ceil_div(d->n, PARTS);
+        if (ipt * pq < TILE_MIN_ROWS) ipt = min64(TILE_MIN_ROWS / pq, fit);
+        if (ipt < 1) ipt = 1;
+    }
+    return ipt;
+}
+
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv, const void *wv,
                          void *dxv, int accumulate) {
     int rc = check_int(d, "conv_bwd_data");
@@ -323,32 +378,26 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate,
                   .tn = nt};
-    if (small_m(d, nt)) {
-        rn_cpu_pool_run(be->impl, nt, nt, conv_dcol_part, &j);
+    if (whole(d)) {
+        j.g = grid_of(rows_total(d), kcols(d));
+        rn_cpu_pool_run(be->impl, j.g.count, nt, conv_dcol_block, &j);
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_col2im_part, &j);
         return RN_OK;
     }
     if (pointwise(d)) {
-        j.mt = fwd_tile_rows(d, nt);
-        rn_cpu_pool_run(be->impl, (rows_total(d) + j.mt - 1) / j.mt, nt, conv_bwd_data_task, &j);
+        j.mt = fwd_tile_rows(d);
+        rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, conv_bwd_data_task, &j);
         return RN_OK;
     }
-    const int64_t pq = (int64_t)d->p * d->q, tr = tile_rows(d);
-    int64_t ipt = tr / pq;
-    if (ipt < 1) ipt = 1;
-    if (ipt > 1 && (d->n + ipt - 1) / ipt < 2 * nt) {
-        ipt = (d->n + 2 * nt - 1) / (2 * nt);
-        if (ipt * pq < TILE_MIN_ROWS) ipt = TILE_MIN_ROWS / pq < tr / pq ? TILE_MIN_ROWS / pq : tr / pq;
-        if (ipt < 1) ipt = 1;
-    }
-    j.ipt = ipt;
-    j.mt = ipt * pq < tr ? ipt * pq : tr;
-    rn_cpu_pool_run(be->impl, (d->n + ipt - 1) / ipt, nt, conv_bwd_data_task, &j);
+    j.ipt = bwd_images(d);
+    j.mt = min64(j.ipt * d->p * d->q, tile_rows(d));
+    rn_cpu_pool_run(be->impl, ceil_div(d->n, j.ipt), nt, conv_bwd_data_task, &j);
     return RN_OK;
 }
 
-/* dw's columns are split into tn ranges; each task builds only its columns of every
- * im2col tile and sums the tiles in order, so no two tasks touch one element. */
+/* dw's columns are cut into fixed blocks; each task builds only its columns of every
+ * im2col tile and sums the tiles in order, so no two tasks touch one element and each
+ * element's sum runs over the same tiles in the same order for any thread count. */
 static void conv_bwd_filter_task(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
@@ -356,19 +405,19 @@ static void conv_bwd_filter_task(void *ctx, int64_t t, int worker) {
     const int K = d->k, C = d->c;
     const int64_t M = rows_total(d), kc = kcols(d), mt = j->mt;
     if (pointwise(d)) {
-        gemm_part((int)t, (int)j->tn, CblasTrans, CblasNoTrans, K, C, (int)M, 1.0f, j->dy, K,
-                  j->x, C, j->accumulate ? 1.0f : 0.0f, j->dw, C);
+        gemm_block(&j->g, t, CblasTrans, CblasNoTrans, (int)M, 1.0f, j->dy, K, j->x, C,
+                   j->accumulate ? 1.0f : 0.0f, j->dw, C);
         return;
     }
-    int64_t k0, k1;
-    share(kc, (int)t, (int)j->tn, &k0, &k1);
+    int64_t i0, mb, k0, width;
+    grid_block(&j->g, t, &i0, &mb, &k0, &width);
     float *col = j->ws + mt * k0;
-    for (int64_t m0 = 0; m0 < M && k1 > k0; m0 += mt) {
-        int64_t rows = M - m0 < mt ? M - m0 : mt;
-        im2col(d, j->x, m0, rows, k0, k1, col);
+    for (int64_t m0 = 0; m0 < M && width > 0; m0 += mt) {
+        int64_t rows = min64(M - m0, mt);
+        im2col(d, j->x, m0, rows, k0, k0 + width, col);
         float beta = (m0 == 0 && !j->accumulate) ? 0.0f : 1.0f;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(k1 - k0), (int)rows, 1.0f,
-                    j->dy + m0 * K, K, col, (int)(k1 - k0), beta, j->dw + k0, (int)kc);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)width, (int)rows, 1.0f,
+                    j->dy + m0 * K, K, col, (int)width, beta, j->dw + k0, (int)kc);
     }
 }
 
@@ -379,7 +428,9 @@ int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .dy = dyv, .dw = dwv, .ws = be->ws, .mt = tile_rows(d),
                   .tn = nt, .accumulate = accumulate};
-    rn_cpu_pool_run(be->impl, nt, nt, conv_bwd_filter_task, &j);
+    /* im2col: blocks of columns only, each spanning all of dw's rows */
+    j.g = pointwise(d) ? grid_of(d->k, d->c) : grid_cut(d->k, kcols(d), d->k, part_len(kcols(d)));
+    rn_cpu_pool_run(be->impl, j.g.count, nt, conv_bwd_filter_task, &j);
     return RN_OK;
 }
 
@@ -389,64 +440,66 @@ typedef struct {
     const rn_fc_desc *d;
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db;
-    int tn, accumulate;
+    gemm_grid gy, gdx, gdw;   /* fixed blocks of y, dx and dw */
+    int64_t db_len;           /* bias entries per task */
+    int accumulate;
 } fc_job;
 
-/* Part t of tn: a block of y's rows or columns, then the bias on this part's rows. */
+/* Block t of y, then the bias on that block. */
 static void fc_fwd_task(void *ctx, int64_t t, int worker) {
     (void)worker;
     const fc_job *j = ctx;
     const rn_fc_desc *d = j->d;
-    gemm_part((int)t, j->tn, CblasNoTrans, CblasTrans, d->n, d->out, d->in, 1.0f, j->x, d->in,
-              j->w, d->in, 0.0f, j->y, d->out);
+    gemm_block(&j->gy, t, CblasNoTrans, CblasTrans, d->in, 1.0f, j->x, d->in, j->w, d->in, 0.0f,
+               j->y, d->out);
     if (!j->b) return;
-    /* the same split as gemm_part, so the bias lands on elements this task wrote */
-    int64_t lo, hi;
-    if (d->n >= d->out) {
-        share(d->n, (int)t, j->tn, &lo, &hi);
-        for (int64_t i = lo; i < hi; i++)
-            for (int k = 0; k < d->out; k++) j->y[i * d->out + k] += j->b[k];
-    } else {
-        share(d->out, (int)t, j->tn, &lo, &hi);
-        for (int64_t i = 0; i < d->n; i++)
-            for (int64_t k = lo; k < hi; k++) j->y[i * d->out + k] += j->b[k];
-    }
+    int64_t i0, mb, k0, nb;
+    grid_block(&j->gy, t, &i0, &mb, &k0, &nb);
+    for (int64_t i = i0; i < i0 + mb; i++)
+        for (int64_t k = k0; k < k0 + nb; k++) j->y[i * d->out + k] += j->b[k];
 }
 
 int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *b, void *y) {
-    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y};
-    j.tn = team_for(be, 2.0 * d->n * d->in * d->out);
-    rn_cpu_pool_run(be->impl, j.tn, j.tn, fc_fwd_task, &j);
+    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y, .gy = grid_of(d->n, d->out)};
+    rn_cpu_pool_run(be->impl, j.gy.count, team_for(be, 2.0 * d->n * d->in * d->out),
+                    fc_fwd_task, &j);
     return RN_OK;
 }
 
-/* Part t of tn of each of dx, dw and db: independent outputs, no waiting. */
+/* Tasks in order: the blocks of dx (when wanted), of dw, then runs of bias entries, each
+ * summed over the batch in order. Independent outputs, no waiting. */
 static void fc_bwd_task(void *ctx, int64_t t, int worker) {
     (void)worker;
     const fc_job *j = ctx;
     const rn_fc_desc *d = j->d;
-    if (j->dx)
-        gemm_part((int)t, j->tn, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, j->dy,
-                  d->out, j->w, d->in, 0.0f, j->dx, d->in);
-    gemm_part((int)t, j->tn, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, j->dy, d->out,
-              j->x, d->in, j->accumulate ? 1.0f : 0.0f, j->dw, d->in);
-    if (j->db) {
-        /* each part owns a range of bias entries and sums over the batch in order */
-        int64_t lo = (int64_t)d->out * t / j->tn, hi = (int64_t)d->out * (t + 1) / j->tn;
-        for (int64_t k = lo; k < hi; k++) {
-            float s = j->accumulate ? j->db[k] : 0.0f;
-            for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
-            j->db[k] = s;
-        }
+    int64_t ndx = j->dx ? j->gdx.count : 0;
+    if (t < ndx) {
+        gemm_block(&j->gdx, t, CblasNoTrans, CblasNoTrans, d->out, 1.0f, j->dy, d->out, j->w,
+                   d->in, 0.0f, j->dx, d->in);
+        return;
+    }
+    t -= ndx;
+    if (t < j->gdw.count) {
+        gemm_block(&j->gdw, t, CblasTrans, CblasNoTrans, d->n, 1.0f, j->dy, d->out, j->x, d->in,
+                   j->accumulate ? 1.0f : 0.0f, j->dw, d->in);
+        return;
+    }
+    t -= j->gdw.count;
+    int64_t lo = t * j->db_len, hi = min64(lo + j->db_len, d->out);
+    for (int64_t k = lo; k < hi; k++) {
+        float s = j->accumulate ? j->db[k] : 0.0f;
+        for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
+        j->db[k] = s;
     }
 }
 
 int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *dy, void *dx, void *dw, void *db, int accumulate) {
     fc_job j = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db,
-                .accumulate = accumulate};
-    j.tn = team_for(be, 2.0 * d->n * d->in * d->out);
-    rn_cpu_pool_run(be->impl, j.tn, j.tn, fc_bwd_task, &j);
+                .gdx = grid_of(d->n, d->in), .gdw = grid_of(d->out, d->in),
+                .db_len = part_len(d->out), .accumulate = accumulate};
+    int64_t tasks = (dx ? j.gdx.count : 0) + j.gdw.count + (db ? ceil_div(d->out, j.db_len) : 0);
+    rn_cpu_pool_run(be->impl, tasks, team_for(be, 2.0 * d->n * d->in * d->out), fc_bwd_task, &j);
     return RN_OK;
 }

@@ -45,8 +45,9 @@
  *
  * Aliasing. An output may share memory with an input only where the op says so.
  *
- * Determinism. On the CPU, results are bit-identical for any thread count (fixed
- * reduction chunks and tiles); test_ops checks it.
+ * Determinism. On the CPU, results are bit-identical for any thread count, whatever
+ * OpenBLAS kernel runs (reduction chunks, tiles and GEMM blocks sized from the shape
+ * alone, never from the thread count; lib/backend_cpu_gemm.c); test_threads checks it.
  *
  * Accumulate flags. Where an op has `accumulate`, 0 overwrites its gradient outputs and 1
  * adds to them (gradient accumulation over micro-batches; the two gradient paths into a

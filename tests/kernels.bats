@@ -1,0 +1,76 @@
+#!/usr/bin/env bats
+# The same bytes on every OpenBLAS kernel: the CPU backend's ops (test_threads) and a short
+# rn-train + rn-eval give identical results for 1, 2 and 3 threads, under the kernel
+# OpenBLAS picks as the environment stands and under each kernel named below that this
+# CPU can execute. A kernel the CPU cannot run (AVX-512 on a CPU without it) is skipped,
+# saying so. OPENBLAS_CORETYPE is set here per test to cover kernels beyond the one this
+# machine would pick: the environment's own choice is always tested first, unchanged.
+load helper
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    toy_setup 16
+}
+
+setup() { cd "$BATS_FILE_TMPDIR"; }
+
+UNIT="$RN_BUILD/tests/test_threads"
+
+# run "$@" with OpenBLAS's kernel forced to $1 ("" leaves the environment as it is;
+# "unset": the kernel OpenBLAS detects itself, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset)
+with_core() {
+    local core=$1
+    shift
+    case $core in
+        "") "$@" ;;
+        unset) env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@" ;;
+        *) OPENBLAS_CORETYPE=$core "$@" ;;
+    esac
+}
+
+# skip unless the kernel $1 runs on this CPU (the probe dies of SIGILL where it cannot)
+need_core() {
+    [ -x "$UNIT" ] || skip "$UNIT not built (make all)"
+    run with_core "$1" "$UNIT" --probe
+    [ "$status" -eq 0 ] || skip "this CPU cannot execute OpenBLAS's $1 kernel (probe exit $status)"
+}
+
+# test_threads, then rn-train for 3 steps and rn-eval at 1, 2 and 3 threads: every
+# tensor and every logit identical
+same_bytes_on() {
+    need_core "$1"
+    run with_core "$1" "$UNIT"
+    echo "$output"
+    assert_success
+    local k=k${1:-env}
+    for t in 1 2 3; do
+        with_core "$1" rn-train --data train.lmdb --in init.pb --out $k-$t.pb --batch 8 --crop 32 \
+            --workers 2 --threads $t --max-steps 3 --lr 0.05 2> /dev/null
+        # every tensor's name, shape, type and CRC32C (not the provenance: it names --threads)
+        rn-info --tensors $k-$t.pb | grep '^  [a-z]' > $k-$t.tensors
+        with_core "$1" rn-eval --data train.lmdb --ckpt $k-$t.pb --crop 32 --threads $t \
+            --dump-logits $k-$t.logits > /dev/null
+    done
+    [ "$(wc -l < $k-1.tensors)" -eq 184 ]
+    for t in 2 3; do
+        run diff $k-1.tensors $k-$t.tensors
+        assert_success
+        run cmp $k-1.logits $k-$t.logits
+        assert_success
+    done
+}
+
+@test "same bytes for 1, 2 and 3 threads: OpenBLAS's kernel as the environment picks it" {
+    same_bytes_on ""
+}
+
+@test "same bytes for 1, 2 and 3 threads: the kernel OpenBLAS detects (OPENBLAS_* unset)" {
+    same_bytes_on unset
+}
+
+@test "same bytes for 1, 2 and 3 threads: Haswell kernel" { same_bytes_on Haswell; }
+@test "same bytes for 1, 2 and 3 threads: SkylakeX kernel" { same_bytes_on SkylakeX; }
+@test "same bytes for 1, 2 and 3 threads: Cooperlake kernel" { same_bytes_on Cooperlake; }
+@test "same bytes for 1, 2 and 3 threads: Zen kernel" { same_bytes_on Zen; }
+@test "same bytes for 1, 2 and 3 threads: Sandybridge kernel" { same_bytes_on Sandybridge; }
+@test "same bytes for 1, 2 and 3 threads: Prescott kernel" { same_bytes_on Prescott; }
