@@ -18,7 +18,7 @@
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jb;
-    char msg[JMSG_LENGTH_MAX];
+    char msg[JMSG_LENGTH_MAX + 64]; /* libjpeg's message and what it means */
 } jerr_mgr;
 #endif
 
@@ -127,12 +127,15 @@ void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *
     }
 }
 
-/* libjpeg reports a truncated file as a warning; PIL refuses such files, so do we. */
+/* libjpeg reports truncated files and corrupt entropy-coded data ("premature end of data
+ * segment", "bad Huffman code", ...) as warnings and fills the damage with grey. Every
+ * warning is a failure here (TJFLAG_STOPONWARNING; on_message for libjpeg): a training
+ * set must not learn from half-decoded pictures. Stricter than PIL, which decodes many
+ * of these. The library's error state decides, never its message text. */
 static int tj_fail(tjhandle t, const char *what) {
     const char *msg = tjGetErrorStr2(t);
-    if (tjGetErrorCode(t) == TJERR_WARNING && !strstr(msg, "Premature end")) return RN_OK;
-    if (strstr(msg, "Premature end"))
-        return rn_errorf(RN_EDATA, "%s: truncated JPEG (%s)", what, msg);
+    if (tjGetErrorCode(t) == TJERR_WARNING)
+        return rn_errorf(RN_EDATA, "%s: corrupt or truncated JPEG data (libjpeg: %s)", what, msg);
     return rn_errorf(RN_EDATA, "%s: %s", what, msg);
 }
 
@@ -155,7 +158,7 @@ int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, in
                          info.width, info.height);
     /* TJFLAG_LIMITSCANS: refuse progressive files with absurd scan counts (a known
      * denial-of-service pattern) instead of spending minutes on them. */
-    int flags = TJFLAG_LIMITSCANS;
+    int flags = TJFLAG_LIMITSCANS | TJFLAG_STOPONWARNING;
     if (!info.cmyk) {
         int pf = channels == 3 ? TJPF_RGB : TJPF_GRAY;
         if (tjDecompress2(j->dec, data, (unsigned long)len, dst, w, 0, h, pf, flags) != 0)
@@ -169,9 +172,8 @@ int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, in
         j->tmp = p;
         j->tmp_cap = need;
     }
-    if (tjDecompress2(j->dec, data, (unsigned long)len, j->tmp, w, 0, h, TJPF_CMYK, flags) != 0 &&
-        (rc = tj_fail(j->dec, "JPEG decode (CMYK)")) != RN_OK)
-        return rc;
+    if (tjDecompress2(j->dec, data, (unsigned long)len, j->tmp, w, 0, h, TJPF_CMYK, flags) != 0)
+        return tj_fail(j->dec, "JPEG decode (CMYK)");
     /* PIL: Adobe files hold inverted CMYK; RGB = (255-C)(255-K)/255 on true values. */
     size_t n = (size_t)w * h;
     for (size_t i = 0; i < n; i++) {
@@ -209,11 +211,13 @@ static void on_error(j_common_ptr c) {
     longjmp(e->jb, 1);
 }
 
-/* warnings are accepted as PIL accepts them, except a premature end of data */
+/* every warning is corrupt or truncated data (tj_fail says why) */
 static void on_message(j_common_ptr c, int level) {
-    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) {
+    if (level < 0) {
         jerr_mgr *e = (jerr_mgr *)c->err;
-        snprintf(e->msg, sizeof e->msg, "truncated JPEG (Premature end of JPEG file)");
+        char lib[JMSG_LENGTH_MAX];
+        c->err->format_message(c, lib);
+        snprintf(e->msg, sizeof e->msg, "corrupt or truncated JPEG data (libjpeg: %s)", lib);
         longjmp(e->jb, 1);
     }
 }

@@ -120,21 +120,39 @@ for (p, l), (im, _) in zip(ds.samples, ds):
 @test "broken and unusual files: skipped with reasons, the rest written" {
     run rn-prep --report rep.txt broken br.lmdb
     assert_success
-    assert_output --partial "wrote 7 records"
-    assert_output --partial "(5 skipped)"
-    assert_output --partial "broken/odd/truncated.jpg: JPEG decode: truncated"
+    assert_output --partial "wrote 6 records"
+    assert_output --partial "(8 skipped)"
+    assert_output --partial "broken/odd/truncated.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Premature end of JPEG file)"
+    # damaged data that libjpeg only warns about (PIL decodes these with grey blocks)
+    assert_output --partial "broken/odd/prog_cut.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data: premature end of data segment)"
+    assert_output --partial "broken/odd/stray_rst.jpg: JPEG decode: corrupt or truncated JPEG data"
+    assert_output --partial "broken/odd/corrupt.jpg: JPEG decode: corrupt or truncated JPEG data"
     assert_output --partial "broken/odd/zero.jpg: empty file"
     assert_output --partial "broken/odd/text.jpg: not a JPEG: the file holds text"
     assert_output --partial "broken/odd/png_named.jpg: not a JPEG: the file holds a PNG image"
     assert_output --partial "broken/odd/huge.jpg: 60000x60000 is 3600.0 megapixels, over --max-pixels"
     run wc -l < rep.txt
-    assert_output 5
+    assert_output 8
     # CMYK, gray, progressive and 4:4:4/4:2:2 inputs all come out as RGB
     run rn-load --list br.lmdb
     assert_output --partial "odd/cmyk.jpg"
     assert_output --partial "odd/progressive.jpg"
     assert_output --partial "odd/gray.jpg"
     refute_output --partial "x1 jpeg"
+}
+
+@test "--strict refuses JPEGs whose data libjpeg only warns about (they were once accepted)" {
+    for f in prog_cut stray_rst corrupt; do
+        mkdir -p "w$f/a"
+        cp broken/odd/good.jpg "broken/odd/$f.jpg" "w$f/a/"
+        for resize in "" "--resize 40"; do
+            # with --resize the DCT-scaled region decoder (libjpeg) reads the file
+            run rn-prep -q --strict $resize "w$f" "w$f.lmdb"
+            assert_failure 1
+            assert_output --partial "$f.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data"
+            [ ! -e "w$f.lmdb" ]
+        done
+    done
 }
 
 @test "a file whose header cannot be read does not spoil the next image on the same thread" {
@@ -263,6 +281,23 @@ print('ok')"
     run rn-prep -q imgs kill.lmdb
     assert_success
     [ ! -e kill.lmdb.tmp ]
+}
+
+@test "whatever a killed rn-prep left in OUT.lmdb.tmp, the next run cleans it (a kill while writing classes.txt blocked every later run)" {
+    mkdir -p left.lmdb.tmp
+    touch left.lmdb.tmp/classes.txt.tmp left.lmdb.tmp/data.mdb left.lmdb.tmp/lock.mdb
+    run rn-prep -q imgs left.lmdb
+    assert_success
+    [ ! -e left.lmdb.tmp ]
+    run rn-info --json left.lmdb
+    assert_output --partial '"count":12,'
+    # a folder inside is not rn's doing: left alone, and the message says what to do
+    mkdir -p mine.lmdb.tmp/photos
+    run rn-prep -q imgs mine.lmdb
+    assert_failure 1
+    assert_output --partial "mine.lmdb.tmp: holds a folder rn did not write (photos)"
+    [ -d mine.lmdb.tmp/photos ]
+    [ ! -e mine.lmdb ]
 }
 
 @test "SIGTERM stops rn-prep cleanly: exit 1, no output, no leftover" {

@@ -184,6 +184,13 @@ print("64 images agree")'
     assert_failure 1
     assert_output --regexp "src/val/horiz/000.jpg	1	[0-9.]+	[01]	(horiz|vert)"
     assert_output --partial "/etc/hostname: not a JPEG"
+    # data cut short but closed with an end marker: libjpeg warns and would fill grey
+    f=src/val/horiz/000.jpg
+    head -c $(( $(stat -c %s $f) * 2 / 3 )) $f > cut.jpg
+    printf '\xff\xd9' >> cut.jpg
+    run rn-predict --ckpt p.pb --crop 32 cut.jpg
+    assert_failure 1
+    assert_output --partial "cut.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data"
     run rn-predict --crop 32 x.jpg
     assert_failure 2
 }

@@ -45,7 +45,9 @@ static const char *usage_text =
     "      --version       print the version\n"
     "\n"
     "Bad inputs (unreadable, empty, not JPEG, corrupt, truncated, too large) are skipped and\n"
-    "reported on stderr. Exit status: 0 done, 1 failed, 2 bad usage.\n";
+    "reported on stderr. A JPEG is corrupt when libjpeg reports anything wrong with its\n"
+    "data, warnings included (PIL decodes some of these with grey blocks; rn does not).\n"
+    "Exit status: 0 done, 1 failed, 2 bad usage.\n";
 
 static void usage(FILE *f) {
     fprintf(f, usage_text, RN_PREP_QUALITY, RN_PREP_AUG_CROP, (unsigned long long)RN_PREP_MAX_PIXELS);

@@ -89,6 +89,15 @@ def broken(a):
         if c[j] == 0xFF:
             c[j] = 0xFE
     open(os.path.join(d, "corrupt.jpg"), "wb").write(bytes(c))
+    # data that stops early but is closed properly: libjpeg warns "premature end of data
+    # segment" and fills the rest with grey (PIL decodes both without a word)
+    prog = open(os.path.join(d, "progressive.jpg"), "rb").read()
+    open(os.path.join(d, "prog_cut.jpg"), "wb").write(prog[: len(prog) * 2 // 3] + b"\xff\xd9")
+    # a restart marker where none belongs, in the middle of the entropy-coded data
+    r = bytearray(data)
+    sos = r.find(b"\xff\xda")
+    r[sos + 300:sos + 302] = b"\xff\xd0"
+    open(os.path.join(d, "stray_rst.jpg"), "wb").write(bytes(r))
 
 
 def main():

@@ -215,6 +215,20 @@ static void test_jpeg_vs_pil(void) {
     /* truncated and garbage data fail with a message, never crash */
     CHECK(rn_jpeg_decode(j, jpg, len / 2, 3, w, h, dec) == RN_EDATA, "truncated accepted");
     CHECK(strstr(rn_last_error(), "truncated") != NULL, "message: %s", rn_last_error());
+    /* data cut short but closed with an end marker: only a libjpeg warning ("premature
+       end of data segment"), refused by both decoders all the same */
+    size_t cut = len * 2 / 3;
+    uint8_t *closed = malloc(cut + 2);
+    memcpy(closed, jpg, cut);
+    closed[cut] = 0xFF, closed[cut + 1] = 0xD9;
+    CHECK(rn_jpeg_decode(j, closed, cut + 2, 3, w, h, dec) == RN_EDATA, "data cut short accepted");
+    CHECK(strstr(rn_last_error(), "premature end of data segment") != NULL, "message: %s", rn_last_error());
+    const uint8_t *px;
+    int want[4] = {4, 4, 20, 20}, got[4];
+    CHECK(rn_jpeg_decode_region(j, closed, cut + 2, 3, w, h, want, &px, got) == RN_EDATA,
+          "data cut short accepted by the region decoder");
+    CHECK(strstr(rn_last_error(), "corrupt or truncated JPEG data") != NULL, "message: %s", rn_last_error());
+    free(closed);
     CHECK(rn_jpeg_header(j, (const uint8_t *)"hello world", 11, &info) == RN_EDATA, "text accepted");
     free(jpg);
     /* CMYK (Adobe, inverted) as PIL writes it, to RGB as PIL converts it */
