@@ -1,5 +1,6 @@
 #include "rn/dataset.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -405,19 +406,30 @@ struct rn_dataset_writer {
     size_t npend, pend_bytes;
 };
 
-/* remove what an rn dataset directory holds and the directory itself */
+/* Remove an rn dataset directory: every file in it, then the directory. rn writes only
+ * plain files there (data.mdb, lock.mdb, classes.txt and, while writing, classes.txt.tmp),
+ * and a run killed at any point may leave any of them, so all plain files go. A folder
+ * inside means the directory is not rn's: it is left alone and the message says so. */
 static int remove_dataset_dir(const char *dir) {
-    const char *files[] = {"data.mdb", "lock.mdb", RN_DATASET_CLASSES_FILE};
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? RN_OK : rn_errorf(RN_EIO, "%s: cannot open: %s", dir, strerror(errno));
+    int rc = RN_OK;
     char p[4096];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        if (unlink(p) != 0 && errno != ENOENT)
-            return rn_errorf(RN_EIO, "%s: cannot remove: %s", p, strerror(errno));
+    struct dirent *e;
+    while (rc == RN_OK && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = rn_errorf(RN_EIO, "%s: holds a folder rn did not write (%s): remove it by hand or choose "
+                           "another output name", dir, e->d_name);
+        else if (unlink(p) != 0 && errno != ENOENT)
+            rc = rn_errorf(RN_EIO, "%s: cannot remove: %s", p, strerror(errno));
     }
-    if (rmdir(dir) != 0 && errno != ENOENT)
-        return rn_errorf(RN_EIO, "%s: cannot remove: %s (it holds files rn did not write: remove it by hand)",
-                         dir, strerror(errno));
-    return RN_OK;
+    closedir(d);
+    if (rc == RN_OK && rmdir(dir) != 0 && errno != ENOENT)
+        rc = rn_errorf(RN_EIO, "%s: cannot remove: %s", dir, strerror(errno));
+    return rc;
 }
 
 static void free_pending(rn_dataset_writer *w) {
