@@ -28,6 +28,7 @@ void rn_prep_defaults(rn_prep_opts *o) {
     o->enc = RN_ENC_JPEG;
     o->quality = RN_PREP_QUALITY;
     o->max_pixels = RN_PREP_MAX_PIXELS;
+    o->max_classes = RN_PREP_MAX_CLASSES;
     o->aug_crop = RN_PREP_AUG_CROP;
 }
 
@@ -248,8 +249,14 @@ static int list_file(const rn_prep_opts *o, input *in) {
     size_t cap = 0;
     ssize_t len;
     long lineno = 0;
-    int rc = RN_OK, max_label = -1;
+    int rc = RN_OK, max_label = -1, distinct = 0;
     char why[512];
+    const int limit = o->max_classes > 0 ? o->max_classes : RN_PREP_MAX_CLASSES;
+    uint8_t *seen = calloc((size_t)limit, 1); /* labels met so far */
+    if (!seen) {
+        fclose(f);
+        return rn_errorf(RN_ENOMEM, "out of memory");
+    }
     while ((len = getline(&line, &cap, f)) > 0 && rc == RN_OK) {
         lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -269,18 +276,29 @@ static int list_file(const rn_prep_opts *o, input *in) {
             else if (in->classes && label >= in->n_classes)
                 snprintf(why, sizeof why, "%s:%ld: label %ld >= %d classes in %s", o->src, lineno, label,
                          in->n_classes, o->classes);
+            else if (label >= limit)
+                snprintf(why, sizeof why, "%s:%ld: label %ld is over the limit of %d classes (--max-classes "
+                         "raises it)", o->src, lineno, label, limit);
         }
         if (why[0]) label = -1;
-        else if (label > max_label) max_label = (int)label;
+        else {
+            if (label > max_label) max_label = (int)label;
+            if (label < limit && !seen[label]) seen[label] = 1, distinct++;
+        }
         rc = input_add(in, line, (int32_t)label, why[0] ? why : NULL);
     }
     if (ferror(f) && rc == RN_OK) rc = rn_errorf(RN_EIO, "%s: read error: %s", o->src, strerror(errno));
     free(line);
+    free(seen);
     fclose(f);
     if (rc == RN_OK && !in->classes) {
         /* numeric labels without names: the names are the numbers */
         int k = max_label + 1;
         if (k <= 0) return rn_errorf(RN_EINVAL, "%s: no 'path label' lines in it", o->src);
+        if (k > 1000 && k / 64 > distinct)
+            return rn_errorf(RN_EINVAL, "%s: labels reach %d but only %d different labels occur: a list's labels "
+                             "are class indices 0..K-1 (renumber them, or name the classes with --classes)",
+                             o->src, max_label, distinct);
         in->classes = calloc((size_t)k, sizeof(char *));
         if (!in->classes) return rn_errorf(RN_ENOMEM, "out of memory");
         for (int i = 0; i < k; i++) {

@@ -70,6 +70,33 @@ for p, l in D.ImageFolder('imgs').samples:
     assert_output --partial "missing.jpg: cannot open"
 }
 
+@test "huge labels in a list file are refused, quickly (INT_MAX overflowed; 10^8 took 49 s and 6.8 GB)" {
+    printf 'class_00/img_0000.jpg 2147483647\nclass_00/img_0001.jpg 0\n' > big1.txt
+    run timeout 20 rn-prep -q big1.txt --root imgs big1.lmdb
+    assert_success
+    assert_output --partial "big1.txt:1: label 2147483647 is over the limit of 100000 classes (--max-classes raises it)"
+    run rn-info --json big1.lmdb
+    assert_output --partial '"count":1,'
+    printf 'class_00/img_0000.jpg 100000000\nclass_00/img_0001.jpg 1\n' > big2.txt
+    run timeout 20 rn-prep -q --strict big2.txt --root imgs big2.lmdb
+    assert_failure 1
+    assert_output --partial "label 100000000 is over the limit"
+    [ ! -e big2.lmdb ]
+    # within the limit but sparse: 5001 classes for 2 labels
+    printf 'class_00/img_0000.jpg 5000\nclass_00/img_0001.jpg 1\n' > sparse.txt
+    run rn-prep -q sparse.txt --root imgs sparse.lmdb
+    assert_failure 1
+    assert_output --partial "labels reach 5000 but only 2 different labels occur"
+    [ ! -e sparse.lmdb ]
+    # --max-classes lowers (or raises) the limit
+    printf 'class_00/img_0000.jpg 0\nclass_00/img_0001.jpg 1\n' > two.txt
+    run rn-prep --max-classes 1 two.txt --root imgs lim.lmdb
+    assert_success
+    assert_output --partial "two.txt:2: label 1 is over the limit of 1 classes"
+    run rn-prep --max-classes 0 big2.txt x.lmdb
+    assert_failure 2
+}
+
 @test "--classes reuses the training labels for a validation folder" {
     rn-prep -q imgs train.lmdb
     mkdir -p val

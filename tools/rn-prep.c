@@ -37,6 +37,7 @@ static const char *usage_text =
     "  --augment K         write K RandomResizedCrop+flip variants per image (offline augmentation)\n"
     "  --crop S            size of the --augment variants (default %d)\n"
     "  --max-pixels N      skip images over N pixels (default %llu)\n"
+    "  --max-classes N     list files: labels must be below N (default %d)\n"
     "  --report FILE       write every skipped input and why to FILE (tab separated)\n"
     "  --strict            any bad input fails the run (exit 1, no output written)\n"
     "  --map-size BYTES    initial LMDB map size (default 1 GiB; it grows when full)\n"
@@ -50,7 +51,8 @@ static const char *usage_text =
     "Exit status: 0 done, 1 failed, 2 bad usage.\n";
 
 static void usage(FILE *f) {
-    fprintf(f, usage_text, RN_PREP_QUALITY, RN_PREP_AUG_CROP, (unsigned long long)RN_PREP_MAX_PIXELS);
+    fprintf(f, usage_text, RN_PREP_QUALITY, RN_PREP_AUG_CROP, (unsigned long long)RN_PREP_MAX_PIXELS,
+            RN_PREP_MAX_CLASSES);
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -160,7 +162,7 @@ int main(int argc, char **argv) {
     ui u;
     memset(&u, 0, sizeof u);
     enum { O_ROOT = 256, O_CLASSES, O_RESIZE, O_CCROP, O_ENCODE, O_QUALITY, O_GRAY, O_SHUFFLE, O_SEED,
-           O_LIMIT, O_THREADS, O_AUGMENT, O_CROP, O_MAXPIX, O_REPORT, O_STRICT, O_MAPSIZE, O_VERSION };
+           O_LIMIT, O_THREADS, O_AUGMENT, O_CROP, O_MAXPIX, O_MAXCLS, O_REPORT, O_STRICT, O_MAPSIZE, O_VERSION };
     static const struct option longopts[] = {
         {"root", required_argument, 0, O_ROOT},       {"classes", required_argument, 0, O_CLASSES},
         {"resize", required_argument, 0, O_RESIZE},   {"center-crop", required_argument, 0, O_CCROP},
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
         {"crop", required_argument, 0, O_CROP},       {"max-pixels", required_argument, 0, O_MAXPIX},
         {"report", required_argument, 0, O_REPORT},   {"strict", no_argument, 0, O_STRICT},
         {"map-size", required_argument, 0, O_MAPSIZE}, {"quiet", no_argument, 0, 'q'},
+        {"max-classes", required_argument, 0, O_MAXCLS},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0}};
     int opt;
@@ -212,6 +215,9 @@ int main(int argc, char **argv) {
             break;
         case O_MAXPIX:
             if (parse_u64(optarg, &o.max_pixels) || o.max_pixels == 0) return bad_usage("--max-pixels '%s': expected a positive integer", optarg);
+            break;
+        case O_MAXCLS:
+            if (parse_int(optarg, 1, 1 << 24, &o.max_classes)) return bad_usage("--max-classes '%s': expected 1..16777216", optarg);
             break;
         case O_REPORT: report = optarg; break;
         case O_STRICT: o.strict = 1; break;

@@ -19,6 +19,9 @@
 
 #define RN_PREP_QUALITY 90
 #define RN_PREP_MAX_PIXELS 100000000ull
+/* list files: labels at or above this are refused (a typo would ask for millions of
+ * classes); also the most classes a list's labels may spread over, see max_classes */
+#define RN_PREP_MAX_CLASSES 100000
 #define RN_PREP_AUG_CROP 224
 
 typedef struct {
@@ -38,6 +41,10 @@ typedef struct {
     int augment;         /* K > 0: write K RandomResizedCrop + flip variants per image */
     int aug_crop;        /* output size of the augmented variants */
     uint64_t max_pixels; /* skip images with more pixels than this */
+    int max_classes;     /* list files: a label >= this is a bad line; and the labels may not
+                            reach more than 64x the number of distinct labels when that is
+                            over 1000 (classes 0..max label are made: a sparse list would
+                            make mostly empty ones) */
     int strict;          /* the first skip fails the run */
     size_t map_size;     /* initial LMDB map size (0: default) */
     const char *command; /* recorded in DatasetInfo */
