@@ -1,6 +1,7 @@
 #include "rn/safetensors.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,12 +93,23 @@ static int jstring(json *j, char **out) {
     return RN_OK;
 }
 
+/* a non-negative integer that fits int64, read within the header's bytes only (the
+ * header is not NUL-terminated: strtoll could read past it) */
 static int jint(json *j, int64_t *out) {
     ws(j);
-    char *e;
-    long long v = strtoll(j->p, &e, 10);
-    if (e == j->p || e > j->end) return rn_errorf(RN_ECORRUPT, "%s: bad safetensors header: expected a number", j->path);
-    j->p = e;
+    const char *p = j->p;
+    int64_t v = 0;
+    while (p < j->end && *p >= '0' && *p <= '9') {
+        int d = *p++ - '0';
+        if (v > (INT64_MAX - d) / 10)
+            return rn_errorf(RN_ECORRUPT, "%s: bad safetensors header: a number over 2^63 at byte %td", j->path,
+                             j->p - j->start);
+        v = v * 10 + d;
+    }
+    if (p == j->p)
+        return rn_errorf(RN_ECORRUPT, "%s: bad safetensors header: expected a non-negative number at byte %td",
+                         j->path, j->p - j->start);
+    j->p = p;
     *out = v;
     return RN_OK;
 }
@@ -186,6 +198,40 @@ static int parse_meta(json *j, rn_safetensors *st) {
     return rc == RN_OK ? expect(j, '}') : rc;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const rn_st_tensor *const *)a)->name, (*(const rn_st_tensor *const *)b)->name);
+}
+
+static int by_offset(const void *a, const void *b) {
+    const rn_st_tensor *x = *(const rn_st_tensor *const *)a, *y = *(const rn_st_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+/* Every name once; data ranges that do not overlap (empty tensors aside). Sorted copies
+ * of the list, so a hostile header with many entries costs n log n, not n^2. */
+static int check_unique(const char *path, rn_safetensors *st) {
+    if (st->n < 2) return RN_OK;
+    const rn_st_tensor **v = malloc(sizeof *v * (size_t)st->n);
+    if (!v) return rn_errorf(RN_ENOMEM, "out of memory");
+    int rc = RN_OK;
+    for (int i = 0; i < st->n; i++) v[i] = &st->t[i];
+    qsort(v, (size_t)st->n, sizeof *v, by_name);
+    for (int i = 1; i < st->n && rc == RN_OK; i++)
+        if (strcmp(v[i - 1]->name, v[i]->name) == 0)
+            rc = rn_errorf(RN_ECORRUPT, "%s: tensor %s appears twice in the header", path, v[i]->name);
+    qsort(v, (size_t)st->n, sizeof *v, by_offset);
+    const rn_st_tensor *prev = NULL;
+    for (int i = 0; i < st->n && rc == RN_OK; i++) {
+        if (v[i]->nbytes == 0) continue;
+        if (prev && v[i]->data < prev->data + prev->nbytes)
+            rc = rn_errorf(RN_ECORRUPT, "%s: tensors %s and %s share data bytes (overlapping data_offsets)", path,
+                           prev->name, v[i]->name);
+        prev = v[i];
+    }
+    free(v);
+    return rc;
+}
+
 int rn_st_read(const char *path, rn_safetensors **out) {
     rn_safetensors *st = rn_calloc(1, sizeof *st);
     if (!st) return RN_ENOMEM;
@@ -241,7 +287,10 @@ int rn_st_read(const char *path, rn_safetensors **out) {
                                path, name, (long long)off[0], (long long)off[1], dlen);
                 goto fail;
             }
-            if (numel < 0 || (uint64_t)(off[1] - off[0]) != (uint64_t)numel * rn_dtype_size(t->dtype)) {
+            /* numel is checked against the bytes present before it is multiplied: [2^62] F32
+               would wrap to 0 bytes */
+            size_t es = rn_dtype_size(t->dtype);
+            if (numel < 0 || (uint64_t)numel > dlen / es || (uint64_t)(off[1] - off[0]) != (uint64_t)numel * es) {
                 rc = rn_errorf(RN_ECORRUPT, "%s: tensor %s: %lld bytes do not match its shape and dtype", path, name,
                                (long long)(off[1] - off[0]));
                 goto fail;
@@ -251,6 +300,14 @@ int rn_st_read(const char *path, rn_safetensors **out) {
         }
         if (peek(&j, ',')) j.p++;
     }
+    if ((rc = expect(&j, '}'))) goto fail;
+    ws(&j);
+    if (j.p != j.end) {
+        rc = rn_errorf(RN_ECORRUPT, "%s: bad safetensors header: bytes after its closing brace (at byte %td of %llu)",
+                       path, j.p - j.start, (unsigned long long)hlen);
+        goto fail;
+    }
+    if ((rc = check_unique(path, st))) goto fail;
     *out = st;
     return RN_OK;
 fail:

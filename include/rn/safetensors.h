@@ -28,9 +28,12 @@ typedef struct {
     char **meta_key, **meta_val;
 } rn_safetensors;
 
-/* Read and validate path ("-" = stdin): header JSON, dtypes, shapes against byte
- * ranges, ranges inside the file and not overlapping. Errors: RN_EIO, RN_ECORRUPT
- * (message names the file and the tensor), RN_ENOMEM. */
+/* Read and validate path ("-" = stdin): header JSON (read within its stated length,
+ * nothing after its closing brace but padding), every name once, dtypes, shapes (each
+ * dimension a non-negative integer, the element count checked against the bytes present
+ * before it is multiplied) against byte ranges, ranges inside the file and not
+ * overlapping. Errors: RN_EIO, RN_ECORRUPT (message names the file and the tensor),
+ * RN_ENOMEM. */
 int rn_st_read(const char *path, rn_safetensors **out);
 void rn_st_free(rn_safetensors *st);
 const rn_st_tensor *rn_st_find(const rn_safetensors *st, const char *name);

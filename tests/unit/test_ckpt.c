@@ -96,9 +96,49 @@ static void test_safetensors(void) {
     unlink(path);
 }
 
+/* A safetensors file of the given header and data bytes, exactly sized (no slack after
+ * the header, so a parser reading past it is caught by ASan), then read: RN_ECORRUPT and
+ * a message holding want. */
+static void st_hostile(const char *header, size_t data_len, const char *want) {
+    char path[] = "/tmp/rn-test-sth-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    size_t hl = strlen(header), total = 8 + hl + data_len;
+    uint8_t *buf = calloc(1, total);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    for (size_t i = 0; i < data_len; i++) buf[8 + hl + i] = (uint8_t)(i * 7 + 1);
+    CHECK_OK(rn_file_write_atomic(path, buf, total));
+    rn_safetensors *st = NULL;
+    int rc = rn_st_read(path, &st);
+    CHECK(rc == RN_ECORRUPT && st == NULL && strstr(rn_last_error(), want),
+          "%s: rc %d, message '%s' (want '%s')", header, rc, rn_last_error(), want);
+    rn_st_free(st);
+    free(buf);
+    unlink(path);
+}
+
+/* headers an attacker would write: each refused with a message, none read out of bounds */
+static void test_safetensors_hostile(void) {
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlapping");
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "appears twice");
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}xyz", 8, "after its closing");
+    /* an element count that wraps to 0 bytes */
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0,
+               "do not match its shape");
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,0]}}", 0,
+               "over 2^63");
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,0]}}", 0, "non-negative number");
+    /* the header ends inside a number: strtoll would read on into the data */
+    st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[1", 4, "bad safetensors header");
+}
+
 int main(void) {
     test_spec();
     test_roundtrip();
     test_safetensors();
+    test_safetensors_hostile();
     return check_done("test_ckpt");
 }
