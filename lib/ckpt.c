@@ -212,6 +212,37 @@ static int check_tensor(const rn_ptensor *t, const char *what, const rn_tensor_d
     return RN_OK;
 }
 
+/* The training state's counters within what a real run can reach, so that arithmetic on
+ * them (epoch + 1, step * batch, ...) cannot overflow. */
+static int check_train_state(const Rn__TrainState *t) {
+    const struct { const char *name; int64_t v, max; } f[] = {
+        {"epoch", t->epoch, RN_CKPT_MAX_EPOCHS},
+        {"total_epochs", t->total_epochs, RN_CKPT_MAX_EPOCHS},
+        {"warmup_epochs", t->warmup_epochs, RN_CKPT_MAX_EPOCHS},
+        {"lr_step", t->lr_step, RN_CKPT_MAX_EPOCHS},
+        {"data_epoch", t->data_epoch, RN_CKPT_MAX_EPOCHS},
+        {"step", t->step, RN_CKPT_MAX_STEPS},
+        {"skipped_steps", t->skipped_steps, RN_CKPT_MAX_STEPS},
+        {"steps_per_epoch", t->steps_per_epoch, RN_CKPT_MAX_STEPS},
+        {"data_index", t->data_index, RN_CKPT_MAX_STEPS},
+        {"scale_growth_tracker", t->scale_growth_tracker, INT32_MAX},
+        {"batch", t->batch, INT32_MAX},
+        {"accum", t->accum, INT32_MAX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (f[i].v < 0 || f[i].v > f[i].max)
+            return rn_errorf(RN_ECORRUPT, "training state: %s is %lld, outside 0..%lld", f[i].name, (long long)f[i].v,
+                             (long long)f[i].max);
+    for (size_t i = 0; i < t->n_lr_milestones; i++)
+        if (t->lr_milestones[i] < 0 || t->lr_milestones[i] > RN_CKPT_MAX_EPOCHS)
+            return rn_errorf(RN_ECORRUPT, "training state: lr milestone %d outside 0..%d", t->lr_milestones[i],
+                             RN_CKPT_MAX_EPOCHS);
+    if (!(t->loss_scale >= 0) || isinf(t->loss_scale))
+        return rn_errorf(RN_ECORRUPT, "training state: loss scale %g is not a finite non-negative number",
+                         t->loss_scale);
+    return RN_OK;
+}
+
 int rn_ckpt_validate(const rn_ckpt *c) {
     if (c->format_version == 0) return rn_errorf(RN_ECORRUPT, "no format version: not an rn checkpoint");
     if (c->format_version != RN_FORMAT_VERSION)
@@ -220,6 +251,11 @@ int rn_ckpt_validate(const rn_ckpt *c) {
     rn_resnet net;
     int rc = rn_ckpt_net(c, &net);
     if (rc != RN_OK) return rc;
+    if (c->train && (rc = check_train_state(c->train)) != RN_OK) return rc;
+    if (c->optim && c->optim->kind && *c->optim->kind && strcmp(c->optim->kind, "sgd") != 0)
+        return rn_errorf(RN_ECORRUPT, "optimiser '%.32s': this build knows sgd only", c->optim->kind);
+    if (c->n_class_names != 0 && c->n_class_names != (size_t)net.num_classes)
+        return rn_errorf(RN_ECORRUPT, "%zu class names for %d classes", c->n_class_names, net.num_classes);
     rn_tensor_desc *d = NULL;
     int n = 0;
     if ((rc = rn_resnet_tensors(&net, &d, &n)) != RN_OK) return rc;

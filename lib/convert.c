@@ -85,6 +85,15 @@ int rn_ckpt_from_safetensors(const rn_safetensors *st, const char *arch, int res
         if (!fc || fc->ndim != 2)
             return rn_errorf(RN_ECORRUPT, "fc.weight is missing or not 2-D: cannot tell the number of classes "
                                           "(use --reset-fc N for a new classifier)");
+        /* the shape is checked against the arch before it sizes anything: a header saying
+           (3000000, 0) once had 6 GB allocated before the shapes were compared */
+        rn_resnet probe;
+        int rc = rn_resnet_build(&probe, arch, 1);
+        if (rc) return rc;
+        if (fc->shape[1] != probe.fc_in || fc->shape[0] < 1 || fc->shape[0] > RN_MAX_CLASSES)
+            return rn_errorf(RN_ECORRUPT, "fc.weight has shape (%lld, %lld); %s's classifier is (classes, %d) with 1 to "
+                             "%d classes", (long long)fc->shape[0], (long long)fc->shape[1], arch, probe.fc_in,
+                             RN_MAX_CLASSES);
         classes = (int)fc->shape[0];
     }
     rn_resnet net;

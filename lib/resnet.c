@@ -36,7 +36,8 @@ int rn_resnet_build(rn_resnet *net, const char *arch, int num_classes) {
     if (a < 0)
         return rn_errorf(RN_EINVAL, "unknown arch '%s' (known: resnet18, resnet34, resnet50, resnet101, resnet152)",
                          arch);
-    if (num_classes < 1) return rn_errorf(RN_EINVAL, "number of classes must be at least 1, not %d", num_classes);
+    if (num_classes < 1 || num_classes > RN_MAX_CLASSES)
+        return rn_errorf(RN_EINVAL, "number of classes must be 1..%d, not %d", RN_MAX_CLASSES, num_classes);
     memset(net, 0, sizeof *net);
     snprintf(net->arch, sizeof net->arch, "%s", arch);
     net->num_classes = num_classes;

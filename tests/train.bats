@@ -134,6 +134,19 @@ assert sum(map(sum, m)) == 64, m'
     assert_equal "$(cat keep.pb)" keep
 }
 
+@test "rn-info --json escapes every string a checkpoint holds (a quote in lr_schedule broke the JSON)" {
+    rn-train --data train.lmdb --in init.pb --out js.pb $T --max-steps 1 2> /dev/null
+    # the schedule name "step" as protobuf writes it (field 4, length 4), made st"p
+    "$PYTHON" - <<'PY'
+b = open("js.pb", "rb").read()
+assert b.count(b'\x22\x04step') == 1, b.count(b'\x22\x04step')
+open("jsq.pb", "wb").write(b.replace(b'\x22\x04step', b'\x22\x04st"p'))
+PY
+    run bash -c "rn-info --json jsq.pb | $PYTHON -c 'import json, sys; print(json.load(sys.stdin)[\"lr_schedule\"])'"
+    assert_success
+    assert_output 'st"p'
+}
+
 @test "a non-finite loss stops training with a message and keeps the last good checkpoint" {
     have_torch || skip "no torch for $PYTHON to write a poisoned checkpoint"
     rn-export init.pb clean.safetensors

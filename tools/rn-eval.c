@@ -57,7 +57,11 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
     if (!buf) return RN_ENOMEM;
     for (int i = -1; i < r->n_classes; i++) {
         for (int j = -1; j < r->n_classes; j++) {
-            if (cap - n < 512) {
+            int k = i < 0 ? j : j < 0 ? i : -2;
+            const char *name = k >= 0 && (size_t)k < ck->n_class_names ? ck->class_names[k] : NULL;
+            /* room for the name with every quote doubled (CSV), or a number */
+            size_t need = (name ? 2 * strlen(name) : 0) + 64;
+            while (cap - n < need) {
                 char *nb = realloc(buf, cap *= 2);
                 if (!nb) {
                     free(buf);
@@ -65,11 +69,16 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
                 }
                 buf = nb;
             }
-            int k = i < 0 ? j : j < 0 ? i : -2;
-            const char *name = k >= 0 && (size_t)k < ck->n_class_names ? ck->class_names[k] : NULL;
             if (i < 0 && j < 0) n += (size_t)snprintf(buf + n, cap - n, "true\\predicted");
-            else if (k >= 0 && name) n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"", j >= 0 ? "," : "", name);
-            else if (k >= 0) n += (size_t)snprintf(buf + n, cap - n, "%s%d", j >= 0 ? "," : "", k);
+            else if (k >= 0 && name) {
+                if (j >= 0) buf[n++] = ',';
+                buf[n++] = '"';
+                for (const char *s = name; *s; s++) {
+                    if (*s == '"') buf[n++] = '"';
+                    buf[n++] = *s;
+                }
+                buf[n++] = '"';
+            } else if (k >= 0) n += (size_t)snprintf(buf + n, cap - n, "%s%d", j >= 0 ? "," : "", k);
             else n += (size_t)snprintf(buf + n, cap - n, ",%lld", (long long)r->confusion[(size_t)i * r->n_classes + j]);
         }
         buf[n++] = '\n';

@@ -124,11 +124,10 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
     printf("\"parameters\":%lld,\"param_tensors\":%zu,\"buffer_tensors\":%zu,", (long long)count(c->params, c->n_params),
            c->n_params, c->n_buffers);
     printf("\"epoch\":%d,\"step\":%lld,", c->train ? c->train->epoch : 0, c->train ? (long long)c->train->step : 0LL);
-    if (c->train)
-        printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,\"lr_schedule\":\"%s\",",
-               (long long)c->train->data_epoch, (long long)c->train->data_index, (unsigned long long)c->train->seed,
-               str(c->train->lr_schedule));
     if (c->train) {
+        printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,", (long long)c->train->data_epoch,
+               (long long)c->train->data_index, (unsigned long long)c->train->seed);
+        json_kv("lr_schedule", str(c->train->lr_schedule), 1);
         printf("\"loss_scale\":");
         rn_json_number(stdout, c->train->loss_scale);
         printf(",\"scale_growth_tracker\":%d,\"skipped_steps\":%lld,", c->train->scale_growth_tracker,

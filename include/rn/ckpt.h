@@ -17,6 +17,10 @@ typedef Rn__Checkpoint rn_ckpt;
 typedef Rn__Tensor rn_ptensor;
 
 #define RN_FORMAT_VERSION 1
+/* Loading refuses training-state counters beyond these (corrupt or hostile files): epochs
+ * and epoch counts up to a million, steps and positions up to 2^40. */
+#define RN_CKPT_MAX_EPOCHS 1000000
+#define RN_CKPT_MAX_STEPS ((int64_t)1 << 40)
 
 /* A tensor with malloc'ed, zeroed data of numel(shape) * dtype size bytes.
  * Returns NULL (and records RN_ENOMEM/RN_EINVAL) on failure. */
@@ -45,9 +49,10 @@ rn_ptensor *rn_ckpt_find(const rn_ckpt *c, const char *name);
 /* Build the rn_resnet that c's model spec describes. Errors: RN_ECORRUPT. */
 int rn_ckpt_net(const rn_ckpt *c, rn_resnet *net);
 
-/* Check c against its model spec: version, arch, every param/buffer/momentum name,
- * order, dtype, shape, byte count and CRC32C. The message names the first bad tensor.
- * Errors: RN_ECORRUPT. */
+/* Check c against its model spec: version, arch, class count (1..RN_MAX_CLASSES), the
+ * training state's counters (RN_CKPT_MAX_*), the optimiser kind, the number of class
+ * names, every param/buffer/momentum name, order, dtype, shape, byte count and CRC32C.
+ * The message names the first bad field or tensor. Errors: RN_ECORRUPT. */
 int rn_ckpt_validate(const rn_ckpt *c);
 
 /* Read and validate path ("-" = stdin). Errors: RN_EIO, RN_ECORRUPT (message starts

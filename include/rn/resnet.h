@@ -12,6 +12,9 @@
 
 #define RN_MAX_CONVS 160
 #define RN_MAX_BLOCKS 52
+/* The most classes a network may have: a million (resnet50's fc is then 8 GB). Larger
+ * counts come from corrupt or hostile files, never from a dataset. */
+#define RN_MAX_CLASSES 1000000
 
 /* One convolution (no bias) followed by BatchNorm. */
 typedef struct {
@@ -63,7 +66,8 @@ typedef struct {
 extern const char *const rn_resnet_archs[];
 
 /* Build the network description for arch ("resnet18".."resnet152") with num_classes
- * outputs. Errors: RN_EINVAL (unknown arch: message lists the known ones; classes < 1). */
+ * outputs. Errors: RN_EINVAL (unknown arch: message lists the known ones; classes < 1
+ * or over RN_MAX_CLASSES). */
 int rn_resnet_build(rn_resnet *net, const char *arch, int num_classes);
 
 /* Every tensor in torchvision state_dict order. *out is malloc'ed (caller frees);

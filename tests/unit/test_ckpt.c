@@ -8,6 +8,7 @@
 #include "rn/fileio.h"
 #include "rn/resnet.h"
 #include "rn/safetensors.h"
+#include "rn/tensor.h"
 
 static void test_spec(void) {
     rn_resnet net;
@@ -135,8 +136,76 @@ static void test_safetensors_hostile(void) {
     st_hostile("{\"a\":{\"dtype\":\"F32\",\"shape\":[1", 4, "bad safetensors header");
 }
 
+/* Counters, kinds and counts that a hostile or corrupt checkpoint may hold are refused
+ * when loading, each named: an epoch of INT_MAX overflowed rn-train's epoch + 1. */
+static void test_state_checks(void) {
+    rn_resnet net;
+    rn_ckpt *c = NULL;
+    CHECK_OK(rn_resnet_build(&net, "resnet18", 5));
+    CHECK_OK(rn_ckpt_new(&net, &c));
+    CHECK_OK(rn_ckpt_init(c, &net, 1, 0));
+    if (!c) return;
+    char ck_path[] = "/tmp/rn-test-ckst-XXXXXX";
+    int cfd = mkstemp(ck_path);
+    close(cfd);
+    CHECK_OK(rn_ckpt_write(ck_path, c)); /* seals the tensors' checksums */
+    unlink(ck_path);
+    Rn__TrainState *t = malloc(sizeof *t);
+    rn__train_state__init(t);
+    c->train = t;
+    CHECK_OK(rn_ckpt_validate(c));
+    t->epoch = 2147483647;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "epoch is 2147483647"), "epoch INT_MAX: %s",
+          rn_last_error());
+    t->epoch = 3;
+    t->step = -1;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "step is -1"), "negative step: %s",
+          rn_last_error());
+    t->step = 12;
+    t->loss_scale = 1.0 / 0.0;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "loss scale"), "infinite scale: %s",
+          rn_last_error());
+    t->loss_scale = 65536;
+    CHECK_OK(rn_ckpt_validate(c));
+    Rn__OptimState *o = malloc(sizeof *o);
+    rn__optim_state__init(o);
+    o->kind = strdup("adam");
+    c->optim = o;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "adam"), "optimiser kind: %s", rn_last_error());
+    free(o->kind);
+    o->kind = strdup("sgd");
+    CHECK_OK(rn_ckpt_validate(c));
+    c->class_names = malloc(2 * sizeof(char *));
+    c->class_names[0] = strdup("cat"), c->class_names[1] = strdup("dog");
+    c->n_class_names = 2;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "2 class names for 5 classes"),
+          "class names: %s", rn_last_error());
+    rn_ckpt_free(c);
+    CHECK(rn_resnet_build(&net, "resnet50", RN_MAX_CLASSES + 1) == RN_EINVAL, "over RN_MAX_CLASSES accepted");
+
+    /* a safetensors fc.weight of (3000000, 0): refused before anything is sized by it */
+    char path[] = "/tmp/rn-test-stfc-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    uint8_t dummy = 0;
+    rn_st_tensor fc = {.name = "fc.weight", .dtype = RN_F32, .ndim = 2, .shape = {3000000, 0}, .data = &dummy,
+                       .nbytes = 0};
+    CHECK_OK(rn_st_write(path, &fc, 1, NULL, NULL, 0));
+    rn_safetensors *st = NULL;
+    CHECK_OK(rn_st_read(path, &st));
+    rn_ckpt *imp = NULL;
+    if (st)
+        CHECK(rn_ckpt_from_safetensors(st, "resnet18", 0, 0, &imp) == RN_ECORRUPT &&
+                  strstr(rn_last_error(), "fc.weight has shape (3000000, 0)"),
+              "fc (3000000, 0): %s", rn_last_error());
+    rn_ckpt_free(imp);
+    rn_st_free(st);
+    unlink(path);
+}
+
 int main(void) {
     test_spec();
+    test_state_checks();
     test_roundtrip();
     test_safetensors();
     test_safetensors_hostile();
