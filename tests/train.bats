@@ -40,22 +40,24 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     [ ! -e x.pb ]
 }
 
-@test "a learnable dataset trains to >= 95% validation accuracy in 5 epochs" {
-    run rn-train --data train.lmdb --val val.lmdb --in init.pb --out e3.pb --epochs 5 $T --lr 0.05 --log e3.jsonl
+# 8 epochs: at 5 the validation accuracy of this tiny set still swings between 0.44 and 1.0
+# with the OpenBLAS kernel's rounding (Sandybridge, Zen, Prescott); by 7 all reach 1.0
+@test "a learnable dataset trains to >= 95% validation accuracy in 8 epochs" {
+    run rn-train --data train.lmdb --val val.lmdb --in init.pb --out e3.pb --epochs 8 $T --lr 0.05 --log e3.jsonl
     assert_success
     run rn-eval --data val.lmdb --ckpt e3.pb --crop 32 --json
     assert_success
     echo "$output" | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["n"]==64, d; assert d["top1"]>=0.95, d; print(d)'
     run rn-info --json e3.pb
-    assert_output --partial '"epoch":5,"step":40,'
+    assert_output --partial '"epoch":8,"step":64,'
     assert_output --partial '"class_names":["horiz","vert"]'
     # an epoch without --val: its val fields are null (rn-info's table shows '-')
     rn-train --data train.lmdb --in e3.pb --out e4.pb --epochs 1 $T
-    rn-info --json e4.pb | "$PYTHON" -c 'import json,sys; h=json.load(sys.stdin)["history"]; assert len(h)==6 and h[4]["val_n"]==64 and h[4]["val_top1"]>=0.95 and h[5]["val_n"]==0 and h[5]["val_top1"] is None, h'
+    rn-info --json e4.pb | "$PYTHON" -c 'import json,sys; h=json.load(sys.stdin)["history"]; assert len(h)==9 and h[7]["val_n"]==64 and h[7]["val_top1"]>=0.95 and h[8]["val_n"]==0 and h[8]["val_top1"] is None, h'
     run rn-info e4.pb
-    assert_line --regexp '^ +6 +48 .* +- +- +- '
+    assert_line --regexp '^ +9 +72 .* +- +- +- '
     # the JSONL log: step lines and one epoch line per epoch with the val metrics
-    run "$PYTHON" -c 'import json,sys; L=[json.loads(l) for l in open("e3.jsonl")]; E=[l for l in L if l["kind"]=="epoch"]; S=[l for l in L if l["kind"]=="step"]; assert len(E)==5 and all("val_top1" in e and "img_s" in e for e in E), E; assert S and all(k in S[0] for k in ("loss","lr","img_s","data_wait","step","epoch")), S[0]; print(len(S), "step lines")'
+    run "$PYTHON" -c 'import json,sys; L=[json.loads(l) for l in open("e3.jsonl")]; E=[l for l in L if l["kind"]=="epoch"]; S=[l for l in L if l["kind"]=="step"]; assert len(E)==8 and all("val_top1" in e and "img_s" in e for e in E), E; assert S and all(k in S[0] for k in ("loss","lr","img_s","data_wait","step","epoch")), S[0]; print(len(S), "step lines")'
     assert_success
 }
 
