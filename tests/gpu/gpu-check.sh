@@ -17,7 +17,7 @@
 #   4c. tests/amp.bats (its GPU tests: fp16/bf16 training, overflow skips, exact resume)
 #   4d. memory plan: --micro-batch auto under a --mem-limit between the plans of BATCH/4
 #      and BATCH/2 images takes BATCH/4, trains, and holds no more than it planned
-#   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 5 epochs reach a
+#   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
@@ -319,7 +319,7 @@ if (cd "$WORK" && rm -rf toy && "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/train 
     "$BIN/rn-prep" -q toy/train toy/train.lmdb && "$BIN/rn-prep" -q --classes toy/train.lmdb toy/val toy/val.lmdb &&
     "$BIN/rn-init" --arch resnet18 --classes 2 --seed 1 -o toy/init.pb &&
     "$BIN/rn-train" --device $DEV --data toy/train.lmdb --val toy/val.lmdb --in toy/init.pb --out toy/e5.pb \
-        --epochs 5 --batch 16 --crop 32 --workers 2 --lr 0.05 &&
+        --epochs 8 --batch 16 --crop 32 --workers 2 --lr 0.05 &&
     "$BIN/rn-eval" --device $DEV --data toy/val.lmdb --ckpt toy/e5.pb --crop 32 --json >toy/eval.json) \
     >"$WORK/tools.txt" 2>&1; then
     top1=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["top1"])' "$WORK/toy/eval.json" 2>/dev/null)
@@ -327,7 +327,7 @@ if (cd "$WORK" && rm -rf toy && "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/train 
 fi
 grep -E '^rn-train: .* on ' "$WORK/tools.txt" | head -n 1
 if [ $tools_ok = 1 ]; then
-    row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" ok "val top1 $top1 (>= 0.95)"
+    row "rn-train/rn-eval --device $DEV, toy data, 8 epochs" ok "val top1 $top1 (>= 0.95)"
 else
     failed=1
     tail -n 20 "$WORK/tools.txt"
