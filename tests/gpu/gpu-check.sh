@@ -331,7 +331,7 @@ if [ $tools_ok = 1 ]; then
 else
     failed=1
     tail -n 20 "$WORK/tools.txt"
-    row "rn-train/rn-eval --device $DEV, toy data, 5 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
+    row "rn-train/rn-eval --device $DEV, toy data, 8 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
 fi
 
 row "not run" - "the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
