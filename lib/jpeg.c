@@ -28,6 +28,7 @@ struct rn_jpeg {
     size_t tmp_cap;
     uint8_t *region; /* rn_jpeg_decode_region's output */
     size_t region_cap;
+    uint64_t max_pixels; /* rn_jpeg_set_max_pixels */
 #ifdef RN_HAVE_LIBJPEG
     struct jpeg_decompress_struct cinfo;
     jerr_mgr jerr;
@@ -46,7 +47,19 @@ int rn_jpeg_create(rn_jpeg **out) {
         free(j);
         return rc;
     }
+    j->max_pixels = RN_JPEG_MAX_PIXELS;
     *out = j;
+    return RN_OK;
+}
+
+void rn_jpeg_set_max_pixels(rn_jpeg *j, uint64_t max_pixels) { j->max_pixels = max_pixels; }
+
+/* the header's size within the handle's limit, before anything is sized by it */
+static int check_pixels(const rn_jpeg *j, const rn_jpeg_info *info) {
+    if ((uint64_t)info->width * (uint64_t)info->height > j->max_pixels)
+        return rn_errorf(RN_EDATA, "JPEG header says %dx%d (%llu pixels), over the limit of %llu pixels",
+                         info->width, info->height, (unsigned long long)info->width * (unsigned long long)info->height,
+                         (unsigned long long)j->max_pixels);
     return RN_OK;
 }
 
@@ -148,7 +161,7 @@ int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, in
                    uint8_t *dst) {
     rn_jpeg_info info;
     int rc = rn_jpeg_header(j, data, len, &info);
-    if (rc) return rc;
+    if (rc || (rc = check_pixels(j, &info))) return rc;
     if (channels != 1 && channels != 3)
         return rn_errorf(RN_EINVAL, "decode to %d channels (1 or 3 supported)", channels);
     int sw = info.width, sh = info.height;
@@ -245,6 +258,10 @@ static int region_libjpeg(rn_jpeg *j, const uint8_t *data, size_t len, int chann
         ci->progress = &j->progress;
         j->cinfo_ok = 1;
     }
+    /* a progressive image keeps all its coefficients (2 bytes per sample, up to 4
+       components): past what max_pixels needs, libjpeg fails instead of allocating */
+    uint64_t mem = j->max_pixels < (uint64_t)1 << 36 ? j->max_pixels * 8 + (64 << 20) : (uint64_t)1 << 39;
+    ci->mem->max_memory_to_use = (long)mem;
     volatile int rc = RN_OK;
     if (setjmp(j->jerr.jb)) {
         jpeg_abort_decompress(ci);
@@ -297,7 +314,7 @@ int rn_jpeg_decode_region(rn_jpeg *j, const uint8_t *data, size_t len, int chann
                           int sh, const int want[4], const uint8_t **px, int got[4]) {
     rn_jpeg_info info;
     int rc = rn_jpeg_header(j, data, len, &info);
-    if (rc) return rc;
+    if (rc || (rc = check_pixels(j, &info))) return rc;
     if (want[0] < 0 || want[1] < 0 || want[2] <= 0 || want[3] <= 0 || want[0] + want[2] > sw ||
         want[1] + want[3] > sh)
         return rn_errorf(RN_EINVAL, "window %dx%d at (%d,%d) outside the %dx%d image", want[2], want[3],

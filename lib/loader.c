@@ -369,6 +369,10 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
         w->l = l;
         if ((rc = rn_dataset_reader_open(l->ds, &w->rd)) != RN_OK) goto fail;
         if ((rc = rn_jpeg_create(&w->jpeg)) != RN_OK) goto fail;
+        /* the largest image the dataset says it holds, and never less than the default */
+        const rn_dataset_info *di = rn_dataset_get_info(l->ds);
+        uint64_t most = (uint64_t)di->max_width * di->max_height;
+        rn_jpeg_set_max_pixels(w->jpeg, most > RN_JPEG_MAX_PIXELS ? most : RN_JPEG_MAX_PIXELS);
     }
     for (int i = 0; i < l->nworkers; i++) {
         if (pthread_create(&l->workers[i].th, NULL, work, &l->workers[i]) != 0) {

@@ -542,6 +542,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&p->mu);
         return NULL;
     }
+    rn_jpeg_set_max_pixels(wb.jpeg, p->o->max_pixels);
     for (;;) {
         pthread_mutex_lock(&p->mu);
         while (!p->stop && p->next < p->total && p->next >= p->written + p->window)

@@ -206,6 +206,17 @@ print("64 images agree")'
     run rn-predict --ckpt p.pb --crop 32 cut.jpg
     assert_failure 1
     assert_output --partial "cut.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data"
+    # sizes from a header are refused before anything is allocated for them (60000x60000
+    # in a 2 KB file once asked for 10.8 GB)
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/mkimages.py" broken br
+    run timeout 10 rn-predict --ckpt p.pb --crop 32 br/odd/huge.jpg
+    assert_failure 1
+    assert_output --partial "huge.jpg: JPEG header says 60000x60000 (3600000000 pixels), over the limit of 100000000 pixels"
+    run rn-predict --ckpt p.pb --crop 32 --max-pixels 1000 br/odd/good.jpg
+    assert_failure 1
+    assert_output --partial "over the limit of 1000 pixels"
+    run rn-predict --ckpt p.pb --crop 32 --max-pixels 0 br/odd/good.jpg
+    assert_failure 2
     run rn-predict --crop 32 x.jpg
     assert_failure 2
 }

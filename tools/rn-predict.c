@@ -29,6 +29,7 @@ static void usage(FILE *f) {
                "  -k, --topk K          classes per image (default 5)\n"
                "      --crop S          centre crop (default 224)\n"
                "      --resize N        shorter side before the crop (default round(S*256/224); 0: none)\n"
+               "      --max-pixels N    refuse images over N pixels, before decoding (default 100000000)\n"
                "  -j, --json            one JSON object per image: {\"image\", \"top\": [{\"class\",\n"
                "                        \"name\", \"p\"}]}\n"
                "  -t, --threads N       compute threads on the CPU (default: all cores)\n"
@@ -44,22 +45,30 @@ static void usage(FILE *f) {
     fprintf(stderr, "rn-predict: %s\n", rn_last_error()); return 2; } } while (0)
 
 int main(int argc, char **argv) {
-    enum { O_CROP = 256, O_RESIZE, O_DEVICE };
+    enum { O_CROP = 256, O_RESIZE, O_DEVICE, O_MAXPIX };
     static const struct option opts[] = {
         {"ckpt", required_argument, 0, 'c'},   {"topk", required_argument, 0, 'k'},
         {"crop", required_argument, 0, O_CROP}, {"resize", required_argument, 0, O_RESIZE},
         {"json", no_argument, 0, 'j'},         {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},      {0, 0, 0, 0},
+        {"version", no_argument, 0, 'V'},      {"max-pixels", required_argument, 0, O_MAXPIX},
+        {0, 0, 0, 0},
     };
     const char *ckpt = NULL, *device = "auto";
     int topk = 5, crop = 224, resize = -1, json = 0, threads = 0, c;
+    long max_pixels = (long)RN_JPEG_MAX_PIXELS;
     while ((c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'c': ckpt = optarg; break;
         case 'k': NUM("--topk", 1, 1 << 20, &topk); break;
         case O_CROP: NUM("--crop", 8, 4096, &crop); break;
         case O_RESIZE: NUM("--resize", 0, 16384, &resize); break;
+        case O_MAXPIX:
+            if (rn_parse_long("--max-pixels", optarg, 1, 1L << 40, &max_pixels)) {
+                fprintf(stderr, "rn-predict: %s\n", rn_last_error());
+                return 2;
+            }
+            break;
         case 'j': json = 1; break;
         case 't': NUM("--threads", 1, 1024, &threads); break;
         case O_DEVICE: device = optarg; break;
@@ -83,6 +92,7 @@ int main(int argc, char **argv) {
     if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);
     if (rc == RN_OK) rc = rn_net_load(net, ck);
     if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);
+    if (rc == RN_OK) rn_jpeg_set_max_pixels(jpeg, (uint64_t)max_pixels);
     if (rc != RN_OK) {
         fprintf(stderr, "rn-predict: %s\n", rn_last_error());
         return 1;

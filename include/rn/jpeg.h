@@ -30,9 +30,18 @@ typedef struct {
     int subsamp;       /* TurboJPEG TJSAMP_* value, -1 if unknown */
 } rn_jpeg_info;
 
-/* Create a handle (decompressor and compressor). Errors: RN_EDATA, RN_ENOMEM. */
+/* The most pixels (width x height of the full image) a handle decodes by default. */
+#define RN_JPEG_MAX_PIXELS 100000000ull
+
+/* Create a handle (decompressor and compressor), decoding at most RN_JPEG_MAX_PIXELS.
+ * Errors: RN_EDATA, RN_ENOMEM. */
 int rn_jpeg_create(rn_jpeg **out);
 void rn_jpeg_destroy(rn_jpeg *j);
+
+/* Decode no image of more than max_pixels (width x height as the header says), and give
+ * libjpeg no more working memory than such an image needs: the sizes in a header are
+ * the file's word, and a 550-byte progressive file can ask for gigabytes. */
+void rn_jpeg_set_max_pixels(rn_jpeg *j, uint64_t max_pixels);
 
 /* Read the header of len bytes at data. Errors: RN_EDATA (not a JPEG, corrupt header,
  * or zero/absurd dimensions as the library sees them). */
@@ -45,8 +54,9 @@ void rn_jpeg_scaled_size(const rn_jpeg_info *info, int need_w, int need_h, int *
 
 /* Decode into dst, which holds w * h * channels bytes, where (w, h) is the full size or
  * a size returned by rn_jpeg_scaled_size. channels is 3 (RGB) or 1 (gray).
- * Truncated data is an error (RN_EDATA), as in PIL without LOAD_TRUNCATED_IMAGES;
- * other libjpeg warnings (extraneous bytes, ...) are accepted as PIL accepts them. */
+ * Truncated or corrupt data is an error (RN_EDATA): every libjpeg warning (premature end
+ * of data, bad Huffman codes, extraneous bytes, ...) is, where PIL decodes many of them
+ * with grey blocks. So is an image over the handle's max_pixels. */
 int rn_jpeg_decode(rn_jpeg *j, const uint8_t *data, size_t len, int channels, int w, int h,
                    uint8_t *dst);
 

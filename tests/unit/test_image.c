@@ -229,6 +229,13 @@ static void test_jpeg_vs_pil(void) {
           "data cut short accepted by the region decoder");
     CHECK(strstr(rn_last_error(), "corrupt or truncated JPEG data") != NULL, "message: %s", rn_last_error());
     free(closed);
+    /* a size over the handle's limit is refused from the header, before any allocation */
+    rn_jpeg_set_max_pixels(j, (uint64_t)w * h - 1);
+    CHECK(rn_jpeg_decode(j, jpg, len, 3, w, h, dec) == RN_EDATA && strstr(rn_last_error(), "over the limit"),
+          "over max_pixels: %s", rn_last_error());
+    CHECK(rn_jpeg_decode_region(j, jpg, len, 3, w, h, want, &px, got) == RN_EDATA, "region over max_pixels");
+    rn_jpeg_set_max_pixels(j, RN_JPEG_MAX_PIXELS);
+    CHECK_OK(rn_jpeg_decode(j, jpg, len, 3, w, h, dec));
     CHECK(rn_jpeg_header(j, (const uint8_t *)"hello world", 11, &info) == RN_EDATA, "text accepted");
     free(jpg);
     /* CMYK (Adobe, inverted) as PIL writes it, to RGB as PIL converts it */
