@@ -9,6 +9,7 @@
 
 #include "rn/err.h"
 #include "rn/rng.h"
+#include "rn/tensor.h"
 
 /* Values from cuda_runtime_api.h, cublas_api.h, library_types.h and cudnn_*.h that this
  * file uses. */
@@ -183,26 +184,6 @@ static int load_gpu_api(const rn_gpuinfo *g, gpu_api *a) {
     return RN_OK;
 }
 
-static uint16_t f32_to_f16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t m = u & 0x7fffffu;
-    if (e <= 0) return (uint16_t)sign; /* the bench data is in [-1, 1): no subnormals needed */
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13);
-    if ((m & 0x1fffu) > 0x1000u || ((m & 0x1fffu) == 0x1000u && (h & 1))) h++; /* round to nearest even */
-    return (uint16_t)h;
-}
-
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even; the data is finite */
-    return (uint16_t)(u >> 16);
-}
-
 static void add_result(rn_gpubench *b, const char *test, const char *unit, double value, double peak,
                        const char *what) {
     if (b->n >= RN_GPUBENCH_MAX) return;
@@ -333,7 +314,7 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
             float *h32 = host;
             rn_rng_uniform(rn_rng_key(20260131, 7), h32, (int64_t)n * n, -1.0f, 1.0f);
             for (int64_t i = 0; i < (int64_t)n * n; i++)
-                h16[i] = gemms[k].dtype == DT_R_16F ? f32_to_f16(h32[i]) : f32_to_bf16(h32[i]);
+                h16[i] = gemms[k].dtype == DT_R_16F ? rn_f32_to_f16(h32[i]) : rn_f32_to_bf16(h32[i]);
             RT(api.memcpy_(a, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
             RT(api.memcpy_(b, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
         } else {
@@ -390,7 +371,7 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
             float *h32 = host;
             rn_rng_uniform(rn_rng_key(20260131, 8), h32, (int64_t)(xbytes / 2), -1.0f, 1.0f);
             for (size_t i = 0; i < xbytes / 2; i++)
-                h16[i] = f32_to_f16(h32[i]);
+                h16[i] = rn_f32_to_f16(h32[i]);
             RT(api.memcpy_(a, host, xbytes, RT_MEMCPY_H2D));
             RT(api.memcpy_(b, host, (size_t)K * C * R * S * 2, RT_MEMCPY_H2D));
             DNN(api.conv_find(dnn, xd, wd, cd, yd, 8, &nperf, perf));

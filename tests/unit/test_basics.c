@@ -55,6 +55,12 @@ static void test_half(void) {
     CHECK(rn_f32_to_f16(1e6f) == 0x7c00, "overflow to inf");
     CHECK(rn_f32_to_f16(1.0f) == 0x3c00, "one");
     CHECK(rn_f32_to_bf16(1.0f) == 0x3f80, "bf16 one");
+    /* ties go to the even neighbour, in the normal and (f16) the subnormal range alike:
+     * rn-gpuinfo --bench narrows its data with these */
+    CHECK(rn_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00 && rn_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02, "f16 ties to even");
+    CHECK(rn_f32_to_f16(0x1p-25f) == 0 && rn_f32_to_f16(0x3p-25f) == 2 && rn_f32_to_f16(-0x1p-20f) == 0x8010,
+          "f16 subnormals rounded, not flushed");
+    CHECK(rn_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80 && rn_f32_to_bf16(1.0f + 0x3p-8f) == 0x3f82, "bf16 ties to even");
     int64_t shape[] = {3, 4, 5};
     CHECK(rn_numel(shape, 3) == 60, "numel");
     CHECK(rn_dtype_from_name("BF16") == RN_BF16 && rn_dtype_size(RN_I64) == 8, "dtype names");
