@@ -24,27 +24,6 @@ static int stream_status(FILE *f, const char *what) {
     return RN_OK;
 }
 
-static void jint(FILE *f, long long v) {
-    if (v < 0)
-        fputs("null", f);
-    else
-        fprintf(f, "%lld", v);
-}
-
-static void jnum(FILE *f, double v) {
-    if (v < 0 || !isfinite(v))
-        fputs("null", f);
-    else
-        fprintf(f, "%.6g", v);
-}
-
-static void jstr(FILE *f, const char *s) {
-    if (!s || !s[0])
-        fputs("null", f);
-    else
-        rn_json_string(f, s);
-}
-
 static const char *mode_name(int m) {
     switch (m) {
     case 0: return "default";
@@ -72,38 +51,38 @@ static void throttle_json(FILE *f, long long t) {
 
 static void live_json(FILE *f, const rn_gpudev *d) {
     fputs("\"memory\":{\"total\":", f);
-    jint(f, d->mem_total);
+    rn_json_count(f, d->mem_total);
     fputs(",\"free\":", f);
-    jint(f, d->mem_free);
+    rn_json_count(f, d->mem_free);
     fputs(",\"used\":", f);
-    jint(f, d->mem_used);
+    rn_json_count(f, d->mem_used);
     fputs("},\"clocks_mhz\":{\"sm\":", f);
-    jint(f, d->sm_mhz);
+    rn_json_count(f, d->sm_mhz);
     fputs(",\"memory\":", f);
-    jint(f, d->mem_mhz);
+    rn_json_count(f, d->mem_mhz);
     fputs(",\"sm_max\":", f);
-    jint(f, d->sm_max_mhz);
+    rn_json_count(f, d->sm_max_mhz);
     fputs(",\"memory_max\":", f);
-    jint(f, d->mem_max_mhz);
+    rn_json_count(f, d->mem_max_mhz);
     fputs("},\"temperature_c\":", f);
-    jint(f, d->temperature_c);
+    rn_json_count(f, d->temperature_c);
     fputs(",\"power_w\":{\"draw\":", f);
-    jnum(f, d->power_w);
+    rn_json_reading(f, d->power_w);
     fputs(",\"limit\":", f);
-    jnum(f, d->power_limit_w);
+    rn_json_reading(f, d->power_limit_w);
     fputs("},\"utilization_pct\":{\"gpu\":", f);
-    jint(f, d->util_gpu);
+    rn_json_count(f, d->util_gpu);
     fputs(",\"memory\":", f);
-    jint(f, d->util_mem);
+    rn_json_count(f, d->util_mem);
     fputs("},\"throttle_reasons\":", f);
     throttle_json(f, d->throttle);
 }
 
 static void problem_json(FILE *f, int code, const char *msg, const char *fix) {
     fprintf(f, "{\"code\":%d,\"name\":\"%s\",\"message\":", code, rn_gpuinfo_status_name(code));
-    jstr(f, msg);
+    rn_json_string_or_null(f, msg);
     fputs(",\"fix\":", f);
-    jstr(f, fix);
+    rn_json_string_or_null(f, fix);
     fputc('}', f);
 }
 
@@ -114,37 +93,37 @@ int rn_gpuinfo_write_json(const rn_gpuinfo *g, FILE *f) {
     rn_gpuinfo_cudnn_ver(b[2], 16, g->built_cudnn);
     rn_gpuinfo_nccl_ver(b[3], 16, g->built_nccl);
     fprintf(f, "{\"schema\":\"rn-gpuinfo/1\",\"rn_version\":");
-    jstr(f, RN_VERSION);
+    rn_json_string_or_null(f, RN_VERSION);
     fprintf(f, ",\"build\":{\"cuda\":%s,\"cudart\":", g->built_with_cuda ? "true" : "false");
-    jstr(f, b[0]);
+    rn_json_string_or_null(f, b[0]);
     fputs(",\"cublas\":", f);
-    jstr(f, b[1]);
+    rn_json_string_or_null(f, b[1]);
     fputs(",\"cudnn\":", f);
-    jstr(f, b[2]);
+    rn_json_string_or_null(f, b[2]);
     fputs(",\"nccl\":", f);
-    jstr(f, b[3]);
+    rn_json_string_or_null(f, b[3]);
     fputs("},\"driver\":{\"version\":", f);
-    jstr(f, g->driver_version);
+    rn_json_string_or_null(f, g->driver_version);
     fputs(",\"cuda\":", f);
-    jstr(f, g->lib[RN_GPULIB_CUDA].version);
+    rn_json_string_or_null(f, g->lib[RN_GPULIB_CUDA].version);
     fprintf(f, ",\"kernel_module\":%s,\"init\":", g->kernel_module ? "true" : "false");
-    jstr(f, g->cu_init >= 0 ? g->cu_init_name : NULL);
+    rn_json_string_or_null(f, g->cu_init >= 0 ? g->cu_init_name : NULL);
     fputs("},\"libraries\":{", f);
     for (int i = 0; i < RN_GPULIB_COUNT; i++) {
         const rn_gpulib *l = &g->lib[i];
         fprintf(f, "%s\"%s\":{\"soname\":", i ? "," : "", l->key);
-        jstr(f, l->soname);
+        rn_json_string_or_null(f, l->soname);
         fprintf(f, ",\"loaded\":%s,\"path\":", l->loaded ? "true" : "false");
-        jstr(f, l->path);
+        rn_json_string_or_null(f, l->path);
         fputs(",\"realpath\":", f);
-        jstr(f, l->realpath);
+        rn_json_string_or_null(f, l->realpath);
         fputs(",\"version\":", f);
-        jstr(f, l->version);
+        rn_json_string_or_null(f, l->version);
         fputs(",\"error\":", f);
-        jstr(f, l->error);
+        rn_json_string_or_null(f, l->error);
         if (i == RN_GPULIB_CUDNN || i == RN_GPULIB_CUBLAS) {
             fputs(",\"cuda\":", f);
-            jstr(f, l->built_for);
+            rn_json_string_or_null(f, l->built_for);
         }
         fputc('}', f);
     }
@@ -152,42 +131,42 @@ int rn_gpuinfo_write_json(const rn_gpuinfo *g, FILE *f) {
     for (int i = 0; i < g->ndev; i++) {
         const rn_gpudev *d = &g->dev[i];
         fprintf(f, "%s{\"index\":%d,\"name\":", i ? "," : "", d->index);
-        jstr(f, d->name);
+        rn_json_string_or_null(f, d->name);
         fputs(",\"uuid\":", f);
-        jstr(f, d->uuid);
+        rn_json_string_or_null(f, d->uuid);
         fputs(",\"pci_bus_id\":", f);
-        jstr(f, d->pci_bus_id);
+        rn_json_string_or_null(f, d->pci_bus_id);
         fputs(",\"compute_capability\":", f);
         if (d->cc_major >= 0)
             fprintf(f, "\"%d.%d\"", d->cc_major, d->cc_minor);
         else
             fputs("null", f);
         fputs(",\"multiprocessors\":", f);
-        jint(f, d->sms);
+        rn_json_count(f, d->sms);
         fputs(",\"compute_mode\":", f);
-        jstr(f, mode_name(d->compute_mode));
+        rn_json_string_or_null(f, mode_name(d->compute_mode));
         fprintf(f, ",\"usable\":%s,\"unusable_reason\":", d->usable ? "true" : "false");
-        jstr(f, d->unusable_reason);
+        rn_json_string_or_null(f, d->unusable_reason);
         fputc(',', f);
         live_json(f, d);
         fputs(",\"ecc\":{\"enabled\":", f);
         fputs(d->ecc_enabled < 0 ? "null" : d->ecc_enabled ? "true" : "false", f);
         fputs(",\"volatile_corrected\":", f);
-        jint(f, d->ecc_vol_corr);
+        rn_json_count(f, d->ecc_vol_corr);
         fputs(",\"volatile_uncorrected\":", f);
-        jint(f, d->ecc_vol_uncorr);
+        rn_json_count(f, d->ecc_vol_uncorr);
         fputs(",\"aggregate_corrected\":", f);
-        jint(f, d->ecc_agg_corr);
+        rn_json_count(f, d->ecc_agg_corr);
         fputs(",\"aggregate_uncorrected\":", f);
-        jint(f, d->ecc_agg_uncorr);
+        rn_json_count(f, d->ecc_agg_uncorr);
         fputs("},\"pcie\":{\"gen\":", f);
-        jint(f, d->pcie_gen);
+        rn_json_count(f, d->pcie_gen);
         fputs(",\"width\":", f);
-        jint(f, d->pcie_width);
+        rn_json_count(f, d->pcie_width);
         fputs(",\"gen_max\":", f);
-        jint(f, d->pcie_gen_max);
+        rn_json_count(f, d->pcie_gen_max);
         fputs(",\"width_max\":", f);
-        jint(f, d->pcie_width_max);
+        rn_json_count(f, d->pcie_width_max);
         fputs("}}", f);
     }
     fputs("],\"peer_access\":[", f);
@@ -364,7 +343,7 @@ int rn_gpuinfo_write_sample(const rn_gpuinfo *g, int i, long long now, int json,
     utc(ts, sizeof ts, now);
     if (json) {
         fprintf(f, "{\"time\":\"%s\",\"index\":%d,\"name\":", ts, d->index);
-        jstr(f, d->name);
+        rn_json_string_or_null(f, d->name);
         fputc(',', f);
         live_json(f, d);
         fputs("}\n", f);
@@ -433,22 +412,22 @@ int rn_gpuinfo_watch(rn_gpuinfo *g, double interval_s, long count, int only, int
 int rn_gpuinfo_write_bench(const rn_gpubench *b, int json, FILE *f) {
     if (json) {
         fprintf(f, "{\"schema\":\"rn-gpuinfo-bench/1\",\"index\":%d,\"name\":", b->index);
-        jstr(f, b->name);
+        rn_json_string_or_null(f, b->name);
         fputs(",\"peak_source\":", f);
-        jstr(f, b->peak_source);
+        rn_json_string_or_null(f, b->peak_source);
         fputs(",\"results\":[", f);
         for (int i = 0; i < b->n; i++) {
             const rn_gpubench_result *r = &b->r[i];
             fprintf(f, "%s{\"test\":\"%s\",\"what\":", i ? "," : "", r->test);
-            jstr(f, r->what);
+            rn_json_string_or_null(f, r->what);
             fputs(",\"value\":", f);
-            jnum(f, r->value);
+            rn_json_reading(f, r->value);
             fprintf(f, ",\"unit\":\"%s\",\"peak\":", r->unit);
-            jnum(f, r->peak);
+            rn_json_reading(f, r->peak);
             fputs(",\"fraction\":", f);
-            jnum(f, r->value >= 0 && r->peak > 0 ? r->value / r->peak : -1);
+            rn_json_reading(f, r->value >= 0 && r->peak > 0 ? r->value / r->peak : -1);
             fputs(",\"skipped\":", f);
-            jstr(f, r->skipped);
+            rn_json_string_or_null(f, r->skipped);
             fputc('}', f);
         }
         fputs("]}\n", f);
