@@ -154,32 +154,15 @@ void rn_gpuinfo_cuda_ver(char *buf, size_t cap, int v) {
         buf[0] = 0;
 }
 
-/* cuDNN 9 encodes 10000 * major + 100 * minor + patch, cuDNN 8 1000 * major + 100 * minor + patch. */
-static int cudnn_major(int v) { return v >= 90000 ? v / 10000 : v / 1000; }
-void rn_gpuinfo_cudnn_ver(char *buf, size_t cap, int v) {
-    if (v >= 90000)
-        snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (v > 0)
-        snprintf(buf, cap, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
-}
+static int cudnn_major(int v) { return v >= RN_GPUINFO_CUDNN_WIDE ? v / 10000 : v / 1000; }
 
-/* NCCL >= 2.9 encodes 10000 * major + 100 * minor + patch, older 1000 * major + 100 * minor + patch. */
-void rn_gpuinfo_nccl_ver(char *buf, size_t cap, int v) {
-    if (v >= 20900)
+void rn_gpuinfo_lib_ver(char *buf, size_t cap, int v, int wide_from) {
+    if (v <= 0) {
+        if (cap) buf[0] = 0;
+    } else if (v >= wide_from)
         snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (v > 0)
+    else
         snprintf(buf, cap, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
-}
-
-void rn_gpuinfo_xyz_ver(char *buf, size_t cap, int v) {
-    if (v > 0)
-        snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
 }
 
 /* for a libcuda whose cuGetErrorName does not answer (the toolkit's stub) */
@@ -516,7 +499,7 @@ static void probe_versions(rn_gpuinfo *g) {
     size_t (*dnn)(void) = NULL, (*dnn_rt)(void) = NULL;
     if (rn_gpuinfo_sym(l, "cudnnGetVersion", &dnn)) {
         g->cudnn = (int)dnn();
-        rn_gpuinfo_cudnn_ver(l->version, sizeof l->version, g->cudnn);
+        rn_gpuinfo_lib_ver(l->version, sizeof l->version, g->cudnn, RN_GPUINFO_CUDNN_WIDE);
     }
     if (rn_gpuinfo_sym(l, "cudnnGetCudartVersion", &dnn_rt)) {
         g->cudnn_cudart = (int)dnn_rt();
@@ -526,7 +509,7 @@ static void probe_versions(rn_gpuinfo *g) {
     l = &g->lib[RN_GPULIB_NCCL];
     int (*nccl)(int *) = NULL;
     if (rn_gpuinfo_sym(l, "ncclGetVersion", &nccl) && nccl(&v) == 0)
-        rn_gpuinfo_nccl_ver(l->version, sizeof l->version, v);
+        rn_gpuinfo_lib_ver(l->version, sizeof l->version, v, RN_GPUINFO_NCCL_WIDE);
 }
 
 /* cuDNN 9 loads its sub-libraries on first use; a missing one fails the first conv, long
@@ -714,7 +697,7 @@ static void diagnose(rn_gpuinfo *g) {
                     dnn->path, dnn->version, dnn->built_for, needs);
     } else if (g->built_cudnn && g->cudnn < g->built_cudnn) {
         char built[16];
-        rn_gpuinfo_cudnn_ver(built, sizeof built, g->built_cudnn);
+        rn_gpuinfo_lib_ver(built, sizeof built, g->built_cudnn, RN_GPUINFO_CUDNN_WIDE);
         add_problem(g, RN_GPUINFO_CUDNN, "upgrade cuDNN, or put the one rn was built with first on the library path",
                     "%s is cuDNN %s, older than the %s rn was built with", dnn->path, dnn->version, built);
     } else

@@ -89,9 +89,9 @@ static void problem_json(FILE *f, int code, const char *msg, const char *fix) {
 int rn_gpuinfo_write_json(const rn_gpuinfo *g, FILE *f) {
     char b[4][16];
     rn_gpuinfo_cuda_ver(b[0], 16, g->built_cudart);
-    rn_gpuinfo_xyz_ver(b[1], 16, g->built_cublas);
-    rn_gpuinfo_cudnn_ver(b[2], 16, g->built_cudnn);
-    rn_gpuinfo_nccl_ver(b[3], 16, g->built_nccl);
+    rn_gpuinfo_lib_ver(b[1], 16, g->built_cublas, 0);
+    rn_gpuinfo_lib_ver(b[2], 16, g->built_cudnn, RN_GPUINFO_CUDNN_WIDE);
+    rn_gpuinfo_lib_ver(b[3], 16, g->built_nccl, RN_GPUINFO_NCCL_WIDE);
     fprintf(f, "{\"schema\":\"rn-gpuinfo/1\",\"rn_version\":");
     rn_json_string_or_null(f, RN_VERSION);
     fprintf(f, ",\"build\":{\"cuda\":%s,\"cudart\":", g->built_with_cuda ? "true" : "false");
@@ -227,9 +227,9 @@ int rn_gpuinfo_write_text(const rn_gpuinfo *g, FILE *f) {
     char v[4][16];
     if (g->built_with_cuda) {
         rn_gpuinfo_cuda_ver(v[0], 16, g->built_cudart);
-        rn_gpuinfo_xyz_ver(v[1], 16, g->built_cublas);
-        rn_gpuinfo_cudnn_ver(v[2], 16, g->built_cudnn);
-        rn_gpuinfo_nccl_ver(v[3], 16, g->built_nccl);
+        rn_gpuinfo_lib_ver(v[1], 16, g->built_cublas, 0);
+        rn_gpuinfo_lib_ver(v[2], 16, g->built_cudnn, RN_GPUINFO_CUDNN_WIDE);
+        rn_gpuinfo_lib_ver(v[3], 16, g->built_nccl, RN_GPUINFO_NCCL_WIDE);
         fprintf(f, "rn %s, built with CUDA %s, cuBLAS %s, cuDNN %s%s%s\n", RN_VERSION, v[0], v[1], v[2],
                 v[3][0] ? ", NCCL headers " : "", v[3]);
     } else

@@ -13,16 +13,15 @@
  * loaded or lacks it. */
 int rn_gpuinfo_sym(const rn_gpulib *l, const char *name, void *fnp);
 
-/* A version number as text in buf (cap bytes), "" when v <= 0 (unknown):
- * cuda  CUDA's 1000 * major + 10 * minor, 13000 -> "13.0";
- * cudnn cuDNN 9's 10000 * major + 100 * minor + patch (90300 -> "9.3.0"), cuDNN 8's
- *       1000 * major + 100 * minor + patch;
- * nccl  NCCL >= 2.9's 10000 * major + 100 * minor + patch (22809 -> "2.28.9"), older
- *       NCCL's 1000 * major + 100 * minor + patch;
- * xyz   10000 * major + 100 * minor + patch (cuBLAS, 130100 -> "13.1.0"). */
+/* CUDA's version number as text in buf (cap bytes): 1000 * major + 10 * minor,
+ * 13000 -> "13.0"; "" when v <= 0 (unknown). */
 void rn_gpuinfo_cuda_ver(char *buf, size_t cap, int v);
-void rn_gpuinfo_cudnn_ver(char *buf, size_t cap, int v);
-void rn_gpuinfo_nccl_ver(char *buf, size_t cap, int v);
-void rn_gpuinfo_xyz_ver(char *buf, size_t cap, int v);
+
+/* A library's version number as "major.minor.patch" in buf (cap bytes): v is
+ * 10000 * major + 100 * minor + patch from wide_from on, 1000 * major + 100 * minor + patch
+ * below it (0: always the former, as cuBLAS); "" when v <= 0 (unknown). */
+void rn_gpuinfo_lib_ver(char *buf, size_t cap, int v, int wide_from);
+/* The first cuDNN (9.0.0) and NCCL (2.9.0) version numbers in the wide encoding. */
+enum { RN_GPUINFO_CUDNN_WIDE = 90000, RN_GPUINFO_NCCL_WIDE = 20900 };
 
 #endif
