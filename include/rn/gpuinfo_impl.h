@@ -1,6 +1,7 @@
 /* rn/gpuinfo_impl.h: internals shared by the files of the gpuinfo module and nothing else:
- * lib/gpuinfo.c (probing and diagnosis), lib/gpuinfo_report.c (text, JSON and --watch
- * output) and lib/gpuinfo_bench.c (--bench). Tools include rn/gpuinfo.h. */
+ * lib/gpuinfo.c (probing and diagnosis), lib/gpuinfo_report.c (the text report, JSON,
+ * --watch samples and the --bench table) and lib/gpuinfo_bench.c (--bench's measurements).
+ * Tools include rn/gpuinfo.h. */
 #ifndef RN_GPUINFO_IMPL_H
 #define RN_GPUINFO_IMPL_H
 
