@@ -1,30 +1,24 @@
-/* gpuinfo: the NVIDIA stack as loaded at run time (see rn/gpuinfo.h).
+/* gpuinfo: probing and diagnosis: load the NVIDIA libraries, ask them for versions and
+ * devices, and turn what is found into a verdict with its fix (see rn/gpuinfo.h).
+ * Text and JSON output are lib/gpuinfo_report.c, --bench is lib/gpuinfo_bench.c.
  *
  * Every NVIDIA library is opened with dlopen and called through pointers typed here, so
  * this file compiles and runs identically with and without the CUDA toolkit; in a CUDA
- * build the enum values and struct layouts copied below are checked against the real
- * headers at compile time. */
-#include "rn/gpuinfo.h"
+ * build the enum values copied below are checked against the real headers at compile
+ * time. */
+#include "rn/gpuinfo_impl.h"
 
 #include <dlfcn.h>
-#include <errno.h>
 #include <limits.h>
 #include <link.h>
-#include <math.h>
 #include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "rn/err.h"
-#include "rn/json.h"
-#include "rn/rng.h"
 
-/* Values from cuda.h, nvml.h, cuda_runtime_api.h, cublas_api.h, library_types.h and
- * cudnn_*.h that this file uses. */
+/* Values from cuda.h, nvml.h and cublas_api.h that this file uses. */
 enum {
     CU_OK = 0,
     CU_NOT_INITIALIZED = 3,
@@ -49,31 +43,10 @@ enum {
     NVML_ECC_UNCORRECTED = 1,
     NVML_ECC_VOLATILE = 0,
     NVML_ECC_AGGREGATE = 1,
-    RT_MEMCPY_H2D = 1,
-    RT_MEMCPY_D2D = 3,
-    DT_R_32F = 0,
-    DT_R_16F = 2,
-    DT_R_16BF = 14,
-    BLAS_OP_N = 0,
-    BLAS_COMPUTE_32F = 68,
-    BLAS_COMPUTE_32F_FAST_TF32 = 77,
-    BLAS_GEMM_DEFAULT = -1,
     BLAS_PROP_MAJOR = 0,
     BLAS_PROP_MINOR = 1,
     BLAS_PROP_PATCH = 2,
-    DNN_DATA_FLOAT = 0,
-    DNN_DATA_HALF = 2,
-    DNN_TENSOR_NHWC = 1,
-    DNN_CROSS_CORRELATION = 1,
-    DNN_TENSOR_OP_MATH = 1,
 };
-
-typedef struct {
-    int algo, status;
-    float time;
-    size_t memory;
-    int determinism, math_type, reserved[3];
-} dnn_fwd_perf;
 
 typedef struct {
     unsigned long long total, free, used;
@@ -107,21 +80,9 @@ _Static_assert((int)CU_ATTR_CLOCK_RATE == (int)CU_DEVICE_ATTRIBUTE_CLOCK_RATE &&
                    (int)CU_ATTR_CC_MAJOR == (int)CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR &&
                    (int)CU_ATTR_CC_MINOR == (int)CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                "CUdevice_attribute values");
-_Static_assert((int)RT_MEMCPY_H2D == (int)cudaMemcpyHostToDevice &&
-                   (int)RT_MEMCPY_D2D == (int)cudaMemcpyDeviceToDevice && (int)DT_R_32F == (int)CUDA_R_32F &&
-                   (int)DT_R_16F == (int)CUDA_R_16F && (int)DT_R_16BF == (int)CUDA_R_16BF &&
-                   (int)BLAS_OP_N == (int)CUBLAS_OP_N && (int)BLAS_COMPUTE_32F == (int)CUBLAS_COMPUTE_32F &&
-                   (int)BLAS_COMPUTE_32F_FAST_TF32 == (int)CUBLAS_COMPUTE_32F_FAST_TF32 &&
-                   (int)BLAS_GEMM_DEFAULT == (int)CUBLAS_GEMM_DEFAULT && (int)BLAS_PROP_MAJOR == (int)MAJOR_VERSION &&
-                   (int)BLAS_PROP_MINOR == (int)MINOR_VERSION && (int)BLAS_PROP_PATCH == (int)PATCH_LEVEL,
-               "runtime and cuBLAS values");
-_Static_assert((int)DNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT && (int)DNN_DATA_HALF == (int)CUDNN_DATA_HALF &&
-                   (int)DNN_TENSOR_NHWC == (int)CUDNN_TENSOR_NHWC &&
-                   (int)DNN_CROSS_CORRELATION == (int)CUDNN_CROSS_CORRELATION &&
-                   (int)DNN_TENSOR_OP_MATH == (int)CUDNN_TENSOR_OP_MATH &&
-                   sizeof(dnn_fwd_perf) == sizeof(cudnnConvolutionFwdAlgoPerf_t) &&
-                   offsetof(dnn_fwd_perf, memory) == offsetof(cudnnConvolutionFwdAlgoPerf_t, memory),
-               "cuDNN values");
+_Static_assert((int)BLAS_PROP_MAJOR == (int)MAJOR_VERSION && (int)BLAS_PROP_MINOR == (int)MINOR_VERSION &&
+                   (int)BLAS_PROP_PATCH == (int)PATCH_LEVEL,
+               "cuBLAS property values");
 #define BUILT_WITH_CUDA 1
 #define BUILT_CUDART CUDART_VERSION
 #define BUILT_CUBLAS (CUBLAS_VER_MAJOR * 10000 + CUBLAS_VER_MINOR * 100 + CUBLAS_VER_PATCH)
@@ -139,42 +100,11 @@ _Static_assert((int)DNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT && (int)DNN_DATA_HAL
 #define BUILT_NCCL 0
 #endif
 
-#ifndef RN_VERSION
-#define RN_VERSION "unknown"
-#endif
-
 /* Minimum Linux driver for each CUDA major (CUDA release notes, table 3). */
 static const struct {
     int major;
     const char *driver;
 } min_driver[] = {{11, "450.80.02"}, {12, "525.60.13"}, {13, "580.65.06"}};
-
-/* Datasheet peaks, dense (no sparsity), TFLOP/s with fp32 accumulation, memory GB/s.
- * Matched against cuDeviceGetName in order, first hit wins. 0: the GPU lacks the mode. */
-static const struct {
-    const char *match, *match2, *label;
-    double fp32, tf32, fp16, bf16, mem_gbs;
-} datasheet[] = {
-    {"GH200", "144G", "GH200 144GB HBM3e", 67, 494.5, 989.5, 989.5, 4900},
-    {"GH200", NULL, "GH200 96GB HBM3", 67, 494.5, 989.5, 989.5, 4000},
-    {"H200 NVL", NULL, "H200 NVL", 60, 417.5, 835.5, 835.5, 4800},
-    {"H200", NULL, "H200 SXM", 67, 494.5, 989.5, 989.5, 4800},
-    {"H100 NVL", NULL, "H100 NVL", 60, 417.5, 835.5, 835.5, 3900},
-    {"H100", "PCIe", "H100 PCIe", 51, 378, 756, 756, 2000},
-    {"H100", NULL, "H100 SXM5", 67, 494.5, 989.5, 989.5, 3350},
-    {"A100", "SXM4-80GB", "A100 SXM4 80GB", 19.5, 156, 312, 312, 2039},
-    {"A100", "80GB PCIe", "A100 PCIe 80GB", 19.5, 156, 312, 312, 1935},
-    {"A100", NULL, "A100 40GB", 19.5, 156, 312, 312, 1555},
-    {"L40S", NULL, "L40S", 91.6, 183, 362, 362, 864},
-    {"A10", NULL, "A10", 31.2, 62.5, 125, 125, 600},
-    {"L4", NULL, "L4", 30.3, 60, 121, 121, 300},
-    {"T4", NULL, "T4", 8.1, 0, 65, 0, 320},
-};
-
-static const char *const throttle_names[] = {
-    "gpu_idle",     "applications_clocks", "sw_power_cap",        "hw_slowdown",
-    "sync_boost",   "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-    "display_clock"};
 
 static const char *const status_names[] = {
     "usable", "?", "?", "no_driver", "driver_too_old", "no_device", "cudnn", "no_build_gpu", "cuda_libs"};
@@ -188,7 +118,7 @@ const char *rn_gpuinfo_status_name(int code) {
 int rn_gpuinfo_status(const rn_gpuinfo *g) { return g->nproblems ? g->problem[0].code : RN_GPUINFO_USABLE; }
 
 /* dlsym into a typed function pointer (POSIX guarantees the two are interchangeable). */
-static int sym(const rn_gpulib *l, const char *name, void *fnp) {
+int rn_gpuinfo_sym(const rn_gpulib *l, const char *name, void *fnp) {
     void *p = l->handle ? dlsym(l->handle, name) : NULL;
     memcpy(fnp, &p, sizeof p);
     return p != NULL;
@@ -217,39 +147,22 @@ static void add_note(rn_gpuinfo *g, const char *fmt, ...) {
 }
 
 /* 13000 -> "13.0" (CUDA's encoding: 1000 * major + 10 * minor). */
-static void cuda_ver(char *buf, size_t cap, int v) {
+void rn_gpuinfo_cuda_ver(char *buf, size_t cap, int v) {
     if (v > 0)
         snprintf(buf, cap, "%d.%d", v / 1000, v % 1000 / 10);
     else if (cap)
         buf[0] = 0;
 }
 
-/* cuDNN 9 encodes 10000 * major + 100 * minor + patch, cuDNN 8 1000 * major + 100 * minor + patch. */
-static int cudnn_major(int v) { return v >= 90000 ? v / 10000 : v / 1000; }
-static void cudnn_ver(char *buf, size_t cap, int v) {
-    if (v >= 90000)
-        snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (v > 0)
-        snprintf(buf, cap, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
-}
+static int cudnn_major(int v) { return v >= RN_GPUINFO_CUDNN_WIDE ? v / 10000 : v / 1000; }
 
-/* NCCL >= 2.9 encodes 10000 * major + 100 * minor + patch, older 1000 * major + 100 * minor + patch. */
-static void nccl_ver(char *buf, size_t cap, int v) {
-    if (v >= 20900)
+void rn_gpuinfo_lib_ver(char *buf, size_t cap, int v, int wide_from) {
+    if (v <= 0) {
+        if (cap) buf[0] = 0;
+    } else if (v >= wide_from)
         snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (v > 0)
+    else
         snprintf(buf, cap, "%d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
-}
-
-static void xyz_ver(char *buf, size_t cap, int v) {
-    if (v > 0)
-        snprintf(buf, cap, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
-    else if (cap)
-        buf[0] = 0;
 }
 
 /* for a libcuda whose cuGetErrorName does not answer (the toolkit's stub) */
@@ -342,27 +255,27 @@ typedef struct {
 
 static void nvml_load(const rn_gpulib *l, nvml_api *n) {
     memset(n, 0, sizeof *n);
-    if (!sym(l, "nvmlInit_v2", &n->init)) sym(l, "nvmlInit", &n->init);
-    sym(l, "nvmlShutdown", &n->shutdown);
-    sym(l, "nvmlErrorString", &n->error_string);
-    sym(l, "nvmlDeviceGetHandleByPciBusId_v2", &n->by_bus);
-    sym(l, "nvmlDeviceGetHandleByUUID", &n->by_uuid);
-    sym(l, "nvmlDeviceGetMemoryInfo", &n->mem);
-    sym(l, "nvmlDeviceGetClockInfo", &n->clock);
-    sym(l, "nvmlDeviceGetMaxClockInfo", &n->max_clock);
-    sym(l, "nvmlDeviceGetTemperature", &n->temp);
-    sym(l, "nvmlDeviceGetPowerUsage", &n->power);
-    sym(l, "nvmlDeviceGetEnforcedPowerLimit", &n->power_limit);
-    sym(l, "nvmlDeviceGetUtilizationRates", &n->util);
-    sym(l, "nvmlDeviceGetEccMode", &n->ecc_mode);
-    sym(l, "nvmlDeviceGetTotalEccErrors", &n->ecc_errors);
+    if (!rn_gpuinfo_sym(l, "nvmlInit_v2", &n->init)) rn_gpuinfo_sym(l, "nvmlInit", &n->init);
+    rn_gpuinfo_sym(l, "nvmlShutdown", &n->shutdown);
+    rn_gpuinfo_sym(l, "nvmlErrorString", &n->error_string);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetHandleByPciBusId_v2", &n->by_bus);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetHandleByUUID", &n->by_uuid);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetMemoryInfo", &n->mem);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetClockInfo", &n->clock);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetMaxClockInfo", &n->max_clock);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetTemperature", &n->temp);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetPowerUsage", &n->power);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetEnforcedPowerLimit", &n->power_limit);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetUtilizationRates", &n->util);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetEccMode", &n->ecc_mode);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetTotalEccErrors", &n->ecc_errors);
     /* renamed in NVML 12.2; the old name stays exported for older drivers */
-    if (!sym(l, "nvmlDeviceGetCurrentClocksEventReasons", &n->reasons))
-        sym(l, "nvmlDeviceGetCurrentClocksThrottleReasons", &n->reasons);
-    sym(l, "nvmlDeviceGetCurrPcieLinkGeneration", &n->pcie_gen);
-    sym(l, "nvmlDeviceGetCurrPcieLinkWidth", &n->pcie_width);
-    sym(l, "nvmlDeviceGetMaxPcieLinkGeneration", &n->pcie_gen_max);
-    sym(l, "nvmlDeviceGetMaxPcieLinkWidth", &n->pcie_width_max);
+    if (!rn_gpuinfo_sym(l, "nvmlDeviceGetCurrentClocksEventReasons", &n->reasons))
+        rn_gpuinfo_sym(l, "nvmlDeviceGetCurrentClocksThrottleReasons", &n->reasons);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetCurrPcieLinkGeneration", &n->pcie_gen);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetCurrPcieLinkWidth", &n->pcie_width);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetMaxPcieLinkGeneration", &n->pcie_gen_max);
+    rn_gpuinfo_sym(l, "nvmlDeviceGetMaxPcieLinkWidth", &n->pcie_width_max);
 }
 
 static int u_or(int (*fn)(void *, unsigned *), void *h) {
@@ -448,18 +361,18 @@ static void probe_devices(rn_gpuinfo *g) {
     int (*get_count)(int *) = NULL, (*get)(int *, int) = NULL, (*get_name)(char *, int, int) = NULL;
     int (*attr)(int *, int, int) = NULL, (*total_mem)(size_t *, int) = NULL, (*bus)(char *, int, int) = NULL;
     int (*uuid)(unsigned char *, int) = NULL, (*peer)(int *, int, int) = NULL;
-    if (!sym(l, "cuDeviceGetCount", &get_count) || !sym(l, "cuDeviceGet", &get) ||
-        !sym(l, "cuDeviceGetName", &get_name) || !sym(l, "cuDeviceGetAttribute", &attr)) {
+    if (!rn_gpuinfo_sym(l, "cuDeviceGetCount", &get_count) || !rn_gpuinfo_sym(l, "cuDeviceGet", &get) ||
+        !rn_gpuinfo_sym(l, "cuDeviceGetName", &get_name) || !rn_gpuinfo_sym(l, "cuDeviceGetAttribute", &attr)) {
         add_note(g,
                  "%s lacks the device functions (cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, "
                  "cuDeviceGetAttribute): devices not listed",
                  l->path);
         return;
     }
-    if (!sym(l, "cuDeviceTotalMem_v2", &total_mem)) sym(l, "cuDeviceTotalMem", &total_mem);
-    sym(l, "cuDeviceGetPCIBusId", &bus);
-    if (!sym(l, "cuDeviceGetUuid_v2", &uuid)) sym(l, "cuDeviceGetUuid", &uuid);
-    sym(l, "cuDeviceCanAccessPeer", &peer);
+    if (!rn_gpuinfo_sym(l, "cuDeviceTotalMem_v2", &total_mem)) rn_gpuinfo_sym(l, "cuDeviceTotalMem", &total_mem);
+    rn_gpuinfo_sym(l, "cuDeviceGetPCIBusId", &bus);
+    if (!rn_gpuinfo_sym(l, "cuDeviceGetUuid_v2", &uuid)) rn_gpuinfo_sym(l, "cuDeviceGetUuid", &uuid);
+    rn_gpuinfo_sym(l, "cuDeviceCanAccessPeer", &peer);
     int n = 0;
     if (get_count(&n) != CU_OK || n <= 0) return;
     g->dev = rn_calloc((size_t)n, sizeof *g->dev);
@@ -544,9 +457,9 @@ static void probe_nvml(rn_gpuinfo *g) {
     }
     int (*drv)(char *, unsigned) = NULL, (*nver)(char *, unsigned) = NULL;
     char buf[80];
-    if (sym(l, "nvmlSystemGetDriverVersion", &drv) && drv(buf, sizeof buf) == NVML_OK)
+    if (rn_gpuinfo_sym(l, "nvmlSystemGetDriverVersion", &drv) && drv(buf, sizeof buf) == NVML_OK)
         snprintf(g->driver_version, sizeof g->driver_version, "%.31s", buf);
-    if (sym(l, "nvmlSystemGetNVMLVersion", &nver) && nver(buf, sizeof buf) == NVML_OK)
+    if (rn_gpuinfo_sym(l, "nvmlSystemGetNVMLVersion", &nver) && nver(buf, sizeof buf) == NVML_OK)
         snprintf(l->version, sizeof l->version, "%.31s", buf);
     for (int i = 0; i < g->ndev; i++) {
         rn_gpudev *d = &g->dev[i];
@@ -564,9 +477,9 @@ static void probe_versions(rn_gpuinfo *g) {
     l = &g->lib[RN_GPULIB_CUDART];
     int (*rtver)(int *) = NULL;
     int v = 0;
-    if (sym(l, "cudaRuntimeGetVersion", &rtver) && rtver(&v) == 0 && v > 0) {
+    if (rn_gpuinfo_sym(l, "cudaRuntimeGetVersion", &rtver) && rtver(&v) == 0 && v > 0) {
         g->runtime = v;
-        cuda_ver(l->version, sizeof l->version, v);
+        rn_gpuinfo_cuda_ver(l->version, sizeof l->version, v);
     } else if (l->loaded)
         snprintf(l->error, sizeof l->error, "cudaRuntimeGetVersion failed");
 
@@ -574,27 +487,29 @@ static void probe_versions(rn_gpuinfo *g) {
     int (*prop)(int, int *) = NULL;
     size_t (*blas_rt)(void) = NULL;
     int ma, mi, pa;
-    if (sym(l, "cublasGetProperty", &prop) && prop(BLAS_PROP_MAJOR, &ma) == 0 && prop(BLAS_PROP_MINOR, &mi) == 0 &&
-        prop(BLAS_PROP_PATCH, &pa) == 0)
+    if (rn_gpuinfo_sym(l, "cublasGetProperty", &prop) && prop(BLAS_PROP_MAJOR, &ma) == 0 &&
+        prop(BLAS_PROP_MINOR, &mi) == 0 && prop(BLAS_PROP_PATCH, &pa) == 0)
         snprintf(l->version, sizeof l->version, "%d.%d.%d", ma, mi, pa);
     else if (l->loaded)
         snprintf(l->error, sizeof l->error, "cublasGetProperty failed");
-    if (sym(l, "cublasGetCudartVersion", &blas_rt)) cuda_ver(l->built_for, sizeof l->built_for, (int)blas_rt());
+    if (rn_gpuinfo_sym(l, "cublasGetCudartVersion", &blas_rt))
+        rn_gpuinfo_cuda_ver(l->built_for, sizeof l->built_for, (int)blas_rt());
 
     l = &g->lib[RN_GPULIB_CUDNN];
     size_t (*dnn)(void) = NULL, (*dnn_rt)(void) = NULL;
-    if (sym(l, "cudnnGetVersion", &dnn)) {
+    if (rn_gpuinfo_sym(l, "cudnnGetVersion", &dnn)) {
         g->cudnn = (int)dnn();
-        cudnn_ver(l->version, sizeof l->version, g->cudnn);
+        rn_gpuinfo_lib_ver(l->version, sizeof l->version, g->cudnn, RN_GPUINFO_CUDNN_WIDE);
     }
-    if (sym(l, "cudnnGetCudartVersion", &dnn_rt)) {
+    if (rn_gpuinfo_sym(l, "cudnnGetCudartVersion", &dnn_rt)) {
         g->cudnn_cudart = (int)dnn_rt();
-        cuda_ver(l->built_for, sizeof l->built_for, g->cudnn_cudart);
+        rn_gpuinfo_cuda_ver(l->built_for, sizeof l->built_for, g->cudnn_cudart);
     }
 
     l = &g->lib[RN_GPULIB_NCCL];
     int (*nccl)(int *) = NULL;
-    if (sym(l, "ncclGetVersion", &nccl) && nccl(&v) == 0) nccl_ver(l->version, sizeof l->version, v);
+    if (rn_gpuinfo_sym(l, "ncclGetVersion", &nccl) && nccl(&v) == 0)
+        rn_gpuinfo_lib_ver(l->version, sizeof l->version, v, RN_GPUINFO_NCCL_WIDE);
 }
 
 /* cuDNN 9 loads its sub-libraries on first use; a missing one fails the first conv, long
@@ -632,8 +547,8 @@ static void diagnose(rn_gpuinfo *g) {
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     int need = g->runtime ? g->runtime : g->built_cudart;
     char needs[16], has[16];
-    cuda_ver(needs, sizeof needs, need);
-    cuda_ver(has, sizeof has, g->driver_cuda);
+    rn_gpuinfo_cuda_ver(needs, sizeof needs, need);
+    rn_gpuinfo_cuda_ver(has, sizeof has, g->driver_cuda);
 
     if (!g->built_with_cuda)
         add_problem(g, RN_GPUINFO_NO_BUILD_GPU,
@@ -782,7 +697,7 @@ static void diagnose(rn_gpuinfo *g) {
                     dnn->path, dnn->version, dnn->built_for, needs);
     } else if (g->built_cudnn && g->cudnn < g->built_cudnn) {
         char built[16];
-        cudnn_ver(built, sizeof built, g->built_cudnn);
+        rn_gpuinfo_lib_ver(built, sizeof built, g->built_cudnn, RN_GPUINFO_CUDNN_WIDE);
         add_problem(g, RN_GPUINFO_CUDNN, "upgrade cuDNN, or put the one rn was built with first on the library path",
                     "%s is cuDNN %s, older than the %s rn was built with", dnn->path, dnn->version, built);
     } else
@@ -841,14 +756,14 @@ int rn_gpuinfo_probe(rn_gpuinfo **out) {
     if (cu->loaded) {
         int (*drv)(int *) = NULL, (*init)(unsigned) = NULL, (*ename)(int, const char **) = NULL;
         int v = 0;
-        if (sym(cu, "cuDriverGetVersion", &drv) && drv(&v) == CU_OK) {
+        if (rn_gpuinfo_sym(cu, "cuDriverGetVersion", &drv) && drv(&v) == CU_OK) {
             g->driver_cuda = v;
-            cuda_ver(cu->version, sizeof cu->version, v);
+            rn_gpuinfo_cuda_ver(cu->version, sizeof cu->version, v);
         }
-        if (sym(cu, "cuInit", &init)) {
+        if (rn_gpuinfo_sym(cu, "cuInit", &init)) {
             g->cu_init = init(0);
             const char *nm = NULL;
-            if (!sym(cu, "cuGetErrorName", &ename) || ename(g->cu_init, &nm) != CU_OK || !nm)
+            if (!rn_gpuinfo_sym(cu, "cuGetErrorName", &ename) || ename(g->cu_init, &nm) != CU_OK || !nm)
                 nm = cu_error_name(g->cu_init);
             snprintf(g->cu_init_name, sizeof g->cu_init_name, "%s", nm);
             if (g->cu_init == CU_OK) probe_devices(g);
@@ -874,7 +789,7 @@ void rn_gpuinfo_free(rn_gpuinfo *g) {
     if (!g) return;
     rn_gpulib *nv = &g->lib[RN_GPULIB_NVML];
     int (*shutdown)(void) = NULL;
-    if (nv->loaded && g->nvml_init == NVML_OK && sym(nv, "nvmlShutdown", &shutdown)) shutdown();
+    if (nv->loaded && g->nvml_init == NVML_OK && rn_gpuinfo_sym(nv, "nvmlShutdown", &shutdown)) shutdown();
     /* the CUDA libraries register atexit handlers and may have threads: leave them mapped */
     for (int i = 0; i < RN_GPULIB_COUNT; i++)
         if (g->lib[i].handle && (i == RN_GPULIB_NVML || i == RN_GPULIB_NCCL)) dlclose(g->lib[i].handle);
@@ -896,818 +811,4 @@ int rn_gpuinfo_refresh(rn_gpuinfo *g) {
     for (int i = 0; i < g->ndev; i++)
         read_live(&n, &g->dev[i]);
     return RN_OK;
-}
-
-/* ---------- writers ---------- */
-
-static int stream_status(FILE *f, const char *what) {
-    if (ferror(f)) return rn_errorf(RN_EIO, "writing %s: %s", what, strerror(errno ? errno : EIO));
-    return RN_OK;
-}
-
-static void jint(FILE *f, long long v) {
-    if (v < 0)
-        fputs("null", f);
-    else
-        fprintf(f, "%lld", v);
-}
-
-static void jnum(FILE *f, double v) {
-    if (v < 0 || !isfinite(v))
-        fputs("null", f);
-    else
-        fprintf(f, "%.6g", v);
-}
-
-static void jstr(FILE *f, const char *s) {
-    if (!s || !s[0])
-        fputs("null", f);
-    else
-        rn_json_string(f, s);
-}
-
-static const char *mode_name(int m) {
-    switch (m) {
-    case 0: return "default";
-    case 1: return "exclusive_thread";
-    case 2: return "prohibited";
-    case 3: return "exclusive_process";
-    default: return NULL;
-    }
-}
-
-static void throttle_json(FILE *f, long long t) {
-    if (t < 0) {
-        fputs("null", f);
-        return;
-    }
-    fputc('[', f);
-    int first = 1;
-    for (int b = 0; b < (int)(sizeof throttle_names / sizeof *throttle_names); b++)
-        if (t & (1LL << b)) {
-            fprintf(f, "%s\"%s\"", first ? "" : ",", throttle_names[b]);
-            first = 0;
-        }
-    fputc(']', f);
-}
-
-static void live_json(FILE *f, const rn_gpudev *d) {
-    fputs("\"memory\":{\"total\":", f);
-    jint(f, d->mem_total);
-    fputs(",\"free\":", f);
-    jint(f, d->mem_free);
-    fputs(",\"used\":", f);
-    jint(f, d->mem_used);
-    fputs("},\"clocks_mhz\":{\"sm\":", f);
-    jint(f, d->sm_mhz);
-    fputs(",\"memory\":", f);
-    jint(f, d->mem_mhz);
-    fputs(",\"sm_max\":", f);
-    jint(f, d->sm_max_mhz);
-    fputs(",\"memory_max\":", f);
-    jint(f, d->mem_max_mhz);
-    fputs("},\"temperature_c\":", f);
-    jint(f, d->temperature_c);
-    fputs(",\"power_w\":{\"draw\":", f);
-    jnum(f, d->power_w);
-    fputs(",\"limit\":", f);
-    jnum(f, d->power_limit_w);
-    fputs("},\"utilization_pct\":{\"gpu\":", f);
-    jint(f, d->util_gpu);
-    fputs(",\"memory\":", f);
-    jint(f, d->util_mem);
-    fputs("},\"throttle_reasons\":", f);
-    throttle_json(f, d->throttle);
-}
-
-static void problem_json(FILE *f, int code, const char *msg, const char *fix) {
-    fprintf(f, "{\"code\":%d,\"name\":\"%s\",\"message\":", code, rn_gpuinfo_status_name(code));
-    jstr(f, msg);
-    fputs(",\"fix\":", f);
-    jstr(f, fix);
-    fputc('}', f);
-}
-
-int rn_gpuinfo_write_json(const rn_gpuinfo *g, FILE *f) {
-    char b[4][16];
-    cuda_ver(b[0], 16, g->built_cudart);
-    xyz_ver(b[1], 16, g->built_cublas);
-    cudnn_ver(b[2], 16, g->built_cudnn);
-    nccl_ver(b[3], 16, g->built_nccl);
-    fprintf(f, "{\"schema\":\"rn-gpuinfo/1\",\"rn_version\":");
-    jstr(f, RN_VERSION);
-    fprintf(f, ",\"build\":{\"cuda\":%s,\"cudart\":", g->built_with_cuda ? "true" : "false");
-    jstr(f, b[0]);
-    fputs(",\"cublas\":", f);
-    jstr(f, b[1]);
-    fputs(",\"cudnn\":", f);
-    jstr(f, b[2]);
-    fputs(",\"nccl\":", f);
-    jstr(f, b[3]);
-    fputs("},\"driver\":{\"version\":", f);
-    jstr(f, g->driver_version);
-    fputs(",\"cuda\":", f);
-    jstr(f, g->lib[RN_GPULIB_CUDA].version);
-    fprintf(f, ",\"kernel_module\":%s,\"init\":", g->kernel_module ? "true" : "false");
-    jstr(f, g->cu_init >= 0 ? g->cu_init_name : NULL);
-    fputs("},\"libraries\":{", f);
-    for (int i = 0; i < RN_GPULIB_COUNT; i++) {
-        const rn_gpulib *l = &g->lib[i];
-        fprintf(f, "%s\"%s\":{\"soname\":", i ? "," : "", l->key);
-        jstr(f, l->soname);
-        fprintf(f, ",\"loaded\":%s,\"path\":", l->loaded ? "true" : "false");
-        jstr(f, l->path);
-        fputs(",\"realpath\":", f);
-        jstr(f, l->realpath);
-        fputs(",\"version\":", f);
-        jstr(f, l->version);
-        fputs(",\"error\":", f);
-        jstr(f, l->error);
-        if (i == RN_GPULIB_CUDNN || i == RN_GPULIB_CUBLAS) {
-            fputs(",\"cuda\":", f);
-            jstr(f, l->built_for);
-        }
-        fputc('}', f);
-    }
-    fputs("},\"devices\":[", f);
-    for (int i = 0; i < g->ndev; i++) {
-        const rn_gpudev *d = &g->dev[i];
-        fprintf(f, "%s{\"index\":%d,\"name\":", i ? "," : "", d->index);
-        jstr(f, d->name);
-        fputs(",\"uuid\":", f);
-        jstr(f, d->uuid);
-        fputs(",\"pci_bus_id\":", f);
-        jstr(f, d->pci_bus_id);
-        fputs(",\"compute_capability\":", f);
-        if (d->cc_major >= 0)
-            fprintf(f, "\"%d.%d\"", d->cc_major, d->cc_minor);
-        else
-            fputs("null", f);
-        fputs(",\"multiprocessors\":", f);
-        jint(f, d->sms);
-        fputs(",\"compute_mode\":", f);
-        jstr(f, mode_name(d->compute_mode));
-        fprintf(f, ",\"usable\":%s,\"unusable_reason\":", d->usable ? "true" : "false");
-        jstr(f, d->unusable_reason);
-        fputc(',', f);
-        live_json(f, d);
-        fputs(",\"ecc\":{\"enabled\":", f);
-        fputs(d->ecc_enabled < 0 ? "null" : d->ecc_enabled ? "true" : "false", f);
-        fputs(",\"volatile_corrected\":", f);
-        jint(f, d->ecc_vol_corr);
-        fputs(",\"volatile_uncorrected\":", f);
-        jint(f, d->ecc_vol_uncorr);
-        fputs(",\"aggregate_corrected\":", f);
-        jint(f, d->ecc_agg_corr);
-        fputs(",\"aggregate_uncorrected\":", f);
-        jint(f, d->ecc_agg_uncorr);
-        fputs("},\"pcie\":{\"gen\":", f);
-        jint(f, d->pcie_gen);
-        fputs(",\"width\":", f);
-        jint(f, d->pcie_width);
-        fputs(",\"gen_max\":", f);
-        jint(f, d->pcie_gen_max);
-        fputs(",\"width_max\":", f);
-        jint(f, d->pcie_width_max);
-        fputs("}}", f);
-    }
-    fputs("],\"peer_access\":[", f);
-    for (int i = 0; i < g->ndev; i++) {
-        fprintf(f, "%s[", i ? "," : "");
-        for (int j = 0; j < g->ndev; j++)
-            fprintf(f, "%s%s", j ? "," : "", g->p2p[i * g->ndev + j] ? "true" : "false");
-        fputc(']', f);
-    }
-    fputs("],\"status\":", f);
-    if (g->nproblems)
-        problem_json(f, g->problem[0].code, g->problem[0].message, g->problem[0].fix);
-    else
-        problem_json(f, 0, "a usable GPU, NVIDIA driver, CUDA runtime, cuBLAS and cuDNN are present", NULL);
-    fputs(",\"problems\":[", f);
-    for (int i = 0; i < g->nproblems; i++) {
-        if (i) fputc(',', f);
-        problem_json(f, g->problem[i].code, g->problem[i].message, g->problem[i].fix);
-    }
-    fputs("],\"notes\":[", f);
-    for (int i = 0; i < g->nnotes; i++) {
-        if (i) fputc(',', f);
-        rn_json_string(f, g->note[i]);
-    }
-    fputs("]}\n", f);
-    return stream_status(f, "the JSON report");
-}
-
-static void mib(char *buf, size_t cap, long long bytes) {
-    if (bytes < 0)
-        snprintf(buf, cap, "?");
-    else
-        snprintf(buf, cap, "%lld", bytes >> 20);
-}
-
-static void num_or_q(char *buf, size_t cap, long long v) {
-    if (v < 0)
-        snprintf(buf, cap, "?");
-    else
-        snprintf(buf, cap, "%lld", v);
-}
-
-/* a value for the text report, "?" when unknown; watts to the nearest one */
-static const char *qs(char buf[24], long long v) {
-    num_or_q(buf, 24, v);
-    return buf;
-}
-
-static const char *qw(char buf[24], double w) {
-    if (w < 0)
-        snprintf(buf, 24, "?");
-    else
-        snprintf(buf, 24, "%.0f", w);
-    return buf;
-}
-
-int rn_gpuinfo_write_text(const rn_gpuinfo *g, FILE *f) {
-    char v[4][16];
-    if (g->built_with_cuda) {
-        cuda_ver(v[0], 16, g->built_cudart);
-        xyz_ver(v[1], 16, g->built_cublas);
-        cudnn_ver(v[2], 16, g->built_cudnn);
-        nccl_ver(v[3], 16, g->built_nccl);
-        fprintf(f, "rn %s, built with CUDA %s, cuBLAS %s, cuDNN %s%s%s\n", RN_VERSION, v[0], v[1], v[2],
-                v[3][0] ? ", NCCL headers " : "", v[3]);
-    } else
-        fprintf(f, "rn %s, built without GPU support (USE_CUDA=0)\n", RN_VERSION);
-
-    fprintf(f, "\n%-14s %-12s %s\n", "library", "version", "loaded from");
-    for (int i = 0; i < RN_GPULIB_COUNT; i++) {
-        const rn_gpulib *l = &g->lib[i];
-        char ver[48];
-        if (i == RN_GPULIB_CUDA && g->driver_version[0])
-            snprintf(ver, sizeof ver, "%s", g->driver_version);
-        else
-            snprintf(ver, sizeof ver, "%s", l->version[0] ? l->version : "-");
-        if (!l->loaded) {
-            fprintf(f, "%-14s %-12s not found: %s\n", l->title, ver, l->error);
-            continue;
-        }
-        fprintf(f, "%-14s %-12s %s", l->title, ver, l->path);
-        if (l->realpath[0] && strcmp(l->realpath, l->path)) fprintf(f, " -> %s", l->realpath);
-        if (i == RN_GPULIB_CUDA && l->version[0]) fprintf(f, " (supports CUDA %s)", l->version);
-        if (l->built_for[0]) fprintf(f, " (for CUDA %s)", l->built_for);
-        fputc('\n', f);
-    }
-    fprintf(f, "\ndriver: %s%s, kernel module %s, cuInit: %s\n", g->driver_version[0] ? "release " : "",
-            g->driver_version[0] ? g->driver_version : "release unknown", g->kernel_module ? "loaded" : "not loaded",
-            g->cu_init >= 0 ? g->cu_init_name : "not called");
-
-    if (!g->ndev) fprintf(f, "devices: none\n");
-    for (int i = 0; i < g->ndev; i++) {
-        const rn_gpudev *d = &g->dev[i];
-        char a[24], b[24], c[24];
-        char cc[16];
-        if (d->cc_major >= 0)
-            snprintf(cc, sizeof cc, "sm_%d%d", d->cc_major, d->cc_minor);
-        else
-            snprintf(cc, sizeof cc, "sm_?");
-        fprintf(f, "\nGPU %d: %s, %s, %d SMs, %s, PCI %s%s%s\n", d->index, d->name, cc, d->sms,
-                d->uuid[0] ? d->uuid : "UUID ?", d->pci_bus_id[0] ? d->pci_bus_id : "?",
-                d->usable ? "" : ", NOT USABLE: ", d->usable ? "" : d->unusable_reason);
-        mib(a, sizeof a, d->mem_used);
-        mib(b, sizeof b, d->mem_total);
-        mib(c, sizeof c, d->mem_free);
-        fprintf(f, "  memory       %s / %s MiB used, %s MiB free; compute mode %s\n", a, b, c,
-                mode_name(d->compute_mode) ? mode_name(d->compute_mode) : "?");
-        if (!d->nvml) {
-            fprintf(f, "  live figures unavailable (no NVML)\n");
-            continue;
-        }
-        char q[8][24];
-        fprintf(f, "  clocks       SM %s / %s MHz, memory %s / %s MHz\n", qs(q[0], d->sm_mhz), qs(q[1], d->sm_max_mhz),
-                qs(q[2], d->mem_mhz), qs(q[3], d->mem_max_mhz));
-        fprintf(f, "  load         GPU %s%%, memory %s%%, %s C, power %s / %s W\n", qs(q[0], d->util_gpu),
-                qs(q[1], d->util_mem), qs(q[2], d->temperature_c), qw(q[3], d->power_w), qw(q[4], d->power_limit_w));
-        num_or_q(a, sizeof a, d->ecc_vol_corr);
-        num_or_q(b, sizeof b, d->ecc_vol_uncorr);
-        num_or_q(c, sizeof c, d->ecc_agg_uncorr);
-        fprintf(f, "  ECC          %s", d->ecc_enabled < 0 ? "unknown" : d->ecc_enabled ? "on" : "off");
-        if (d->ecc_enabled == 1)
-            fprintf(f, ", since load %s corrected %s uncorrected, lifetime %s uncorrected", a, b, c);
-        fprintf(f, "\n  throttle     ");
-        if (d->throttle < 0)
-            fputs("unknown", f);
-        else if (d->throttle == 0)
-            fputs("none", f);
-        else
-            for (int t = 0, first = 1; t < (int)(sizeof throttle_names / sizeof *throttle_names); t++)
-                if (d->throttle & (1LL << t)) {
-                    fprintf(f, "%s%s", first ? "" : ", ", throttle_names[t]);
-                    first = 0;
-                }
-        fprintf(f, "\n  PCIe         gen %s x%s (max gen %s x%s)\n", qs(q[0], d->pcie_gen), qs(q[1], d->pcie_width),
-                qs(q[2], d->pcie_gen_max), qs(q[3], d->pcie_width_max));
-    }
-    if (g->ndev > 1) {
-        fprintf(f, "\npeer access (row can read column's memory):\n     ");
-        for (int j = 0; j < g->ndev; j++)
-            fprintf(f, " %3d", j);
-        fputc('\n', f);
-        for (int i = 0; i < g->ndev; i++) {
-            fprintf(f, "  %3d", i);
-            for (int j = 0; j < g->ndev; j++)
-                fprintf(f, " %3s", i == j ? "-" : g->p2p[i * g->ndev + j] ? "Y" : "n");
-            fputc('\n', f);
-        }
-    }
-    int st = rn_gpuinfo_status(g);
-    fprintf(f, "\nstatus: %d %s: %s\n", st, rn_gpuinfo_status_name(st),
-            g->nproblems ? g->problem[0].message
-                         : "a usable GPU, NVIDIA driver, CUDA runtime, cuBLAS and cuDNN are present");
-    if (g->nproblems && g->problem[0].fix[0]) fprintf(f, "  fix: %s\n", g->problem[0].fix);
-    for (int i = 1; i < g->nproblems; i++)
-        fprintf(f, "also %d %s: %s\n  fix: %s\n", g->problem[i].code, rn_gpuinfo_status_name(g->problem[i].code),
-                g->problem[i].message, g->problem[i].fix);
-    for (int i = 0; i < g->nnotes; i++)
-        fprintf(f, "note: %s\n", g->note[i]);
-    return stream_status(f, "the report");
-}
-
-static void utc(char *buf, size_t cap, long long now) {
-    time_t t = (time_t)now;
-    struct tm tm;
-    if (gmtime_r(&t, &tm))
-        strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    else
-        snprintf(buf, cap, "%lld", now);
-}
-
-int rn_gpuinfo_write_sample(const rn_gpuinfo *g, int i, long long now, int json, FILE *f) {
-    const rn_gpudev *d = &g->dev[i];
-    char ts[32];
-    utc(ts, sizeof ts, now);
-    if (json) {
-        fprintf(f, "{\"time\":\"%s\",\"index\":%d,\"name\":", ts, d->index);
-        jstr(f, d->name);
-        fputc(',', f);
-        live_json(f, d);
-        fputs("}\n", f);
-    } else {
-        char used[24], total[24], pw[24], pl[24], tc[24], util[24], mu[24], sm[24], mc[24];
-        mib(used, sizeof used, d->mem_used);
-        mib(total, sizeof total, d->mem_total);
-        qw(pw, d->power_w);
-        qw(pl, d->power_limit_w);
-        num_or_q(tc, sizeof tc, d->temperature_c);
-        num_or_q(util, sizeof util, d->util_gpu);
-        num_or_q(mu, sizeof mu, d->util_mem);
-        num_or_q(sm, sizeof sm, d->sm_mhz);
-        num_or_q(mc, sizeof mc, d->mem_mhz);
-        fprintf(f, "%s gpu%d util %3s%% memutil %3s%% mem %6s/%s MiB power %4s/%s W temp %3s C sm %5s MHz mem %5s MHz",
-                ts, d->index, util, mu, used, total, pw, pl, tc, sm, mc);
-        if (d->throttle > 0) {
-            fputs(" throttle ", f);
-            for (int t = 0, first = 1; t < (int)(sizeof throttle_names / sizeof *throttle_names); t++)
-                if (d->throttle & (1LL << t)) {
-                    fprintf(f, "%s%s", first ? "" : ",", throttle_names[t]);
-                    first = 0;
-                }
-        }
-        fputc('\n', f);
-    }
-    return stream_status(f, "a --watch sample");
-}
-
-int rn_gpuinfo_watch(rn_gpuinfo *g, double interval_s, long count, int only, int json, FILE *f,
-                     volatile sig_atomic_t *stop) {
-    if (only >= g->ndev)
-        return rn_errorf(RN_EINVAL, "--device %d: there %s only %d device%s (0..%d)", only, g->ndev == 1 ? "is" : "are",
-                         g->ndev, g->ndev == 1 ? "" : "s", g->ndev - 1);
-    if (g->ndev == 0) return rn_errorf(RN_EGPU, "no CUDA device to watch");
-    struct timespec next;
-    clock_gettime(CLOCK_MONOTONIC, &next);
-    for (long k = 0; count == 0 || k < count; k++) {
-        if (stop && *stop) break;
-        int rc = rn_gpuinfo_refresh(g);
-        if (rc) return rc;
-        long long now = (long long)time(NULL);
-        for (int i = 0; i < g->ndev; i++) {
-            if (only >= 0 && i != only) continue;
-            if ((rc = rn_gpuinfo_write_sample(g, i, now, json, f))) return rc;
-        }
-        if (fflush(f) != 0) return rn_errorf(RN_EIO, "writing --watch samples: %s", strerror(errno));
-        if (count && k + 1 >= count) break;
-        /* absolute deadlines keep the period exact however long a sample takes */
-        double whole = floor(interval_s);
-        next.tv_sec += (time_t)whole;
-        next.tv_nsec += (long)((interval_s - whole) * 1e9);
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
-        while (!(stop && *stop)) {
-            int e = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
-            if (e == 0) break;
-            if (e != EINTR) return rn_errorf(RN_EIO, "clock_nanosleep: %s", strerror(e));
-        }
-    }
-    return RN_OK;
-}
-
-/* ---------- bench ---------- */
-
-typedef struct {
-    int (*set_device)(int);
-    int (*malloc_)(void **, size_t);
-    int (*free_)(void *);
-    int (*malloc_host)(void **, size_t);
-    int (*free_host)(void *);
-    int (*memcpy_)(void *, const void *, size_t, int);
-    int (*sync)(void);
-    int (*event_create)(void **);
-    int (*event_record)(void *, void *);
-    int (*event_sync)(void *);
-    int (*event_elapsed)(float *, void *, void *);
-    int (*event_destroy)(void *);
-    const char *(*error_string)(int);
-    int (*blas_create)(void **);
-    int (*blas_destroy)(void *);
-    int (*gemm)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
-                const void *, void *, int, int, int, int);
-    const char *(*blas_error)(int);
-    int (*dnn_create)(void **);
-    int (*dnn_destroy)(void *);
-    const char *(*dnn_error)(int);
-    int (*tensor_create)(void **), (*tensor_destroy)(void *);
-    int (*tensor_set)(void *, int, int, int, int, int, int);
-    int (*filter_create)(void **), (*filter_destroy)(void *);
-    int (*filter_set)(void *, int, int, int, int, int, int);
-    int (*conv_create)(void **), (*conv_destroy)(void *);
-    int (*conv_set)(void *, int, int, int, int, int, int, int, int);
-    int (*conv_math)(void *, int);
-    int (*conv_find)(void *, void *, void *, void *, void *, int, int *, dnn_fwd_perf *);
-    int (*conv_ws)(void *, void *, void *, void *, void *, int, size_t *);
-    int (*conv_fwd)(void *, const void *, void *, const void *, void *, const void *, void *, int, void *, size_t,
-                    const void *, void *, void *);
-} gpu_api;
-
-#define RT(call)                                                                                                       \
-    do {                                                                                                               \
-        int e_ = (call);                                                                                               \
-        if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (error %d)", __FILE__, __LINE__, #call,                             \
-                           api.error_string ? api.error_string(e_) : "CUDA runtime error", e_);                        \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
-#define BLAS(call)                                                                                                     \
-    do {                                                                                                               \
-        int e_ = (call);                                                                                               \
-        if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (status %d)", __FILE__, __LINE__, #call,                            \
-                           api.blas_error ? api.blas_error(e_) : "cuBLAS error", e_);                                  \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
-#define DNN(call)                                                                                                      \
-    do {                                                                                                               \
-        int e_ = (call);                                                                                               \
-        if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (status %d)", __FILE__, __LINE__, #call,                            \
-                           api.dnn_error ? api.dnn_error(e_) : "cuDNN error", e_);                                     \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
-
-static int load_gpu_api(const rn_gpuinfo *g, gpu_api *a) {
-    memset(a, 0, sizeof *a);
-    const rn_gpulib *rt = &g->lib[RN_GPULIB_CUDART], *bl = &g->lib[RN_GPULIB_CUBLAS], *dn = &g->lib[RN_GPULIB_CUDNN];
-    if (!rt->loaded || !bl->loaded)
-        return rn_errorf(RN_EGPU, "--bench needs the CUDA runtime and cuBLAS: %s", !rt->loaded ? rt->error : bl->error);
-    int ok = sym(rt, "cudaSetDevice", &a->set_device) & sym(rt, "cudaMalloc", &a->malloc_) &
-             sym(rt, "cudaFree", &a->free_) & sym(rt, "cudaMallocHost", &a->malloc_host) &
-             sym(rt, "cudaFreeHost", &a->free_host) & sym(rt, "cudaMemcpy", &a->memcpy_) &
-             sym(rt, "cudaDeviceSynchronize", &a->sync) & sym(rt, "cudaEventCreate", &a->event_create) &
-             sym(rt, "cudaEventRecord", &a->event_record) & sym(rt, "cudaEventSynchronize", &a->event_sync) &
-             sym(rt, "cudaEventElapsedTime", &a->event_elapsed) & sym(rt, "cudaEventDestroy", &a->event_destroy) &
-             sym(rt, "cudaGetErrorString", &a->error_string);
-    if (!ok)
-        return rn_errorf(RN_EGPU, "%s lacks a function --bench needs (cudaMalloc, cudaMemcpy, cudaEvent*)", rt->path);
-    ok = sym(bl, "cublasCreate_v2", &a->blas_create) & sym(bl, "cublasDestroy_v2", &a->blas_destroy) &
-         sym(bl, "cublasGemmEx", &a->gemm);
-    if (!ok) return rn_errorf(RN_EGPU, "%s lacks cublasCreate_v2, cublasDestroy_v2 or cublasGemmEx", bl->path);
-    sym(bl, "cublasGetStatusString", &a->blas_error);
-    if (dn->loaded) {
-        ok = sym(dn, "cudnnCreate", &a->dnn_create) & sym(dn, "cudnnDestroy", &a->dnn_destroy) &
-             sym(dn, "cudnnGetErrorString", &a->dnn_error) & sym(dn, "cudnnCreateTensorDescriptor", &a->tensor_create) &
-             sym(dn, "cudnnDestroyTensorDescriptor", &a->tensor_destroy) &
-             sym(dn, "cudnnSetTensor4dDescriptor", &a->tensor_set) &
-             sym(dn, "cudnnCreateFilterDescriptor", &a->filter_create) &
-             sym(dn, "cudnnDestroyFilterDescriptor", &a->filter_destroy) &
-             sym(dn, "cudnnSetFilter4dDescriptor", &a->filter_set) &
-             sym(dn, "cudnnCreateConvolutionDescriptor", &a->conv_create) &
-             sym(dn, "cudnnDestroyConvolutionDescriptor", &a->conv_destroy) &
-             sym(dn, "cudnnSetConvolution2dDescriptor", &a->conv_set) &
-             sym(dn, "cudnnSetConvolutionMathType", &a->conv_math) &
-             sym(dn, "cudnnFindConvolutionForwardAlgorithm", &a->conv_find) &
-             sym(dn, "cudnnGetConvolutionForwardWorkspaceSize", &a->conv_ws) &
-             sym(dn, "cudnnConvolutionForward", &a->conv_fwd);
-        if (!ok) a->dnn_create = NULL;
-    }
-    return RN_OK;
-}
-
-static uint16_t f32_to_f16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t m = u & 0x7fffffu;
-    if (e <= 0) return (uint16_t)sign; /* the bench data is in [-1, 1): no subnormals needed */
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13);
-    if ((m & 0x1fffu) > 0x1000u || ((m & 0x1fffu) == 0x1000u && (h & 1))) h++; /* round to nearest even */
-    return (uint16_t)h;
-}
-
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even; the data is finite */
-    return (uint16_t)(u >> 16);
-}
-
-static void add_result(rn_gpubench *b, const char *test, const char *unit, double value, double peak,
-                       const char *what) {
-    if (b->n >= RN_GPUBENCH_MAX) return;
-    rn_gpubench_result *r = &b->r[b->n++];
-    memset(r, 0, sizeof *r);
-    r->test = test;
-    r->unit = unit;
-    r->value = value;
-    r->peak = peak > 0 ? peak : -1;
-    snprintf(r->what, sizeof r->what, "%s", what);
-}
-
-static void add_skipped(rn_gpubench *b, const char *test, const char *unit, const char *why) {
-    add_result(b, test, unit, -1, -1, "");
-    snprintf(b->r[b->n - 1].skipped, sizeof b->r[0].skipped, "%s", why);
-}
-
-/* PCIe payload bandwidth per lane in GB/s, by generation (after line encoding). */
-static double pcie_lane_gbs(int gen) {
-    static const double lane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.563};
-    return gen > 0 && gen < (int)(sizeof lane / sizeof *lane) ? lane[gen] : -1;
-}
-
-/* The datasheet row for a device name, -1 when none. "A10" must not catch "A100" nor "L4"
- * "L40S": those rows come first, and a bare match must end the name or be followed by a
- * space or a dash. */
-static int find_peak(const char *name) {
-    for (size_t i = 0; i < sizeof datasheet / sizeof *datasheet; i++) {
-        const char *p = strstr(name, datasheet[i].match);
-        if (!p || (datasheet[i].match2 && !strstr(name, datasheet[i].match2))) continue;
-        p += strlen(datasheet[i].match);
-        if (!datasheet[i].match2 && *p && *p != ' ' && *p != '-') return -1;
-        return (int)i;
-    }
-    return -1;
-}
-
-const char *rn_gpuinfo_datasheet(const char *name) {
-    int i = find_peak(name);
-    return i < 0 ? NULL : datasheet[i].label;
-}
-
-int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
-    memset(out, 0, sizeof *out);
-    if (!g->built_with_cuda)
-        return rn_errorf(RN_ENOTSUP,
-                         "this rn build has no GPU support: rebuild with CUDA, make USE_CUDA=1, to run --bench");
-    if (di < 0 || di >= g->ndev)
-        return rn_errorf(RN_EGPU, "--bench: no CUDA device %d (%d device%s visible)", di, g->ndev,
-                         g->ndev == 1 ? "" : "s");
-    const rn_gpudev *d = &g->dev[di];
-    out->index = d->index;
-    snprintf(out->name, sizeof out->name, "%s", d->name);
-    int peak = find_peak(d->name);
-    out->peak_source = peak >= 0 ? datasheet[peak].label : NULL;
-    double mem_peak = peak >= 0 ? datasheet[peak].mem_gbs
-                      : d->mem_clock_khz > 0 && d->bus_width_bits > 0
-                          ? 2.0 * d->mem_clock_khz * 1e3 * d->bus_width_bits / 8 / 1e9
-                          : -1;
-    double h2d_peak =
-        d->pcie_gen_max > 0 && d->pcie_width_max > 0 ? pcie_lane_gbs(d->pcie_gen_max) * d->pcie_width_max : -1;
-
-    gpu_api api;
-    int rc = load_gpu_api(g, &api);
-    if (rc) return rc;
-    /* 8192^3 GEMMs take 10-20 ms on an H100 in fp32: long enough to time, short enough to repeat */
-    int n = d->mem_total < 0 || d->mem_total >= (16LL << 30) ? 8192 : 4096;
-    size_t bytes = (size_t)n * n * 4;
-    void *host = NULL, *a = NULL, *b = NULL, *c = NULL, *ev0 = NULL, *ev1 = NULL, *blas = NULL;
-    void *dnn = NULL, *xd = NULL, *yd = NULL, *wd = NULL, *cd = NULL, *ws = NULL;
-    float ms;
-    char what[96];
-
-    RT(api.set_device(d->index));
-    RT(api.malloc_host(&host, bytes));
-    RT(api.malloc_(&a, bytes));
-    RT(api.malloc_(&b, bytes));
-    RT(api.malloc_(&c, bytes));
-    RT(api.event_create(&ev0));
-    RT(api.event_create(&ev1));
-    /* seeded random data, never zeros: power, hence clocks, depend on the bits */
-    rn_rng_uniform(rn_rng_key(20260131, 7), host, (int64_t)n * n, -1.0f, 1.0f);
-
-    RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-    RT(api.event_record(ev0, NULL));
-    for (int i = 0; i < 5; i++)
-        RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-    RT(api.event_record(ev1, NULL));
-    RT(api.event_sync(ev1));
-    RT(api.event_elapsed(&ms, ev0, ev1));
-    snprintf(what, sizeof what, "%zu MiB pinned", bytes >> 20);
-    add_result(out, "h2d", "GB/s", 5.0 * bytes / (ms * 1e-3) / 1e9, h2d_peak, what);
-
-    RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
-    RT(api.event_record(ev0, NULL));
-    for (int i = 0; i < 20; i++)
-        RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
-    RT(api.event_record(ev1, NULL));
-    RT(api.event_sync(ev1));
-    RT(api.event_elapsed(&ms, ev0, ev1));
-    snprintf(what, sizeof what, "%zu MiB, read+write", bytes >> 20);
-    add_result(out, "d2d", "GB/s", 20.0 * 2 * bytes / (ms * 1e-3) / 1e9, mem_peak, what);
-
-    BLAS(api.blas_create(&blas));
-    static const struct {
-        const char *test;
-        int dtype, compute, size;
-    } gemms[] = {
-        {"gemm_fp32", DT_R_32F, BLAS_COMPUTE_32F, 4},
-        {"gemm_tf32", DT_R_32F, BLAS_COMPUTE_32F_FAST_TF32, 4},
-        {"gemm_fp16", DT_R_16F, BLAS_COMPUTE_32F, 2},
-        {"gemm_bf16", DT_R_16BF, BLAS_COMPUTE_32F, 2},
-    };
-    const float one = 1.0f, zero = 0.0f;
-    for (size_t k = 0; k < sizeof gemms / sizeof *gemms; k++) {
-        double pk = peak < 0 ? -1
-                    : k == 0 ? datasheet[peak].fp32
-                    : k == 1 ? datasheet[peak].tf32
-                    : k == 2 ? datasheet[peak].fp16
-                             : datasheet[peak].bf16;
-        if (peak >= 0 && pk == 0) {
-            add_skipped(out, gemms[k].test, "TFLOP/s", "this GPU has no tensor cores for this type");
-            continue;
-        }
-        if (gemms[k].size == 2) {
-            /* narrow the host data in place into the first half of the buffer, then upload */
-            uint16_t *h16 = host;
-            float *h32 = host;
-            rn_rng_uniform(rn_rng_key(20260131, 7), h32, (int64_t)n * n, -1.0f, 1.0f);
-            for (int64_t i = 0; i < (int64_t)n * n; i++)
-                h16[i] = gemms[k].dtype == DT_R_16F ? f32_to_f16(h32[i]) : f32_to_bf16(h32[i]);
-            RT(api.memcpy_(a, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
-        } else {
-            rn_rng_uniform(rn_rng_key(20260131, 7), host, (int64_t)n * n, -1.0f, 1.0f);
-            RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, bytes, RT_MEMCPY_H2D));
-        }
-#define GEMM()                                                                                                         \
-    BLAS(api.gemm(blas, BLAS_OP_N, BLAS_OP_N, n, n, n, &one, a, gemms[k].dtype, n, b, gemms[k].dtype, n, &zero, c,     \
-                  gemms[k].dtype, n, gemms[k].compute, BLAS_GEMM_DEFAULT))
-        GEMM();
-        RT(api.event_record(ev0, NULL));
-        GEMM();
-        RT(api.event_record(ev1, NULL));
-        RT(api.event_sync(ev1));
-        RT(api.event_elapsed(&ms, ev0, ev1));
-        int iters = ms > 0 ? (int)(300.0 / ms) : 50; /* about 0.3 s of work */
-        iters = iters < 3 ? 3 : iters > 200 ? 200 : iters;
-        RT(api.event_record(ev0, NULL));
-        for (int i = 0; i < iters; i++)
-            GEMM();
-        RT(api.event_record(ev1, NULL));
-        RT(api.event_sync(ev1));
-        RT(api.event_elapsed(&ms, ev0, ev1));
-#undef GEMM
-        snprintf(what, sizeof what, "%dx%dx%d", n, n, n);
-        add_result(out, gemms[k].test, "TFLOP/s", 2.0 * n * n * (double)n * iters / (ms * 1e-3) / 1e12, pk, what);
-    }
-
-    /* ResNet-50 layer2 3x3 conv at batch 256, fp16 NHWC with fp32 accumulation: what training runs */
-    if (!api.dnn_create) {
-        add_skipped(out, "conv_fp16", "TFLOP/s", "cuDNN is not loaded or lacks the legacy convolution API");
-    } else {
-        const int N = 256, C = 128, K = 128, H = 28, W = 28, R = 3, S = 3;
-        size_t xbytes = (size_t)N * C * H * W * 2;
-        if (xbytes > bytes || (size_t)K * C * R * S * 2 > bytes) {
-            add_skipped(out, "conv_fp16", "TFLOP/s", "buffers too small on this device");
-        } else {
-            dnn_fwd_perf perf[8];
-            int nperf = 0;
-            size_t wsize = 0;
-            DNN(api.dnn_create(&dnn));
-            DNN(api.tensor_create(&xd));
-            DNN(api.tensor_create(&yd));
-            DNN(api.filter_create(&wd));
-            DNN(api.conv_create(&cd));
-            DNN(api.tensor_set(xd, DNN_TENSOR_NHWC, DNN_DATA_HALF, N, C, H, W));
-            DNN(api.tensor_set(yd, DNN_TENSOR_NHWC, DNN_DATA_HALF, N, K, H, W));
-            DNN(api.filter_set(wd, DNN_DATA_HALF, DNN_TENSOR_NHWC, K, C, R, S));
-            DNN(api.conv_set(cd, 1, 1, 1, 1, 1, 1, DNN_CROSS_CORRELATION, DNN_DATA_FLOAT));
-            DNN(api.conv_math(cd, DNN_TENSOR_OP_MATH));
-            /* x in a (already random fp16/bf16 bits from the GEMMs: re-upload fp16), w in b, y in c */
-            uint16_t *h16 = host;
-            float *h32 = host;
-            rn_rng_uniform(rn_rng_key(20260131, 8), h32, (int64_t)(xbytes / 2), -1.0f, 1.0f);
-            for (size_t i = 0; i < xbytes / 2; i++)
-                h16[i] = f32_to_f16(h32[i]);
-            RT(api.memcpy_(a, host, xbytes, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, (size_t)K * C * R * S * 2, RT_MEMCPY_H2D));
-            DNN(api.conv_find(dnn, xd, wd, cd, yd, 8, &nperf, perf));
-            int best = -1;
-            for (int i = 0; i < nperf && best < 0; i++)
-                if (perf[i].status == 0) best = i;
-            if (best < 0) {
-                rc = rn_errorf(RN_EGPU, "cudnnFindConvolutionForwardAlgorithm: no algorithm works for %dx%dx%dx%d", N,
-                               C, H, W);
-                goto fail;
-            }
-            DNN(api.conv_ws(dnn, xd, wd, cd, yd, perf[best].algo, &wsize));
-            if (wsize) RT(api.malloc_(&ws, wsize));
-#define CONV() DNN(api.conv_fwd(dnn, &one, xd, a, wd, b, cd, perf[best].algo, ws, wsize, &zero, yd, c))
-            CONV();
-            RT(api.event_record(ev0, NULL));
-            for (int i = 0; i < 20; i++)
-                CONV();
-            RT(api.event_record(ev1, NULL));
-            RT(api.event_sync(ev1));
-            RT(api.event_elapsed(&ms, ev0, ev1));
-#undef CONV
-            snprintf(what, sizeof what, "N%d C%d K%d %dx%d 3x3 NHWC algo %d", N, C, K, H, W, perf[best].algo);
-            add_result(out, "conv_fp16", "TFLOP/s", 2.0 * N * K * C * R * S * H * W * 20.0 / (ms * 1e-3) / 1e12,
-                       peak >= 0 ? datasheet[peak].fp16 : -1, what);
-        }
-    }
-    RT(api.sync());
-
-fail:
-    if (ws) api.free_(ws);
-    if (cd) api.conv_destroy(cd);
-    if (wd) api.filter_destroy(wd);
-    if (yd) api.tensor_destroy(yd);
-    if (xd) api.tensor_destroy(xd);
-    if (dnn) api.dnn_destroy(dnn);
-    if (blas) api.blas_destroy(blas);
-    if (ev1) api.event_destroy(ev1);
-    if (ev0) api.event_destroy(ev0);
-    if (c) api.free_(c);
-    if (b) api.free_(b);
-    if (a) api.free_(a);
-    if (host) api.free_host(host);
-    if (rc) return rn_error_context(rc, "--bench on device %d (%s)", d->index, d->name);
-    return RN_OK;
-}
-
-int rn_gpuinfo_write_bench(const rn_gpubench *b, int json, FILE *f) {
-    if (json) {
-        fprintf(f, "{\"schema\":\"rn-gpuinfo-bench/1\",\"index\":%d,\"name\":", b->index);
-        jstr(f, b->name);
-        fputs(",\"peak_source\":", f);
-        jstr(f, b->peak_source);
-        fputs(",\"results\":[", f);
-        for (int i = 0; i < b->n; i++) {
-            const rn_gpubench_result *r = &b->r[i];
-            fprintf(f, "%s{\"test\":\"%s\",\"what\":", i ? "," : "", r->test);
-            jstr(f, r->what);
-            fputs(",\"value\":", f);
-            jnum(f, r->value);
-            fprintf(f, ",\"unit\":\"%s\",\"peak\":", r->unit);
-            jnum(f, r->peak);
-            fputs(",\"fraction\":", f);
-            jnum(f, r->value >= 0 && r->peak > 0 ? r->value / r->peak : -1);
-            fputs(",\"skipped\":", f);
-            jstr(f, r->skipped);
-            fputc('}', f);
-        }
-        fputs("]}\n", f);
-    } else {
-        fprintf(f, "GPU %d: %s (peaks: %s)\n", b->index, b->name,
-                b->peak_source ? b->peak_source : "no datasheet entry; bandwidth peak from clock x bus width");
-        fprintf(f, "  %-10s %10s %10s %7s  %s\n", "test", "measured", "peak", "of peak", "what");
-        for (int i = 0; i < b->n; i++) {
-            const rn_gpubench_result *r = &b->r[i];
-            if (r->skipped[0]) {
-                fprintf(f, "  %-10s skipped: %s\n", r->test, r->skipped);
-                continue;
-            }
-            char pk[24] = "?", fr[24] = "?";
-            if (r->peak > 0) {
-                snprintf(pk, sizeof pk, "%.1f", r->peak);
-                snprintf(fr, sizeof fr, "%.0f%%", 100 * r->value / r->peak);
-            }
-            fprintf(f, "  %-10s %10.1f %10s %7s  %s %s\n", r->test, r->value, pk, fr, r->unit, r->what);
-        }
-    }
-    return stream_status(f, "the benchmark results");
 }

@@ -4,6 +4,7 @@
 #include "rn/cli.h"
 #include "rn/crc32c.h"
 #include "rn/err.h"
+#include "rn/json.h"
 #include "rn/rng.h"
 #include "rn/tensor.h"
 
@@ -55,9 +56,67 @@ static void test_half(void) {
     CHECK(rn_f32_to_f16(1e6f) == 0x7c00, "overflow to inf");
     CHECK(rn_f32_to_f16(1.0f) == 0x3c00, "one");
     CHECK(rn_f32_to_bf16(1.0f) == 0x3f80, "bf16 one");
+    /* ties go to the even neighbour, in the normal and (f16) the subnormal range alike:
+     * rn-gpuinfo --bench narrows its data with these */
+    CHECK(rn_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00 && rn_f32_to_f16(1.0f + 0x3p-11f) == 0x3c02, "f16 ties to even");
+    CHECK(rn_f32_to_f16(0x1p-25f) == 0 && rn_f32_to_f16(0x3p-25f) == 2 && rn_f32_to_f16(-0x1p-20f) == 0x8010,
+          "f16 subnormals rounded, not flushed");
+    CHECK(rn_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80 && rn_f32_to_bf16(1.0f + 0x3p-8f) == 0x3f82, "bf16 ties to even");
     int64_t shape[] = {3, 4, 5};
     CHECK(rn_numel(shape, 3) == 60, "numel");
     CHECK(rn_dtype_from_name("BF16") == RN_BF16 && rn_dtype_size(RN_I64) == 8, "dtype names");
+}
+
+/* the text one JSON writer call puts on a stream: json_begin gives the stream, json_end
+ * closes it and returns the text (o->text, until the next json_end) */
+typedef struct {
+    FILE *f;
+    char *buf;
+    size_t len;
+    char text[128];
+} json_out;
+static FILE *json_begin(json_out *o) {
+    o->buf = NULL;
+    o->f = open_memstream(&o->buf, &o->len);
+    return o->f;
+}
+static const char *json_end(json_out *o) {
+    fclose(o->f);
+    snprintf(o->text, sizeof o->text, "%s", o->buf ? o->buf : "(nothing)");
+    free(o->buf);
+    return o->text;
+}
+
+static void test_json(void) {
+    json_out o;
+    rn_json_string(json_begin(&o), "a\"b\\c\n\t\x01");
+    CHECK(!strcmp(json_end(&o), "\"a\\\"b\\\\c\\n\\t\\u0001\""), "string escapes: %s", o.text);
+    rn_json_number(json_begin(&o), 0.1);
+    CHECK(!strcmp(json_end(&o), "0.10000000000000001"), "number: %s", o.text);
+    rn_json_number(json_begin(&o), NAN);
+    CHECK(!strcmp(json_end(&o), "null"), "NaN: %s", o.text);
+    rn_json_string_or_null(json_begin(&o), NULL);
+    CHECK(!strcmp(json_end(&o), "null"), "NULL string: %s", o.text);
+    rn_json_string_or_null(json_begin(&o), "");
+    CHECK(!strcmp(json_end(&o), "null"), "empty string: %s", o.text);
+    rn_json_string_or_null(json_begin(&o), "x\"");
+    CHECK(!strcmp(json_end(&o), "\"x\\\"\""), "string: %s", o.text);
+    rn_json_count(json_begin(&o), -1);
+    CHECK(!strcmp(json_end(&o), "null"), "unknown count: %s", o.text);
+    rn_json_count(json_begin(&o), 0);
+    CHECK(!strcmp(json_end(&o), "0"), "zero count: %s", o.text);
+    rn_json_count(json_begin(&o), 85899345920LL);
+    CHECK(!strcmp(json_end(&o), "85899345920"), "count: %s", o.text);
+    rn_json_reading(json_begin(&o), -1);
+    CHECK(!strcmp(json_end(&o), "null"), "unknown reading: %s", o.text);
+    rn_json_reading(json_begin(&o), INFINITY);
+    CHECK(!strcmp(json_end(&o), "null"), "infinite reading: %s", o.text);
+    rn_json_reading(json_begin(&o), 312.4);
+    CHECK(!strcmp(json_end(&o), "312.4"), "reading: %s", o.text);
+    rn_json_reading(json_begin(&o), 1.0 / 3);
+    CHECK(!strcmp(json_end(&o), "0.333333"), "6 digits: %s", o.text);
+    rn_json_reading(json_begin(&o), 1e7);
+    CHECK(!strcmp(json_end(&o), "1e+07"), "large reading: %s", o.text);
 }
 
 static void test_sizes(void) {
@@ -84,5 +143,6 @@ int main(void) {
     test_crc32c();
     test_philox();
     test_half();
+    test_json();
     return check_done("test_basics");
 }
