@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "rn.pb-c.h"
+#include "rn/crc32c.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
@@ -65,6 +66,9 @@ static int info_from_proto(const Rn__DatasetInfo *p, rn_dataset_info *info, cons
     if (p->enc != RN__ENCODING__RAW && p->enc != RN__ENCODING__JPEG)
         return rn_errorf(RN_EDATA, "%s: __info__ has unknown encoding %d: rebuild with rn-prep", path,
                          (int)p->enc);
+    if (p->n_mean != p->channels || p->n_std != p->channels)
+        return rn_errorf(RN_EDATA, "%s: __info__ has %zu means and %zu standard deviations for %u channels: rebuild "
+                         "with rn-prep", path, p->n_mean, p->n_std, p->channels);
     if (p->n_class_counts && p->n_class_counts != p->n_class_names)
         return rn_errorf(RN_EDATA, "%s: __info__ has %zu class names but %zu class counts", path,
                          p->n_class_names, p->n_class_counts);
@@ -236,6 +240,12 @@ int rn_dataset_read(rn_dataset_reader *r, uint64_t index, rn_sample *out) {
                              (uint64_t)s->width * s->height * s->channels, s->data.len);
     } else if (s->enc != RN__ENCODING__JPEG) {
         return rn_errorf(RN_EDATA, "%s: record %s: unknown encoding %d", ds->path, key, (int)s->enc);
+    }
+    if (s->crc32c) {
+        uint32_t crc = rn_crc32c(0, s->data.data, s->data.len);
+        if (crc != s->crc32c)
+            return rn_errorf(RN_EDATA, "%s: record %s: its image data fails its checksum (crc32c %08x, stored %08x): "
+                             "the dataset is corrupt (rebuild it with rn-prep)", ds->path, key, crc, s->crc32c);
     }
     out->label = s->label;
     out->height = s->height;
@@ -546,6 +556,7 @@ int rn_dataset_writer_put(rn_dataset_writer *w, const rn_sample *s) {
     m.data.data = (uint8_t *)s->data;
     m.data.len = s->len;
     m.name = (char *)(s->name ? s->name : "");
+    m.crc32c = rn_crc32c(0, s->data, s->len);
     size_t n = rn__sample__get_packed_size(&m);
     uint8_t *buf = rn_malloc(n);
     if (!buf) return RN_ENOMEM;
