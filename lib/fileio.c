@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rn/err.h"
@@ -60,6 +61,35 @@ static int write_all(int fd, const char *path, const void *data, size_t len) {
         len -= (size_t)w;
     }
     return RN_OK;
+}
+
+int rn_output_check(const char *path, int *stale) {
+    *stale = 0;
+    if (strcmp(path, "-") == 0) return RN_OK;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return rn_errorf(RN_EIO, "%s: is a directory (give a file name for the output)", path);
+    char *copy = strdup(path);
+    if (!copy) return rn_errorf(RN_ENOMEM, "out of memory");
+    const char *dir = dirname(copy);
+    int rc = RN_OK;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        rc = rn_errorf(RN_EIO, "%s: its folder %s does not exist (create it first)", path, dir);
+    else if (access(dir, W_OK) != 0)
+        rc = rn_errorf(RN_EIO, "%s: cannot write in %s: %s", path, dir, strerror(errno));
+    free(copy);
+    if (rc != RN_OK) return rc;
+    size_t n = strlen(path);
+    char *tmp = rn_malloc(n + 5);
+    if (!tmp) return RN_ENOMEM;
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp", 5);
+    if (lstat(tmp, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (unlink(tmp) != 0) rc = rn_errorf(RN_EIO, "%s: cannot remove: %s", tmp, strerror(errno));
+        else *stale = 1;
+    }
+    free(tmp);
+    return rc;
 }
 
 int rn_fsync_dir_of(const char *path) {

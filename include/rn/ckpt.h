@@ -18,8 +18,9 @@ typedef Rn__Tensor rn_ptensor;
 
 #define RN_FORMAT_VERSION 1
 /* Loading refuses training-state counters beyond these (corrupt or hostile files): epochs
- * and epoch counts up to a million, steps and positions up to 2^40. */
-#define RN_CKPT_MAX_EPOCHS 1000000
+ * and epoch counts up to 2^30 (far past any run, and epoch + --epochs stays in an int),
+ * steps and positions up to 2^40. */
+#define RN_CKPT_MAX_EPOCHS (1 << 30)
 #define RN_CKPT_MAX_STEPS ((int64_t)1 << 40)
 
 /* A tensor with malloc'ed, zeroed data of numel(shape) * dtype size bytes.

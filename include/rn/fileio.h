@@ -17,6 +17,12 @@ int rn_file_read(const char *path, uint8_t **out, size_t *len);
  * content of path is untouched and no PATH.tmp is left behind. Errors: RN_EIO. */
 int rn_file_write_atomic(const char *path, const void *data, size_t len);
 
+/* Before a run that ends by writing path with rn_file_write_atomic: fail now, not after
+ * hours of work, when path is a directory or its folder is missing or not writable; and
+ * remove a PATH.tmp that a killed run left (a plain file; *stale = 1 when there was one,
+ * so the tool can say so). "-" (stdout) always passes. Errors: RN_EIO naming the path. */
+int rn_output_check(const char *path, int *stale);
+
 /* fsync the directory that holds path (after a rename). Errors: RN_EIO. */
 int rn_fsync_dir_of(const char *path);
 
