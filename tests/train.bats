@@ -35,6 +35,26 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     assert_failure 2
     run rn-train --data train.lmdb --in init.pb --out x.pb --lr-milestones 30,20
     assert_failure 2
+    assert_output --partial "--lr-milestones: 20 after 30"
+    # a number is read whole or refused, naming the flag: 2.5 is not taken as 2
+    run rn-train --data train.lmdb --in init.pb --out x.pb --batch 2.5
+    assert_failure 2
+    assert_output "rn-train: --batch: '2.5' is not a whole number"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --epochs 1e3
+    assert_failure 2
+    assert_output --partial "--epochs: '1e3' is not a whole number written in digits (1000)"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr 0.1x
+    assert_failure 2
+    assert_output --partial "--lr: '0.1x' is not a number"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --max-steps -1
+    assert_failure 2
+    assert_output --partial "--max-steps: '-1' is negative"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --seed 99999999999999999999
+    assert_failure 2
+    assert_output --partial "--seed: '99999999999999999999' is too large"
+    run rn-eval --data val.lmdb --ckpt init.pb --batch 16x
+    assert_failure 2
+    assert_output --partial "--batch: '16x' is not a whole number"
     run rn-eval --data val.lmdb
     assert_failure 2
     [ ! -e x.pb ]
