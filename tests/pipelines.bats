@@ -42,11 +42,13 @@ EOF
 setup() { cd "$BATS_FILE_TMPDIR"; }
 
 @test "make: datasets, one checkpoint per epoch, results.tsv, best.pb, curves.png" {
-    [ -d data/train.lmdb ] && [ -d data/val.lmdb ]
+    [ -d data/train.lmdb ]
+    [ -d data/val.lmdb ]
     for e in 000 001 002; do run rn-info run/epoch-$e.pb; assert_success; done
     run rn-info --json run/epoch-002.pb
     assert_output --partial '"epoch":2,"step":6,'
-    [ ! -e run/epoch-003.pb ] && [ ! -e run/epoch-002.pb.part ]
+    [ ! -e run/epoch-003.pb ]
+    [ ! -e run/epoch-002.pb.part ]
     # results.tsv: a header and one row per epoch
     [ "$(head -1 run/results.tsv)" = "$(printf 'epoch\ttop1\ttop5\tloss\tn\tcheckpoint')" ]
     run awk -F'\t' 'NR > 1 { printf "%s %s %s|", $1, $5, $6 }' run/results.tsv
@@ -216,7 +218,8 @@ EOF
     assert_success
     assert_output --regexp "quickstart: resnet18, 1 epochs: top1=[0-9.]+ top5=[0-9.]+ loss=[0-9.]+ n=12"
     [ "$(ls qs/images/train)" = "$(printf 'checker\nhorizontal\nvertical')" ]
-    [ -s qs/run/curves.png ] && [ -L qs/run/best.pb ]
+    [ -s qs/run/curves.png ]
+    [ -L qs/run/best.pb ]
 }
 
 @test "examples/finetune: torchvision weights as safetensors, rn-init --from --reset-fc, training" {

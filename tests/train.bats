@@ -94,11 +94,14 @@ t, m = rnst.load("logits.safetensors")
 assert tuple(t["logits"].shape) == (64, 2), t["logits"].shape
 assert m["rows"] == "dataset order"'
     # the confusion matrix adds up to n and its diagonal to top-1 * n
+    top1=$(sed -n 's/^top1=\([0-9.]*\) .*/\1/p' <<<"$output")
     "$PYTHON" -c '
-import csv
+import csv, sys
 rows = list(csv.reader(open("conf.csv")))[1:]
 m = [[int(x) for x in r[1:]] for r in rows]
-assert sum(map(sum, m)) == 64, m'
+assert sum(map(sum, m)) == 64, m
+right = sum(m[i][i] for i in range(len(m)))
+assert right == round(float(sys.argv[1]) * 64), (right, sys.argv[1], m)' "$top1"
 }
 
 @test "training 2N steps equals N steps, resume, N steps (tensors and state)" {
@@ -128,7 +131,8 @@ assert sum(map(sum, m)) == 64, m'
         run rn-info --json sig.pb
         assert_success
         step=$(echo "$output" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-        [ "$step" -ge 2 ] && [ "$step" -lt 400 ]
+        [ "$step" -ge 2 ]
+        [ "$step" -lt 400 ]
     done
     run rn-train --data train.lmdb --in sig.pb --out sig2.pb --max-steps 1 $T
     assert_success
