@@ -194,6 +194,34 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     assert_output --partial "set TRAIN_SRC"
 }
 
+@test "README.md's pipeline example, with the installed fragments, trains and evaluates with a plain make" {
+    cd "$BATS_TEST_TMPDIR"
+    make -C "$BATS_TEST_DIRNAME/.." -f man/man.mk install-pipelines DESTDIR="$PWD/root" PREFIX=/usr/local
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/train 8 1
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/val 4 2
+    # the Makefile exactly as README.md shows it, the fragments where they were installed
+    awk '/^## Pipelines/ { p = 1 } p && /^```make/ { f = 1; next } f && /^```/ { exit } f' \
+        "$BATS_TEST_DIRNAME/../README.md" | sed "s|/usr/local/share/rn/pipelines|$PWD/root/usr/local/share/rn/pipelines|" > Makefile
+    cat Makefile
+    [ "$(grep -c '^include .*/root/usr/local/share/rn/pipelines/' Makefile)" = 3 ]
+    [ "$(tail -n 1 Makefile)" = "all: eval plot" ]
+    # a plain make, the tools on $PATH as installed fragments find them; the command line
+    # only shrinks the run (README: set variables before the includes or on the command line)
+    run env -u RN_BIN make ARCH=resnet18 EPOCHS=1 BATCH=8 CROP=16 RESIZE=0 WORKERS=2 THREADS=2 \
+        TRAIN_SRC=src/train VAL_SRC=src/val PREP_FLAGS=-q
+    assert_success
+    assert_output --partial "runs/resnet18/best.pb -> epoch-001.pb: top1="
+    run rn-info --json runs/resnet18/epoch-001.pb
+    assert_output --partial '"epoch":1,"step":2,'
+    run awk -F'\t' 'NR > 1 { print $1, $5, $6 }' runs/resnet18/results.tsv
+    assert_output "1 8 epoch-001.pb"
+    [ -s runs/resnet18/curves.png ]
+    # and nothing is left to do
+    run env -u RN_BIN make -q ARCH=resnet18 EPOCHS=1 BATCH=8 CROP=16 RESIZE=0 WORKERS=2 THREADS=2 \
+        TRAIN_SRC=src/train VAL_SRC=src/val PREP_FLAGS=-q
+    assert_success
+}
+
 @test "bench.mk collects the bench-* summary lines into one table" {
     mkdir -p fake/pipelines
     cat > fake/Makefile <<'EOF'
