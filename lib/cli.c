@@ -66,7 +66,7 @@ int rn_cli_i64(const char *flag, const char *text, int64_t min, int64_t max, int
 }
 
 int rn_cli_int(const char *flag, const char *text, int min, int max, int *out) {
-    int64_t v;
+    int64_t v = 0;
     int rc = rn_cli_i64(flag, text, min, max, &v);
     if (rc == RN_OK) *out = (int)v;
     return rc;
