@@ -864,7 +864,7 @@ int rn_backend_cpu_init(rn_backend *be) {
     /* RN_CPU_MEMORY=SIZE: the context behaves as a device of that size (allocations past
        it fail, rn_backend_mem_info reports it): out-of-memory paths, tested on the CPU */
     const char *cap = getenv("RN_CPU_MEMORY");
-    if (cap && *cap && rn_parse_size("RN_CPU_MEMORY", cap, &be->mem_cap)) {
+    if (cap && *cap && rn_cli_size("RN_CPU_MEMORY", cap, 1, &be->mem_cap)) {
         rn_cpu_pool_destroy(pool);
         be->impl = NULL;
         return rn_error_context(RN_EINVAL, "cpu backend");

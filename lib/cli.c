@@ -1,55 +1,177 @@
 #include "rn/cli.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdint.h>
-#include <string.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rn/err.h"
 
-int rn_parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+#define SIZE_EXAMPLE "a size like 8G, 512M or 1048576 (bytes)"
+
+/* text as an optional sign and decimal digits: 1 and the sign and magnitude (*over when
+ * the magnitude does not fit in 64 bits), or 0 when text is not written that way */
+static int digits(const char *text, int *neg, uint64_t *mag, int *over) {
+    const char *p = text;
+    *neg = *p == '-';
+    if (*p == '-' || *p == '+') p++;
+    if (!*p) return 0;
+    uint64_t m = 0;
+    *over = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        unsigned d = (unsigned)(*p - '0');
+        if (m > (UINT64_MAX - d) / 10)
+            *over = 1;
+        else
+            m = m * 10 + d;
+    }
+    *mag = m;
+    return 1;
+}
+
+static int not_whole(const char *flag, const char *text) {
     char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return rn_errorf(RN_EINVAL, "%s: '%s' is not an integer in [%ld, %ld]", flag, s, lo, hi);
+    double v = strtod(text, &end);
+    /* "1e3" or "16.0": a whole value, written otherwise */
+    if (*text && !*end && !strpbrk(text, "xX") && isfinite(v) && v == floor(v) && fabs(v) < 1e15)
+        return rn_errorf(RN_EINVAL, "%s: '%s' is not a whole number written in digits (%.0f)", flag, text, v);
+    return rn_errorf(RN_EINVAL, "%s: '%s' is not a whole number", flag, text);
+}
+
+/* "1 to 8", "at least 1": what a flag wants, for the messages */
+static const char *range_i(char *buf, size_t n, int64_t min, int64_t max) {
+    if (max == INT64_MAX)
+        snprintf(buf, n, "at least %lld", (long long)min);
+    else
+        snprintf(buf, n, "%lld to %lld", (long long)min, (long long)max);
+    return buf;
+}
+
+int rn_cli_i64(const char *flag, const char *text, int64_t min, int64_t max, int64_t *out) {
+    int neg, over;
+    uint64_t m;
+    char want[64];
+    if (!digits(text, &neg, &m, &over)) return not_whole(flag, text);
+    range_i(want, sizeof want, min, max);
+    if (neg && !(m == 0 && !over) && min >= 0)
+        return rn_errorf(RN_EINVAL, "%s: '%s' is negative: want %s", flag, text, want);
+    if (over || m > (uint64_t)INT64_MAX + neg)
+        return rn_errorf(RN_EINVAL, "%s: '%s' is too %s: want %s", flag, text, neg ? "small" : "large", want);
+    int64_t v = !neg ? (int64_t)m : m == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)m;
+    if (v < min) return rn_errorf(RN_EINVAL, "%s: '%s' is too small: want %s", flag, text, want);
+    if (v > max) return rn_errorf(RN_EINVAL, "%s: '%s' is too large: want %s", flag, text, want);
     *out = v;
     return RN_OK;
 }
 
-int rn_parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
-    long v;
-    int rc = rn_parse_long(flag, s, lo, hi, &v);
+int rn_cli_int(const char *flag, const char *text, int min, int max, int *out) {
+    int64_t v = 0;
+    int rc = rn_cli_i64(flag, text, min, max, &v);
     if (rc == RN_OK) *out = (int)v;
     return rc;
 }
 
-int rn_parse_double(const char *flag, const char *s, double lo, double hi, double *out) {
+int rn_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+    int neg, over;
+    uint64_t m;
+    char want[64];
+    if (!digits(text, &neg, &m, &over)) return not_whole(flag, text);
+    if (max == UINT64_MAX)
+        snprintf(want, sizeof want, "at least %llu", (unsigned long long)min);
+    else
+        snprintf(want, sizeof want, "%llu to %llu", (unsigned long long)min, (unsigned long long)max);
+    if (neg && !(m == 0 && !over)) return rn_errorf(RN_EINVAL, "%s: '%s' is negative: want %s", flag, text, want);
+    if (over || m > max) return rn_errorf(RN_EINVAL, "%s: '%s' is too large: want %s", flag, text, want);
+    if (m < min) return rn_errorf(RN_EINVAL, "%s: '%s' is too small: want %s", flag, text, want);
+    *out = m;
+    return RN_OK;
+}
+
+int rn_cli_float(const char *flag, const char *text, double min, double max, double *out) {
     char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi))
-        return rn_errorf(RN_EINVAL, "%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+    /* strtod also reads hexadecimal ("0x1p3") and skips leading spaces: neither is a
+     * decimal number as a user writes one */
+    if (!*text || strchr("+-.0123456789", *text) == NULL || strpbrk(text, "xX"))
+        return rn_errorf(RN_EINVAL, "%s: '%s' is not a number", flag, text);
+    double v = strtod(text, &end);
+    if (end == text || *end) return rn_errorf(RN_EINVAL, "%s: '%s' is not a number", flag, text);
+    if (!isfinite(v)) return rn_errorf(RN_EINVAL, "%s: '%s' is not a finite number", flag, text);
+    if (v < min || v > max) {
+        const char *why = v > max ? "too large" : v < 0 && min >= 0 ? "negative" : "too small";
+        return rn_errorf(RN_EINVAL, "%s: '%s' is %s: want %g to %g", flag, text, why, min, max);
+    }
     *out = v;
     return RN_OK;
 }
 
-int rn_parse_size(const char *flag, const char *s, size_t *out) {
-    char *end;
-    double v = strtod(s, &end);
+int rn_cli_size(const char *flag, const char *text, size_t min, size_t *out) {
     static const char units[] = "KMGT";
-    const char *u = *end ? strchr(units, *end >= 'a' ? *end - 32 : *end) : NULL;
-    double mult = 1;
-    if (u && *u) {
-        mult = ldexp(1.0, 10 * (int)(u - units + 1));
+    char *end;
+    if (!*text || strchr(".0123456789", *text) == NULL || strpbrk(text, "xX"))
+        return rn_errorf(RN_EINVAL, "%s: '%s' is not " SIZE_EXAMPLE, flag, text);
+    double v = strtod(text, &end);
+    size_t nlen = (size_t)(end - text);
+    int shift = 0;
+    const char *u = *end ? strchr(units, *end >= 'a' && *end <= 'z' ? *end - 32 : *end) : NULL;
+    if (u) {
+        shift = 10 * (int)(u - units + 1);
         end++;
         if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0) end += strlen(end);
     } else if (strcmp(end, "B") == 0) {
         end++;
     }
-    v *= mult;
-    if (end == s || *end || !(v >= 1) || v > (double)SIZE_MAX / 2)
-        return rn_errorf(RN_EINVAL, "%s: '%s' is not a size like 8G, 512M or 1048576 (bytes)", flag, s);
-    *out = (size_t)v;
+    if (end == text || nlen == 0 || *end || !isfinite(v))
+        return rn_errorf(RN_EINVAL, "%s: '%s' is not " SIZE_EXAMPLE, flag, text);
+    uint64_t bytes;
+    const uint64_t limit = SIZE_MAX / 2;
+    char num[32];
+    int neg, over;
+    uint64_t m;
+    if (strspn(text, "0123456789") == nlen && nlen < sizeof num) {
+        /* whole numbers exactly, whatever their size: 2^53 + 1 bytes stays odd */
+        memcpy(num, text, nlen);
+        num[nlen] = 0;
+        digits(num, &neg, &m, &over);
+        bytes = over || m > limit >> shift ? UINT64_MAX : m << shift;
+    } else {
+        double b = ldexp(v, shift);
+        bytes = b >= (double)limit ? UINT64_MAX : (uint64_t)b;
+    }
+    if (bytes < 1) return rn_errorf(RN_EINVAL, "%s: '%s' is not " SIZE_EXAMPLE, flag, text);
+    if (bytes > limit)
+        return rn_errorf(RN_EINVAL, "%s: '%s' is too large: want at most %llu bytes", flag, text,
+                         (unsigned long long)limit);
+    if (bytes < min) return rn_errorf(RN_EINVAL, "%s: '%s' is too small: want at least %zu bytes", flag, text, min);
+    *out = (size_t)bytes;
+    return RN_OK;
+}
+
+int rn_cli_list(const char *flag, const char *text, int min, int max, int *out, int cap, int *n) {
+    /* the first pass checks every entry, the second stores them: *out is untouched on an error */
+    for (int store = 0; store < 2; store++) {
+        int k = 0;
+        for (const char *s = text;; k++) {
+            const char *comma = strchr(s, ',');
+            size_t len = comma ? (size_t)(comma - s) : strlen(s);
+            char item[32];
+            int v;
+            if (len == 0 || len >= sizeof item)
+                return rn_errorf(RN_EINVAL, "%s: '%s' is not a list of whole numbers like 30,60,80", flag, text);
+            if (k == cap) return rn_errorf(RN_EINVAL, "%s: '%s' has more than %d entries", flag, text, cap);
+            memcpy(item, s, len);
+            item[len] = 0;
+            int rc = rn_cli_int(flag, item, min, max, &v);
+            if (rc != RN_OK) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", rn_last_error());
+                return strchr(text, ',') ? rn_errorf(rc, "%s (in '%s')", why, text) : rc;
+            }
+            if (store) out[k] = v;
+            if (!comma) break;
+            s = comma + 1;
+        }
+        if (store) *n = k + 1;
+    }
     return RN_OK;
 }

@@ -34,6 +34,10 @@
 #               e.g. --from weights.safetensors --reset-fc 10 to fine-tune
 #   TRAIN_FLAGS, EVAL_FLAGS, PREP_FLAGS   more flags for rn-train, rn-eval, rn-prep
 #
+# The fragments leave the default goal to the Makefile that includes them: a plain `make`
+# makes that Makefile's first target (`all: eval plot` after the include lines), never a
+# fragment's (each saves .DEFAULT_GOAL when it is read and puts it back at its end).
+#
 # Every rn command a fragment runs is appended to $(RUN)/commands.sh (to
 # $(DATA)/commands.sh for rn-prep) as it was run, with the time; `make -n` prints them
 # before anything runs.

@@ -15,6 +15,8 @@
 
 ifndef RN_EVAL_MK
 RN_EVAL_MK := 1
+# the includer's first target stays the default goal (see common.mk): the ones below do not take it
+RN_EVAL_GOAL := $(.DEFAULT_GOAL)
 include $(dir $(lastword $(MAKEFILE_LIST)))train.mk
 
 RN_EVALS := $(RN_EPOCHS:%=$(RUN)/eval/epoch-%.txt)
@@ -35,5 +37,7 @@ $(RUN)/results.tsv: $(RN_EVALS)
 	@best=$$(awk -F'\t' 'NR > 1 && (b == "" || $$2 > t || ($$2 == t && $$4 < l)) { b = $$NF; t = $$2; l = $$4 } END { print b }' $@); \
 	  ln -sfn $$best $(RUN)/best.pb.tmp && mv -fT $(RUN)/best.pb.tmp $(RUN)/best.pb && \
 	  awk -F'\t' -v b=$$best 'NR == 1 { for (i = 1; i < NF; i++) h[i] = $$i } $$NF == b { printf "$(RUN)/best.pb -> %s:", b; for (i = 2; i < NF; i++) printf " %s=%s", h[i], $$i; print "" }' $@
+
+.DEFAULT_GOAL := $(RN_EVAL_GOAL)
 
 endif

@@ -10,6 +10,8 @@
 
 ifndef RN_PLOT_MK
 RN_PLOT_MK := 1
+# the includer's first target stays the default goal (see common.mk): the ones below do not take it
+RN_PLOT_GOAL := $(.DEFAULT_GOAL)
 include $(dir $(lastword $(MAKEFILE_LIST)))train.mk
 
 .PHONY: plot plot-now
@@ -20,5 +22,7 @@ $(RUN)/curves.png: $(RN_EPOCHS:%=$(RUN)/epoch-%.pb) $(if $(RN_EVALS),$(RUN)/resu
 
 plot-now:
 	sh $(RN_PIPELINES)/curves.sh $(RUN) $(RUN)/curves.png
+
+.DEFAULT_GOAL := $(RN_PLOT_GOAL)
 
 endif

@@ -17,6 +17,8 @@
 
 ifndef RN_PREP_MK
 RN_PREP_MK := 1
+# the includer's first target stays the default goal (see common.mk): the ones below do not take it
+RN_PREP_GOAL := $(.DEFAULT_GOAL)
 include $(dir $(lastword $(MAKEFILE_LIST)))common.mk
 
 TRAIN_SRC ?=
@@ -35,5 +37,7 @@ $(VAL_LMDB): | $(TRAIN_LMDB)
 	@test -n "$(VAL_SRC)" || { echo "prep.mk: set VAL_SRC to the validation images (an ImageFolder or a list file)" >&2; exit 2; }
 	@mkdir -p $(dir $@)
 	$(call rn_log,$(dir $@)commands.sh) $(RN)rn-prep $(VAL_PREP_FLAGS) --classes $(TRAIN_LMDB) $(VAL_SRC) $@
+
+.DEFAULT_GOAL := $(RN_PREP_GOAL)
 
 endif

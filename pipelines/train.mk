@@ -25,6 +25,8 @@
 
 ifndef RN_TRAIN_MK
 RN_TRAIN_MK := 1
+# the includer's first target stays the default goal (see common.mk): the ones below do not take it
+RN_TRAIN_GOAL := $(.DEFAULT_GOAL)
 include $(dir $(lastword $(MAKEFILE_LIST)))common.mk
 
 LOG_EVERY ?= 20
@@ -84,5 +86,7 @@ $(RUN)/epoch-$(1).pb: $(RUN)/epoch-$(2).pb | $(TRAIN_LMDB) $(TRAIN_VAL)
 	  else echo "train.mk: rn-train stopped inside epoch $(1) and saved it in $$@.part: run make again to continue" >&2; exit 1; fi; }
 endef
 $(foreach e,$(RN_EPOCHS),$(eval $(call rn_epoch_rule,$(e),$(word $(call rn_int,$(e)),000 $(RN_EPOCHS)))))
+
+.DEFAULT_GOAL := $(RN_TRAIN_GOAL)
 
 endif

@@ -28,6 +28,10 @@ setup() { cd "$BATS_TEST_TMPDIR"; }
     assert_equal "$status" 2
     run rn-init --classes abc -o x.pb
     assert_equal "$status" 2
+    assert_output "rn-init: --classes: 'abc' is not a whole number"
+    run rn-init --seed 1.5 -o x.pb
+    assert_equal "$status" 2
+    assert_output "rn-init: --seed: '1.5' is not a whole number"
     run rn-init --reset-fc 10 -o x.pb
     assert_equal "$status" 2
     assert_output --partial "--reset-fc needs --from"

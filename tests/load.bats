@@ -30,6 +30,10 @@ sums() { rn-load -q --sums "$@" | grep '^batch '; }
     assert_failure 2
     run rn-load --batch 0 data.lmdb
     assert_failure 2
+    assert_output --partial "--batch: '0' is too small: want 1 to 65536"
+    run rn-load --batches 2.5 data.lmdb
+    assert_failure 2
+    assert_output --partial "--batches: '2.5' is not a whole number"
     run rn-load --start 1 data.lmdb
     assert_failure 2
     assert_output --partial "EPOCH:INDEX"

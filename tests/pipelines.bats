@@ -42,11 +42,13 @@ EOF
 setup() { cd "$BATS_FILE_TMPDIR"; }
 
 @test "make: datasets, one checkpoint per epoch, results.tsv, best.pb, curves.png" {
-    [ -d data/train.lmdb ] && [ -d data/val.lmdb ]
+    [ -d data/train.lmdb ]
+    [ -d data/val.lmdb ]
     for e in 000 001 002; do run rn-info run/epoch-$e.pb; assert_success; done
     run rn-info --json run/epoch-002.pb
     assert_output --partial '"epoch":2,"step":6,'
-    [ ! -e run/epoch-003.pb ] && [ ! -e run/epoch-002.pb.part ]
+    [ ! -e run/epoch-003.pb ]
+    [ ! -e run/epoch-002.pb.part ]
     # results.tsv: a header and one row per epoch
     [ "$(head -1 run/results.tsv)" = "$(printf 'epoch\ttop1\ttop5\tloss\tn\tcheckpoint')" ]
     run awk -F'\t' 'NR > 1 { printf "%s %s %s|", $1, $5, $6 }' run/results.tsv
@@ -192,6 +194,34 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     assert_output --partial "set TRAIN_SRC"
 }
 
+@test "README.md's pipeline example, with the installed fragments, trains and evaluates with a plain make" {
+    cd "$BATS_TEST_TMPDIR"
+    make -C "$BATS_TEST_DIRNAME/.." -f man/man.mk install-pipelines DESTDIR="$PWD/root" PREFIX=/usr/local
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/train 8 1
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/val 4 2
+    # the Makefile exactly as README.md shows it, the fragments where they were installed
+    awk '/^## Pipelines/ { p = 1 } p && /^```make/ { f = 1; next } f && /^```/ { exit } f' \
+        "$BATS_TEST_DIRNAME/../README.md" | sed "s|/usr/local/share/rn/pipelines|$PWD/root/usr/local/share/rn/pipelines|" > Makefile
+    cat Makefile
+    [ "$(grep -c '^include .*/root/usr/local/share/rn/pipelines/' Makefile)" = 3 ]
+    [ "$(tail -n 1 Makefile)" = "all: eval plot" ]
+    # a plain make, the tools on $PATH as installed fragments find them; the command line
+    # only shrinks the run (README: set variables before the includes or on the command line)
+    run env -u RN_BIN make ARCH=resnet18 EPOCHS=1 BATCH=8 CROP=16 RESIZE=0 WORKERS=2 THREADS=2 \
+        TRAIN_SRC=src/train VAL_SRC=src/val PREP_FLAGS=-q
+    assert_success
+    assert_output --partial "runs/resnet18/best.pb -> epoch-001.pb: top1="
+    run rn-info --json runs/resnet18/epoch-001.pb
+    assert_output --partial '"epoch":1,"step":2,'
+    run awk -F'\t' 'NR > 1 { print $1, $5, $6 }' runs/resnet18/results.tsv
+    assert_output "1 8 epoch-001.pb"
+    [ -s runs/resnet18/curves.png ]
+    # and nothing is left to do
+    run env -u RN_BIN make -q ARCH=resnet18 EPOCHS=1 BATCH=8 CROP=16 RESIZE=0 WORKERS=2 THREADS=2 \
+        TRAIN_SRC=src/train VAL_SRC=src/val PREP_FLAGS=-q
+    assert_success
+}
+
 @test "bench.mk collects the bench-* summary lines into one table" {
     mkdir -p fake/pipelines
     cat > fake/Makefile <<'EOF'
@@ -216,7 +246,8 @@ EOF
     assert_success
     assert_output --regexp "quickstart: resnet18, 1 epochs: top1=[0-9.]+ top5=[0-9.]+ loss=[0-9.]+ n=12"
     [ "$(ls qs/images/train)" = "$(printf 'checker\nhorizontal\nvertical')" ]
-    [ -s qs/run/curves.png ] && [ -L qs/run/best.pb ]
+    [ -s qs/run/curves.png ]
+    [ -L qs/run/best.pb ]
 }
 
 @test "examples/finetune: torchvision weights as safetensors, rn-init --from --reset-fc, training" {

@@ -29,7 +29,16 @@ setup() {
     assert_failure 2
     run rn-prep --encode png imgs out.lmdb
     assert_failure 2
-    assert_output --partial "--encode 'png'"
+    assert_output --partial "--encode: 'png'"
+    run rn-prep --quality 90.5 imgs out.lmdb
+    assert_failure 2
+    assert_output --partial "--quality: '90.5' is not a whole number"
+    run rn-prep --seed -1 imgs out.lmdb
+    assert_failure 2
+    assert_output --partial "--seed: '-1' is negative"
+    run rn-prep --map-size 1K imgs out.lmdb
+    assert_failure 2
+    assert_output --partial "--map-size: '1K' is too small"
     run rn-prep --bogus imgs out.lmdb
     assert_failure 2
 }
@@ -235,7 +244,7 @@ for (p, l), (im, _) in zip(ds.samples, ds):
 }
 
 @test "--augment K writes K crops per image; a tiny map grows instead of failing" {
-    rn-prep -q --augment 3 --crop 24 --seed 1 --map-size 65536 imgs aug.lmdb
+    rn-prep -q --augment 3 --crop 24 --seed 1 --map-size 64K imgs aug.lmdb
     run rn-info aug.lmdb
     assert_output --partial "records:    36"
     assert_output --partial "24x24 to 24x24"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests in $BUILD/tests, then the bats files in tests/.
+# Runs every test: the C unit tests in $BUILD/tests, the bats lint (tests/lint-bats.sh), then
+# the bats files in tests/.
 # Ends with one line "tests: N passed, N failed, N skipped" and exits non-zero on a failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +25,17 @@ for t in "$BUILD"/tests/test_*; do
         sed 's/^/  # /' <<<"$out" | tail -n 40
     fi
 done
+
+# a test too: no bats line may chain an assertion with && (only the last part would count)
+if out=$(tests/lint-bats.sh tests/*.bats 2>&1); then
+    passed=$((passed + 1))
+    echo "ok lint tests/*.bats: one assertion per line, none chained by &&"
+else
+    failed=$((failed + 1))
+    failures+=("lint tests/*.bats (&&-chained assertions)")
+    echo "not ok lint tests/*.bats: assertions chained by && (bats fails a test only on the last command)"
+    sed 's/^/  # /' <<<"$out"
+fi
 
 if command -v bats >/dev/null; then
     for f in tests/*.bats; do

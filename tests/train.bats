@@ -35,6 +35,26 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     assert_failure 2
     run rn-train --data train.lmdb --in init.pb --out x.pb --lr-milestones 30,20
     assert_failure 2
+    assert_output --partial "--lr-milestones: 20 after 30"
+    # a number is read whole or refused, naming the flag: 2.5 is not taken as 2
+    run rn-train --data train.lmdb --in init.pb --out x.pb --batch 2.5
+    assert_failure 2
+    assert_output "rn-train: --batch: '2.5' is not a whole number"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --epochs 1e3
+    assert_failure 2
+    assert_output --partial "--epochs: '1e3' is not a whole number written in digits (1000)"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr 0.1x
+    assert_failure 2
+    assert_output --partial "--lr: '0.1x' is not a number"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --max-steps -1
+    assert_failure 2
+    assert_output --partial "--max-steps: '-1' is negative"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --seed 99999999999999999999
+    assert_failure 2
+    assert_output --partial "--seed: '99999999999999999999' is too large"
+    run rn-eval --data val.lmdb --ckpt init.pb --batch 16x
+    assert_failure 2
+    assert_output --partial "--batch: '16x' is not a whole number"
     run rn-eval --data val.lmdb
     assert_failure 2
     [ ! -e x.pb ]
@@ -76,11 +96,14 @@ t, m = rnst.load("logits.safetensors")
 assert tuple(t["logits"].shape) == (64, 2), t["logits"].shape
 assert m["rows"] == "dataset order"'
     # the confusion matrix adds up to n and its diagonal to top-1 * n
+    top1=$(sed -n 's/^top1=\([0-9.]*\) .*/\1/p' <<<"$output")
     "$PYTHON" -c '
-import csv
+import csv, sys
 rows = list(csv.reader(open("conf.csv")))[1:]
 m = [[int(x) for x in r[1:]] for r in rows]
-assert sum(map(sum, m)) == 64, m'
+assert sum(map(sum, m)) == 64, m
+right = sum(m[i][i] for i in range(len(m)))
+assert right == round(float(sys.argv[1]) * 64), (right, sys.argv[1], m)' "$top1"
 }
 
 @test "training 2N steps equals N steps, resume, N steps (tensors and state)" {
@@ -110,7 +133,8 @@ assert sum(map(sum, m)) == 64, m'
         run rn-info --json sig.pb
         assert_success
         step=$(echo "$output" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-        [ "$step" -ge 2 ] && [ "$step" -lt 400 ]
+        [ "$step" -ge 2 ]
+        [ "$step" -lt 400 ]
     done
     run rn-train --data train.lmdb --in sig.pb --out sig2.pb --max-steps 1 $T
     assert_success

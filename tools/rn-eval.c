@@ -47,9 +47,12 @@ static void usage(FILE *f) {
                "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n");
 }
 
-/* a flag value in range, or a message and exit status 2 */
-#define NUM(flag, lo, hi, dst) do { if (rn_parse_int(flag, optarg, lo, hi, dst)) { \
-    fprintf(stderr, "rn-eval: %s\n", rn_last_error()); return 2; } } while (0)
+/* The flags that only make sense together, checked once every flag is read. */
+static int check_flags(const rn_eval_opts *o, const char *ckpt, int nargs, char **args) {
+    if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s'", args[0]);
+    if (!o->data || !ckpt) return rn_errorf(RN_EINVAL, "--data and --ckpt are required (see --help)");
+    return RN_OK;
+}
 
 static int write_confusion(const char *path, const rn_eval_result *r, const rn_ckpt *ck) {
     size_t cap = 1 << 16, n = 0;
@@ -104,27 +107,22 @@ int main(int argc, char **argv) {
     rn_eval_opts o;
     rn_eval_defaults(&o);
     const char *ckpt = NULL, *confusion = NULL;
-    int json = 0, per_class = 0, c;
-    while ((c = getopt_long(argc, argv, "d:c:jk:b:w:t:hV", opts, NULL)) != -1) {
+    int json = 0, per_class = 0, c, rc = RN_OK;
+    while (rc == RN_OK && (c = getopt_long(argc, argv, "d:c:jk:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
         case 'c': ckpt = optarg; break;
         case 'j': json = 1; break;
         case O_PERCLASS: per_class = 1; break;
         case O_CONF: confusion = optarg; break;
-        case 'k': NUM("--topk", 1, 1 << 20, &o.topk); break;
-        case 'b': NUM("--batch", 1, 1 << 20, &o.batch); break;
-        case O_MEMLIMIT:
-            if (rn_parse_size("--mem-limit", optarg, &o.mem_limit)) {
-                fprintf(stderr, "rn-eval: %s\n", rn_last_error());
-                return 2;
-            }
-            break;
-        case O_CROP: NUM("--crop", 8, 4096, &o.crop); break;
-        case O_RESIZE: NUM("--resize", 0, 16384, &o.resize); break;
+        case 'k': rc = rn_cli_int("--topk", optarg, 1, 1 << 20, &o.topk); break;
+        case 'b': rc = rn_cli_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
+        case O_MEMLIMIT: rc = rn_cli_size("--mem-limit", optarg, 1, &o.mem_limit); break;
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
         case O_DUMP: o.dump_logits = optarg; break;
-        case 'w': NUM("--workers", 1, 1024, &o.workers); break;
-        case 't': NUM("--threads", 1, 1024, &o.threads); break;
+        case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
+        case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
         case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
             setenv("RN_CUDA_DETERMINISTIC", "1", 1);
@@ -135,18 +133,15 @@ int main(int argc, char **argv) {
         default: fprintf(stderr, "rn-eval: see 'rn-eval --help'\n"); return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "rn-eval: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (!o.data || !ckpt) {
-        fprintf(stderr, "rn-eval: --data and --ckpt are required (see --help)\n");
+    if (rc == RN_OK) rc = check_flags(&o, ckpt, argc - optind, argv + optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-eval: %s\n", rn_last_error());
         return 2;
     }
     o.progress_tty = isatty(2);
     rn_ckpt *ck = NULL;
     rn_eval_result r;
-    int rc = rn_ckpt_read(ckpt, &ck);
+    rc = rn_ckpt_read(ckpt, &ck);
     if (rc == RN_OK) rc = rn_eval(&o, ck, &r);
     if (rc == RN_OK && confusion) rc = write_confusion(confusion, &r, ck);
     if (rc != RN_OK) {

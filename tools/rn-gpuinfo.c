@@ -1,12 +1,13 @@
 /* rn-gpuinfo: the GPU stack as rn will load it, live monitoring, preflight check, quick bench. */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/gpuinfo.h"
 
@@ -67,6 +68,16 @@ static int bad_usage(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* The flags that only make sense together, checked once every flag is read. */
+static int check_flags(double watch, int64_t count, int bench, int check, int device, int nargs, char **args) {
+    if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s': rn-gpuinfo takes no files", args[0]);
+    if (count && !watch) return rn_errorf(RN_EINVAL, "--count only goes with --watch SECONDS");
+    if ((watch > 0) + bench + check > 1)
+        return rn_errorf(RN_EINVAL, "conflicting modes: pick one of --watch, --bench and --check");
+    if (device >= 0 && !watch && !bench) return rn_errorf(RN_EINVAL, "--device only goes with --watch or --bench");
+    return RN_OK;
+}
+
 /* The first problem that stops devices from being listed at all: no driver, too old
  * (only with no device listed), no device, no GPU build. */
 static const rn_gpuproblem *device_problem(const rn_gpuinfo *g) {
@@ -104,8 +115,7 @@ int main(int argc, char **argv) {
                                          {NULL, 0, NULL, 0}};
     int json = 0, check = 0, bench = 0, device = -1, c;
     double watch = 0;
-    long count = 0;
-    char *end;
+    int64_t count = 0;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":jcw:n:bd:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -113,27 +123,19 @@ int main(int argc, char **argv) {
         case 'c': check = 1; break;
         case 'b': bench = 1; break;
         case 'w':
-            errno = 0;
-            watch = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !isfinite(watch) || watch <= 0 || watch > MAX_WATCH_SECONDS)
-                return bad_usage("--watch %s: want an interval in seconds, > 0 and at most 86400 (e.g. 1 or 0.5)",
-                                 optarg);
+            if (rn_cli_float("--watch", optarg, 0, MAX_WATCH_SECONDS, &watch) != RN_OK)
+                return bad_usage("%s", rn_last_error());
+            if (watch == 0)
+                return bad_usage("--watch: '%s' is no interval: want more than 0 seconds, e.g. 1 or 0.5", optarg);
             break;
         case 'n':
-            errno = 0;
-            count = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || count < 1)
-                return bad_usage("--count %s: want a whole number of samples, 1 or more", optarg);
+            if (rn_cli_i64("--count", optarg, 1, LONG_MAX, &count) != RN_OK) return bad_usage("%s", rn_last_error());
             break;
-        case 'd': {
-            const char *s = strncmp(optarg, "cuda:", 5) == 0 ? optarg + 5 : optarg;
-            errno = 0;
-            long v = strtol(s, &end, 10);
-            if (errno || end == s || *end || v < 0 || v > 1023)
-                return bad_usage("--device %s: want a device index such as 0 or cuda:1", optarg);
-            device = (int)v;
+        case 'd':
+            /* N or cuda:N */
+            if (rn_cli_int("--device", strncmp(optarg, "cuda:", 5) == 0 ? optarg + 5 : optarg, 0, 1023, &device))
+                return bad_usage("--device: '%s' is not a device index such as 0 or cuda:1", optarg);
             break;
-        }
         case 'h': usage(stdout); return finish(0);
         case 'V': printf("rn-gpuinfo %s\n", RN_VERSION); return finish(0);
         case ':': return bad_usage("%s needs a value", argv[optind - 1]);
@@ -143,11 +145,8 @@ int main(int argc, char **argv) {
         }
         }
     }
-    if (optind < argc) return bad_usage("unexpected argument '%s': rn-gpuinfo takes no files", argv[optind]);
-    if (count && !watch) return bad_usage("%s only goes with --watch SECONDS", "--count");
-    if ((watch > 0) + bench + check > 1)
-        return bad_usage("%s: pick one of --watch, --bench and --check", "conflicting modes");
-    if (device >= 0 && !watch && !bench) return bad_usage("%s only goes with --watch or --bench", "--device");
+    if (check_flags(watch, count, bench, check, device, argc - optind, argv + optind) != RN_OK)
+        return bad_usage("%s", rn_last_error());
 
     rn_gpuinfo *g = NULL;
     if (rn_gpuinfo_probe(&g) != RN_OK) {
@@ -173,7 +172,7 @@ int main(int argc, char **argv) {
             if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
                 fprintf(stderr, "rn-gpuinfo: sigaction: %s\n", strerror(errno));
                 rc = 1;
-            } else if (rn_gpuinfo_watch(g, watch, count, device, json, stdout, &stop_requested) != RN_OK) {
+            } else if (rn_gpuinfo_watch(g, watch, (long)count, device, json, stdout, &stop_requested) != RN_OK) {
                 fprintf(stderr, "rn-gpuinfo: --watch: %s\n", rn_last_error());
                 rc = 1;
             }

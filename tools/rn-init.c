@@ -40,9 +40,16 @@ static void usage(FILE *f) {
             DEFAULT_ARCH, DEFAULT_CLASSES, DEFAULT_SEED);
 }
 
-/* a flag value in range, or a message and exit status 2 */
-#define NUM(flag, lo, hi, dst) do { if (rn_parse_long(flag, optarg, lo, hi, dst)) { \
-    fprintf(stderr, "rn-init: %s\n", rn_last_error()); return 2; } } while (0)
+/* The flags that only make sense together, checked once every flag is read. */
+static int check_flags(const char *out, const char *from, int have_classes, int zero_init, int reset_fc, int nargs,
+                       char **args) {
+    if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s' (the output goes after -o)", args[0]);
+    if (!out) return rn_errorf(RN_EINVAL, "no output given: add -o OUT.pb");
+    if (from && (have_classes || zero_init))
+        return rn_errorf(RN_EINVAL, "--classes and --zero-init-residual do not apply to --from (use --reset-fc N)");
+    if (!from && reset_fc) return rn_errorf(RN_EINVAL, "--reset-fc needs --from WEIGHTS.safetensors");
+    return RN_OK;
+}
 
 int main(int argc, char **argv) {
     static const struct option opts[] = {
@@ -53,59 +60,43 @@ int main(int argc, char **argv) {
         {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
     };
     const char *arch = NULL, *from = NULL, *out = NULL;
-    long classes = DEFAULT_CLASSES, seed = DEFAULT_SEED, reset_fc = 0;
-    int zero_init = 0, have_classes = 0, c;
-    while ((c = getopt_long(argc, argv, "a:c:s:zf:r:o:hV", opts, NULL)) != -1) {
+    int classes = DEFAULT_CLASSES, seed = DEFAULT_SEED, reset_fc = 0;
+    int zero_init = 0, have_classes = 0, c, rc = RN_OK;
+    while (rc == RN_OK && (c = getopt_long(argc, argv, "a:c:s:zf:r:o:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'a': arch = optarg; break;
         case 'c':
-            NUM("--classes", 1, 1 << 24, &classes);
+            rc = rn_cli_int("--classes", optarg, 1, 1 << 24, &classes);
             have_classes = 1;
             break;
-        case 's':
-            NUM("--seed", 0, 0x7fffffffL, &seed);
-            break;
+        case 's': rc = rn_cli_int("--seed", optarg, 0, INT32_MAX, &seed); break;
         case 'z': zero_init = 1; break;
         case 'f': from = optarg; break;
-        case 'r':
-            NUM("--reset-fc", 1, 1 << 24, &reset_fc);
-            break;
+        case 'r': rc = rn_cli_int("--reset-fc", optarg, 1, 1 << 24, &reset_fc); break;
         case 'o': out = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-init %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-init: see 'rn-init --help'\n"); return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "rn-init: unexpected argument '%s' (the output goes after -o)\n", argv[optind]);
-        return 2;
-    }
-    if (!out) {
-        fprintf(stderr, "rn-init: no output given: add -o OUT.pb\n");
-        return 2;
-    }
-    if (from && (have_classes || zero_init)) {
-        fprintf(stderr, "rn-init: --classes and --zero-init-residual do not apply to --from (use --reset-fc N)\n");
-        return 2;
-    }
-    if (!from && reset_fc) {
-        fprintf(stderr, "rn-init: --reset-fc needs --from WEIGHTS.safetensors\n");
+    if (rc == RN_OK) rc = check_flags(out, from, have_classes, zero_init, reset_fc, argc - optind, argv + optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-init: %s\n", rn_last_error());
         return 2;
     }
 
     rn_ckpt *ck = NULL;
     rn_resnet net;
-    int rc;
     if (from) {
         rn_safetensors *st = NULL;
         rc = rn_st_read(from, &st);
         if (rc == RN_OK) {
-            rc = rn_ckpt_from_safetensors(st, arch, (int)reset_fc, (uint64_t)seed, &ck);
+            rc = rn_ckpt_from_safetensors(st, arch, reset_fc, (uint64_t)seed, &ck);
             if (rc != RN_OK) rn_error_context(rc, "%s", from);
             rn_st_free(st);
         }
     } else {
-        rc = rn_resnet_build(&net, arch ? arch : DEFAULT_ARCH, (int)classes);
+        rc = rn_resnet_build(&net, arch ? arch : DEFAULT_ARCH, classes);
         if (rc == RN_OK) rc = rn_ckpt_new(&net, &ck);
         if (rc == RN_OK) rc = rn_ckpt_init(ck, &net, (uint64_t)seed, zero_init);
     }

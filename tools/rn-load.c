@@ -1,5 +1,4 @@
 /* rn-load: run the data loader alone: throughput, determinism checks, a look at batches. */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rn/cli.h"
 #include "rn/crc32c.h"
 #include "rn/dataset.h"
 #include "rn/err.h"
@@ -51,20 +51,24 @@ static void usage(FILE *f) {
             RN_LOADER_CROP, RN_LOADER_BATCH, RN_LOADER_PREFETCH);
 }
 
-static int bad(const char *fmt, const char *arg) {
-    fprintf(stderr, "rn-load: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'rn-load --help'.\n");
-    return 2;
+/* --start E:I, both whole numbers from 0 */
+static int parse_start(const char *text, int64_t *epoch, int64_t *index) {
+    const char *colon = strchr(text, ':');
+    char e[32];
+    size_t n = colon ? (size_t)(colon - text) : 0;
+    if (!colon || n >= sizeof e) goto bad;
+    memcpy(e, text, n);
+    e[n] = 0;
+    if (rn_cli_i64("--start", e, 0, INT64_MAX, epoch) || rn_cli_i64("--start", colon + 1, 0, INT64_MAX, index)) goto bad;
+    return RN_OK;
+bad:
+    return rn_errorf(RN_EINVAL, "--start: '%s' is not EPOCH:INDEX, e.g. 3:1024", text);
 }
 
-static int parse_int(const char *s, long lo, long hi, long *v) {
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || !s[0] || *end || x < lo || x > hi) return -1;
-    *v = x;
-    return 0;
+/* The flags and arguments that only make sense together, checked once every flag is read. */
+static int check_flags(int nargs) {
+    if (nargs != 1) return rn_errorf(RN_EINVAL, "expected one DATA.lmdb, got %d arguments", nargs);
+    return RN_OK;
 }
 
 static double now(void) {
@@ -76,7 +80,7 @@ static double now(void) {
 int main(int argc, char **argv) {
     rn_loader_opts o;
     rn_loader_defaults(&o);
-    long v, epochs = 0, max_batches = 0;
+    int64_t epochs = 0, max_batches = 0;
     int to_float = 0, sums = 0, list = 0, quiet = 0, checksum = 0;
     int64_t start_e = 0, start_i = 0;
     const char *dump = NULL, *raw = NULL;
@@ -95,41 +99,28 @@ int main(int argc, char **argv) {
         {"checksum", no_argument, 0, O_CHECKSUM},         {"list", no_argument, 0, O_LIST},
         {"quiet", no_argument, 0, 'q'},                 {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
+    int c, rc = RN_OK;
+    while (rc == RN_OK && (c = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
         switch (c) {
-        case O_CROP: if (parse_int(optarg, 1, 4096, &v)) return bad("--crop '%s': expected 1..4096", optarg); o.crop = (int)v; break;
-        case O_BATCH: if (parse_int(optarg, 1, 65536, &v)) return bad("--batch '%s': expected 1..65536", optarg); o.batch = (int)v; break;
-        case O_WORKERS: if (parse_int(optarg, 1, 1024, &v)) return bad("--workers '%s': expected 1..1024", optarg); o.workers = (int)v; break;
-        case O_PREFETCH: if (parse_int(optarg, 2, 64, &v)) return bad("--prefetch '%s': expected 2..64", optarg); o.prefetch = (int)v; break;
-        case O_EPOCHS: if (parse_int(optarg, 1, 1000000, &epochs)) return bad("--epochs '%s': expected a positive integer", optarg); break;
-        case O_BATCHES: if (parse_int(optarg, 1, 1L << 40, &max_batches)) return bad("--batches '%s': expected a positive integer", optarg); break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            o.seed = strtoull(optarg, &end, 10);
-            if (errno || !optarg[0] || *end || optarg[0] == '-') return bad("--seed '%s': expected a non-negative integer", optarg);
-            break;
-        }
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 1, 4096, &o.crop); break;
+        case O_BATCH: rc = rn_cli_int("--batch", optarg, 1, 65536, &o.batch); break;
+        case O_WORKERS: rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
+        case O_PREFETCH: rc = rn_cli_int("--prefetch", optarg, 2, 64, &o.prefetch); break;
+        case O_EPOCHS: rc = rn_cli_i64("--epochs", optarg, 1, 1000000, &epochs); break;
+        case O_BATCHES: rc = rn_cli_i64("--batches", optarg, 1, INT64_C(1) << 40, &max_batches); break;
+        case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT64_MAX, &o.seed); break;
         case O_EVAL: o.train = 0; break;
         case O_AUGMENT:
             if (strcmp(optarg, "rrc") == 0) o.augment = RN_AUG_RRC;
             else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else return bad("--augment '%s': expected rrc or none", optarg);
+            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not rrc or none", optarg);
             break;
-        case O_RESIZE: if (parse_int(optarg, 0, 65535, &v)) return bad("--resize '%s': expected 0..65535", optarg); o.resize = (int)v; break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 65535, &o.resize); break;
         case O_NOSHUF: o.shuffle = 0; break;
         case O_DROP: o.drop_last = 1; break;
         case O_EXACT: o.exact = 1; break;
         case O_FLOAT: to_float = 1; break;
-        case O_START: {
-            long long e, i;
-            char tail;
-            if (sscanf(optarg, "%lld:%lld%c", &e, &i, &tail) != 2 || e < 0 || i < 0)
-                return bad("--start '%s': expected EPOCH:INDEX, e.g. 3:1024", optarg);
-            start_e = e, start_i = i;
-            break;
-        }
+        case O_START: rc = parse_start(optarg, &start_e, &start_i); break;
         case O_SUMS: sums = 1; break;
         case O_CHECKSUM: checksum = 1; break;
         case O_DUMP: dump = optarg; break;
@@ -141,8 +132,9 @@ int main(int argc, char **argv) {
         default: fprintf(stderr, "Try 'rn-load --help'.\n"); return 2;
         }
     }
-    if (argc - optind != 1) {
-        fprintf(stderr, "rn-load: expected one DATA.lmdb, got %d arguments\nTry 'rn-load --help'.\n", argc - optind);
+    if (rc == RN_OK) rc = check_flags(argc - optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-load: %s\nTry 'rn-load --help'.\n", rn_last_error());
         return 2;
     }
     const char *path = argv[optind];

@@ -40,9 +40,11 @@ static void usage(FILE *f) {
                "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n");
 }
 
-/* a flag value in range, or a message and exit status 2 */
-#define NUM(flag, lo, hi, dst) do { if (rn_parse_int(flag, optarg, lo, hi, dst)) { \
-    fprintf(stderr, "rn-predict: %s\n", rn_last_error()); return 2; } } while (0)
+/* The flags that only make sense together, checked once every flag is read. */
+static int check_flags(const char *ckpt, int nimages) {
+    if (!ckpt || !nimages) return rn_errorf(RN_EINVAL, "--ckpt and at least one IMAGE are required (see --help)");
+    return RN_OK;
+}
 
 int main(int argc, char **argv) {
     enum { O_CROP = 256, O_RESIZE, O_DEVICE, O_MAXPIX };
@@ -55,30 +57,26 @@ int main(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     const char *ckpt = NULL, *device = "auto";
-    int topk = 5, crop = 224, resize = -1, json = 0, threads = 0, c;
-    long max_pixels = (long)RN_JPEG_MAX_PIXELS;
-    while ((c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
+    int topk = 5, crop = 224, resize = -1, json = 0, threads = 0, c, rc = RN_OK;
+    int64_t max_pixels = (int64_t)RN_JPEG_MAX_PIXELS;
+    while (rc == RN_OK && (c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'c': ckpt = optarg; break;
-        case 'k': NUM("--topk", 1, 1 << 20, &topk); break;
-        case O_CROP: NUM("--crop", 8, 4096, &crop); break;
-        case O_RESIZE: NUM("--resize", 0, 16384, &resize); break;
-        case O_MAXPIX:
-            if (rn_parse_long("--max-pixels", optarg, 1, 1L << 40, &max_pixels)) {
-                fprintf(stderr, "rn-predict: %s\n", rn_last_error());
-                return 2;
-            }
-            break;
+        case 'k': rc = rn_cli_int("--topk", optarg, 1, 1 << 20, &topk); break;
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &crop); break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &resize); break;
+        case O_MAXPIX: rc = rn_cli_i64("--max-pixels", optarg, 1, (int64_t)1 << 40, &max_pixels); break;
         case 'j': json = 1; break;
-        case 't': NUM("--threads", 1, 1024, &threads); break;
+        case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &threads); break;
         case O_DEVICE: device = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-predict %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-predict: see 'rn-predict --help'\n"); return 2;
         }
     }
-    if (!ckpt || optind == argc) {
-        fprintf(stderr, "rn-predict: --ckpt and at least one IMAGE are required (see --help)\n");
+    if (rc == RN_OK) rc = check_flags(ckpt, argc - optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-predict: %s\n", rn_last_error());
         return 2;
     }
     rn_ckpt *ck = NULL;
@@ -86,7 +84,7 @@ int main(int argc, char **argv) {
     rn_net *net = NULL;
     rn_jpeg *jpeg = NULL;
     rn_resnet spec;
-    int rc = rn_ckpt_read(ckpt, &ck);
+    rc = rn_ckpt_read(ckpt, &ck);
     if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
     if (rc == RN_OK) rc = rn_backend_create(device, threads, &be);
     if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);

@@ -1,5 +1,4 @@
 /* rn-prep: a folder of JPEGs (ImageFolder layout or a list file) to an rn dataset. */
-#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <inttypes.h>
@@ -9,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rn/cli.h"
 #include "rn/dataset.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
@@ -40,7 +40,8 @@ static const char *usage_text =
     "  --max-classes N     list files: labels must be below N (default %d)\n"
     "  --report FILE       write every skipped input and why to FILE (tab separated)\n"
     "  --strict            any bad input fails the run (exit 1, no output written)\n"
-    "  --map-size BYTES    initial LMDB map size (default 1 GiB; it grows when full)\n"
+    "  --map-size SIZE     initial LMDB map size, e.g. 4G or 1073741824 (bytes; default 1G;\n"
+    "                      it grows when full)\n"
     "  -q, --quiet         no progress output\n"
     "  -h, --help          this help\n"
     "      --version       print the version\n"
@@ -55,28 +56,10 @@ static void usage(FILE *f) {
             RN_PREP_MAX_CLASSES);
 }
 
-static int bad_usage(const char *fmt, const char *arg) {
-    fprintf(stderr, "rn-prep: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'rn-prep --help'.\n");
-    return 2;
-}
-
-static int parse_u64(const char *s, uint64_t *v) {
-    char *end;
-    errno = 0;
-    if (!s[0] || s[0] == '-') return -1;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno || *end) return -1;
-    *v = x;
-    return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *v) {
-    uint64_t x;
-    if (parse_u64(s, &x) || x < (uint64_t)lo || x > (uint64_t)hi) return -1;
-    *v = (int)x;
-    return 0;
+/* The flags and arguments that only make sense together, checked once every flag is read. */
+static int check_flags(int nargs) {
+    if (nargs != 2) return rn_errorf(RN_EINVAL, "expected SRC and OUT.lmdb, got %d argument%s", nargs, nargs == 1 ? "" : "s");
+    return RN_OK;
 }
 
 typedef struct {
@@ -176,64 +159,40 @@ int main(int argc, char **argv) {
         {"max-classes", required_argument, 0, O_MAXCLS},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0}};
-    int opt;
-    uint64_t v;
-    while ((opt = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+    int opt, rc = RN_OK;
+    while (rc == RN_OK && (opt = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
         switch (opt) {
         case O_ROOT: o.root = optarg; break;
         case O_CLASSES: o.classes = optarg; break;
-        case O_RESIZE:
-            if (parse_int(optarg, 0, 65535, &o.resize)) return bad_usage("--resize '%s': expected a size 0..65535", optarg);
-            break;
-        case O_CCROP:
-            if (parse_int(optarg, 1, 65535, &o.center_crop)) return bad_usage("--center-crop '%s': expected a size 1..65535", optarg);
-            break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 65535, &o.resize); break;
+        case O_CCROP: rc = rn_cli_int("--center-crop", optarg, 1, 65535, &o.center_crop); break;
         case O_ENCODE:
             if (strcmp(optarg, "jpeg") == 0) o.enc = RN_ENC_JPEG;
             else if (strcmp(optarg, "raw") == 0) o.enc = RN_ENC_RAW;
-            else return bad_usage("--encode '%s': expected jpeg or raw", optarg);
+            else rc = rn_errorf(RN_EINVAL, "--encode: '%s' is not jpeg or raw", optarg);
             break;
-        case O_QUALITY:
-            if (parse_int(optarg, 1, 100, &o.quality)) return bad_usage("--quality '%s': expected 1..100", optarg);
-            break;
+        case O_QUALITY: rc = rn_cli_int("--quality", optarg, 1, 100, &o.quality); break;
         case O_GRAY: o.gray = 1; break;
         case O_SHUFFLE: o.shuffle = 1; break;
-        case O_SEED:
-            if (parse_u64(optarg, &o.seed)) return bad_usage("--seed '%s': expected a non-negative integer", optarg);
-            break;
-        case O_LIMIT:
-            if (parse_u64(optarg, &o.limit) || o.limit == 0) return bad_usage("--limit '%s': expected a positive integer", optarg);
-            break;
-        case O_THREADS:
-            if (parse_int(optarg, 1, 256, &o.threads)) return bad_usage("--threads '%s': expected 1..256", optarg);
-            break;
-        case O_AUGMENT:
-            if (parse_int(optarg, 0, 1000, &o.augment)) return bad_usage("--augment '%s': expected 0..1000 variants", optarg);
-            break;
-        case O_CROP:
-            if (parse_int(optarg, 1, 65535, &o.aug_crop)) return bad_usage("--crop '%s': expected a size 1..65535", optarg);
-            break;
-        case O_MAXPIX:
-            if (parse_u64(optarg, &o.max_pixels) || o.max_pixels == 0) return bad_usage("--max-pixels '%s': expected a positive integer", optarg);
-            break;
-        case O_MAXCLS:
-            if (parse_int(optarg, 1, 1 << 24, &o.max_classes)) return bad_usage("--max-classes '%s': expected 1..16777216", optarg);
-            break;
+        case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT64_MAX, &o.seed); break;
+        case O_LIMIT: rc = rn_cli_u64("--limit", optarg, 1, UINT64_MAX, &o.limit); break;
+        case O_THREADS: rc = rn_cli_int("--threads", optarg, 1, 256, &o.threads); break;
+        case O_AUGMENT: rc = rn_cli_int("--augment", optarg, 0, 1000, &o.augment); break;
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 1, 65535, &o.aug_crop); break;
+        case O_MAXPIX: rc = rn_cli_u64("--max-pixels", optarg, 1, UINT64_MAX, &o.max_pixels); break;
+        case O_MAXCLS: rc = rn_cli_int("--max-classes", optarg, 1, 1 << 24, &o.max_classes); break;
         case O_REPORT: report = optarg; break;
         case O_STRICT: o.strict = 1; break;
-        case O_MAPSIZE:
-            if (parse_u64(optarg, &v) || v < 65536) return bad_usage("--map-size '%s': expected bytes >= 65536", optarg);
-            o.map_size = (size_t)v;
-            break;
+        case O_MAPSIZE: rc = rn_cli_size("--map-size", optarg, 65536, &o.map_size); break;
         case 'q': u.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case O_VERSION: printf("rn-prep %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "Try 'rn-prep --help'.\n"); return 2;
         }
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "rn-prep: expected SRC and OUT.lmdb, got %d argument%s\nTry 'rn-prep --help'.\n",
-                argc - optind, argc - optind == 1 ? "" : "s");
+    if (rc == RN_OK) rc = check_flags(argc - optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-prep: %s\nTry 'rn-prep --help'.\n", rn_last_error());
         return 2;
     }
     o.src = argv[optind];
@@ -255,7 +214,7 @@ int main(int argc, char **argv) {
     u.tty = isatty(2);
     u.t0 = u.last = now();
     rn_prep_result res;
-    int rc = rn_prep_run(&o, &res);
+    rc = rn_prep_run(&o, &res);
     double secs = now() - u.t0;
     int status = 0;
     if (report) {

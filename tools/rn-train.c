@@ -103,9 +103,31 @@ static void usage(FILE *f) {
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
 }
 
-/* a flag value in range, or a message and exit status 2 */
-#define NUM(flag, lo, hi, dst) do { if (rn_parse_double(flag, optarg, lo, hi, dst)) { \
-    fprintf(stderr, "rn-train: %s\n", rn_last_error()); return 2; } } while (0)
+/* the most steps a flag may count: far beyond any run, far from int64_t's overflow */
+#define MAX_STEPS 1000000000000000LL
+
+/* The flags that only make sense together, checked once every flag is read: RN_OK, or
+ * RN_EINVAL with the message for the user. */
+static int check_flags(const rn_train_opts *o, const char *in, int nargs, char **args) {
+    if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s'", args[0]);
+    if (!o->data || !in || !o->out) return rn_errorf(RN_EINVAL, "--data, --in and --out are required (see --help)");
+    if (strcmp(o->out, "-") == 0)
+        return rn_errorf(RN_EINVAL, "--out must be a file (checkpoints are written during training)");
+    if (o->batch % o->accum)
+        return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
+    if (o->micro_batch && o->accum != 1)
+        return rn_errorf(RN_EINVAL, "give --micro-batch or --accum, not both (each sets the other)");
+    if (o->micro_batch > 0 && o->batch % o->micro_batch)
+        return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --micro-batch %d", o->batch, o->micro_batch);
+    for (int i = 1; i < o->lr.n_milestones; i++)
+        if (o->lr.milestones[i] <= o->lr.milestones[i - 1])
+            return rn_errorf(RN_EINVAL, "--lr-milestones: %d after %d: the epochs must increase, like 30,60,80",
+                             o->lr.milestones[i], o->lr.milestones[i - 1]);
+    if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
+        return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
+                         rn_amp_name(o->amp));
+    return RN_OK;
+}
 
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
@@ -141,126 +163,80 @@ int main(int argc, char **argv) {
     rn_train_opts o;
     rn_train_defaults(&o);
     const char *in = NULL;
-    int c, have_epochs = 0;
-    double v;
-    while ((c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
+    int c, rc = RN_OK, have_epochs = 0;
+    while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
         case 'i': in = optarg; break;
         case 'o': o.out = optarg; break;
-        case 'e': NUM("--epochs", 0, 1e6, &v); o.epochs = (int)v; have_epochs = 1; break;
-        case O_MAXSTEPS: NUM("--max-steps", 1, 1e15, &v); o.max_steps = (int64_t)v; break;
+        case 'e': rc = rn_cli_int("--epochs", optarg, 0, 1000000, &o.epochs); have_epochs = 1; break;
+        case O_MAXSTEPS: rc = rn_cli_i64("--max-steps", optarg, 1, MAX_STEPS, &o.max_steps); break;
         case O_VAL: o.val = optarg; break;
-        case 'b': NUM("--batch", 1, 1 << 20, &v); o.batch = (int)v; break;
-        case O_ACCUM: NUM("--accum", 1, 1 << 20, &v); o.accum = (int)v; break;
+        case 'b': rc = rn_cli_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
+        case O_ACCUM: rc = rn_cli_int("--accum", optarg, 1, 1 << 20, &o.accum); break;
         case O_MICRO:
             if (strcmp(optarg, "auto") == 0) o.micro_batch = -1;
-            else { NUM("--micro-batch", 1, 1 << 20, &v); o.micro_batch = (int)v; }
+            else rc = rn_cli_int("--micro-batch", optarg, 1, 1 << 20, &o.micro_batch);
             break;
-        case O_MEMLIMIT:
-            if (rn_parse_size("--mem-limit", optarg, &o.mem_limit)) {
-                fprintf(stderr, "rn-train: %s\n", rn_last_error());
-                return 2;
-            }
-            break;
-        case O_CROP: NUM("--crop", 8, 4096, &v); o.crop = (int)v; break;
-        case O_RESIZE: NUM("--resize", 0, 16384, &v); o.resize = (int)v; break;
+        case O_MEMLIMIT: rc = rn_cli_size("--mem-limit", optarg, 1, &o.mem_limit); break;
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
         case O_AUG:
             if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
             else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else { fprintf(stderr, "rn-train: --augment: '%s' is not standard or none\n", optarg); return 2; }
+            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not standard or none", optarg);
             break;
         case O_NOSHUF: o.shuffle = 0; break;
-        case O_SEED: NUM("--seed", 0, 4294967295.0, &v); o.seed = (uint64_t)v; o.seed_given = 1; break;
-        case 'w': NUM("--workers", 1, 1024, &v); o.workers = (int)v; break;
-        case 't': NUM("--threads", 1, 1024, &v); o.threads = (int)v; break;
+        case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT32_MAX, &o.seed); o.seed_given = 1; break;
+        case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
+        case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
         case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
             setenv("RN_CUDA_DETERMINISTIC", "1", 1);
             setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
             break;
-        case O_LR: NUM("--lr", 0, 1e6, &o.lr.lr); break;
-        case O_MOM: NUM("--momentum", 0, 1, &o.momentum); break;
-        case O_WD: NUM("--wd", 0, 1, &o.weight_decay); break;
+        case O_LR: rc = rn_cli_float("--lr", optarg, 0, 1e6, &o.lr.lr); break;
+        case O_MOM: rc = rn_cli_float("--momentum", optarg, 0, 1, &o.momentum); break;
+        case O_WD: rc = rn_cli_float("--wd", optarg, 0, 1, &o.weight_decay); break;
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.no_wd_bn = 1; break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
-        case O_LS: NUM("--label-smoothing", 0, 1, &o.label_smoothing); break;
+        case O_LS: rc = rn_cli_float("--label-smoothing", optarg, 0, 1, &o.label_smoothing); break;
         case O_SCHED:
-            if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0) {
-                fprintf(stderr, "rn-train: --lr-schedule: '%s' is not step, multistep, cosine or constant\n", optarg);
-                return 2;
-            }
+            if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)
+                rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine or constant", optarg);
             break;
-        case O_LRSTEP: NUM("--lr-step", 1, 1e6, &v); o.lr.step_epochs = (int)v; break;
-        case O_GAMMA: NUM("--lr-gamma", 0, 1e6, &o.lr.gamma); break;
-        case O_MILES: {
-            o.lr.n_milestones = 0;
-            for (char *s = optarg; *s;) {
-                char *end;
-                long m = strtol(s, &end, 10);
-                if (end == s || m < 0 || o.lr.n_milestones >= 32 || (*end && *end != ',') ||
-                    (o.lr.n_milestones && m <= o.lr.milestones[o.lr.n_milestones - 1])) {
-                    fprintf(stderr, "rn-train: --lr-milestones: '%s' is not increasing epochs like 30,60,80\n", optarg);
-                    return 2;
-                }
-                o.lr.milestones[o.lr.n_milestones++] = (int)m;
-                s = *end ? end + 1 : end;
-            }
+        case O_LRSTEP: rc = rn_cli_int("--lr-step", optarg, 1, 1000000, &o.lr.step_epochs); break;
+        case O_GAMMA: rc = rn_cli_float("--lr-gamma", optarg, 0, 1e6, &o.lr.gamma); break;
+        case O_MILES:
+            rc = rn_cli_list("--lr-milestones", optarg, 0, 1000000, o.lr.milestones,
+                             (int)(sizeof o.lr.milestones / sizeof *o.lr.milestones), &o.lr.n_milestones);
             break;
-        }
-        case O_LREPOCHS: NUM("--lr-epochs", 1, 1e6, &v); o.lr.total_epochs = (int)v; break;
-        case O_WARM: NUM("--warmup-epochs", 0, 1e6, &v); o.lr.warmup_epochs = (int)v; break;
-        case O_SAVE: NUM("--save-every", 1, 1e15, &v); o.save_every = (int64_t)v; break;
+        case O_LREPOCHS: rc = rn_cli_int("--lr-epochs", optarg, 1, 1000000, &o.lr.total_epochs); break;
+        case O_WARM: rc = rn_cli_int("--warmup-epochs", optarg, 0, 1000000, &o.lr.warmup_epochs); break;
+        case O_SAVE: rc = rn_cli_i64("--save-every", optarg, 1, MAX_STEPS, &o.save_every); break;
         case O_LOG: o.log_path = optarg; break;
-        case O_LOGEVERY: NUM("--log-every", 1, 1e9, &v); o.log_every = (int)v; break;
+        case O_LOGEVERY: rc = rn_cli_int("--log-every", optarg, 1, 1000000000, &o.log_every); break;
         case O_DUMP: o.dump_grads = optarg; break;
         case O_AMP:
-            if ((o.amp = rn_amp_parse(optarg)) < 0) {
-                fprintf(stderr, "rn-train: --amp: '%s' is not off, fp16 or bf16\n", optarg);
-                return 2;
-            }
+            if ((o.amp = rn_amp_parse(optarg)) < 0)
+                rc = rn_errorf(RN_EINVAL, "--amp: '%s' is not off, fp16 or bf16", optarg);
             break;
-        case O_SCALE: NUM("--loss-scale", 1e-30, 1e30, &o.loss_scale); break;
+        case O_SCALE: rc = rn_cli_float("--loss-scale", optarg, 1e-30, 1e30, &o.loss_scale); break;
         case O_SCALEINT:
-            NUM("--loss-scale-growth-interval", 1, 2147483647.0, &v);
-            o.scale_growth_interval = (int)v;
+            rc = rn_cli_int("--loss-scale-growth-interval", optarg, 1, INT32_MAX, &o.scale_growth_interval);
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-train %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-train: see 'rn-train --help'\n"); return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "rn-train: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (!o.data || !in || !o.out) {
-        fprintf(stderr, "rn-train: --data, --in and --out are required (see --help)\n");
-        return 2;
-    }
-    if (o.batch % o.accum) {
-        fprintf(stderr, "rn-train: --batch %d is not a multiple of --accum %d\n", o.batch, o.accum);
-        return 2;
-    }
-    if (o.micro_batch && o.accum != 1) {
-        fprintf(stderr, "rn-train: give --micro-batch or --accum, not both (each sets the other)\n");
-        return 2;
-    }
-    if (o.micro_batch > 0 && o.batch % o.micro_batch) {
-        fprintf(stderr, "rn-train: --batch %d is not a multiple of --micro-batch %d\n", o.batch, o.micro_batch);
-        return 2;
-    }
-    if (o.amp != RN_F32 && strcmp(o.device, "cpu") == 0) {
-        fprintf(stderr, "rn-train: --amp %s needs a GPU (--device cuda): the CPU backend computes in fp32\n",
-                rn_amp_name(o.amp));
+    if (rc == RN_OK) rc = check_flags(&o, in, argc - optind, argv + optind);
+    if (rc != RN_OK) {
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
         return 2;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
-    if (strcmp(o.out, "-") == 0) {
-        fprintf(stderr, "rn-train: --out must be a file (checkpoints are written during training)\n");
-        return 2;
-    }
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(in, &ck) != RN_OK) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());
@@ -279,7 +255,7 @@ int main(int argc, char **argv) {
     o.progress_tty = isatty(2);
     o.argc = argc;
     o.argv = argv;
-    int rc = rn_train(&o, ck);
+    rc = rn_train(&o, ck);
     rn_ckpt_free(ck);
     if (rc == RN_EINTR) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());

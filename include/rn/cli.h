@@ -1,16 +1,43 @@
-/* rn/cli.h: parsing of tool flag values, shared by the tools' main()s. */
+/* rn/cli.h: the values of tool flags, parsed the same way by every tool.
+ *
+ * Each function reads the whole of TEXT as the value of FLAG (the flag's long name,
+ * "--batch", or the variable's, "RN_CPU_MEMORY"). On success it stores the value in *out
+ * and returns RN_OK. Otherwise *out is left as it was and it returns RN_EINVAL with a
+ * message that names the flag and the value and says what is wanted, e.g.
+ *   --batch: '2.5' is not a whole number
+ *   --batch: '0' is too small: want 1 to 1048576
+ *   --lr: '-1' is negative: want 0 to 1e+06
+ * which a tool prints after its own name ("rn-train: ...") before exiting 2.
+ *
+ * Numbers are written in decimal. Leading or trailing junk (spaces, units, a second
+ * value) is refused, as are values out of [min, max] (a value beyond the type's range
+ * counts as out of range, never wraps) and, for floats, inf and nan. */
 #ifndef RN_CLI_H
 #define RN_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-/* The whole of s as an integer (or number) in [lo, hi]. Errors: RN_EINVAL with the
- * message "FLAG: 'S' is not an integer in [LO, HI]". */
-int rn_parse_long(const char *flag, const char *s, long lo, long hi, long *out);
-int rn_parse_int(const char *flag, const char *s, int lo, int hi, int *out);
-int rn_parse_double(const char *flag, const char *s, double lo, double hi, double *out);
-/* A byte count: a number with an optional binary suffix K, M, G or T (also KiB, MB, ...;
- * 1K = 1024), at least 1 byte. Errors: RN_EINVAL ("FLAG: 'S' is not a size like 8G"). */
-int rn_parse_size(const char *flag, const char *s, size_t *out);
+/* A whole number: optional sign, then digits ("256", "+3", "-1"); "2.5", "1e3", "0x10"
+ * and "" are refused. */
+int rn_cli_int(const char *flag, const char *text, int min, int max, int *out);
+int rn_cli_i64(const char *flag, const char *text, int64_t min, int64_t max, int64_t *out);
+/* As rn_cli_i64 for values up to UINT64_MAX (seeds); a leading '-' is refused. */
+int rn_cli_u64(const char *flag, const char *text, uint64_t min, uint64_t max, uint64_t *out);
+
+/* A finite decimal number ("0.1", "1e-4", "5"), in [min, max]. */
+int rn_cli_float(const char *flag, const char *text, double min, double max, double *out);
+
+/* A byte count: a number (fractions allowed: "1.5G") with an optional binary suffix
+ * K, M, G or T in either case (1K = 1024), which may be followed by "B" or "iB"
+ * ("64MB", "3GiB"), or a plain count of bytes ("1048576", "100B"). The value is rounded
+ * down to whole bytes and must be at least min bytes (and at least 1) and at most
+ * SIZE_MAX/2. */
+int rn_cli_size(const char *flag, const char *text, size_t min, size_t *out);
+
+/* A comma-separated list of at most cap whole numbers, each in [min, max] ("30,60,80");
+ * an empty list or an empty entry ("30,,60", "30,") is refused. The numbers go to
+ * out[0..*n-1]. */
+int rn_cli_list(const char *flag, const char *text, int min, int max, int *out, int cap, int *n);
 
 #endif

@@ -1,7 +1,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "rn/cli.h"
 #include "rn/crc32c.h"
 #include "rn/err.h"
 #include "rn/json.h"
@@ -119,27 +118,7 @@ static void test_json(void) {
     CHECK(!strcmp(json_end(&o), "1e+07"), "large reading: %s", o.text);
 }
 
-static void test_sizes(void) {
-    struct { const char *s; size_t want; } ok[] = {
-        {"1", 1}, {"4096", 4096}, {"8K", 8192}, {"512M", (size_t)512 << 20}, {"2G", (size_t)2 << 30},
-        {"1.5g", (size_t)3 << 29}, {"3GiB", (size_t)3 << 30}, {"1T", (size_t)1 << 40}, {"64MB", (size_t)64 << 20},
-        {"100B", 100},
-    };
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
-        size_t v = 0;
-        CHECK(rn_parse_size("--mem-limit", ok[i].s, &v) == RN_OK && v == ok[i].want, "size '%s' -> %zu, want %zu",
-              ok[i].s, v, ok[i].want);
-    }
-    const char *bad[] = {"", "G", "0", "-1G", "12X", "1GG", "1 G", "0.5", "nan", "1e30T"};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        size_t v = 7;
-        CHECK(rn_parse_size("--mem-limit", bad[i], &v) == RN_EINVAL && v == 7, "size '%s' accepted", bad[i]);
-        CHECK(strstr(rn_last_error(), "--mem-limit") != NULL, "message names the flag: %s", rn_last_error());
-    }
-}
-
 int main(void) {
-    test_sizes();
     test_crc32c();
     test_philox();
     test_half();

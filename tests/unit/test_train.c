@@ -28,7 +28,37 @@ int main(void) {
               near(rn_lr_at(&s, 200, 100), 0.1),
           "linear warm-up");
     /* the schedule is a function of the optimiser step alone: accumulation (fewer,
-     * larger steps) is expressed by steps_per_epoch, never by micro-batches */
+     * larger steps) is expressed by steps_per_epoch, never by micro-batches. 1200 images
+     * are 12 steps of 100, or 3 steps of 400 (micro-batches of 100 with --accum 4): every
+     * schedule is at epoch e's rate on the first optimiser step of epoch e in both, step
+     * and multistep keep it to the epoch's last step, and a warm-up ends on the last step
+     * of its last epoch in both */
+    rn_lr_schedule all[] = {
+        {.schedule = RN_LR_STEP, .lr = 0.1, .step_epochs = 3, .gamma = 0.1},
+        {.schedule = RN_LR_MULTISTEP, .lr = 0.1, .gamma = 0.5, .milestones = {2, 5}, .n_milestones = 2},
+        {.schedule = RN_LR_COSINE, .lr = 0.1, .total_epochs = 8},
+        {.schedule = RN_LR_CONSTANT, .lr = 0.1, .warmup_epochs = 2},
+    };
+    for (int i = 0; i < 4; i++) {
+        const rn_lr_schedule *a = &all[i];
+        /* within a warm-up the rate rises step by step: compared where it ends, below */
+        for (int e = a->warmup_epochs; e < 8; e++) {
+            double lr = rn_lr_at(a, e * 12, 12);
+            CHECK(near(rn_lr_at(a, e * 3, 3), lr), "%s epoch %d: %g with 3 steps an epoch, %g with 12",
+                  rn_lr_schedule_name(a->schedule), e, rn_lr_at(a, e * 3, 3), lr);
+            if (a->schedule == RN_LR_STEP || a->schedule == RN_LR_MULTISTEP)
+                CHECK(near(rn_lr_at(a, e * 3 + 2, 3), lr) && near(rn_lr_at(a, e * 12 + 11, 12), lr),
+                      "%s: epoch %d's last step", rn_lr_schedule_name(a->schedule), e);
+        }
+    }
+    CHECK(near(rn_lr_at(&all[0], 8, 3), 0.1) && near(rn_lr_at(&all[0], 9, 3), 0.01),
+          "step: decays after 3 epochs of 3");
+    CHECK(near(rn_lr_at(&all[1], 5, 3), 0.1) && near(rn_lr_at(&all[1], 6, 3), 0.05) &&
+              near(rn_lr_at(&all[1], 15, 3), 0.025),
+          "multistep: milestones 2, 5 at 3 steps an epoch");
+    CHECK(near(rn_lr_at(&all[3], 5, 3), 0.1) && near(rn_lr_at(&all[3], 23, 12), 0.1) && rn_lr_at(&all[3], 4, 3) < 0.1 &&
+              rn_lr_at(&all[3], 22, 12) < 0.1,
+          "warm-up ends on its last step");
     CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exp") == -1, "parse");
     /* --amp names */
     CHECK(rn_amp_parse("off") == RN_F32 && rn_amp_parse("fp16") == RN_F16 && rn_amp_parse("bf16") == RN_BF16 &&
