@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/fileio.h"
 
 #define SIZE_EXAMPLE "a size like 8G, 512M or 1048576 (bytes)"
 
@@ -174,4 +175,12 @@ int rn_cli_list(const char *flag, const char *text, int min, int max, int *out, 
         if (store) *n = k + 1;
     }
     return RN_OK;
+}
+
+int rn_cli_output(const char *tool, const char *path, FILE *notes) {
+    int stale = 0;
+    if (!path) return RN_OK;
+    int rc = rn_output_check(path, &stale);
+    if (stale && notes) fprintf(notes, "%s: removed %s.tmp, left by an interrupted run\n", tool, path);
+    return rc;
 }

@@ -118,6 +118,21 @@ setup() { cd "$BATS_TEST_TMPDIR"; }
     fi
     ls | grep -v '\.tmp$' > /dev/null
     [ ! -e out.pb.tmp ]
+    # a PATH.tmp a killed run left is removed at the next run, which says so
+    echo partial > out.pb.tmp
+    run rn-init --arch resnet18 -o out.pb
+    assert_success
+    assert_output --partial "rn-init: removed out.pb.tmp, left by an interrupted run"
+    [ ! -e out.pb.tmp ]
+    echo partial > out.safetensors.tmp
+    run rn-export out.pb out.safetensors
+    assert_success
+    assert_output --partial "rn-export: removed out.safetensors.tmp"
+    [ ! -e out.safetensors.tmp ]
+    mkdir -p adir
+    run rn-init --arch resnet18 -o adir
+    assert_failure 1
+    assert_output --partial "adir: is a directory"
 }
 
 @test "export then import gives back the same tensors" {

@@ -158,6 +158,24 @@ assert right == round(float(sys.argv[1]) * 64), (right, sys.argv[1], m)' "$top1"
     run rn-eval --data val.lmdb --ckpt one.pb --crop 32
     assert_failure 1
     assert_equal "$(cat keep.pb)" keep
+    # an output that cannot be written is refused before the first step (it used to fail
+    # only after training)
+    mkdir -p outdir.pb
+    run timeout 20 rn-train --data train.lmdb --in init.pb --out outdir.pb $T --epochs 50
+    assert_failure 1
+    assert_output --partial "outdir.pb: is a directory"
+    run rn-train --data train.lmdb --in init.pb --out nodir/x.pb $T
+    assert_failure 1
+    assert_output --partial "its folder nodir does not exist"
+    run rn-eval --data val.lmdb --ckpt init.pb --crop 32 --confusion outdir.pb
+    assert_failure 1
+    assert_output --partial "outdir.pb: is a directory"
+    # a PATH.tmp that a killed run left is removed at the next run, which says so
+    echo partial > stale.pb.tmp
+    run rn-train --data train.lmdb --in init.pb --out stale.pb $T --max-steps 1
+    assert_success
+    assert_output --partial "rn-train: removed stale.pb.tmp, left by an interrupted run"
+    [ ! -e stale.pb.tmp ]
 }
 
 @test "rn-info --json escapes every string a checkpoint holds (a quote in lr_schedule broke the JSON)" {

@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.progress_tty = isatty(2);
+    if (rn_cli_output("rn-eval", confusion, stderr) != RN_OK || rn_cli_output("rn-eval", o.dump_logits, stderr) != RN_OK) {
+        fprintf(stderr, "rn-eval: %s\n", rn_last_error());
+        return 1;
+    }
     rn_ckpt *ck = NULL;
     rn_eval_result r;
     rc = rn_ckpt_read(ckpt, &ck);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/convert.h"
 #include "rn/err.h"
 
@@ -38,7 +39,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     rn_ckpt *ck = NULL;
-    int rc = rn_ckpt_read(argv[optind], &ck);
+    int rc = rn_cli_output("rn-export", argv[optind + 1], stderr);
+    if (rc == RN_OK) rc = rn_ckpt_read(argv[optind], &ck);
     if (rc == RN_OK) rc = rn_ckpt_export_safetensors(ck, argv[optind + 1]);
     rn_ckpt_free(ck);
     if (rc != RN_OK) {

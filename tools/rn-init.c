@@ -85,6 +85,10 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    if (rn_cli_output("rn-init", out, stderr) != RN_OK) {
+        fprintf(stderr, "rn-init: %s\n", rn_last_error());
+        return 1;
+    }
     rn_ckpt *ck = NULL;
     rn_resnet net;
     if (from) {

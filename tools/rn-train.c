@@ -237,6 +237,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
+    /* outputs checked now, not after hours of training */
+    if (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK) {
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        return 1;
+    }
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(in, &ck) != RN_OK) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());

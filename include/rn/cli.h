@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A whole number: optional sign, then digits ("256", "+3", "-1"); "2.5", "1e3", "0x10"
  * and "" are refused. */
@@ -39,5 +40,11 @@ int rn_cli_size(const char *flag, const char *text, size_t min, size_t *out);
  * an empty list or an empty entry ("30,,60", "30,") is refused. The numbers go to
  * out[0..*n-1]. */
 int rn_cli_list(const char *flag, const char *text, int min, int max, int *out, int cap, int *n);
+
+/* An output the tool will write at the end of its run (path may be NULL: none), checked
+ * before the run starts with rn_output_check (not a directory, its folder writable; a
+ * PATH.tmp left by an interrupted run removed, saying so on notes as "TOOL: removed
+ * PATH.tmp, left by an interrupted run"). Errors: RN_EIO naming the path. */
+int rn_cli_output(const char *tool, const char *path, FILE *notes);
 
 #endif
