@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "rn.pb-c.h"
@@ -107,6 +108,18 @@ static int info_from_proto(const Rn__DatasetInfo *p, rn_dataset_info *info, cons
 
 static int lmdb_err(int code, const char *path, const char *call, int e) {
     return rn_errorf(code, "%s: %s: %s", path, call, mdb_strerror(e));
+}
+
+/* A write error of the dataset being built. LMDB reports a short write on a full disk as
+ * EIO ("Input/output error"): when the file system has (almost) no room left, say so. */
+static int write_err(const char *dir, const char *call, int e) {
+    struct statvfs fs;
+    if ((e == EIO || e == ENOSPC) && statvfs(dir, &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < ((uint64_t)1 << 20))
+        return rn_errorf(RN_EIO, "%s: no space left on the device (%s: %s; %llu bytes free): free some space or "
+                         "write the dataset elsewhere", dir, call, mdb_strerror(e),
+                         (unsigned long long)fs.f_bavail * fs.f_frsize);
+    return lmdb_err(RN_EIO, dir, call, e);
 }
 
 int rn_dataset_open(const char *path, rn_dataset **out) {
@@ -525,7 +538,7 @@ static int flush(rn_dataset_writer *w) {
                 free_pending(w);
                 return RN_OK;
             }
-            if (e != MDB_MAP_FULL) return lmdb_err(RN_EDATA, w->tmp, "mdb_txn_commit", e);
+            if (e != MDB_MAP_FULL) return write_err(w->tmp, "mdb_txn_commit", e);
         } else {
             mdb_txn_abort(txn);
         }
@@ -610,7 +623,7 @@ int rn_dataset_writer_finish(rn_dataset_writer *w, const rn_dataset_info *info) 
     rn__dataset_info__pack(&m, buf);
     if ((rc = add_pending(w, RN_DATASET_INFO_KEY, buf, n)) != RN_OK) goto fail;
     if ((rc = flush(w)) != RN_OK) goto fail;
-    if ((e = mdb_env_sync(w->env, 1)) != 0) { rc = lmdb_err(RN_EIO, w->tmp, "mdb_env_sync", e); goto fail; }
+    if ((e = mdb_env_sync(w->env, 1)) != 0) { rc = write_err(w->tmp, "mdb_env_sync", e); goto fail; }
     mdb_env_close(w->env);
     w->env = NULL;
     if ((rc = write_classes(w->tmp, info)) != RN_OK) goto fail;

@@ -357,6 +357,26 @@ print('ok')"
     fi
 }
 
+@test "a full disk: exit 1, 'no space left' naming the output, the previous dataset intact" {
+    [ "$(id -u)" = 0 ] || skip "needs root to mount a small tmpfs"
+    mkdir -p small
+    mount -t tmpfs -o size=1M tmpfs small 2> /dev/null || skip "cannot mount a tmpfs here"
+    rn-prep -q imgs small/d.lmdb
+    "$PY" "$MK" folder bigimgs --classes 2 --per-class 20 --size 320x240 --noise 30 --seed 5
+    run rn-prep -q bigimgs small/d.lmdb
+    umount_rc=0
+    run_out=$output run_status=$status
+    run rn-info --json small/d.lmdb
+    info=$output
+    leftover=$(ls small)
+    umount small || umount_rc=$?
+    [ "$run_status" -eq 1 ]
+    [[ "$run_out" == *"small/d.lmdb.tmp: no space left on the device"* ]]
+    [[ "$info" == *'"count":12,'* ]]
+    [ "$leftover" = d.lmdb ]
+    [ "$umount_rc" -eq 0 ]
+}
+
 @test "missing source and unwritable output fail with a message" {
     run rn-prep -q nosuchdir out1.lmdb
     assert_failure 1
