@@ -99,9 +99,16 @@ $(BUILD)/obj/rn.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-extra -c $< -o $@
 
-$(BUILD)/obj/%.o: lib/%.c $(PROTO_H) $(wildcard include/rn/*.h)
+# Header dependencies come from the compiler (-MMD: $@.d lists the headers each file
+# includes), so a header edit rebuilds what includes it and nothing else. A target whose
+# .d is missing (a build from before) is rebuilt once: the empty rules below make it.
+DEPFLAGS = -MMD -MP -MF $@.d -MT $@
+DEPFILES := $(LIB_SRC:lib/%.c=$(BUILD)/obj/%.o.d) $(TOOLS:=.d) $(UNIT_BIN:=.d)
+$(DEPFILES): ;
+
+$(BUILD)/obj/%.o: lib/%.c $(PROTO_H) $(BUILD)/obj/%.o.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: lib/%.cu $(PROTO_H) $(wildcard include/rn/*.h)
 	@mkdir -p $(dir $@)
@@ -111,22 +118,24 @@ $(LIBRN): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/bin/%: tools/%.c $(LIBRN) $(wildcard include/rn/*.h)
+$(BUILD)/bin/%: tools/%.c $(LIBRN) $(BUILD)/bin/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIBRN)
+$(BUILD)/tests/%: tests/unit/%.c $(LIBRN) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
 # parity harnesses and benchmark bodies: driven by scripts in tests/parity and tests/bench
 $(BUILD)/tests/bench_%: tests/bench/%.c $(LIBRN)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
+-include $(wildcard $(DEPFILES) $(BUILD)/tests/bench_*.d $(BUILD)/tests/parity_*.d)
 
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
