@@ -262,24 +262,6 @@ int rn_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, con
     return after(be, be->ops->conv_bwd_filter(be, &dd, x, dy, dw, accumulate != 0));
 }
 
-void rn_conv_oihw_to_ohwi(const float *src, float *dst, int k, int c, int kh, int kw) {
-    for (int o = 0; o < k; o++)
-        for (int i = 0; i < c; i++)
-            for (int r = 0; r < kh; r++)
-                for (int s = 0; s < kw; s++)
-                    dst[(((size_t)o * kh + r) * kw + s) * c + i] =
-                        src[(((size_t)o * c + i) * kh + r) * kw + s];
-}
-
-void rn_conv_ohwi_to_oihw(const float *src, float *dst, int k, int c, int kh, int kw) {
-    for (int o = 0; o < k; o++)
-        for (int i = 0; i < c; i++)
-            for (int r = 0; r < kh; r++)
-                for (int s = 0; s < kw; s++)
-                    dst[(((size_t)o * c + i) * kh + r) * kw + s] =
-                        src[(((size_t)o * kh + r) * kw + s) * c + i];
-}
-
 /* ---- batch norm ---- */
 
 static int check_bn(rn_backend *be, const char *op, rn_bn_desc *d, int training) {

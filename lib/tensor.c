@@ -71,3 +71,21 @@ int64_t rn_numel(const int64_t *shape, size_t ndim) {
     }
     return n;
 }
+
+void rn_conv_oihw_to_ohwi(const float *src, float *dst, int k, int c, int kh, int kw) {
+    for (int o = 0; o < k; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < kh; r++)
+                for (int s = 0; s < kw; s++)
+                    dst[(((size_t)o * kh + r) * kw + s) * c + i] =
+                        src[(((size_t)o * c + i) * kh + r) * kw + s];
+}
+
+void rn_conv_ohwi_to_oihw(const float *src, float *dst, int k, int c, int kh, int kw) {
+    for (int o = 0; o < k; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < kh; r++)
+                for (int s = 0; s < kw; s++)
+                    dst[(((size_t)o * c + i) * kh + r) * kw + s] =
+                        src[(((size_t)o * kh + r) * kw + s) * c + i];
+}

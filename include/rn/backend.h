@@ -1,6 +1,7 @@
 /* rn/backend.h: the compute operations the network calls, on one device.
  *
- * The model code (lib/resnet.c) calls these functions and never branches on the device:
+ * The network (lib/net.c; lib/resnet.c describes the architectures as data) calls these
+ * functions and never branches on the device:
  * a backend context (rn_backend) is created once for "cpu" or "cuda[:N]", and every op
  * takes it as its first argument. Internally each context carries a table of function
  * pointers (include/rn/backend_impl.h) that a backend fills in; these public functions
@@ -26,7 +27,8 @@
  * Layouts. Activations are NHWC (channels last) with no padding between elements.
  * Convolution weights are (K, kh, kw, C), "OHWI": both cuDNN's NHWC filter format and the
  * CPU GEMM want it, so the model keeps parameters, gradients and momentum in it and
- * converts from/to torchvision's OIHW only at load/save (rn_conv_oihw_to_ohwi and back).
+ * converts from/to torchvision's OIHW only at load/save (rn_conv_oihw_to_ohwi and back,
+ * host code in rn/tensor.h).
  * The SGD update is elementwise, so it does not care. Fully connected weights are torch's
  * (out, in). BatchNorm parameters and statistics are (C,).
  *
@@ -166,11 +168,6 @@ int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, cons
 /* dw (k, kh, kw, c) [+]= dL/dw given x and dy. */
 int rn_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy,
                        void *dw, int accumulate);
-
-/* Host-side weight layout conversion, fp32: (k, c, kh, kw) <-> (k, kh, kw, c). src and
- * dst must not overlap. For kh = kw = 1 the layouts are identical. */
-void rn_conv_oihw_to_ohwi(const float *oihw, float *ohwi, int k, int c, int kh, int kw);
-void rn_conv_ohwi_to_oihw(const float *ohwi, float *oihw, int k, int c, int kh, int kw);
 
 /* ---- batch normalisation over NHWC: x is (m, c) with m = n*h*w ----
  * Training: y = [relu](gamma * (x - mean) * invstd + beta [+ residual]) with the batch's

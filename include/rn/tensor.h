@@ -32,4 +32,10 @@ uint16_t rn_f32_to_bf16(float f);
  * product overflows int64. */
 int64_t rn_numel(const int64_t *shape, size_t ndim);
 
+/* Host-side conv weight layout conversion, fp32: torchvision's (k, c, kh, kw) "OIHW" <->
+ * the backends' (k, kh, kw, c) "OHWI". src and dst must not overlap. For kh = kw = 1 the
+ * layouts are identical. */
+void rn_conv_oihw_to_ohwi(const float *oihw, float *ohwi, int k, int c, int kh, int kw);
+void rn_conv_ohwi_to_oihw(const float *ohwi, float *oihw, int k, int c, int kh, int kw);
+
 #endif
