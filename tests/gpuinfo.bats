@@ -70,7 +70,7 @@ EOF
     # the same sources built as with USE_CUDA=0: no RN_HAVE_CUDA, no CUDA headers
     local r="$BATS_TEST_DIRNAME/.."
     cc -std=c11 -D_GNU_SOURCE -DRN_VERSION='"test"' -I"$r/include" -Wall -Wextra -o "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" \
-        "$r/tools/rn-gpuinfo.c" "$r"/lib/gpuinfo*.c "$r/lib/cli.c" "$r/lib/err.c" "$r/lib/json.c" "$r/lib/rng.c" "$r/lib/tensor.c" -ldl -lm
+        "$r/tools/rn-gpuinfo.c" "$r"/lib/gpuinfo*.c "$r/lib/cli.c" "$r/lib/fileio.c" "$r/lib/err.c" "$r/lib/json.c" "$r/lib/rng.c" "$r/lib/tensor.c" -ldl -lm
 }
 
 setup() {
