@@ -13,7 +13,12 @@
 #include "rn/err.h"
 #include "rn/tensor.h"
 
-int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
+void rn_backend_opts_init(rn_backend_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->cuda_workspace = RN_CUDA_WORKSPACE_DEFAULT;
+}
+
+int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
     int want_cuda = 0, index = 0;
@@ -41,8 +46,8 @@ int rn_backend_create(const char *device, int nthreads, rn_backend **out) {
     rn_backend *be = rn_calloc(1, sizeof *be);
     if (!be) return RN_ENOMEM;
     be->nthreads = nthreads;
-    const char *s = getenv("RN_SYNC");
-    be->sync_each_op = s && strcmp(s, "1") == 0;
+    if (opts) be->opts = *opts;
+    else rn_backend_opts_init(&be->opts);
     int rc, fell_back = 0;
 #ifdef RN_HAVE_CUDA
     if (want_cuda || strcmp(device, "auto") == 0) {
@@ -206,7 +211,7 @@ static int check_dtype(rn_backend *be, const char *op, int *dtype) {
 #define NEED(ptr, op) do { if (!(ptr)) return rn_errorf(RN_EINVAL, "%s: %s is NULL", op, #ptr); } while (0)
 
 static int after(rn_backend *be, int rc) {
-    if (rc == RN_OK && be->sync_each_op) rc = be->ops->sync(be);
+    if (rc == RN_OK && be->opts.sync_each_op) rc = be->ops->sync(be);
     return rc;
 }
 

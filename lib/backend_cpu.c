@@ -14,7 +14,6 @@
 
 #include "rn/backend_cpu_impl.h"
 #include "rn/backend_impl.h"
-#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/tensor.h"
 
@@ -861,14 +860,9 @@ int rn_backend_cpu_init(rn_backend *be) {
     if (rc != RN_OK) return rc;
     be->ops = &cpu_ops;
     be->impl = pool;
-    /* RN_CPU_MEMORY=SIZE: the context behaves as a device of that size (allocations past
+    /* opts.cpu_memory: the context behaves as a device of that size (allocations past
        it fail, rn_backend_mem_info reports it): out-of-memory paths, tested on the CPU */
-    const char *cap = getenv("RN_CPU_MEMORY");
-    if (cap && *cap && rn_cli_size("RN_CPU_MEMORY", cap, 1, &be->mem_cap)) {
-        rn_cpu_pool_destroy(pool);
-        be->impl = NULL;
-        return rn_error_context(RN_EINVAL, "cpu backend");
-    }
+    be->mem_cap = be->opts.cpu_memory;
     /* OpenBLAS's own pool stays idle: every GEMM is split across this context's pool
      * (backend_cpu_gemm.c says why). The setting is process-wide. */
     openblas_set_num_threads(1);

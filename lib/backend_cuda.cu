@@ -6,16 +6,16 @@
  * CUDA/cuDNN/cuBLAS call is checked here with its text, file, line and the library's own
  * message.
  *
- * Settings, read once when the context is created and shown in rn_backend_name():
- *   RN_CUDA_WORKSPACE_MB  conv workspace limit per algorithm (default RN_CUDA_WS_MB_DEFAULT)
- *   RN_CUDA_TF32=1        allow TF32 tensor cores for fp32 convolutions and GEMMs (off by
+ * Settings, from rn_backend_opts when the context is created and shown in
+ * rn_backend_name() (tools take them from the RN_CUDA_* variables, rn_cli_backend_env):
+ *   cuda_workspace        conv workspace limit per algorithm
+ *   cuda_tf32             allow TF32 tensor cores for fp32 convolutions and GEMMs (off by
  *                         default, so fp32 results compare with the CPU backend at 1e-4)
- *   RN_CUDA_DETERMINISTIC=1  only deterministic convolution algorithms
- *   RN_CUDA_BN=own|cudnn  BatchNorm training forward by our kernels (default) or by
- *                         cuDNN's fused BN+add+ReLU where it applies (fp16, channels a
- *                         multiple of 4; see there)
- *   RN_CUDA_CONV_ALGO=find|heuristic  benchmark every algorithm once per shape (default)
- *                         or take cuDNN's heuristic choice without running anything
+ *   cuda_deterministic    only deterministic convolution algorithms
+ *   cuda_bn_cudnn         BatchNorm training forward by cuDNN's fused BN+add+ReLU where it
+ *                         applies (fp16, channels a multiple of 4; see there), else ours
+ *   cuda_conv_heuristic   take cuDNN's heuristic choice without running anything, instead
+ *                         of benchmarking every algorithm once per shape
  *
  * One context uses one device and one stream for its ops, plus a copy stream for
  * rn_backend_upload_async (so the next batch's pixels cross the bus while this batch
@@ -37,7 +37,6 @@ extern "C" {
 #include "rn/tensor.h"
 }
 
-#define RN_CUDA_WS_MB_DEFAULT 1024
 /* Largest channel count of rn_input_normalize (mean/std travel as kernel arguments). */
 #define NORM_MAXC 64
 /* Threads per block of the elementwise kernels. */
@@ -1227,11 +1226,6 @@ static void fill_ops(rn_backend_ops *o) {
     o->nonfinite = cuda_nonfinite;
 }
 
-static int env_flag(const char *name) {
-    const char *s = getenv(name);
-    return s && strcmp(s, "1") == 0;
-}
-
 /* Why there is no GPU, in words that do not send a user after a driver upgrade when
  * there is no driver at all (cudart says "insufficient driver" in both cases). */
 static int no_gpu(int index, cudaError_t e) {
@@ -1284,31 +1278,11 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     if (!g) return rn_errorf(RN_ENOMEM, "cuda:%d: out of host memory for the backend context", index);
     g->dev = index;
     g->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-    g->tf32 = env_flag("RN_CUDA_TF32");
-    g->deterministic = env_flag("RN_CUDA_DETERMINISTIC");
-    const char *bn = getenv("RN_CUDA_BN");
-    g->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
-    if (bn && *bn && !g->bn_cudnn && strcmp(bn, "own") != 0) {
-        free(g);
-        return rn_errorf(RN_EINVAL, "RN_CUDA_BN=%s: expected own or cudnn", bn);
-    }
-    const char *algo = getenv("RN_CUDA_CONV_ALGO");
-    g->heuristic = algo && strcmp(algo, "heuristic") == 0;
-    if (algo && !g->heuristic && strcmp(algo, "find") != 0) {
-        free(g);
-        return rn_errorf(RN_EINVAL, "RN_CUDA_CONV_ALGO=%s: expected find or heuristic", algo);
-    }
-    long mb = RN_CUDA_WS_MB_DEFAULT;
-    const char *ws = getenv("RN_CUDA_WORKSPACE_MB");
-    if (ws && *ws) {
-        char *end;
-        mb = strtol(ws, &end, 10);
-        if (*end || mb < 0) {
-            free(g);
-            return rn_errorf(RN_EINVAL, "RN_CUDA_WORKSPACE_MB=%s: expected a number of MiB >= 0", ws);
-        }
-    }
-    g->ws_limit = (size_t)mb << 20;
+    g->tf32 = be->opts.cuda_tf32;
+    g->deterministic = be->opts.cuda_deterministic;
+    g->bn_cudnn = be->opts.cuda_bn_cudnn;
+    g->heuristic = be->opts.cuda_conv_heuristic;
+    g->ws_limit = be->opts.cuda_workspace;
     int rc = ctx_open(g);
     if (rc != RN_OK) {
         ctx_free(g);
@@ -1325,7 +1299,7 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     snprintf(name, sizeof name,
              "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "
              "TF32 %s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
-             cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, mb, g->tf32 ? "on" : "off",
+             cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, (long)(g->ws_limit >> 20), g->tf32 ? "on" : "off",
              g->deterministic ? ", deterministic" : "", g->heuristic ? ", heuristic algorithms" : "",
              g->bn_cudnn ? ", cuDNN BN" : "");
     size_t len = strlen(name);

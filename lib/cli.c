@@ -184,3 +184,42 @@ int rn_cli_output(const char *tool, const char *path, FILE *notes) {
     if (stale && notes) fprintf(notes, "%s: removed %s.tmp, left by an interrupted run\n", tool, path);
     return rc;
 }
+
+/* "1" sets a flag; unset or empty leaves it; anything else is refused */
+static int env_flag(const char *name, int *out) {
+    const char *s = getenv(name);
+    if (!s || !*s) return RN_OK;
+    if (strcmp(s, "1") != 0 && strcmp(s, "0") != 0)
+        return rn_errorf(RN_EINVAL, "%s='%s': expected 1 or 0", name, s);
+    *out = s[0] == '1';
+    return RN_OK;
+}
+
+/* one of two words: the second sets *out to 1, the first to 0 */
+static int env_choice(const char *name, const char *off, const char *on, int *out) {
+    const char *s = getenv(name);
+    if (!s || !*s) return RN_OK;
+    if (strcmp(s, on) == 0) *out = 1;
+    else if (strcmp(s, off) == 0) *out = 0;
+    else return rn_errorf(RN_EINVAL, "%s='%s': expected %s or %s", name, s, off, on);
+    return RN_OK;
+}
+
+int rn_cli_backend_env(rn_backend_opts *o) {
+    int rc = RN_OK;
+    const char *s;
+    if ((rc = env_flag("RN_SYNC", &o->sync_each_op)) != RN_OK) goto fail;
+    if ((s = getenv("RN_CPU_MEMORY")) && *s && (rc = rn_cli_size("RN_CPU_MEMORY", s, 1, &o->cpu_memory)) != RN_OK)
+        goto fail;
+    if ((rc = env_flag("RN_CUDA_TF32", &o->cuda_tf32)) != RN_OK) goto fail;
+    if ((rc = env_flag("RN_CUDA_DETERMINISTIC", &o->cuda_deterministic)) != RN_OK) goto fail;
+    if ((rc = env_choice("RN_CUDA_CONV_ALGO", "find", "heuristic", &o->cuda_conv_heuristic)) != RN_OK) goto fail;
+    if ((rc = env_choice("RN_CUDA_BN", "own", "cudnn", &o->cuda_bn_cudnn)) != RN_OK) goto fail;
+    if ((s = getenv("RN_CUDA_WORKSPACE_MB")) && *s) {
+        int64_t mb = 0;
+        if ((rc = rn_cli_i64("RN_CUDA_WORKSPACE_MB", s, 0, (int64_t)1 << 30, &mb)) != RN_OK) goto fail;
+        o->cuda_workspace = (size_t)mb << 20;
+    }
+fail:
+    return rc;
+}

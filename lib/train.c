@@ -68,6 +68,7 @@ double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
 void rn_train_defaults(rn_train_opts *o) {
     memset(o, 0, sizeof *o);
     o->device = "auto";
+    rn_backend_opts_init(&o->backend);
     o->workers = RN_TRAIN_WORKERS;
     o->batch = RN_TRAIN_BATCH;
     o->accum = 1;
@@ -92,6 +93,7 @@ void rn_train_defaults(rn_train_opts *o) {
 void rn_eval_defaults(rn_eval_opts *o) {
     memset(o, 0, sizeof *o);
     o->device = "auto";
+    rn_backend_opts_init(&o->backend);
     o->workers = RN_TRAIN_WORKERS;
     o->batch = 64;
     o->crop = RN_TRAIN_CROP;
@@ -198,9 +200,9 @@ static void advise(char *buf, size_t cap, int mode, int batch, int fit, size_t n
 }
 
 /* Open the backend (before the loaders, whose buffers it allocates). */
-static int runner_backend(runner *r, const char *device, int threads) {
+static int runner_backend(runner *r, const char *device, int threads, const rn_backend_opts *opts) {
     memset(r, 0, sizeof *r);
-    return rn_backend_create(device, threads, &r->be);
+    return rn_backend_create(device, threads, opts, &r->be);
 }
 
 /* The network for batches of `batch` images in micro-batches of `micro` (0: the largest
@@ -401,7 +403,7 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
     runner r = {0};
     logit_dump dump = {0};
     int classes = ck->model->num_classes;
-    int rc = runner_backend(&r, o->device, o->threads);
+    int rc = runner_backend(&r, o->device, o->threads, &o->backend);
     if (rc == RN_OK) rc = open_eval_loader(o->data, o->batch, o->crop, o->resize, o->workers, r.be, &l);
     if (rc == RN_OK) rc = check_dataset(o->data, rn_loader_info(l), ck);
     if (rc == RN_OK) rc = runner_net(&r, ck, o->batch, o->batch, o->mem_limit, o->crop, RN_NET_INFER, RN_F32);
@@ -545,7 +547,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     FILE *log = NULL;
     int classes = ck->model->num_classes;
 
-    if ((rc = runner_backend(&r, o->device, o->threads))) goto out;
+    if ((rc = runner_backend(&r, o->device, o->threads, &o->backend))) goto out;
     rn_loader_opts lo;
     rn_loader_defaults(&lo);
     loader_memory(&lo, r.be);

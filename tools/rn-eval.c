@@ -106,8 +106,10 @@ int main(int argc, char **argv) {
     };
     rn_eval_opts o;
     rn_eval_defaults(&o);
+    /* the documented RN_* overrides first, so that flags win */
+    int env_rc = rn_cli_backend_env(&o.backend);
     const char *ckpt = NULL, *confusion = NULL;
-    int json = 0, per_class = 0, c, rc = RN_OK;
+    int json = 0, per_class = 0, c, rc = env_rc;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:c:jk:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
@@ -124,9 +126,9 @@ int main(int argc, char **argv) {
         case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
         case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
-        case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
-            setenv("RN_CUDA_DETERMINISTIC", "1", 1);
-            setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
+        case O_DETERM: /* deterministic algorithms, chosen the same way in every process */
+            o.backend.cuda_deterministic = 1;
+            o.backend.cuda_conv_heuristic = 1;
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-eval %s\n", RN_VERSION); return 0;

@@ -84,9 +84,12 @@ int main(int argc, char **argv) {
     rn_net *net = NULL;
     rn_jpeg *jpeg = NULL;
     rn_resnet spec;
-    rc = rn_ckpt_read(ckpt, &ck);
+    rn_backend_opts bo;
+    rn_backend_opts_init(&bo);
+    rc = rn_cli_backend_env(&bo);
+    if (rc == RN_OK) rc = rn_ckpt_read(ckpt, &ck);
     if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
-    if (rc == RN_OK) rc = rn_backend_create(device, threads, &be);
+    if (rc == RN_OK) rc = rn_backend_create(device, threads, &bo, &be);
     if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);
     if (rc == RN_OK) rc = rn_net_load(net, ck);
     if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);

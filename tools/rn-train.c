@@ -162,8 +162,10 @@ int main(int argc, char **argv) {
     };
     rn_train_opts o;
     rn_train_defaults(&o);
+    /* the documented RN_* overrides first, so that flags win */
+    int env_rc = rn_cli_backend_env(&o.backend);
     const char *in = NULL;
-    int c, rc = RN_OK, have_epochs = 0;
+    int c, rc = env_rc, have_epochs = 0;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
@@ -191,9 +193,9 @@ int main(int argc, char **argv) {
         case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
         case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
         case O_DEVICE: o.device = optarg; break;
-        case O_DETERM: /* read by the CUDA backend when it starts (lib/backend_cuda.cu) */
-            setenv("RN_CUDA_DETERMINISTIC", "1", 1);
-            setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
+        case O_DETERM: /* deterministic algorithms, chosen the same way in every process */
+            o.backend.cuda_deterministic = 1;
+            o.backend.cuda_conv_heuristic = 1;
             break;
         case O_LR: rc = rn_cli_float("--lr", optarg, 0, 1e6, &o.lr.lr); break;
         case O_MOM: rc = rn_cli_float("--momentum", optarg, 0, 1, &o.momentum); break;

@@ -68,16 +68,38 @@ typedef struct rn_backend rn_backend;
 
 /* ---- context ---- */
 
+/* Settings of a context, fixed when it is created (as LMDB's mdb_env_set_* come between
+ * create and open). rn_backend_opts_init fills the defaults; a tool sets fields from its
+ * flags and from the documented environment overrides (rn_cli_backend_env reads them:
+ * the library itself never reads the environment). */
+#define RN_CUDA_WORKSPACE_DEFAULT ((size_t)1024 << 20)
+typedef struct {
+    int sync_each_op;         /* synchronise after every op, so an asynchronous GPU fault is
+                                 reported by the op that caused it (RN_SYNC=1) */
+    size_t cpu_memory;        /* CPU: behave as a device of this many bytes, allocations past
+                                 it failing (0: the machine's memory; RN_CPU_MEMORY=SIZE) */
+    int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */
+    int cuda_deterministic;   /* deterministic conv algorithms only (--deterministic) */
+    int cuda_conv_heuristic;  /* conv algorithms from cuDNN's heuristic, not timed (the
+                                 same in every process; --deterministic, or
+                                 RN_CUDA_CONV_ALGO=heuristic; default: find) */
+    int cuda_bn_cudnn;        /* BN training forward through cuDNN's fused kernel where it
+                                 applies (RN_CUDA_BN=cudnn; default: rn's kernels) */
+    size_t cuda_workspace;    /* conv workspace one algorithm may use, bytes
+                                 (RN_CUDA_WORKSPACE_MB; default RN_CUDA_WORKSPACE_DEFAULT) */
+} rn_backend_opts;
+
+void rn_backend_opts_init(rn_backend_opts *o);
+
 /* Create a context for device "cpu", "cuda", "cuda:N" or "auto" (cuda:0 when this build
- * has CUDA and a usable GPU, else cpu). nthreads <= 0 means every online core; the CPU
- * backend runs every op, GEMMs included, on its own pool of that many threads (the
- * caller's plus nthreads-1, started here, which sleep when idle), and sets OpenBLAS to
- * one thread of its own (process-wide), so that two pools never compete for the same
- * cores. Code outside the backend that calls cblas directly gets one thread. RN_SYNC=1 in the environment
- * makes every op synchronise with the device and report asynchronous faults there.
- * Errors: RN_EINVAL (unknown device), RN_ENOTSUP (cuda in a CPU-only build), RN_EGPU,
- * RN_ENOMEM. */
-int rn_backend_create(const char *device, int nthreads, rn_backend **out);
+ * has CUDA and a usable GPU, else cpu), with opts (NULL: the defaults). nthreads <= 0
+ * means every online core; the CPU backend runs every op, GEMMs included, on its own pool
+ * of that many threads (the caller's plus nthreads-1, started here, which sleep when
+ * idle), and sets OpenBLAS to one thread of its own (process-wide), so that two pools
+ * never compete for the same cores. Code outside the backend that calls cblas directly
+ * gets one thread. Errors: RN_EINVAL (unknown device), RN_ENOTSUP (cuda in a CPU-only
+ * build), RN_EGPU, RN_ENOMEM. */
+int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out);
 /* Free the context and its workspace arena. NULL is a no-op. */
 void rn_backend_destroy(rn_backend *be);
 /* One line for logs, e.g. "cpu: OpenBLAS 0.3.21 (Zen), 2 threads". */

@@ -91,20 +91,20 @@ typedef struct rn_backend_ops {
 struct rn_backend {
     const rn_backend_ops *ops;
     int nthreads;          /* CPU threads for this context (>= 1) */
-    int sync_each_op;      /* RN_SYNC=1: sync after every op */
+    rn_backend_opts opts;  /* as given to rn_backend_create */
     void *ws;              /* workspace arena, ws_bytes, in backend memory */
     size_t ws_bytes;
     void *impl;            /* backend-private state */
-    size_t mem_cap;        /* CPU: RN_CPU_MEMORY, an emulated device size (0: none) */
+    size_t mem_cap;        /* CPU: opts.cpu_memory, an emulated device size (0: none) */
     size_t mem_held;       /* CPU: bytes rn_backend_alloc holds, counted under mem_cap */
     char name[160];        /* rn_backend_name() */
 };
 
-/* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads is set. */
+/* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads and be->opts
+ * are set. */
 int rn_backend_cpu_init(rn_backend *be);
 /* CUDA backend (lib/backend_cuda.cu; only in builds with RN_HAVE_CUDA) on GPU `index`.
- * Errors: RN_EGPU saying why no GPU is usable (pointing at rn-gpuinfo), RN_EINVAL for a
- * bad RN_CUDA_* setting, RN_ENOMEM. On failure be is left untouched. */
+ * Errors: RN_EGPU saying why no GPU is usable (pointing at rn-gpuinfo), RN_ENOMEM. On failure be is left untouched. */
 int rn_backend_cuda_init(rn_backend *be, int index);
 
 /* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rn/backend.h"
+
 /* A whole number: optional sign, then digits ("256", "+3", "-1"); "2.5", "1e3", "0x10"
  * and "" are refused. */
 int rn_cli_int(const char *flag, const char *text, int min, int max, int *out);
@@ -46,5 +48,17 @@ int rn_cli_list(const char *flag, const char *text, int min, int max, int *out, 
  * PATH.tmp left by an interrupted run removed, saying so on notes as "TOOL: removed
  * PATH.tmp, left by an interrupted run"). Errors: RN_EIO naming the path. */
 int rn_cli_output(const char *tool, const char *path, FILE *notes);
+
+/* The backend settings that the environment overrides, into o (after
+ * rn_backend_opts_init, before the tool's own flags): the one place rn reads them.
+ *   RN_SYNC=1                 sync_each_op
+ *   RN_CPU_MEMORY=SIZE        cpu_memory (sizes as rn_cli_size)
+ *   RN_CUDA_TF32=1            cuda_tf32
+ *   RN_CUDA_DETERMINISTIC=1   cuda_deterministic
+ *   RN_CUDA_CONV_ALGO=find|heuristic   cuda_conv_heuristic
+ *   RN_CUDA_BN=own|cudnn      cuda_bn_cudnn
+ *   RN_CUDA_WORKSPACE_MB=N    cuda_workspace (MiB, 0 or more)
+ * Errors: RN_EINVAL naming the variable and its value. */
+int rn_cli_backend_env(rn_backend_opts *o);
 
 #endif

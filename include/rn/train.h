@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/scaler.h"
 
@@ -76,6 +77,7 @@ typedef struct {
     const char *log_path;   /* JSONL log, or NULL */
     const char *dump_grads; /* safetensors of this run's first step's gradients (and its batch), or NULL */
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
+    rn_backend_opts backend;/* the backend's settings (rn_train_defaults: the defaults) */
     int threads, workers;
     int batch, accum, crop;
     int micro_batch;        /* 0: batch/accum; > 0: images per micro-batch (a divisor of batch,
@@ -116,6 +118,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck);
 typedef struct {
     const char *data;
     const char *device;
+    rn_backend_opts backend;/* as rn_train_opts */
     int threads, workers, batch, crop, resize;
     size_t mem_limit;       /* as rn_train_opts */
     int topk;               /* the "top-k" accuracy besides top-1 (5) */

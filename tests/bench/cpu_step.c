@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     TRY(rn_resnet_build(&spec, argv[1], 1000));
     TRY(rn_ckpt_new(&spec, &ck));
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
-    TRY(rn_backend_create("cpu", threads, &be));
+    TRY(rn_backend_create("cpu", threads, NULL, &be));
     TRY(rn_net_create(be, &spec, batch, size, size, train ? RN_NET_TRAIN : RN_NET_INFER, &net));
     TRY(rn_net_load(net, ck));
     rn_ckpt_free(ck);

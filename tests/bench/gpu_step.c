@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "rn/backend.h"
+#include "rn/cli.h"
 #include "rn/ckpt.h"
 #include "rn/err.h"
 #include "rn/loader.h"
@@ -58,9 +59,17 @@ static double mono(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* a context with the settings the environment gives (RN_CUDA_TF32, ... as rn-train) */
+static int open_backend(const char *device, rn_backend **be) {
+    rn_backend_opts bo;
+    rn_backend_opts_init(&bo);
+    int rc = rn_cli_backend_env(&bo);
+    return rc ? rc : rn_backend_create(device, 0, &bo, be);
+}
+
 static int probe(const char *device) {
     rn_backend *be = NULL;
-    if (rn_backend_create(device, 0, &be) != RN_OK) {
+    if (open_backend(device, &be) != RN_OK) {
         printf("%s\n", rn_last_error());
         return SKIP;
     }
@@ -125,7 +134,7 @@ int main(int argc, char **argv) {
     rn_net *net = NULL;
     uint8_t *px = NULL, *dpx = NULL;
     int32_t *labels = NULL;
-    if (rn_backend_create(device, 0, &be) != RN_OK) {
+    if (open_backend(device, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
     }

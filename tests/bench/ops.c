@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     int threads = argc > 3 ? atoi(argv[3]) : 2;
     const char *only = argc > 4 ? argv[4] : NULL;   /* e.g. "3x3": only matching rows */
     rn_backend *be;
-    if (rn_backend_create("cpu", threads, &be)) {
+    if (rn_backend_create("cpu", threads, NULL, &be)) {
         fprintf(stderr, "%s\n", rn_last_error());
         return 1;
     }

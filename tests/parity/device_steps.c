@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "rn/backend.h"
+#include "rn/cli.h"
 #include "rn/ckpt.h"
 #include "rn/err.h"
 #include "rn/loader.h"
@@ -49,7 +50,10 @@ int main(int argc, char **argv) {
     size_t npx = (size_t)batch * size * size * 3;
     TRY(rn_ckpt_read(ckpt, &ck));
     TRY(rn_ckpt_net(ck, &spec));
-    TRY(rn_backend_create(device, 0, &be));
+    rn_backend_opts bo;
+    rn_backend_opts_init(&bo);
+    TRY(rn_cli_backend_env(&bo));
+    TRY(rn_backend_create(device, 0, &bo, &be));
     fprintf(stderr, "parity_device_steps: %s\n", rn_backend_name(be));
     TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, &net));
     TRY(rn_net_load(net, ck));

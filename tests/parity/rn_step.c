@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_net(ck, &spec));
     rn_backend *be = NULL;
     rn_net *net = NULL;
-    TRY(rn_backend_create("cpu", 0, &be));
+    TRY(rn_backend_create("cpu", 0, NULL, &be));
     TRY(rn_net_create(be, &spec, n, h, w, RN_NET_TRAIN, &net));
     TRY(rn_net_load(net, ck));
     TRY(rn_backend_upload(be, rn_net_input(net), x->data, x->nbytes));

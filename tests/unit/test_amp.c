@@ -271,7 +271,7 @@ static int e_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *log
 /* A CPU context whose table takes fp16 and bf16 for every op. */
 static rn_backend *emu_create(void) {
     rn_backend *be = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &be));
+    CHECK_OK(rn_backend_create("cpu", 2, NULL, &be));
     if (!be) return NULL;
     cpu = be->ops;
     emu = *cpu;
@@ -531,7 +531,7 @@ int main(void) {
     for (int i = 0; i < BATCH; i++) labels[i] = (int32_t)(u[sizeof px + i] * CLASSES) % CLASSES;
 
     rn_backend *cpu_be = NULL, *emu_be = emu_create();
-    CHECK_OK(rn_backend_create("cpu", 2, &cpu_be));
+    CHECK_OK(rn_backend_create("cpu", 2, NULL, &cpu_be));
     if (cpu_be && emu_be) {
         /* the CPU backend itself refuses: it computes in fp32 only */
         rn_net *net = NULL;

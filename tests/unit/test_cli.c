@@ -1,6 +1,7 @@
 /* rn/cli.h: every kind of flag value, what it accepts and what it refuses, and that a
  * refusal leaves the value alone and names the flag and the text. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -164,7 +165,42 @@ static void test_lists(void) {
     CHECK(n == 5 && keep[0] == 9 && keep[1] == 9, "a refused list changed the output");
 }
 
+/* The backend's environment overrides land in rn_backend_opts, and only there: the
+ * backends read no variable themselves. */
+static void test_backend_env(void) {
+    const char *vars[] = {"RN_SYNC", "RN_CPU_MEMORY", "RN_CUDA_TF32", "RN_CUDA_DETERMINISTIC", "RN_CUDA_CONV_ALGO",
+                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    rn_backend_opts o, d;
+    rn_backend_opts_init(&d);
+    rn_backend_opts_init(&o);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(memcmp(&o, &d, sizeof o) == 0, "no variables: the defaults");
+    CHECK(d.cuda_workspace == RN_CUDA_WORKSPACE_DEFAULT && !d.sync_each_op && !d.cpu_memory, "defaults");
+    setenv("RN_SYNC", "1", 1);
+    setenv("RN_CPU_MEMORY", "64M", 1);
+    setenv("RN_CUDA_TF32", "1", 1);
+    setenv("RN_CUDA_DETERMINISTIC", "1", 1);
+    setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
+    setenv("RN_CUDA_BN", "cudnn", 1);
+    setenv("RN_CUDA_WORKSPACE_MB", "256", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(o.sync_each_op && o.cpu_memory == (size_t)64 << 20 && o.cuda_tf32 && o.cuda_deterministic &&
+              o.cuda_conv_heuristic && o.cuda_bn_cudnn && o.cuda_workspace == (size_t)256 << 20,
+          "every variable read");
+    const char *bad[][2] = {{"RN_SYNC", "yes"}, {"RN_CPU_MEMORY", "lots"}, {"RN_CUDA_CONV_ALGO", "fast"},
+                            {"RN_CUDA_BN", "bogus"}, {"RN_CUDA_WORKSPACE_MB", "-1"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        CHECK(rn_cli_backend_env(&o) == RN_EINVAL && strstr(rn_last_error(), bad[i][0]), "%s=%s accepted: %s",
+              bad[i][0], bad[i][1], rn_last_error());
+        unsetenv(bad[i][0]);
+    }
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
 int main(void) {
+    test_backend_env();
     test_ints();
     test_floats();
     test_sizes();

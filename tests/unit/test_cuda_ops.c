@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "rn/backend.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/rng.h"
 #include "rn/tensor.h"
@@ -621,14 +622,18 @@ int main(void) {
     const char *dev = getenv("RN_TEST_DEVICE");
     if (!dev || !*dev) dev = "cuda";
     env e = {0};
-    int rc = rn_backend_create(dev, 0, &e.gpu);
+    /* RN_SYNC, RN_CUDA_CONV_ALGO, ... as the tools take them (gpu-check sets some) */
+    rn_backend_opts bo;
+    rn_backend_opts_init(&bo);
+    int rc = rn_cli_backend_env(&bo);
+    if (rc == RN_OK) rc = rn_backend_create(dev, 0, &bo, &e.gpu);
     if (rc != RN_OK) {
         /* any failure to open a GPU (no CUDA in this build, no driver, no device, a driver
          * too old) means: skip, saying why */
         printf("test_cuda_ops: SKIP (the CUDA ops were not tested): %s\n", rn_last_error());
         return 0;
     }
-    CHECK_OK(rn_backend_create("cpu", 0, &e.cpu));
+    CHECK_OK(rn_backend_create("cpu", 0, NULL, &e.cpu));
     fprintf(stderr, "test_cuda_ops: %s against %s, seed %llu\n", rn_backend_name(e.gpu), rn_backend_name(e.cpu),
             (unsigned long long)seed);
     {
@@ -649,8 +654,8 @@ int main(void) {
     rn_backend_destroy(e.gpu);
     e.gpu = NULL;
     /* the BN training forward again through cuDNN's fused variant (RN_CUDA_BN=cudnn) */
-    setenv("RN_CUDA_BN", "cudnn", 1);
-    if (ndt == 3) CHECK_OK(rn_backend_create(dev, 0, &e.gpu));
+    bo.cuda_bn_cudnn = 1;
+    if (ndt == 3) CHECK_OK(rn_backend_create(dev, 0, &bo, &e.gpu));
     variant = "RN_CUDA_BN=cudnn ";
     for (int i = 0; e.gpu && i < 3; i++) {
         int before = check_failed;

@@ -838,7 +838,7 @@ static void test_errors(rn_backend *be) {
     CHECK(rn_conv_fwd(be, &d, NULL, w, y) == RN_EINVAL, "NULL x");
     /* a fresh context has no workspace: the op must refuse, not allocate */
     rn_backend *b2 = NULL;
-    CHECK_OK(rn_backend_create("cpu", 1, &b2));
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &b2));
     if (b2) {
         CHECK(rn_conv_fwd(b2, &d, x, w, y) == RN_EINVAL, "no workspace reserved");
         CHECK(strstr(rn_last_error(), "workspace") != NULL, "message: %s", rn_last_error());
@@ -847,9 +847,9 @@ static void test_errors(rn_backend *be) {
         CHECK_OK(rn_conv_fwd(b2, &d, x, w, y));
         rn_backend_destroy(b2);
     }
-    CHECK(rn_backend_create("tpu", 1, &b2) == RN_EINVAL && b2 == NULL, "unknown device");
+    CHECK(rn_backend_create("tpu", 1, NULL, &b2) == RN_EINVAL && b2 == NULL, "unknown device");
     /* without a GPU: not in this build, or built with CUDA but no usable device */
-    int rc = rn_backend_create("cuda:0", 1, &b2);
+    int rc = rn_backend_create("cuda:0", 1, NULL, &b2);
     if (rc == RN_OK) rn_backend_destroy(b2);
     else CHECK((rc == RN_ENOTSUP || rc == RN_EGPU) && b2 == NULL, "cuda:0 without a GPU: %d %s",
                rc, rn_last_error());
@@ -899,7 +899,7 @@ static void test_pool_threads(void) {
 
 int main(void) {
     rn_backend *be = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &be));
+    CHECK_OK(rn_backend_create("cpu", 2, NULL, &be));
     if (!be) return check_done("test_ops");
     test_conv(be);
     test_bn(be);

@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("test_threads: OpenBLAS kernel %s\n", openblas_get_corename());
-    for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &be[t]));
+    for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, NULL, &be[t]));
     for (int t = 1; t <= NT; t++)
         if (!be[t]) return check_done("test_threads");
     static const conv_case convs[] = {
