@@ -108,31 +108,6 @@ def run(dtype, capture=None, flips=None):
     return {k: v.double() for k, v in out.items()}
 
 
-def compare(ref, t32, quiet):
-    fails, worst, lines = 0, (0.0, ""), []
-    for name in ref:
-        if name not in rn:
-            lines.append(f"FAIL {name}: missing from rn's output")
-            fails += 1
-            continue
-        r, a, b = ref[name], rn[name].double(), t32[name]
-        err, terr, rnorm = (a - r).norm().item(), (b - r).norm().item(), r.norm().item()
-        if name == "eval_logits":
-            bound = 1e-5 * rnorm
-        else:
-            bound = 10 * terr + 1e-6 * rnorm
-        ratio = err / bound if bound > 0 else (0.0 if err == 0 else float("inf"))
-        if ratio > worst[0]:
-            worst = (ratio, name)
-        if not err <= bound:
-            fails += 1
-            lines.append(f"FAIL {name}: ||rn-ref||={err:.3e} > bound {bound:.3e} "
-                         f"(||t32-ref||={terr:.3e}, ||ref||={rnorm:.3e})")
-    if not quiet:
-        print("\n".join(lines)) if lines else None
-    return fails, worst
-
-
 x64, x32 = {}, {}
 ref, t32 = run(torch.float64, x64), run(torch.float32, x32)
 # the undecidable ReLU inputs where rn took the other side than float64
