@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/state.h"
 #include "rn/tensor.h"
 
 /* Where a parameter lives in the flat arrays. */
@@ -392,87 +393,14 @@ static int get(rn_net *net, const float *src_base, const pref *p, float *dst) {
     return rn_backend_download(net->be, dst, src_base + p->off, (size_t)p->numel * sizeof(float));
 }
 
-int rn_net_load(rn_net *net, const rn_ckpt *c) {
-    if (!c->model || strcmp(c->model->arch, net->spec.arch) != 0 || c->model->num_classes != net->spec.num_classes)
-        return rn_errorf(RN_EINVAL, "checkpoint is %s/%d classes, the network %s/%d",
-                         c->model ? c->model->arch : "?", c->model ? c->model->num_classes : 0, net->spec.arch,
-                         net->spec.num_classes);
-    int rc = RN_OK;
-    int with_mom = c->optim && c->optim->n_momentum == c->n_params && c->n_params > 0;
-    if (with_mom && !net->mom) with_mom = 0; /* inference nets keep no momentum */
-    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
-        const pref *p = &net->prefs[i];
-        const rn_ptensor *t = rn_ckpt_find(c, p->d.name);
-        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
-        rc = put(net, net->params, p, rn_ptensor_f32(t));
-        if (rc == RN_OK && with_mom) {
-            const rn_ptensor *m = NULL;
-            for (size_t k = 0; k < c->optim->n_momentum; k++)
-                if (strcmp(c->optim->momentum[k]->name, p->d.name) == 0) m = c->optim->momentum[k];
-            if (!m) return rn_errorf(RN_EINVAL, "checkpoint lacks the momentum of %s", p->d.name);
-            rc = put(net, net->mom, p, rn_ptensor_f32(m));
-        }
-    }
+/* The running statistics of every BN unit between the net and c: into the net when
+ * to_net, else into c. */
+static int exchange_bn(rn_net *net, const rn_ckpt *c, int to_net) {
     char name[80];
-    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
+    for (int i = 0; i < net->spec.nunits; i++) {
         const char *bn = net->spec.units[i].bn;
-        int cch = net->spec.units[i].cout;
-        snprintf(name, sizeof name, "%s.running_mean", bn);
-        const rn_ptensor *m = rn_ckpt_find(c, name);
-        snprintf(name, sizeof name, "%s.running_var", bn);
-        const rn_ptensor *v = rn_ckpt_find(c, name);
-        snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
-        const rn_ptensor *k = rn_ckpt_find(c, name);
-        if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
-        rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off, m->data.data, (size_t)cch * sizeof(float));
-        if (rc == RN_OK)
-            rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off + cch, v->data.data,
-                                   (size_t)cch * sizeof(float));
-        memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
-    }
-    net->have_mom = with_mom;
-    if (rc == RN_OK && net->wc) rc = rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0);
-    return rc;
-}
-
-int rn_net_store(rn_net *net, rn_ckpt *c) {
-    int rc = RN_OK;
-    int with_mom = net->have_mom;
-    if (with_mom && !c->optim) {
-        c->optim = rn_malloc(sizeof *c->optim);
-        if (!c->optim) return RN_ENOMEM;
-        rn__optim_state__init(c->optim);
-    }
-    if (with_mom && c->optim->n_momentum != c->n_params) {
-        for (size_t k = 0; k < c->optim->n_momentum; k++) rn_ptensor_free(c->optim->momentum[k]);
-        free(c->optim->momentum);
-        c->optim->n_momentum = 0;
-        c->optim->momentum = rn_calloc(c->n_params, sizeof(rn_ptensor *));
-        if (!c->optim->momentum) return RN_ENOMEM;
-        for (size_t k = 0; k < c->n_params; k++) {
-            rn_ptensor *t = c->params[k];
-            c->optim->momentum[k] = rn_ptensor_new(t->name, RN_F32, (int)t->n_shape, t->shape);
-            if (!c->optim->momentum[k]) return RN_ENOMEM;
-            c->optim->n_momentum++;
-        }
-        if ((rc = rn_pb_set_string(&c->optim->kind, "sgd"))) return rc;
-    }
-    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
-        const pref *p = &net->prefs[i];
-        rn_ptensor *t = rn_ckpt_find(c, p->d.name);
-        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
-        rc = get(net, net->params, p, rn_ptensor_f32(t));
-        if (rc == RN_OK && with_mom) {
-            size_t k = (size_t)(t - *c->params);
-            for (k = 0; k < c->n_params; k++)
-                if (c->params[k] == t) break;
-            rc = get(net, net->mom, p, rn_ptensor_f32(c->optim->momentum[k]));
-        }
-    }
-    char name[80];
-    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
-        const char *bn = net->spec.units[i].bn;
-        int cch = net->spec.units[i].cout;
+        size_t bytes = (size_t)net->spec.units[i].cout * sizeof(float);
+        float *mean = net->bufs + net->u[i].stat_off, *var = mean + net->spec.units[i].cout;
         snprintf(name, sizeof name, "%s.running_mean", bn);
         rn_ptensor *m = rn_ckpt_find(c, name);
         snprintf(name, sizeof name, "%s.running_var", bn);
@@ -480,13 +408,54 @@ int rn_net_store(rn_net *net, rn_ckpt *c) {
         snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
         rn_ptensor *k = rn_ckpt_find(c, name);
         if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
-        rc = rn_backend_download(net->be, m->data.data, net->bufs + net->u[i].stat_off, (size_t)cch * sizeof(float));
-        if (rc == RN_OK)
-            rc = rn_backend_download(net->be, v->data.data, net->bufs + net->u[i].stat_off + cch,
-                                     (size_t)cch * sizeof(float));
-        memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
+        int rc;
+        if (to_net) {
+            if ((rc = rn_backend_upload(net->be, mean, m->data.data, bytes)) ||
+                (rc = rn_backend_upload(net->be, var, v->data.data, bytes)))
+                return rc;
+            memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
+        } else {
+            if ((rc = rn_backend_download(net->be, m->data.data, mean, bytes)) ||
+                (rc = rn_backend_download(net->be, v->data.data, var, bytes)))
+                return rc;
+            memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
+        }
     }
-    return rc;
+    return RN_OK;
+}
+
+int rn_net_load(rn_net *net, const rn_ckpt *c) {
+    if (!c->model || strcmp(c->model->arch, net->spec.arch) != 0 || c->model->num_classes != net->spec.num_classes)
+        return rn_errorf(RN_EINVAL, "checkpoint is %s/%d classes, the network %s/%d",
+                         c->model ? c->model->arch : "?", c->model ? c->model->num_classes : 0, net->spec.arch,
+                         net->spec.num_classes);
+    /* inference nets keep no momentum */
+    int with_mom = net->mom && rn_state_has_momentum(c);
+    for (int i = 0; i < net->npref; i++) {
+        const pref *p = &net->prefs[i];
+        const rn_ptensor *t = rn_ckpt_find(c, p->d.name), *m = with_mom ? rn_state_momentum(c, p->d.name) : NULL;
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        if (with_mom && !m) return rn_errorf(RN_EINVAL, "checkpoint lacks the momentum of %s", p->d.name);
+        int rc = put(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && m) rc = put(net, net->mom, p, rn_ptensor_f32(m));
+        if (rc) return rc;
+    }
+    int rc = exchange_bn(net, c, 1);
+    if (rc) return rc;
+    net->have_mom = with_mom;
+    return net->wc ? rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0) : RN_OK;
+}
+
+int rn_net_store(rn_net *net, rn_ckpt *c) {
+    int rc = net->have_mom ? rn_state_momentum_alloc(c) : RN_OK;
+    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
+        const pref *p = &net->prefs[i];
+        rn_ptensor *t = rn_ckpt_find(c, p->d.name);
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        rc = get(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && net->have_mom) rc = get(net, net->mom, p, rn_ptensor_f32(rn_state_momentum(c, p->d.name)));
+    }
+    return rc ? rc : exchange_bn(net, c, 0);
 }
 
 /* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */

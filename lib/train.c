@@ -15,6 +15,7 @@
 #include "rn/report.h"
 #include "rn/runner.h"
 #include "rn/safetensors.h"
+#include "rn/state.h"
 #include "rn/tensor.h"
 
 void rn_train_defaults(rn_train_opts *o) {
@@ -39,14 +40,6 @@ void rn_train_defaults(rn_train_opts *o) {
     o->loss_scale = RN_SCALER_INIT;
     o->scale_growth_interval = RN_SCALER_INTERVAL;
     o->progress = stderr;
-}
-
-static int ensure_train_state(rn_ckpt *ck) {
-    if (ck->train) return RN_OK;
-    ck->train = rn_malloc(sizeof *ck->train);
-    if (!ck->train) return RN_ENOMEM;
-    rn__train_state__init(ck->train);
-    return RN_OK;
 }
 
 /* The first step's gradients (unscaled: times `unscale`, 1/loss_scale under fp16 AMP),
@@ -83,59 +76,11 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
 }
 
-static int add_history(rn_ckpt *ck, const Rn__EpochMetrics *m) {
-    Rn__EpochMetrics **h = realloc(ck->history, sizeof *h * (ck->n_history + 1));
-    if (!h) return rn_errorf(RN_ENOMEM, "out of memory");
-    ck->history = h;
-    Rn__EpochMetrics *e = rn_malloc(sizeof *e);
-    if (!e) return RN_ENOMEM;
-    *e = *m;
-    h[ck->n_history++] = e;
-    return RN_OK;
-}
-
-/* Copy the network and the loop's state into ck and write it atomically. */
-static int save(const rn_train_opts *o, const rn_runner *r, rn_ckpt *ck, const rn_loader *l) {
-    int rc = rn_net_store(r->net, ck);
-    if (rc) return rc;
-    if (ck->optim) {
-        ck->optim->lr = o->lr.lr;
-        ck->optim->momentum_coef = o->momentum;
-        ck->optim->weight_decay = o->weight_decay;
-        ck->optim->nesterov = o->nesterov;
-        if ((rc = rn_pb_set_string(&ck->optim->kind, "sgd"))) return rc;
-    }
-    Rn__TrainState *t = ck->train;
-    rn_loader_position(l, &t->data_epoch, &t->data_index);
-    if ((rc = rn_pb_set_string(&t->lr_schedule, rn_lr_schedule_name(o->lr.schedule)))) return rc;
-    t->lr_step = o->lr.step_epochs;
-    t->lr_gamma = o->lr.gamma;
-    t->warmup_epochs = o->lr.warmup_epochs;
-    t->total_epochs = o->lr.total_epochs;
-    free(t->lr_milestones);
-    t->lr_milestones = NULL;
-    t->n_lr_milestones = 0;
-    if (o->lr.n_milestones) {
-        t->lr_milestones = rn_malloc(sizeof(int32_t) * (size_t)o->lr.n_milestones);
-        if (!t->lr_milestones) return RN_ENOMEM;
-        memcpy(t->lr_milestones, o->lr.milestones, sizeof(int32_t) * (size_t)o->lr.n_milestones);
-        t->n_lr_milestones = (size_t)o->lr.n_milestones;
-    }
-    t->batch = o->batch;
-    t->accum = o->batch / r->micro;
-    if ((rc = rn_ckpt_set_provenance(ck, o->argc, o->argv, NULL, 1))) return rc;
-    char ds[1024];
-    snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(l)->count);
-    if ((rc = rn_pb_set_string(&ck->provenance->dataset, ds))) return rc;
-    return rn_ckpt_write(o->out, ck);
-}
-
-
 /* A run in progress: what setup makes, the loop reads and finish frees. */
 typedef struct {
     const rn_train_opts *o;
     rn_ckpt *ck;
-    Rn__TrainState *ts;
+    rn_run_state st;      /* where the run stands; into ck at each save */
     rn_runner r;
     rn_loader *l, *vl;    /* training data; validation data or NULL */
     rn_report rep;
@@ -177,31 +122,22 @@ static int setup_data(run *t) {
     lo.resize = o->resize;
     lo.shuffle = o->shuffle;
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
-    lo.seed = t->ts->seed;
+    lo.seed = t->st.seed;
     int rc = rn_loader_create(o->data, &lo, &t->l);
     if (rc) return rc;
     const rn_dataset_info *info = rn_loader_info(t->l);
     if ((rc = rn_runner_check_data(o->data, info, t->ck))) return rc;
-    if (t->ts->data_epoch || t->ts->data_index) {
-        if ((rc = rn_loader_seek(t->l, t->ts->data_epoch, t->ts->data_index))) return rc;
-    } else if (t->ts->epoch) {
-        if ((rc = rn_loader_seek(t->l, t->ts->epoch, 0))) return rc;
+    if (t->st.data_epoch || t->st.data_index) {
+        if ((rc = rn_loader_seek(t->l, t->st.data_epoch, t->st.data_index))) return rc;
+    } else if (t->st.epoch) {
+        if ((rc = rn_loader_seek(t->l, t->st.epoch, 0))) return rc;
     }
-    rn_ckpt *ck = t->ck;
-    if (ck->n_class_names == 0 && info->n_classes > 0) {
-        ck->class_names = rn_calloc((size_t)info->n_classes, sizeof(char *));
-        if (!ck->class_names) return RN_ENOMEM;
-        for (int i = 0; i < info->n_classes; i++) {
-            ck->class_names[i] = strdup(info->class_names[i]);
-            if (!ck->class_names[i]) return rn_errorf(RN_ENOMEM, "out of memory");
-            ck->n_class_names++;
-        }
-    }
+    if ((rc = rn_state_set_class_names(t->ck, info->class_names, info->n_classes))) return rc;
     t->spe = rn_loader_batches_per_epoch(t->l);
     if (t->spe < 1)
         return rn_errorf(RN_EDATA, "%s: %llu images do not fill one batch of %d (lower --batch)", o->data,
                          (unsigned long long)info->count, o->batch);
-    t->ts->steps_per_epoch = t->spe;
+    t->st.steps_per_epoch = t->spe;
     return RN_OK;
 }
 
@@ -225,9 +161,9 @@ static int setup_net(run *t) {
         if ((rc = rn_scaler_init(&t->sc, o->loss_scale, RN_SCALER_GROWTH, RN_SCALER_BACKOFF,
                                  o->scale_growth_interval)))
             return rc;
-        if (t->ts->loss_scale > 0) { /* resuming: the checkpoint's scale and tracker */
-            t->sc.scale = (float)t->ts->loss_scale;
-            t->sc.growth_tracker = t->ts->scale_growth_tracker;
+        if (t->st.loss_scale > 0) { /* resuming: the checkpoint's scale and tracker */
+            t->sc.scale = (float)t->st.loss_scale;
+            t->sc.growth_tracker = t->st.scale_growth_tracker;
         }
     }
     return RN_OK;
@@ -263,13 +199,29 @@ static int setup(run *t) {
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --micro-batch %d", o->batch, o->micro_batch);
     if (o->micro_batch && o->accum != 1)
         return rn_errorf(RN_EINVAL, "--micro-batch and --accum both set the micro-batch: give one");
-    int rc = ensure_train_state(t->ck);
-    if (rc) return rc;
-    t->ts = t->ck->train;
-    if (o->seed_given || t->ts->step == 0) t->ts->seed = o->seed;
+    rn_state_get(t->ck, &t->st);
+    if (o->seed_given || t->st.step == 0) t->st.seed = o->seed;
+    int rc;
     if ((rc = rn_runner_open(&t->r, o->device, o->threads)) || (rc = setup_data(t)) || (rc = setup_net(t)))
         return rc;
     return setup_report(t);
+}
+
+/* Copy the network and the run's state into ck and write it atomically. */
+static int save(run *t) {
+    const rn_train_opts *o = t->o;
+    rn_ckpt *ck = t->ck;
+    int rc = rn_net_store(t->r.net, ck);
+    if (rc) return rc;
+    if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
+    rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
+    t->st.batch = o->batch;
+    t->st.accum = o->batch / t->micro;
+    if ((rc = rn_state_put(ck, &t->st, &o->lr))) return rc;
+    char ds[1024];
+    snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(t->l)->count);
+    if ((rc = rn_state_put_provenance(ck, o->argc, o->argv, ds))) return rc;
+    return rn_ckpt_write(o->out, ck);
 }
 
 static void finish(run *t) {
@@ -314,7 +266,7 @@ static int accumulate(run *t, int first, step_result *s) {
 /* One optimiser step: the gradients of a batch, then SGD (or the loss scaler's skip). */
 static int train_step(run *t, int first, step_result *s) {
     const rn_train_opts *o = t->o;
-    Rn__TrainState *ts = t->ts;
+    rn_run_state *ts = &t->st;
     *s = (step_result){0};
     int rc = accumulate(t, first, s);
     if (rc) return rc;
@@ -348,7 +300,7 @@ static int train_step(run *t, int first, step_result *s) {
  * this run, which ends at target_epoch. */
 static void report_steps(run *t, const window *w, const step_result *s, int target_epoch, int64_t run_steps) {
     const rn_train_opts *o = t->o;
-    const Rn__TrainState *ts = t->ts;
+    const rn_run_state *ts = &t->st;
     double dt = rn_report_clock() - w->t0;
     double ips = w->steps * o->batch / (dt > 0 ? dt : 1e-9);
     int64_t left = (int64_t)(target_epoch - ts->epoch) * t->spe - (ts->step - (int64_t)ts->epoch * t->spe);
@@ -362,44 +314,37 @@ static void report_steps(run *t, const window *w, const step_result *s, int targ
 
 /* The end of an epoch: validation, the epoch event, and the checkpoint's history. */
 static int end_epoch(run *t, const window *ep, double lr) {
-    Rn__TrainState *ts = t->ts;
+    rn_run_state *ts = &t->st;
     ts->epoch++;
-    Rn__EpochMetrics m;
-    rn__epoch_metrics__init(&m);
-    m.epoch = ts->epoch;
-    m.step = ts->step;
-    m.train_loss = ep->loss / (ep->steps ? ep->steps : 1);
-    m.lr = lr;
-    m.seconds = rn_report_clock() - ep->t0;
-    m.images_per_second = ep->steps * t->o->batch / (m.seconds > 0 ? m.seconds : 1e-9);
+    rn_epoch_info e = {.epoch = ts->epoch, .step = ts->step, .train_loss = ep->loss / (ep->steps ? ep->steps : 1),
+                       .lr = lr, .seconds = rn_report_clock() - ep->t0};
+    e.img_s = ep->steps * t->o->batch / (e.seconds > 0 ? e.seconds : 1e-9);
     if (t->vl) {
         rn_eval_result vr = {0};
         int rc = rn_loader_seek(t->vl, 0, 0);
         if (rc || (rc = rn_eval_run(&t->r, t->vl, t->ck->model->num_classes, 5, &vr, NULL, t->o->progress,
                                     t->o->progress_tty)))
             return rc;
-        m.val_top1 = vr.top1;
-        m.val_top5 = vr.topk;
-        m.val_loss = vr.loss;
-        m.val_n = vr.n;
+        e.has_val = 1;
+        e.val_top1 = vr.top1;
+        e.val_top5 = vr.topk;
+        e.val_loss = vr.loss;
+        e.val_n = vr.n;
     }
-    rn_epoch_info ei = {.epoch = m.epoch, .step = m.step, .train_loss = m.train_loss, .lr = m.lr,
-                        .seconds = m.seconds, .img_s = m.images_per_second, .has_val = t->vl != NULL,
-                        .val_top1 = m.val_top1, .val_top5 = m.val_top5, .val_loss = m.val_loss, .val_n = m.val_n};
-    rn_report_epoch(&t->rep, &ei);
-    return add_history(t->ck, &m);
+    rn_report_epoch(&t->rep, &e);
+    return rn_state_add_epoch(t->ck, &e);
 }
 
 int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     run t = {.o = o, .ck = ck};
     int rc = setup(&t);
     if (rc) goto out;
-    int target_epoch = t.ts->epoch + o->epochs;
+    int target_epoch = t.st.epoch + o->epochs;
     int64_t run_steps = 0;
     window w, ep;
     window_reset(&w);
     window_reset(&ep);
-    while (t.ts->epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
+    while (t.st.epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
         if (o->stop && *o->stop) break;
         step_result s;
         if ((rc = train_step(&t, run_steps == 0, &s))) goto out;
@@ -416,13 +361,13 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             if ((rc = end_epoch(&t, &ep, s.lr))) goto out;
             window_reset(&ep);
         }
-        if (o->save_every && t.ts->step % o->save_every == 0 && (rc = save(o, &t.r, ck, t.l))) goto out;
+        if (o->save_every && t.st.step % o->save_every == 0 && (rc = save(&t))) goto out;
     }
     rn_report_end(&t.rep, w.steps);
-    rc = save(o, &t.r, ck, t.l);
+    rc = save(&t);
     if (rc == RN_OK && o->stop && *o->stop)
         rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from",
-                       (int)*o->stop, (long long)t.ts->step, o->out);
+                       (int)*o->stop, (long long)t.st.step, o->out);
 out:
     finish(&t);
     return rc;
