@@ -197,11 +197,7 @@ static int layout(rn_net *net) {
     return RN_OK;
 }
 
-int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out) {
-    return rn_net_create_amp(be, spec, max_batch, h, w, mode, RN_F32, out);
-}
-
-/* rn_net_create_amp, or with plan set the same walk counting bytes into *planned */
+/* rn_net_create, or with plan set the same walk counting bytes into *planned */
 static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype, int plan,
                  rn_net **out, size_t *planned) {
     *out = NULL;
@@ -347,8 +343,8 @@ fail:
     return rc;
 }
 
-int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
-                      rn_net **out) {
+int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                  rn_net **out) {
     return build(be, spec, max_batch, h, w, mode, dtype, 0, out, NULL);
 }
 
@@ -603,12 +599,12 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
 
-int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
-                         int backward, int accumulate, float *loss) {
+int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                    int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
     const rn_resnet *s = &net->spec;
-    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, backward ? net->dlogits : NULL, loss);
-    if (rc || !backward) return rc;
+    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss);
+    if (rc) return rc;
     rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
     if (!net->gh) {
         rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
@@ -663,10 +659,6 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
 }
 
-int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn) {
-    return rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
-}
-
 /* the SGD call over params[off, off+n): with the compute copy under AMP */
 static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, float *buf) {
     if (!net->wc)
@@ -675,8 +667,10 @@ static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, 
                               elem(net, net->wc, off));
 }
 
-int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
-                       float grad_scale) {
+/* SGD over every parameter on the gradients times grad_scale (1/loss_scale unscales the
+ * gradients of a loss multiplied by an AMP loss scale). */
+static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+               float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     rn_sgd_desc sd;
     int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
@@ -695,7 +689,8 @@ int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay
     return rc;
 }
 
-int rn_net_grads_nonfinite(rn_net *net, int *found) {
+/* *found = 1 when any stored gradient is inf or NaN (an fp16 overflow), else 0. */
+static int grads_nonfinite(rn_net *net, int *found) {
     *found = 0;
     if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
     int32_t flag = 0;
@@ -708,15 +703,16 @@ int rn_net_grads_nonfinite(rn_net *net, int *found) {
 
 int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
                 int *skipped) {
-    *skipped = 0;
-    if (!sc) return rn_net_sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn);
+    int skip = 0;
+    if (skipped) *skipped = 0;
+    if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
     /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
        turned up, then update the scale */
     int found = 0;
-    int rc = rn_net_grads_nonfinite(net, &found);
-    if (rc == RN_OK && !found)
-        rc = rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
-    if (rc == RN_OK) *skipped = rn_scaler_update(sc, found);
+    int rc = grads_nonfinite(net, &found);
+    if (rc == RN_OK && !found) rc = sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
+    if (rc == RN_OK) skip = rn_scaler_update(sc, found);
+    if (skipped) *skipped = skip;
     return rc;
 }
 

@@ -144,7 +144,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     /* The plan fits, but an allocation can still fail (another process took memory since,
        fragmentation): auto goes on to the next smaller micro-batch that fits what is
        usable now; a given micro-batch fails, naming one. */
-    while ((rc = rn_net_create_amp(r->be, &spec, micro, crop, crop, mode, dtype, &r->net)) == RN_ENOMEM) {
+    while ((rc = rn_net_create(r->be, &spec, micro, crop, crop, mode, dtype, &r->net)) == RN_ENOMEM) {
         char failed[600];
         snprintf(failed, sizeof failed, "%s", rn_last_error());
         rn_backend_unreserve(r->be); /* the failed net's workspace: a smaller net needs less */

@@ -248,8 +248,8 @@ static int accumulate(run *t, int first, step_result *s) {
         float loss;
         if ((rc = rn_runner_input(&t->r, &b, k * t->micro, t->micro)) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
-            (rc = rn_net_loss_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                       grad_scale, 1, k > 0, &loss)))
+            (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
+                                  grad_scale, k > 0, &loss)))
             break;
         s->loss += loss / t->accum;
     }

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     int rc = rn_ckpt_read(ckpt, &ck);
     if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
     if (rc == RN_OK) rc = rn_backend_create(device, threads, &be);
-    if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);
+    if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, RN_F32, &net);
     if (rc == RN_OK) rc = rn_net_load(net, ck);
     if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);
     if (rc != RN_OK) {

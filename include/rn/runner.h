@@ -59,7 +59,7 @@ void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be);
  * `batch`. Sets r->net, r->micro, r->crop. Errors: RN_ENOMEM (the plan does not fit,
  * or an allocation failed: the message gives the need, what is usable and what
  * micro-batch or batch fits), RN_ENOTSUP (dtype on a backend that cannot compute in
- * it), those of rn_net_create_amp and rn_net_load. */
+ * it), those of rn_net_create and rn_net_load. */
 int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
                   int dtype);
 
