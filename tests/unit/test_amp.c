@@ -146,6 +146,22 @@ static int e_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const vo
     return rc;
 }
 
+static int e_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                           const float *gamma, const float *rm, const float *rv, void *dx, float *dgamma, float *dbeta,
+                           void *dres, int acc) {
+    if (d->dtype == RN_F32) return cpu->bn_bwd_frozen(be, d, x, y, dy, gamma, rm, rv, dx, dgamma, dbeta, dres, acc);
+    rn_bn_desc f = *d;
+    f.dtype = RN_F32;
+    int64_t n = d->m * d->c;
+    float *tx = wide(d->dtype, x, n), *ty = wide(d->dtype, y, n), *tdy = wide(d->dtype, dy, n);
+    float *tdx = scratch(d->dtype, dx, n, 0), *tdres = scratch(d->dtype, dres, n, 0);
+    int rc = cpu->bn_bwd_frozen(be, &f, tx, ty, tdy, gamma, rm, rv, tdx, dgamma, dbeta, tdres, acc);
+    narrow(d->dtype, tdx, dx, n); /* dx and dres may alias dy: written after the op */
+    narrow(d->dtype, tdres, dres, n);
+    free(tx), free(ty), free(tdy);
+    return rc;
+}
+
 static int e_add(rn_backend *be, int dt, int64_t n, const void *a, const void *b, void *y, int relu) {
     if (dt == RN_F32) return cpu->add(be, dt, n, a, b, y, relu);
     float *ta = wide(dt, a, n), *tb = wide(dt, b, n), *ty = scratch(dt, y, n, 0);
@@ -282,6 +298,7 @@ static rn_backend *emu_create(void) {
     emu.bn_fwd_train = e_bn_fwd_train;
     emu.bn_fwd_infer = e_bn_fwd_infer;
     emu.bn_bwd = e_bn_bwd;
+    emu.bn_bwd_frozen = e_bn_bwd_frozen;
     emu.add = e_add;
     emu.relu_fwd = e_relu_fwd;
     emu.relu_bwd = e_relu_bwd;
