@@ -38,8 +38,9 @@ static void score(const float *logits, const int32_t *labels, int n, int classes
     }
 }
 
-int rn_eval_run(rn_runner *r, rn_loader *l, int classes, int topk, rn_eval_result *res, float *dump,
-                FILE *progress, int tty) {
+int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float *dump, FILE *progress,
+                int tty) {
+    int classes = r->classes;
     float *logits = rn_malloc(sizeof(float) * (size_t)r->micro * classes);
     if (!logits) return RN_ENOMEM;
     int64_t c1 = 0, ck = 0, n = 0, total = rn_loader_info(l)->count;
@@ -52,9 +53,8 @@ int rn_eval_run(rn_runner *r, rn_loader *l, int classes, int topk, rn_eval_resul
         for (int off = 0; off < b.n && rc == RN_OK; off += r->micro) {
             int m = b.n - off < r->micro ? b.n - off : r->micro;
             float loss;
-            if ((rc = rn_runner_input(r, &b, off, m)) || (rc = rn_net_forward(r->net, m, 0)) ||
-                (rc = rn_net_loss(r->net, b.labels + off, m, 0.0f, &loss)) ||
-                (rc = rn_backend_download(r->be, logits, rn_net_logits(r->net), sizeof(float) * (size_t)m * classes)))
+            if ((rc = rn_runner_logits(r, &b, off, m, logits)) ||
+                (rc = rn_net_loss(r->net, b.labels + off, m, 0.0f, &loss)))
                 break;
             loss_sum += (double)loss * m;
             score(logits, b.labels + off, m, classes, topk, &c1, &ck, res->confusion, res->n_classes);
@@ -114,7 +114,7 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
         dump = rn_calloc((size_t)rn_loader_info(l)->count * classes, sizeof(float));
         if (!dump) rc = RN_ENOMEM;
     }
-    if (rc == RN_OK) rc = rn_eval_run(&r, l, classes, o->topk, res, dump, o->progress, o->progress_tty);
+    if (rc == RN_OK) rc = rn_eval_run(&r, l, o->topk, res, dump, o->progress, o->progress_tty);
     if (rc == RN_OK && o->dump_logits) {
         rn_st_tensor t = {.name = "logits", .dtype = RN_F32, .ndim = 2, .shape = {res->n, classes},
                           .data = (const uint8_t *)dump, .nbytes = sizeof(float) * (size_t)res->n * classes};

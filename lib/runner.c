@@ -164,6 +164,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     if (rc) return rc;
     if ((rc = rn_net_load(r->net, ck))) return rc;
     r->staged_cap = staged;
+    r->classes = spec.num_classes;
     r->micro = micro;
     r->crop = crop;
     return RN_OK;
@@ -188,6 +189,13 @@ int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
     const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
     return rn_input_normalize(r->be, rn_net_dtype(r->net), (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN,
                               RN_IMAGENET_STD, rn_net_input(r->net));
+}
+
+int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {
+    int rc = rn_runner_input(r, b, first, n);
+    if (rc || (rc = rn_net_forward(r->net, n, 0))) return rc;
+    return rn_backend_download(r->be, logits, rn_net_logits(r->net),
+                               sizeof(float) * (size_t)n * (size_t)r->classes);
 }
 
 int rn_runner_check_data(const char *path, const rn_dataset_info *info, const rn_ckpt *ck) {

@@ -322,7 +322,7 @@ static int end_epoch(run *t, const window *ep, double lr) {
     if (t->vl) {
         rn_eval_result vr = {0};
         int rc = rn_loader_seek(t->vl, 0, 0);
-        if (rc || (rc = rn_eval_run(&t->r, t->vl, t->ck->model->num_classes, 5, &vr, NULL, t->o->progress,
+        if (rc || (rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress,
                                     t->o->progress_tty)))
             return rc;
         e.has_val = 1;

@@ -4,16 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
-#include "rn/loader.h"
-#include "rn/net.h"
 #include "rn/predict.h"
-#include "rn/tensor.h"
 
 
 static void usage(FILE *f) {
@@ -73,49 +69,31 @@ int main(int argc, char **argv) {
         return 2;
     }
     rn_ckpt *ck = NULL;
-    rn_backend *be = NULL;
-    rn_net *net = NULL;
-    rn_jpeg *jpeg = NULL;
-    rn_resnet spec;
+    rn_predictor *pr = NULL;
     int rc = rn_ckpt_read(ckpt, &ck);
-    if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
-    if (rc == RN_OK) rc = rn_backend_create(device, threads, &be);
-    if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, RN_F32, &net);
-    if (rc == RN_OK) rc = rn_net_load(net, ck);
-    if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);
+    if (rc == RN_OK) rc = rn_predictor_open(ck, device, threads, crop, resize, &pr);
     if (rc != RN_OK) {
         fprintf(stderr, "rn-predict: %s\n", rn_last_error());
+        rn_ckpt_free(ck);
         return 1;
     }
-    int K = spec.num_classes, bad = 0;
+    int K = ck->model->num_classes, bad = 0;
     if (topk > K) topk = K;
-    uint8_t *px = malloc((size_t)crop * crop * 3), *dev_px = NULL;
-    float *logits = malloc(sizeof(float) * (size_t)K), *p = malloc(sizeof(float) * (size_t)K);
+    float *p = malloc(sizeof(float) * (size_t)K);
     int *order = malloc(sizeof(int) * (size_t)K);
-    rn_image_ws ws = {0};
-    if (!rn_backend_is_host(be) && rn_backend_alloc(be, (size_t)crop * crop * 3, (void **)&dev_px)) rc = RN_EGPU;
+    if (!p || !order) rc = rn_errorf(RN_ENOMEM, "out of memory");
     for (int i = optind; i < argc && rc == RN_OK; i++) {
         uint8_t *data = NULL;
         size_t len = 0;
         int r = rn_file_read(argv[i], &data, &len);
-        if (r == RN_OK) r = rn_predict_prepare(jpeg, data, len, crop, resize, px, &ws);
+        if (r == RN_OK) r = rn_predictor_image(pr, data, len);
         free(data);
         if (r != RN_OK) {
             fprintf(stderr, "rn-predict: %s: %s\n", argv[i], rn_last_error());
             bad++;
             continue;
         }
-        const uint8_t *src = px;
-        if (dev_px) {
-            if ((rc = rn_backend_upload(be, dev_px, px, (size_t)crop * crop * 3))) break;
-            src = dev_px;
-        }
-        if ((rc = rn_input_normalize(be, RN_F32, (int64_t)crop * crop, 3, src, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
-                                     rn_net_input(net))) ||
-            (rc = rn_net_forward(net, 1, 0)) ||
-            (rc = rn_backend_download(be, logits, rn_net_logits(net), sizeof(float) * (size_t)K)))
-            break;
-        rn_softmax(logits, K, p);
+        if ((rc = rn_predictor_run(pr, p))) break;
         /* partial selection sort: top-k indices by probability, ties to the lower index */
         for (int k = 0; k < K; k++) order[k] = k;
         for (int k = 0; k < topk; k++) {
@@ -145,15 +123,9 @@ int main(int argc, char **argv) {
         if (json) printf("]}\n");
     }
     if (rc != RN_OK) fprintf(stderr, "rn-predict: %s\n", rn_last_error());
-    rn_image_ws_free(&ws);
-    if (dev_px) rn_backend_free(be, dev_px);
-    free(px);
-    free(logits);
     free(p);
     free(order);
-    rn_jpeg_destroy(jpeg);
-    rn_net_destroy(net);
-    rn_backend_destroy(be);
+    rn_predictor_close(pr);
     rn_ckpt_free(ck);
     return rc != RN_OK || bad ? 1 : 0;
 }

@@ -58,7 +58,7 @@ int rn_eval_loader_open(const char *path, int batch, int crop, int resize, int w
  * NULL, receives every sample's logits in loader order ((count, classes) floats).
  * progress, when tty, gets a redrawn "eval i/n images" line. Errors: those of the
  * loader and the network. */
-int rn_eval_run(rn_runner *r, rn_loader *l, int classes, int topk, rn_eval_result *res, float *logits,
-                FILE *progress, int tty);
+int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float *logits, FILE *progress,
+                int tty);
 
 #endif

@@ -9,7 +9,7 @@
  *   for each batch b:
  *       rn_runner_stage(&r, &b);                     // upload, overlapping compute
  *       rn_runner_input(&r, &b, first, n);           // normalise into the net's input
- *       rn_net_forward(r.net, n, ...) ...
+ *       rn_net_forward(r.net, n, ...) ...            // or, inference: rn_runner_logits
  *       rn_backend_upload_wait(r.be); rn_loader_release(l, &b);
  *   ... rn_loader_destroy (its buffers may be the backend's) ...
  *   rn_runner_close(&r);
@@ -39,6 +39,7 @@ typedef struct {
     const uint8_t *px;   /* the pixels of the batch last staged: staging[i] or the batch's own */
     int next;            /* staging buffer the next batch goes to */
     int micro, crop;     /* images per forward, and their side */
+    int classes;         /* logits per image */
     size_t staged_cap;   /* bytes per staging buffer */
 } rn_runner;
 
@@ -72,6 +73,12 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b);
 /* Normalise n images starting at image `first` of the batch last staged (ImageNet
  * mean/std) into the network's input. */
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n);
+
+/* Forward n images from image `first` of the batch last staged (rn_runner_stage) with
+ * running BN statistics, and copy their logits ((n, classes) fp32) into host memory:
+ * the inference step of rn-eval, --val and rn-predict. Errors: those of the network
+ * and the backend. */
+int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits);
 
 /* A dataset the network can take: RGB, no more classes than the model's outputs.
  * Errors: RN_EDATA naming path and the fix. */
