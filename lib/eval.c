@@ -53,9 +53,8 @@ int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float
         for (int off = 0; off < b.n && rc == RN_OK; off += r->micro) {
             int m = b.n - off < r->micro ? b.n - off : r->micro;
             float loss;
-            if ((rc = rn_runner_logits(r, &b, off, m, logits)) ||
-                (rc = rn_net_loss(r->net, b.labels + off, m, 0.0f, &loss)))
-                break;
+            if ((rc = rn_runner_logits(r, &b, off, m, logits))) break;
+            if ((rc = rn_net_loss(r->net, b.labels + off, m, 0.0f, &loss))) break;
             loss_sum += (double)loss * m;
             score(logits, b.labels + off, m, classes, topk, &c1, &ck, res->confusion, res->n_classes);
             if (dump)
@@ -102,25 +101,27 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
     float *dump = NULL;
     int classes = ck->model->num_classes;
     int rc = rn_runner_open(&r, o->device, o->threads);
-    if (rc == RN_OK) rc = rn_eval_loader_open(o->data, o->batch, o->crop, o->resize, o->workers, r.be, &l);
-    if (rc == RN_OK) rc = rn_runner_check_data(o->data, rn_loader_info(l), ck);
-    if (rc == RN_OK) rc = rn_runner_net(&r, ck, o->batch, o->batch, o->mem_limit, o->crop, RN_NET_INFER, RN_F32);
-    if (rc == RN_OK) {
-        res->n_classes = classes;
-        res->confusion = rn_calloc((size_t)classes * classes, sizeof(int64_t));
-        if (!res->confusion) rc = RN_ENOMEM;
+    if (rc) goto fail;
+    if ((rc = rn_eval_loader_open(o->data, o->batch, o->crop, o->resize, o->workers, r.be, &l))) goto fail;
+    if ((rc = rn_runner_check_data(o->data, rn_loader_info(l), ck))) goto fail;
+    if ((rc = rn_runner_net(&r, ck, o->batch, o->batch, o->mem_limit, o->crop, RN_NET_INFER, RN_F32))) goto fail;
+    res->n_classes = classes;
+    if (!(res->confusion = rn_calloc((size_t)classes * classes, sizeof(int64_t)))) {
+        rc = RN_ENOMEM;
+        goto fail;
     }
-    if (rc == RN_OK && o->dump_logits) {
-        dump = rn_calloc((size_t)rn_loader_info(l)->count * classes, sizeof(float));
-        if (!dump) rc = RN_ENOMEM;
+    if (o->dump_logits && !(dump = rn_calloc((size_t)rn_loader_info(l)->count * classes, sizeof(float)))) {
+        rc = RN_ENOMEM;
+        goto fail;
     }
-    if (rc == RN_OK) rc = rn_eval_run(&r, l, o->topk, res, dump, o->progress, o->progress_tty);
-    if (rc == RN_OK && o->dump_logits) {
+    if ((rc = rn_eval_run(&r, l, o->topk, res, dump, o->progress, o->progress_tty))) goto fail;
+    if (o->dump_logits) {
         rn_st_tensor t = {.name = "logits", .dtype = RN_F32, .ndim = 2, .shape = {res->n, classes},
                           .data = (const uint8_t *)dump, .nbytes = sizeof(float) * (size_t)res->n * classes};
         const char *k[] = {"arch", "rows"}, *v[] = {ck->model->arch, "dataset order"};
         rc = rn_st_write(o->dump_logits, &t, 1, k, v, 2);
     }
+fail:
     free(dump);
     rn_loader_destroy(l); /* its buffers may be the backend's pinned memory */
     rn_runner_close(&r);

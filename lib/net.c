@@ -406,14 +406,12 @@ static int exchange_bn(rn_net *net, const rn_ckpt *c, int to_net) {
         if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
         int rc;
         if (to_net) {
-            if ((rc = rn_backend_upload(net->be, mean, m->data.data, bytes)) ||
-                (rc = rn_backend_upload(net->be, var, v->data.data, bytes)))
-                return rc;
+            if ((rc = rn_backend_upload(net->be, mean, m->data.data, bytes))) return rc;
+            if ((rc = rn_backend_upload(net->be, var, v->data.data, bytes))) return rc;
             memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
         } else {
-            if ((rc = rn_backend_download(net->be, m->data.data, mean, bytes)) ||
-                (rc = rn_backend_download(net->be, v->data.data, var, bytes)))
-                return rc;
+            if ((rc = rn_backend_download(net->be, m->data.data, mean, bytes))) return rc;
+            if ((rc = rn_backend_download(net->be, v->data.data, var, bytes))) return rc;
             memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
         }
     }

@@ -21,8 +21,9 @@ int rn_predict_prepare(rn_jpeg *j, const uint8_t *data, size_t len, int S, int r
     rn_window win;
     rn_window_eval(W, H, S, resize, &win);
     int whole[4] = {0, 0, W, H};
-    if ((rc = rn_jpeg_decode(j, data, len, 3, W, H, full)) == RN_OK)
-        rc = rn_window_render(full, whole, W, H, 3, &win, S, dst, ws);
+    if ((rc = rn_jpeg_decode(j, data, len, 3, W, H, full))) goto fail;
+    rc = rn_window_render(full, whole, W, H, 3, &win, S, dst, ws);
+fail:
     free(full);
     return rc;
 }
@@ -62,9 +63,9 @@ int rn_predictor_open(const rn_ckpt *ck, const char *device, int threads, int cr
     p->crop = crop;
     p->resize = resize;
     int rc = rn_runner_open(&p->r, device, threads);
-    if (rc || (rc = rn_runner_net(&p->r, ck, 1, 1, 0, crop, RN_NET_INFER, RN_F32)) ||
-        (rc = rn_jpeg_create(&p->jpeg)))
-        goto fail;
+    if (rc) goto fail;
+    if ((rc = rn_runner_net(&p->r, ck, 1, 1, 0, crop, RN_NET_INFER, RN_F32))) goto fail;
+    if ((rc = rn_jpeg_create(&p->jpeg))) goto fail;
     p->px = rn_malloc((size_t)crop * crop * 3);
     p->logits = rn_malloc(sizeof(float) * (size_t)p->r.classes);
     if (!p->px || !p->logits) {
@@ -85,7 +86,9 @@ int rn_predictor_image(rn_predictor *p, const uint8_t *data, size_t len) {
 int rn_predictor_run(rn_predictor *p, float *prob) {
     rn_batch b = {.pixels = p->px, .n = 1, .h = p->crop, .w = p->crop, .c = 3};
     int rc = rn_runner_stage(&p->r, &b);
-    if (rc == RN_OK) rc = rn_runner_logits(&p->r, &b, 0, 1, p->logits);
+    if (rc) return rc;
+    rc = rn_runner_logits(&p->r, &b, 0, 1, p->logits);
+    /* the upload is waited for even when the step failed: px is reused */
     int wrc = rn_backend_upload_wait(p->r.be);
     if (rc == RN_OK) rc = wrc;
     if (rc == RN_OK) rn_softmax(p->logits, p->r.classes, prob);

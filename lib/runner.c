@@ -193,7 +193,8 @@ int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
 
 int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {
     int rc = rn_runner_input(r, b, first, n);
-    if (rc || (rc = rn_net_forward(r->net, n, 0))) return rc;
+    if (rc) return rc;
+    if ((rc = rn_net_forward(r->net, n, 0))) return rc;
     return rn_backend_download(r->be, logits, rn_net_logits(r->net),
                                sizeof(float) * (size_t)n * (size_t)r->classes);
 }

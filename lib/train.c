@@ -177,11 +177,12 @@ static int setup_report(run *t) {
     if (o->log_path) {
         FILE *f = fopen(o->log_path, "a");
         if (!f) return rn_errorf(RN_EIO, "--log %s: cannot open for appending", o->log_path);
-        if ((rc = rn_report_jsonl(f, &s)) || (rc = rn_report_add(&t->rep, &s))) return rc;
+        if ((rc = rn_report_jsonl(f, &s))) return rc;
+        if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
     if (o->progress) {
-        if ((rc = rn_report_progress(o->progress, o->progress_tty, &s)) || (rc = rn_report_add(&t->rep, &s)))
-            return rc;
+        if ((rc = rn_report_progress(o->progress, o->progress_tty, &s))) return rc;
+        if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
                         .batch = o->batch, .accum = t->accum, .micro = t->micro,
@@ -201,9 +202,10 @@ static int setup(run *t) {
         return rn_errorf(RN_EINVAL, "--micro-batch and --accum both set the micro-batch: give one");
     rn_state_get(t->ck, &t->st);
     if (o->seed_given || t->st.step == 0) t->st.seed = o->seed;
-    int rc;
-    if ((rc = rn_runner_open(&t->r, o->device, o->threads)) || (rc = setup_data(t)) || (rc = setup_net(t)))
-        return rc;
+    int rc = rn_runner_open(&t->r, o->device, o->threads);
+    if (rc) return rc;
+    if ((rc = setup_data(t))) return rc;
+    if ((rc = setup_net(t))) return rc;
     return setup_report(t);
 }
 
@@ -322,8 +324,8 @@ static int end_epoch(run *t, const window *ep, double lr) {
     if (t->vl) {
         rn_eval_result vr = {0};
         int rc = rn_loader_seek(t->vl, 0, 0);
-        if (rc || (rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress,
-                                    t->o->progress_tty)))
+        if (rc) return rc;
+        if ((rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress, t->o->progress_tty)))
             return rc;
         e.has_val = 1;
         e.val_top1 = vr.top1;
