@@ -325,7 +325,6 @@ int rn_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
               void *reserve, int accumulate) {
     const char *op = "bn_bwd";
     rn_bn_desc dd = *d;
-    dd.frozen = 0;
     int rc = check_bn(be, op, &dd, 1);
     if (rc) return rc;
     NEED(x, op); NEED(dy, op); NEED(gamma, op); NEED(save_mean, op); NEED(save_invstd, op);
@@ -344,15 +343,14 @@ int rn_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const v
                      void *dres, int accumulate) {
     const char *op = "bn_bwd_frozen";
     rn_bn_desc dd = *d;
-    dd.frozen = 1;
     int rc = check_bn(be, op, &dd, 0);
     if (rc || (rc = check_ws(be, op, be->ops->bn_workspace(be, &dd)))) return rc;
     NEED(x, op); NEED(dy, op); NEED(gamma, op); NEED(running_mean, op); NEED(running_var, op);
     NEED(dx, op); NEED(dgamma, op); NEED(dbeta, op);
     if (dd.relu) NEED(y, op);
     if (dres && dres == dx) return rn_errorf(RN_EINVAL, "%s: dx and dres must differ", op);
-    return after(be, be->ops->bn_bwd(be, &dd, x, y, dy, gamma, running_mean, running_var, dx,
-                                     dgamma, dbeta, dres, NULL, accumulate != 0));
+    return after(be, be->ops->bn_bwd_frozen(be, &dd, x, y, dy, gamma, running_mean, running_var, dx,
+                                            dgamma, dbeta, dres, accumulate != 0));
 }
 
 /* ---- elementwise ---- */

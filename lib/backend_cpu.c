@@ -419,11 +419,11 @@ RN_HOT static void bn_bwd_chunk(void *ctx, int64_t ch0, int64_t ch1) {
     }
 }
 
-static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *xv, const void *yv,
-                      const void *dyv, const float *gamma, const float *save_mean,
-                      const float *save_invstd, void *dxv, float *dgamma, float *dbeta,
-                      void *dresv, void *reserve, int accumulate) {
-    (void)reserve;
+/* Both BN backwards: frozen, mean and stat are the running mean and variance (constants);
+ * else the batch mean and inverse standard deviation the training forward saved. */
+static void bn_bwd(rn_backend *be, const rn_bn_desc *d, int frozen, const void *xv, const void *yv,
+                   const void *dyv, const float *gamma, const float *save_mean, const float *stat,
+                   void *dxv, float *dgamma, float *dbeta, void *dresv, int accumulate) {
     const int c = d->c, relu = d->relu;
     const int64_t m = d->m, nch = bn_chunks(m);
     const float *x = xv, *y = yv, *dy = dyv;
@@ -438,20 +438,35 @@ static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *xv, const
     for (int64_t ch = 1; ch < nch; ch++)
         for (int j = 0; j < 2 * c; j++) part[j] += part[ch * 2 * c + j];
     for (int j = 0; j < c; j++) {
-        /* frozen: save_invstd holds the running variance, and the statistics are constants */
         double sdz = part[j], sdzx = part[c + j];
-        double is = d->frozen ? 1.0 / sqrt((double)save_invstd[j] + d->eps) : save_invstd[j];
+        double is = frozen ? 1.0 / sqrt((double)stat[j] + d->eps) : stat[j];
         double dg = sdzx * is, db = sdz;
         dgamma[j] = accumulate ? dgamma[j] + (float)dg : (float)dg;
         dbeta[j] = accumulate ? dbeta[j] + (float)db : (float)db;
         /* dx = a*(dz - sdz/m) - b*(x - mean), a = gamma*invstd, b = a*invstd^2*sdzx/m */
         double a = gamma[j] * is;
         ka[j] = (float)a;
-        kb[j] = d->frozen ? 0.0f : (float)(a * is * is * sdzx / m);
-        k0[j] = d->frozen ? 0.0f : (float)(a * sdz / m);
+        kb[j] = frozen ? 0.0f : (float)(a * is * is * sdzx / m);
+        k0[j] = frozen ? 0.0f : (float)(a * sdz / m);
     }
 
     par_range(be, m, rows_per_chunk(c), m * c, bn_bwd_dx, &jb);
+}
+
+static int cpu_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+                      const void *dy, const float *gamma, const float *save_mean,
+                      const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                      void *dres, void *reserve, int accumulate) {
+    (void)reserve;
+    bn_bwd(be, d, 0, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres, accumulate);
+    return RN_OK;
+}
+
+static int cpu_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+                             const void *dy, const float *gamma, const float *running_mean,
+                             const float *running_var, void *dx, float *dgamma, float *dbeta,
+                             void *dres, int accumulate) {
+    bn_bwd(be, d, 1, x, y, dy, gamma, running_mean, running_var, dx, dgamma, dbeta, dres, accumulate);
     return RN_OK;
 }
 
@@ -838,6 +853,7 @@ static const rn_backend_ops cpu_ops = {
     .bn_fwd_train = cpu_bn_fwd_train,
     .bn_fwd_infer = cpu_bn_fwd_infer,
     .bn_bwd = cpu_bn_bwd,
+    .bn_bwd_frozen = cpu_bn_bwd_frozen,
     .add = cpu_add,
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,

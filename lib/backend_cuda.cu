@@ -691,7 +691,7 @@ static int cuda_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
 }
 
 template <typename T>
-static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void *x, const void *y, const void *dy,
                     const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                     float *dbeta, void *dres, int accumulate) {
     cuda_ctx *g = CTX(be);
@@ -702,7 +702,7 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, const void *x, const vo
     bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)y, (const T *)dy,
                                                     save_mean, (T *)dres, d->relu, part);
     LAUNCHED("bn_bwd_sums");
-    bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, d->frozen,
+    bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, frozen,
                                                            dgamma, dbeta, accumulate, ka, kb, k0);
     LAUNCHED("bn_bwd_coef");
     bn_bwd_dx_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, (const T *)y,
@@ -716,8 +716,16 @@ static int cuda_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const
                        const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
                        float *dgamma, float *dbeta, void *dres, void *reserve, int accumulate) {
     (void)reserve;
-    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres,
+    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 0, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres,
                                         accumulate);
+}
+
+/* the same kernels with the running statistics in the saved ones' slots, frozen set */
+static int cuda_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                              const float *gamma, const float *running_mean, const float *running_var, void *dx,
+                              float *dgamma, float *dbeta, void *dres, int accumulate) {
+    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 1, x, y, dy, gamma, running_mean, running_var, dx, dgamma, dbeta,
+                                        dres, accumulate);
 }
 
 /* ---- elementwise ---- */
@@ -1210,6 +1218,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->bn_fwd_train = cuda_bn_fwd_train;
     o->bn_fwd_infer = cuda_bn_fwd_infer;
     o->bn_bwd = cuda_bn_bwd;
+    o->bn_bwd_frozen = cuda_bn_bwd_frozen;
     o->add = cuda_add;
     o->relu_fwd = cuda_relu_fwd;
     o->relu_bwd = cuda_relu_bwd;

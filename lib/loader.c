@@ -13,6 +13,7 @@
 #include "rn/image.h"
 #include "rn/jpeg.h"
 #include "rn/rng.h"
+#include "rn/transform.h"
 
 const float RN_IMAGENET_MEAN[3] = {0.485f, 0.456f, 0.406f};
 const float RN_IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
@@ -80,8 +81,6 @@ struct worker {
     rn_dataset_reader *rd;
     rn_jpeg *jpeg;
     rn_image_ws ws;
-    uint8_t *buf;
-    size_t cap;
 };
 
 static void *def_alloc(size_t n, void *ctx) {
@@ -140,27 +139,6 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
 
 /* --------------------------------------------------------------- one sample */
 
-static int grow(worker *w, size_t n) {
-    if (n <= w->cap) return RN_OK;
-    uint8_t *p = realloc(w->buf, n);
-    if (!p) return rn_errorf(RN_ENOMEM, "out of memory decoding (%zu bytes)", n);
-    w->buf = p;
-    w->cap = n;
-    return RN_OK;
-}
-
-/* centre crop S x S of an image already resized to w x h, zero-padding short sides */
-static void crop_pad(const uint8_t *src, int w, int h, int c, int S, uint8_t *dst) {
-    int sx, dx, nx, sy, dy, ny;
-    if (S > w) sx = 0, dx = (S - w) / 2, nx = w;
-    else sx = rn_round_half_even((w - S) / 2.0), dx = 0, nx = S;
-    if (S > h) sy = 0, dy = (S - h) / 2, ny = h;
-    else sy = rn_round_half_even((h - S) / 2.0), dy = 0, ny = S;
-    memset(dst, 0, (size_t)S * S * c);
-    for (int y = 0; y < ny; y++)
-        memcpy(dst + ((size_t)(y + dy) * S + dx) * c, src + ((size_t)(y + sy) * w + sx) * c, (size_t)nx * c);
-}
-
 static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
     rn_loader *l = w->l;
     const int S = l->S, c = l->c;
@@ -181,25 +159,20 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
         }
     }
     /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
-    double box[4] = {0, 0, W, H};
-    int out_w = S, out_h = S, ox = 0, oy = 0, flip = 0, pad = 0;
+    rn_window win;
     if (l->o.train && l->o.augment == RN_AUG_RRC) {
         rn_image_stream st;
         rn_draws d;
         rn_image_stream_init(&st, &d, rn_rng_key(l->o.seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
         int b[4];
         rn_image_rrc_box(W, H, l->o.scale[0], l->o.scale[1], l->o.ratio[0], l->o.ratio[1], &d, b);
-        flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
-        box[0] = b[0], box[1] = b[1], box[2] = b[0] + b[2], box[3] = b[1] + b[3];
-    } else if (l->resize > 0) {
-        rn_image_resize_dims(W, H, l->resize, &out_w, &out_h);
-        if (out_w < S || out_h < S) pad = 1;
-        else ox = rn_round_half_even((out_w - S) / 2.0), oy = rn_round_half_even((out_h - S) / 2.0);
+        win = (rn_window){.box = {b[0], b[1], b[0] + b[2], b[1] + b[3]}, .out_w = S, .out_h = S};
+        win.flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
     } else {
-        out_w = W, out_h = H;
-        if (W < S || H < S) pad = 1;
-        else ox = rn_round_half_even((W - S) / 2.0), oy = rn_round_half_even((H - S) / 2.0);
+        rn_window_eval(W, H, S, l->resize, &win);
     }
+    double *box = win.box;
+    const int out_w = win.out_w, out_h = win.out_h, ox = win.ox, oy = win.oy, pad = win.pad;
     const uint8_t *px = smp.data;
     int pw = W, ph = H, part[4] = {0, 0, W, H}; /* px holds part of the pw x ph image */
     if (smp.enc == RN_ENC_JPEG) {
@@ -234,31 +207,7 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
         memcpy(part, got, sizeof part);
         pw = sw, ph = sh;
     }
-    if (!pad) {
-        int identity = box[0] == 0 && box[1] == 0 && box[2] == pw && box[3] == ph && out_w == pw && out_h == ph;
-        if (identity)
-            rc = rn_image_crop(px, part[2], part[3], c, ox - part[0], oy - part[1], S, S, flip, dst);
-        else
-            rc = rn_image_resize_part(px, part, pw, ph, c, box, out_w, out_h, ox, oy, S, S, flip, dst, &w->ws);
-        if (rc) goto bad;
-        return RN_OK;
-    }
-    /* an image smaller than the crop: resize whole, then centre crop with zero padding */
-    {
-        size_t off = (size_t)pw * ph * c;
-        if (px == w->buf) {
-            if ((rc = grow(w, off + (size_t)out_w * out_h * c)) != RN_OK) goto bad;
-            px = w->buf;
-        } else {
-            off = 0;
-            if ((rc = grow(w, (size_t)out_w * out_h * c)) != RN_OK) goto bad;
-        }
-        uint8_t *tmp = w->buf + off;
-        if (out_w == pw && out_h == ph) memcpy(tmp, px, (size_t)pw * ph * c);
-        else if ((rc = rn_image_resize(px, pw, ph, c, box, out_w, out_h, 0, 0, out_w, out_h, 0, tmp, &w->ws)))
-            goto bad;
-        crop_pad(tmp, out_w, out_h, c, S, dst);
-    }
+    if ((rc = rn_window_render(px, part, pw, ph, c, &win, S, dst, &w->ws)) != RN_OK) goto bad;
     return RN_OK;
 bad:
     return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
@@ -482,7 +431,6 @@ void rn_loader_destroy(rn_loader *l) {
             rn_dataset_reader_close(w->rd);
             rn_jpeg_destroy(w->jpeg);
             rn_image_ws_free(&w->ws);
-            free(w->buf);
         }
         free(l->workers);
     }

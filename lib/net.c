@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/state.h"
 #include "rn/tensor.h"
 
 /* Where a parameter lives in the flat arrays. */
@@ -196,11 +197,7 @@ static int layout(rn_net *net) {
     return RN_OK;
 }
 
-int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out) {
-    return rn_net_create_amp(be, spec, max_batch, h, w, mode, RN_F32, out);
-}
-
-/* rn_net_create_amp, or with plan set the same walk counting bytes into *planned */
+/* rn_net_create, or with plan set the same walk counting bytes into *planned */
 static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype, int plan,
                  rn_net **out, size_t *planned) {
     *out = NULL;
@@ -346,8 +343,8 @@ fail:
     return rc;
 }
 
-int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
-                      rn_net **out) {
+int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                  rn_net **out) {
     return build(be, spec, max_batch, h, w, mode, dtype, 0, out, NULL);
 }
 
@@ -392,87 +389,14 @@ static int get(rn_net *net, const float *src_base, const pref *p, float *dst) {
     return rn_backend_download(net->be, dst, src_base + p->off, (size_t)p->numel * sizeof(float));
 }
 
-int rn_net_load(rn_net *net, const rn_ckpt *c) {
-    if (!c->model || strcmp(c->model->arch, net->spec.arch) != 0 || c->model->num_classes != net->spec.num_classes)
-        return rn_errorf(RN_EINVAL, "checkpoint is %s/%d classes, the network %s/%d",
-                         c->model ? c->model->arch : "?", c->model ? c->model->num_classes : 0, net->spec.arch,
-                         net->spec.num_classes);
-    int rc = RN_OK;
-    int with_mom = c->optim && c->optim->n_momentum == c->n_params && c->n_params > 0;
-    if (with_mom && !net->mom) with_mom = 0; /* inference nets keep no momentum */
-    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
-        const pref *p = &net->prefs[i];
-        const rn_ptensor *t = rn_ckpt_find(c, p->d.name);
-        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
-        rc = put(net, net->params, p, rn_ptensor_f32(t));
-        if (rc == RN_OK && with_mom) {
-            const rn_ptensor *m = NULL;
-            for (size_t k = 0; k < c->optim->n_momentum; k++)
-                if (strcmp(c->optim->momentum[k]->name, p->d.name) == 0) m = c->optim->momentum[k];
-            if (!m) return rn_errorf(RN_EINVAL, "checkpoint lacks the momentum of %s", p->d.name);
-            rc = put(net, net->mom, p, rn_ptensor_f32(m));
-        }
-    }
+/* The running statistics of every BN unit between the net and c: into the net when
+ * to_net, else into c. */
+static int exchange_bn(rn_net *net, const rn_ckpt *c, int to_net) {
     char name[80];
-    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
+    for (int i = 0; i < net->spec.nunits; i++) {
         const char *bn = net->spec.units[i].bn;
-        int cch = net->spec.units[i].cout;
-        snprintf(name, sizeof name, "%s.running_mean", bn);
-        const rn_ptensor *m = rn_ckpt_find(c, name);
-        snprintf(name, sizeof name, "%s.running_var", bn);
-        const rn_ptensor *v = rn_ckpt_find(c, name);
-        snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
-        const rn_ptensor *k = rn_ckpt_find(c, name);
-        if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
-        rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off, m->data.data, (size_t)cch * sizeof(float));
-        if (rc == RN_OK)
-            rc = rn_backend_upload(net->be, net->bufs + net->u[i].stat_off + cch, v->data.data,
-                                   (size_t)cch * sizeof(float));
-        memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
-    }
-    net->have_mom = with_mom;
-    if (rc == RN_OK && net->wc) rc = rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0);
-    return rc;
-}
-
-int rn_net_store(rn_net *net, rn_ckpt *c) {
-    int rc = RN_OK;
-    int with_mom = net->have_mom;
-    if (with_mom && !c->optim) {
-        c->optim = rn_malloc(sizeof *c->optim);
-        if (!c->optim) return RN_ENOMEM;
-        rn__optim_state__init(c->optim);
-    }
-    if (with_mom && c->optim->n_momentum != c->n_params) {
-        for (size_t k = 0; k < c->optim->n_momentum; k++) rn_ptensor_free(c->optim->momentum[k]);
-        free(c->optim->momentum);
-        c->optim->n_momentum = 0;
-        c->optim->momentum = rn_calloc(c->n_params, sizeof(rn_ptensor *));
-        if (!c->optim->momentum) return RN_ENOMEM;
-        for (size_t k = 0; k < c->n_params; k++) {
-            rn_ptensor *t = c->params[k];
-            c->optim->momentum[k] = rn_ptensor_new(t->name, RN_F32, (int)t->n_shape, t->shape);
-            if (!c->optim->momentum[k]) return RN_ENOMEM;
-            c->optim->n_momentum++;
-        }
-        if ((rc = rn_pb_set_string(&c->optim->kind, "sgd"))) return rc;
-    }
-    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
-        const pref *p = &net->prefs[i];
-        rn_ptensor *t = rn_ckpt_find(c, p->d.name);
-        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
-        rc = get(net, net->params, p, rn_ptensor_f32(t));
-        if (rc == RN_OK && with_mom) {
-            size_t k = (size_t)(t - *c->params);
-            for (k = 0; k < c->n_params; k++)
-                if (c->params[k] == t) break;
-            rc = get(net, net->mom, p, rn_ptensor_f32(c->optim->momentum[k]));
-        }
-    }
-    char name[80];
-    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
-        const char *bn = net->spec.units[i].bn;
-        int cch = net->spec.units[i].cout;
+        size_t bytes = (size_t)net->spec.units[i].cout * sizeof(float);
+        float *mean = net->bufs + net->u[i].stat_off, *var = mean + net->spec.units[i].cout;
         snprintf(name, sizeof name, "%s.running_mean", bn);
         rn_ptensor *m = rn_ckpt_find(c, name);
         snprintf(name, sizeof name, "%s.running_var", bn);
@@ -480,13 +404,52 @@ int rn_net_store(rn_net *net, rn_ckpt *c) {
         snprintf(name, sizeof name, "%s.num_batches_tracked", bn);
         rn_ptensor *k = rn_ckpt_find(c, name);
         if (!m || !v || !k) return rn_errorf(RN_EINVAL, "checkpoint lacks the running statistics of %s", bn);
-        rc = rn_backend_download(net->be, m->data.data, net->bufs + net->u[i].stat_off, (size_t)cch * sizeof(float));
-        if (rc == RN_OK)
-            rc = rn_backend_download(net->be, v->data.data, net->bufs + net->u[i].stat_off + cch,
-                                     (size_t)cch * sizeof(float));
-        memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
+        int rc;
+        if (to_net) {
+            if ((rc = rn_backend_upload(net->be, mean, m->data.data, bytes))) return rc;
+            if ((rc = rn_backend_upload(net->be, var, v->data.data, bytes))) return rc;
+            memcpy(&net->u[i].tracked, k->data.data, sizeof(int64_t));
+        } else {
+            if ((rc = rn_backend_download(net->be, m->data.data, mean, bytes))) return rc;
+            if ((rc = rn_backend_download(net->be, v->data.data, var, bytes))) return rc;
+            memcpy(k->data.data, &net->u[i].tracked, sizeof(int64_t));
+        }
     }
-    return rc;
+    return RN_OK;
+}
+
+int rn_net_load(rn_net *net, const rn_ckpt *c) {
+    if (!c->model || strcmp(c->model->arch, net->spec.arch) != 0 || c->model->num_classes != net->spec.num_classes)
+        return rn_errorf(RN_EINVAL, "checkpoint is %s/%d classes, the network %s/%d",
+                         c->model ? c->model->arch : "?", c->model ? c->model->num_classes : 0, net->spec.arch,
+                         net->spec.num_classes);
+    /* inference nets keep no momentum */
+    int with_mom = net->mom && rn_state_has_momentum(c);
+    for (int i = 0; i < net->npref; i++) {
+        const pref *p = &net->prefs[i];
+        const rn_ptensor *t = rn_ckpt_find(c, p->d.name), *m = with_mom ? rn_state_momentum(c, p->d.name) : NULL;
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        if (with_mom && !m) return rn_errorf(RN_EINVAL, "checkpoint lacks the momentum of %s", p->d.name);
+        int rc = put(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && m) rc = put(net, net->mom, p, rn_ptensor_f32(m));
+        if (rc) return rc;
+    }
+    int rc = exchange_bn(net, c, 1);
+    if (rc) return rc;
+    net->have_mom = with_mom;
+    return net->wc ? rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0) : RN_OK;
+}
+
+int rn_net_store(rn_net *net, rn_ckpt *c) {
+    int rc = net->have_mom ? rn_state_momentum_alloc(c) : RN_OK;
+    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
+        const pref *p = &net->prefs[i];
+        rn_ptensor *t = rn_ckpt_find(c, p->d.name);
+        if (!t) return rn_errorf(RN_EINVAL, "checkpoint lacks %s", p->d.name);
+        rc = get(net, net->params, p, rn_ptensor_f32(t));
+        if (rc == RN_OK && net->have_mom) rc = get(net, net->mom, p, rn_ptensor_f32(rn_state_momentum(c, p->d.name)));
+    }
+    return rc ? rc : exchange_bn(net, c, 0);
 }
 
 /* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
@@ -634,12 +597,12 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
 
-int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
-                         int backward, int accumulate, float *loss) {
+int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                    int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
     const rn_resnet *s = &net->spec;
-    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, backward ? net->dlogits : NULL, loss);
-    if (rc || !backward) return rc;
+    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss);
+    if (rc) return rc;
     rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
     if (!net->gh) {
         rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
@@ -694,10 +657,6 @@ int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
 }
 
-int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn) {
-    return rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
-}
-
 /* the SGD call over params[off, off+n): with the compute copy under AMP */
 static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, float *buf) {
     if (!net->wc)
@@ -706,8 +665,10 @@ static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, 
                               elem(net, net->wc, off));
 }
 
-int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
-                       float grad_scale) {
+/* SGD over every parameter on the gradients times grad_scale (1/loss_scale unscales the
+ * gradients of a loss multiplied by an AMP loss scale). */
+static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+               float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     rn_sgd_desc sd;
     int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
@@ -726,7 +687,8 @@ int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay
     return rc;
 }
 
-int rn_net_grads_nonfinite(rn_net *net, int *found) {
+/* *found = 1 when any stored gradient is inf or NaN (an fp16 overflow), else 0. */
+static int grads_nonfinite(rn_net *net, int *found) {
     *found = 0;
     if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
     int32_t flag = 0;
@@ -739,15 +701,16 @@ int rn_net_grads_nonfinite(rn_net *net, int *found) {
 
 int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
                 int *skipped) {
-    *skipped = 0;
-    if (!sc) return rn_net_sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn);
+    int skip = 0;
+    if (skipped) *skipped = 0;
+    if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
     /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
        turned up, then update the scale */
     int found = 0;
-    int rc = rn_net_grads_nonfinite(net, &found);
-    if (rc == RN_OK && !found)
-        rc = rn_net_sgd_unscale(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
-    if (rc == RN_OK) *skipped = rn_scaler_update(sc, found);
+    int rc = grads_nonfinite(net, &found);
+    if (rc == RN_OK && !found) rc = sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
+    if (rc == RN_OK) skip = rn_scaler_update(sc, found);
+    if (skipped) *skipped = skip;
     return rc;
 }
 

@@ -1,3 +1,5 @@
+/* One image file to class probabilities: the eval transform on a decoded JPEG, then the
+ * runner's inference step (rn-predict). */
 #include "rn/predict.h"
 
 #include <math.h>
@@ -5,6 +7,8 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/runner.h"
+#include "rn/transform.h"
 
 int rn_predict_prepare(rn_jpeg *j, const uint8_t *data, size_t len, int S, int resize, uint8_t *dst,
                        rn_image_ws *ws) {
@@ -14,36 +18,12 @@ int rn_predict_prepare(rn_jpeg *j, const uint8_t *data, size_t len, int S, int r
     int W = info.width, H = info.height;
     uint8_t *full = rn_malloc((size_t)W * H * 3);
     if (!full) return RN_ENOMEM;
-    if ((rc = rn_jpeg_decode(j, data, len, 3, W, H, full))) goto out;
-    if (resize < 0) resize = rn_round_half_even(S * 256.0 / 224.0);
-    int ow = W, oh = H;
-    if (resize > 0) rn_image_resize_dims(W, H, resize, &ow, &oh);
-    double box[4] = {0, 0, W, H};
-    if (ow >= S && oh >= S) {
-        /* torchvision's CenterCrop: offsets round((size - S) / 2) */
-        int ox = rn_round_half_even((ow - S) / 2.0), oy = rn_round_half_even((oh - S) / 2.0);
-        if (ow == W && oh == H) rc = rn_image_crop(full, W, H, 3, ox, oy, S, S, 0, dst);
-        else rc = rn_image_resize(full, W, H, 3, box, ow, oh, ox, oy, S, S, 0, dst, ws);
-        goto out;
-    }
-    /* smaller than the crop on a side: resize whole, then pad around the centre */
-    uint8_t *tmp = rn_malloc((size_t)ow * oh * 3);
-    if (!tmp) {
-        rc = RN_ENOMEM;
-        goto out;
-    }
-    if (ow == W && oh == H) memcpy(tmp, full, (size_t)W * H * 3);
-    else rc = rn_image_resize(full, W, H, 3, box, ow, oh, 0, 0, ow, oh, 0, tmp, ws);
-    if (rc == RN_OK) {
-        memset(dst, 0, (size_t)S * S * 3);
-        int sx = ow > S ? rn_round_half_even((ow - S) / 2.0) : 0, dx = ow < S ? (S - ow) / 2 : 0;
-        int sy = oh > S ? rn_round_half_even((oh - S) / 2.0) : 0, dy = oh < S ? (S - oh) / 2 : 0;
-        int nx = ow < S ? ow : S, ny = oh < S ? oh : S;
-        for (int y = 0; y < ny; y++)
-            memcpy(dst + ((size_t)(y + dy) * S + dx) * 3, tmp + ((size_t)(y + sy) * ow + sx) * 3, (size_t)nx * 3);
-    }
-    free(tmp);
-out:
+    rn_window win;
+    rn_window_eval(W, H, S, resize, &win);
+    int whole[4] = {0, 0, W, H};
+    if ((rc = rn_jpeg_decode(j, data, len, 3, W, H, full))) goto fail;
+    rc = rn_window_render(full, whole, W, H, 3, &win, S, dst, ws);
+fail:
     free(full);
     return rc;
 }
@@ -55,4 +35,73 @@ void rn_softmax(const float *z, int n, float *p) {
     double s = 0;
     for (int i = 0; i < n; i++) s += exp((double)z[i] - m);
     for (int i = 0; i < n; i++) p[i] = (float)(exp((double)z[i] - m) / s);
+}
+
+struct rn_predictor {
+    rn_runner r;
+    rn_jpeg *jpeg;
+    rn_image_ws ws;
+    int crop, resize;
+    uint8_t *px;      /* (crop, crop, 3) the transformed image */
+    float *logits;    /* (classes) */
+};
+
+void rn_predictor_close(rn_predictor *p) {
+    if (!p) return;
+    rn_image_ws_free(&p->ws);
+    rn_jpeg_destroy(p->jpeg);
+    rn_runner_close(&p->r);
+    free(p->px);
+    free(p->logits);
+    free(p);
+}
+
+void rn_predict_defaults(rn_predict_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    rn_backend_opts_init(&o->backend);
+    o->crop = 224;
+    o->resize = -1;
+    o->max_pixels = RN_JPEG_MAX_PIXELS;
+}
+
+int rn_predictor_open(const rn_ckpt *ck, const rn_predict_opts *o, rn_predictor **out) {
+    *out = NULL;
+    rn_predictor *p = rn_calloc(1, sizeof *p);
+    if (!p) return RN_ENOMEM;
+    const int crop = o->crop;
+    p->crop = crop;
+    p->resize = o->resize;
+    int rc = rn_runner_open(&p->r, o->device, o->threads, &o->backend);
+    if (rc) goto fail;
+    if ((rc = rn_runner_net(&p->r, ck, 1, 1, 0, crop, RN_NET_INFER, RN_F32))) goto fail;
+    if ((rc = rn_jpeg_create(&p->jpeg))) goto fail;
+    rn_jpeg_set_max_pixels(p->jpeg, o->max_pixels);
+    p->px = rn_malloc((size_t)crop * crop * 3);
+    p->logits = rn_malloc(sizeof(float) * (size_t)p->r.classes);
+    if (!p->px || !p->logits) {
+        rc = RN_ENOMEM;
+        goto fail;
+    }
+    *out = p;
+    return RN_OK;
+fail:
+    rn_predictor_close(p);
+    return rc;
+}
+
+int rn_predictor_image(rn_predictor *p, const uint8_t *data, size_t len) {
+    return rn_predict_prepare(p->jpeg, data, len, p->crop, p->resize, p->px, &p->ws);
+}
+
+int rn_predictor_run(rn_predictor *p, float *prob) {
+    rn_batch b = {.pixels = p->px, .n = 1, .h = p->crop, .w = p->crop, .c = 3};
+    int rc = rn_runner_stage(&p->r, &b);
+    if (rc) return rc;
+    rc = rn_runner_logits(&p->r, &b, 0, 1, p->logits);
+    /* the upload is waited for even when the step failed: px is reused */
+    int wrc = rn_backend_upload_wait(p->r.be);
+    if (rc == RN_OK) rc = wrc;
+    if (rc == RN_OK) rn_softmax(p->logits, p->r.classes, prob);
+    return rc;
 }

@@ -4,17 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
-#include "rn/loader.h"
-#include "rn/net.h"
 #include "rn/predict.h"
-#include "rn/tensor.h"
-
 
 static void usage(FILE *f) {
     fprintf(f, "usage: rn-predict --ckpt MODEL.pb [options] IMAGE.jpg...\n"
@@ -56,19 +51,22 @@ int main(int argc, char **argv) {
         {"version", no_argument, 0, 'V'},      {"max-pixels", required_argument, 0, O_MAXPIX},
         {0, 0, 0, 0},
     };
-    const char *ckpt = NULL, *device = "auto";
-    int topk = 5, crop = 224, resize = -1, json = 0, threads = 0, c, rc = RN_OK;
-    int64_t max_pixels = (int64_t)RN_JPEG_MAX_PIXELS;
+    const char *ckpt = NULL;
+    rn_predict_opts po;
+    rn_predict_defaults(&po);
+    /* the documented RN_* overrides first, so that flags win */
+    int64_t max_pixels = (int64_t)po.max_pixels;
+    int topk = 5, json = 0, c, rc = rn_cli_backend_env(&po.backend);
     while (rc == RN_OK && (c = getopt_long(argc, argv, "c:k:jt:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'c': ckpt = optarg; break;
         case 'k': rc = rn_cli_int("--topk", optarg, 1, 1 << 20, &topk); break;
-        case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &crop); break;
-        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &resize); break;
+        case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &po.crop); break;
+        case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &po.resize); break;
         case O_MAXPIX: rc = rn_cli_i64("--max-pixels", optarg, 1, (int64_t)1 << 40, &max_pixels); break;
         case 'j': json = 1; break;
-        case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &threads); break;
-        case O_DEVICE: device = optarg; break;
+        case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &po.threads); break;
+        case O_DEVICE: po.device = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-predict %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-predict: see 'rn-predict --help'\n"); return 2;
@@ -79,54 +77,33 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rn-predict: %s\n", rn_last_error());
         return 2;
     }
+    po.max_pixels = (uint64_t)max_pixels;
     rn_ckpt *ck = NULL;
-    rn_backend *be = NULL;
-    rn_net *net = NULL;
-    rn_jpeg *jpeg = NULL;
-    rn_resnet spec;
-    rn_backend_opts bo;
-    rn_backend_opts_init(&bo);
-    rc = rn_cli_backend_env(&bo);
-    if (rc == RN_OK) rc = rn_ckpt_read(ckpt, &ck);
-    if (rc == RN_OK) rc = rn_ckpt_net(ck, &spec);
-    if (rc == RN_OK) rc = rn_backend_create(device, threads, &bo, &be);
-    if (rc == RN_OK) rc = rn_net_create(be, &spec, 1, crop, crop, RN_NET_INFER, &net);
-    if (rc == RN_OK) rc = rn_net_load(net, ck);
-    if (rc == RN_OK) rc = rn_jpeg_create(&jpeg);
-    if (rc == RN_OK) rn_jpeg_set_max_pixels(jpeg, (uint64_t)max_pixels);
+    rn_predictor *pr = NULL;
+    rc = rn_ckpt_read(ckpt, &ck);
+    if (rc == RN_OK) rc = rn_predictor_open(ck, &po, &pr);
     if (rc != RN_OK) {
         fprintf(stderr, "rn-predict: %s\n", rn_last_error());
+        rn_ckpt_free(ck);
         return 1;
     }
-    int K = spec.num_classes, bad = 0;
+    int K = ck->model->num_classes, bad = 0;
     if (topk > K) topk = K;
-    uint8_t *px = malloc((size_t)crop * crop * 3), *dev_px = NULL;
-    float *logits = malloc(sizeof(float) * (size_t)K), *p = malloc(sizeof(float) * (size_t)K);
+    float *p = malloc(sizeof(float) * (size_t)K);
     int *order = malloc(sizeof(int) * (size_t)K);
-    rn_image_ws ws = {0};
-    if (!rn_backend_is_host(be) && rn_backend_alloc(be, (size_t)crop * crop * 3, (void **)&dev_px)) rc = RN_EGPU;
+    if (!p || !order) rc = rn_errorf(RN_ENOMEM, "out of memory");
     for (int i = optind; i < argc && rc == RN_OK; i++) {
         uint8_t *data = NULL;
         size_t len = 0;
         int r = rn_file_read(argv[i], &data, &len);
-        if (r == RN_OK) r = rn_predict_prepare(jpeg, data, len, crop, resize, px, &ws);
+        if (r == RN_OK) r = rn_predictor_image(pr, data, len);
         free(data);
         if (r != RN_OK) {
             fprintf(stderr, "rn-predict: %s: %s\n", argv[i], rn_last_error());
             bad++;
             continue;
         }
-        const uint8_t *src = px;
-        if (dev_px) {
-            if ((rc = rn_backend_upload(be, dev_px, px, (size_t)crop * crop * 3))) break;
-            src = dev_px;
-        }
-        if ((rc = rn_input_normalize(be, RN_F32, (int64_t)crop * crop, 3, src, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
-                                     rn_net_input(net))) ||
-            (rc = rn_net_forward(net, 1, 0)) ||
-            (rc = rn_backend_download(be, logits, rn_net_logits(net), sizeof(float) * (size_t)K)))
-            break;
-        rn_softmax(logits, K, p);
+        if ((rc = rn_predictor_run(pr, p))) break;
         /* partial selection sort: top-k indices by probability, ties to the lower index */
         for (int k = 0; k < K; k++) order[k] = k;
         for (int k = 0; k < topk; k++) {
@@ -156,15 +133,9 @@ int main(int argc, char **argv) {
         if (json) printf("]}\n");
     }
     if (rc != RN_OK) fprintf(stderr, "rn-predict: %s\n", rn_last_error());
-    rn_image_ws_free(&ws);
-    if (dev_px) rn_backend_free(be, dev_px);
-    free(px);
-    free(logits);
     free(p);
     free(order);
-    rn_jpeg_destroy(jpeg);
-    rn_net_destroy(net);
-    rn_backend_destroy(be);
+    rn_predictor_close(pr);
     rn_ckpt_free(ck);
     return rc != RN_OK || bad ? 1 : 0;
 }

@@ -203,7 +203,6 @@ typedef struct {
     float eps;       /* added to the variance inside the sqrt (1e-5) */
     float momentum;  /* running-statistics factor (0.1) */
     int relu;        /* 1: apply ReLU after the (optional) residual add */
-    int frozen;      /* set by rn_bn_bwd_frozen for the backend; 0 otherwise */
 } rn_bn_desc;
 
 #define RN_BN_EPS 1e-5f

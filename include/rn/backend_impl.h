@@ -55,8 +55,12 @@ typedef struct rn_backend_ops {
                   const void *dy, const float *gamma, const float *save_mean,
                   const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                   void *dres, void *reserve, int accumulate);
-    /* when d->frozen (rn_bn_bwd_frozen), save_mean and save_invstd are the running mean
-     * and the running *variance*, and dx has no batch-statistics terms: dx = a*dz */
+    /* rn_bn_bwd_frozen: the statistics are the running mean and variance, constants, so
+     * dx has no batch-statistics terms: dx = a*dz */
+    int (*bn_bwd_frozen)(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y,
+                         const void *dy, const float *gamma, const float *running_mean,
+                         const float *running_var, void *dx, float *dgamma, float *dbeta,
+                         void *dres, int accumulate);
 
     int (*add)(rn_backend *be, int dtype, int64_t n, const void *a, const void *b, void *y,
                int relu);

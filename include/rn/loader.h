@@ -26,7 +26,8 @@
  * the centre-crop fallback) and a horizontal flip with p = 0.5. Eval transform (train = 0
  * or augment = RN_AUG_NONE): resize the shorter side to `resize` (default
  * round(crop * 256 / 224)), then centre crop crop x crop (zero padding where the image is
- * smaller, as torchvision). Resizing is PIL's antialiased bilinear (see rn/image.h).
+ * smaller, as torchvision; rn/transform.h, shared with rn-predict). Resizing is PIL's
+ * antialiased bilinear (see rn/image.h).
  * JPEG records are decoded at the smallest DCT scale that still holds the crop at full
  * output resolution (exact = 1 decodes at full size: pixels then match torchvision+PIL).
  *

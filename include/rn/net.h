@@ -15,7 +15,7 @@
  * buffers and runs BN in place, so its memory is a fraction of training's.
  * rn_net_bytes() reports the total.
  *
- * Mixed precision (rn_net_create_amp with RN_F16 or RN_BF16, the CUDA backend only):
+ * Mixed precision (rn_net_create with RN_F16 or RN_BF16, the CUDA backend only):
  * activations and their gradients, the conv and fc layers, pooling and BN's inputs and
  * outputs are in that type, so activation memory halves. Weights stay fp32 masters with
  * fp32 gradients and momentum; the layers read a half-precision compute copy of them
@@ -34,29 +34,29 @@
 #include "rn/ckpt.h"
 #include "rn/resnet.h"
 #include "rn/scaler.h"
+#include "rn/tensor.h"
 
 typedef struct rn_net rn_net;
 
 enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1 };
 
-/* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns).
- * mode RN_NET_TRAIN or RN_NET_INFER. Weights are zero until rn_net_load.
- * Errors: RN_EINVAL (input too small for the net: the message gives the minimum),
- * RN_ENOMEM/RN_EGPU (the message says how many bytes were asked). */
-int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, rn_net **out);
-/* rn_net_create computing in dtype: RN_F32 (rn_net_create) or, for mixed precision,
- * RN_F16 or RN_BF16. Errors as rn_net_create, and RN_ENOTSUP when be does not compute in
- * dtype (the CPU backend is fp32 only: rn_backend_has_dtype). */
-int rn_net_create_amp(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
-                      rn_net **out);
+/* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns),
+ * computing in dtype: RN_F32, or RN_F16 or RN_BF16 for mixed precision. mode
+ * RN_NET_TRAIN or RN_NET_INFER. Weights are zero until rn_net_load.
+ * Errors: RN_EINVAL (input too small for the net: the message gives the minimum; a
+ * dtype other than those three), RN_ENOTSUP (be does not compute in dtype: the CPU
+ * backend is fp32 only, rn_backend_has_dtype), RN_ENOMEM/RN_EGPU (the message says how
+ * many bytes were asked). */
+int rn_net_create(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
+                  rn_net **out);
 void rn_net_destroy(rn_net *net);
 
-/* The bytes of backend memory rn_net_create_amp would hold for these arguments
+/* The bytes of backend memory rn_net_create would hold for these arguments
  * (rn_net_bytes of the net on a context with no workspace yet), without allocating:
  * the plan behind --micro-batch auto and the out-of-memory advice. Exact where
  * rn_backend_workspace_limit is 0 (the CPU); on a GPU the convolution workspace is
  * counted at that limit, an upper bound, because asking cuDNN for a shape's exact need
- * runs its algorithms. Errors as rn_net_create_amp, less the allocation failures. */
+ * runs its algorithms. Errors as rn_net_create, less the allocation failures. */
 int rn_net_plan(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
                 size_t *bytes);
 
@@ -91,34 +91,26 @@ int rn_net_forward(rn_net *net, int n, int train);
 /* The logits of the last forward: (n, classes) fp32 in backend memory. */
 const float *rn_net_logits(const rn_net *net);
 
-/* Softmax cross-entropy of the last training forward against labels (n, host int32),
- * its mean written to *loss; then, when backward, the gradients of loss * grad_scale
- * with respect to every parameter, added to the stored gradients when accumulate
- * (micro-batches), else replacing them. */
-int rn_net_loss_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
-                         int backward, int accumulate, float *loss);
-
-/* Loss of the last forward (training or inference) without gradients: per-sample
- * losses are not kept; *loss is the batch mean. */
+/* Loss of the last forward (training or inference) without gradients: *loss is the
+ * batch mean of softmax cross-entropy against labels (n, host int32). */
 int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss);
 
-/* One SGD step over every parameter. no_wd_bn: no weight decay on BN weights/biases and
- * the fc bias (the usual "no decay on BN and bias"). */
-int rn_net_sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn);
-/* rn_net_sgd on the gradients times grad_scale (1/loss_scale unscales gradients of a
- * loss multiplied by an AMP loss scale; 1 is rn_net_sgd). Under mixed precision the same
- * pass refreshes the weights' compute copy. */
-int rn_net_sgd_unscale(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
-                       float grad_scale);
-/* *found = 1 when any stored gradient is inf or NaN (an fp16 overflow: skip the step),
- * else 0. Synchronises with the device. Training nets only. */
-int rn_net_grads_nonfinite(rn_net *net, int *found);
+/* Softmax cross-entropy of the last training forward against labels (n, host int32),
+ * its mean written to *loss; then the gradients of loss * grad_scale with respect to
+ * every parameter, added to the stored gradients when accumulate (micro-batches), else
+ * replacing them. grad_scale is 1/accum, times the loss scale under fp16. Training
+ * nets only. */
+int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                    int accumulate, float *loss);
 
-/* One optimiser step on the gradients accumulated since the last, as rn-train takes it.
- * sc NULL (fp32, bf16): rn_net_sgd. sc given (fp16's loss scale): GradScaler's step:
- * check the gradients for inf/NaN, unscale them by rn_scaler_inv(sc) in the SGD pass or
- * skip the step, then rn_scaler_update; *skipped = 1 when the step was skipped. The
- * caller decides what a scale that keeps falling means (rn-train stops below FLT_MIN). */
+/* One optimiser step on the gradients accumulated since the last: SGD with momentum
+ * (torch.optim.SGD), weight decay on every parameter or, with no_wd_bn, not on BN
+ * weights/biases and the fc bias. sc NULL (fp32, bf16): the step. sc given (fp16's loss
+ * scale): GradScaler's step: check the gradients for inf/NaN (synchronising with the
+ * device), unscale them by rn_scaler_inv(sc) in the SGD pass or skip the step, then
+ * rn_scaler_update; *skipped (unless NULL) = 1 when the step was skipped. Under mixed
+ * precision the same pass refreshes the weights' compute copy. The caller decides what
+ * a scale that keeps falling means (rn-train stops below FLT_MIN). Training nets only. */
 int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
                 int *skipped);
 

@@ -1,10 +1,9 @@
-/* rn/train.h: the training loop (rn-train) and evaluation (rn-eval) over a dataset.
+/* rn/train.h: the training loop (rn-train) over a dataset.
  *
- * Memory: before allocating, the network's bytes at the micro-batch (rn_net_plan, plus
- * the device's input staging) are checked against mem_limit or the device's free memory
- * less 5% of its total; a plan that does not fit fails with RN_ENOMEM naming the
- * largest micro-batch (a divisor of batch) that does, and micro_batch = -1 (auto) takes
- * it. On a GPU the loader fills pinned buffers and each batch is copied to the device on
+ * Memory: before allocating, the network's bytes at the micro-batch are checked against
+ * the memory plan (rn/runner.h); a plan that does not fit fails with RN_ENOMEM naming
+ * the largest micro-batch (a divisor of batch) that does, and micro_batch = -1 (auto)
+ * takes it. On a GPU the loader fills pinned buffers and each batch is copied to the device on
  * its own stream (rn_backend_upload_async) while the previous step computes.
  *
  * Training: the loader delivers batches of `batch` images; each is split into `accum`
@@ -24,7 +23,11 @@
  * counts as a step (the schedule, the log and --max-steps count batches), as PyTorch's
  * loop steps its scheduler whether or not GradScaler skipped optimizer.step(). The scale
  * and its growth tracker are saved in and restored from the checkpoint (TrainState),
- * so resuming stays exact. bf16 runs without a loss scale, as in PyTorch. */
+ * so resuming stays exact. bf16 runs without a loss scale, as in PyTorch.
+ *
+ * Output: progress lines on o->progress and the JSONL log at o->log_path are the sinks
+ * of an rn_report (rn/report.h); evaluation with --val is rn_eval_run (rn/eval.h); the
+ * learning rate is rn_lr_at (rn/schedule.h). */
 #ifndef RN_TRAIN_H
 #define RN_TRAIN_H
 
@@ -34,7 +37,9 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/eval.h"
 #include "rn/scaler.h"
+#include "rn/schedule.h"
 
 /* Defaults of the seed recipe, next to the flags that override them. */
 #define RN_TRAIN_LR 0.01
@@ -46,29 +51,6 @@
 #define RN_TRAIN_CROP 224
 #define RN_TRAIN_WORKERS 4
 #define RN_TRAIN_LOG_EVERY 20
-
-enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT };
-
-typedef struct {
-    int schedule;          /* RN_LR_* */
-    double lr;             /* base learning rate */
-    int step_epochs;       /* step: decay every step_epochs epochs */
-    double gamma;          /* step, multistep: decay factor */
-    int milestones[32];    /* multistep: epochs at which to decay */
-    int n_milestones;
-    int warmup_epochs;     /* linear warm-up from lr/warmup_steps to lr */
-    int total_epochs;      /* cosine: epochs of the whole run */
-} rn_lr_schedule;
-
-/* "off", "fp16", "bf16" <-> RN_F32, RN_F16, RN_BF16; parse gives -1 if unknown. */
-int rn_amp_parse(const char *name);
-const char *rn_amp_name(int dtype);
-
-/* Learning rate for optimiser step `step` (0-based) with steps_per_epoch steps. */
-double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t steps_per_epoch);
-/* Parse "step", "multistep", "cosine", "constant"; -1 if unknown. */
-int rn_lr_schedule_parse(const char *name);
-const char *rn_lr_schedule_name(int schedule);
 
 typedef struct {
     const char *data;       /* training dataset */
@@ -114,29 +96,5 @@ void rn_train_defaults(rn_train_opts *o);
  * RN_EINTR (stopped by *o->stop after saving), RN_ENUMERIC (non-finite loss: nothing
  * saved after the last good save point), or another error. */
 int rn_train(const rn_train_opts *o, rn_ckpt *ck);
-
-typedef struct {
-    const char *data;
-    const char *device;
-    rn_backend_opts backend;/* as rn_train_opts */
-    int threads, workers, batch, crop, resize;
-    size_t mem_limit;       /* as rn_train_opts */
-    int topk;               /* the "top-k" accuracy besides top-1 (5) */
-    const char *dump_logits;/* safetensors of per-sample logits in dataset order, or NULL */
-    FILE *progress;
-    int progress_tty;
-} rn_eval_opts;
-
-typedef struct {
-    int64_t n;
-    double top1, topk, loss;
-    int n_classes;
-    int64_t *confusion;     /* (n_classes, n_classes) true x predicted counts, malloc'ed */
-    char **class_names;     /* borrowed from the checkpoint or dataset; may be NULL */
-} rn_eval_result;
-
-void rn_eval_defaults(rn_eval_opts *o);
-/* Evaluate ck (running BN statistics, no gradients) on o->data. Free r->confusion. */
-int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *r);
 
 #endif

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_new(&spec, &ck));
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
     TRY(rn_backend_create("cpu", threads, NULL, &be));
-    TRY(rn_net_create(be, &spec, batch, size, size, train ? RN_NET_TRAIN : RN_NET_INFER, &net));
+    TRY(rn_net_create(be, &spec, batch, size, size, train ? RN_NET_TRAIN : RN_NET_INFER, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     rn_ckpt_free(ck);
     int64_t nx = (int64_t)batch * size * size * 3;
@@ -52,8 +52,8 @@ int main(int argc, char **argv) {
         float loss;
         TRY(rn_net_forward(net, batch, train));
         if (train) {
-            TRY(rn_net_loss_backward(net, labels, batch, 0.0f, 1.0f, 1, 0, &loss));
-            TRY(rn_net_sgd(net, 0.01f, 0.9f, 1e-4f, 0, 0));
+            TRY(rn_net_backward(net, labels, batch, 0.0f, 1.0f, 0, &loss));
+            TRY(rn_net_step(net, NULL, 0.01f, 0.9f, 1e-4f, 0, 0, NULL));
         }
     }
     double dt = now() - t0;

@@ -92,7 +92,7 @@ static int step(stepper *st, const int32_t *labels, int batch) {
     int rc;
     float grad_scale = st->scaled ? st->sc.scale : 1.0f;
     if ((rc = rn_net_forward(st->net, batch, 1)) ||
-        (rc = rn_net_loss_backward(st->net, labels, batch, 0.0f, grad_scale, 1, 0, &st->loss)))
+        (rc = rn_net_backward(st->net, labels, batch, 0.0f, grad_scale, 0, &st->loss)))
         return rc;
     if (!isfinite(st->loss))
         return rn_errorf(RN_ENUMERIC, "the loss is %g: training diverged%s", st->loss,
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
     TRY(rn_resnet_build(&spec, argv[1], 1000));
     TRY(rn_ckpt_new(&spec, &ck));
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
-    TRY(rn_net_create_amp(be, &spec, batch, size, size, RN_NET_TRAIN, dtype, &net));
+    TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, dtype, &net));
     st.net = net;
     TRY(rn_net_load(net, ck));
     int64_t m = (int64_t)batch * size * size, nx = m * 3;

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     TRY(rn_cli_backend_env(&bo));
     TRY(rn_backend_create(device, 0, &bo, &be));
     fprintf(stderr, "parity_device_steps: %s\n", rn_backend_name(be));
-    TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, &net));
+    TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     px = malloc(npx);
     labels = malloc(sizeof(int32_t) * (size_t)batch);
@@ -91,8 +91,8 @@ int main(int argc, char **argv) {
         TRY(rn_input_normalize(be, RN_F32, (int64_t)batch * size * size, 3, src, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
                                rn_net_input(net)));
         TRY(rn_net_forward(net, batch, 1));
-        TRY(rn_net_loss_backward(net, labels, batch, 0.0f, 1.0f, 1, 0, &loss));
-        TRY(rn_net_sgd(net, 0.01f, 0.9f, 1e-4f, 0, 0));
+        TRY(rn_net_backward(net, labels, batch, 0.0f, 1.0f, 0, &loss));
+        TRY(rn_net_step(net, NULL, 0.01f, 0.9f, 1e-4f, 0, 0, NULL));
         printf("step %d loss %.9g\n", s, loss);
         fflush(stdout);
     }

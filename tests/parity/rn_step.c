@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     rn_backend *be = NULL;
     rn_net *net = NULL;
     TRY(rn_backend_create("cpu", 0, NULL, &be));
-    TRY(rn_net_create(be, &spec, n, h, w, RN_NET_TRAIN, &net));
+    TRY(rn_net_create(be, &spec, n, h, w, RN_NET_TRAIN, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     TRY(rn_backend_upload(be, rn_net_input(net), x->data, x->nbytes));
     int64_t K = spec.num_classes;
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
             free(a);
         }
     }
-    TRY(rn_net_loss_backward(net, labels, n, 0.0f, 1.0f, 1, 0, &loss));
+    TRY(rn_net_backward(net, labels, n, 0.0f, 1.0f, 0, &loss));
     add_out("loss", 1, one, &loss, sizeof loss);
     for (size_t i = 0; i < ck->n_params; i++) {
         const rn_ptensor *p = ck->params[i];
@@ -106,11 +106,11 @@ int main(int argc, char **argv) {
         add_out(name, (int)p->n_shape, p->shape, g, sizeof(float) * (size_t)numel);
         free(g);
     }
-    TRY(rn_net_sgd(net, 0.1f, 0.9f, 1e-4f, 0, 0));
+    TRY(rn_net_step(net, NULL, 0.1f, 0.9f, 1e-4f, 0, 0, NULL));
     TRY(rn_net_forward(net, n, 1));
-    TRY(rn_net_loss_backward(net, labels, n, 0.0f, 1.0f, 1, 0, &loss));
+    TRY(rn_net_backward(net, labels, n, 0.0f, 1.0f, 0, &loss));
     add_out("loss2", 1, one, &loss, sizeof loss);
-    TRY(rn_net_sgd(net, 0.1f, 0.9f, 1e-4f, 0, 0));
+    TRY(rn_net_step(net, NULL, 0.1f, 0.9f, 1e-4f, 0, 0, NULL));
     TRY(rn_net_store(net, ck));
     for (int pass = 0; pass < 2; pass++) {
         rn_ptensor **t = pass ? ck->buffers : ck->params;

@@ -1,4 +1,4 @@
-/* Mixed-precision training of the network (lib/net.c, rn_net_create_amp) without a GPU.
+/* Mixed-precision training of the network (lib/net.c, rn_net_create) without a GPU.
  *
  * The CPU backend computes in fp32 only, so this test wraps it in a backend that takes
  * fp16 and bf16 for every op: half-precision inputs are widened to fp32, the CPU op runs,
@@ -146,6 +146,22 @@ static int e_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const vo
     return rc;
 }
 
+static int e_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                           const float *gamma, const float *rm, const float *rv, void *dx, float *dgamma, float *dbeta,
+                           void *dres, int acc) {
+    if (d->dtype == RN_F32) return cpu->bn_bwd_frozen(be, d, x, y, dy, gamma, rm, rv, dx, dgamma, dbeta, dres, acc);
+    rn_bn_desc f = *d;
+    f.dtype = RN_F32;
+    int64_t n = d->m * d->c;
+    float *tx = wide(d->dtype, x, n), *ty = wide(d->dtype, y, n), *tdy = wide(d->dtype, dy, n);
+    float *tdx = scratch(d->dtype, dx, n, 0), *tdres = scratch(d->dtype, dres, n, 0);
+    int rc = cpu->bn_bwd_frozen(be, &f, tx, ty, tdy, gamma, rm, rv, tdx, dgamma, dbeta, tdres, acc);
+    narrow(d->dtype, tdx, dx, n); /* dx and dres may alias dy: written after the op */
+    narrow(d->dtype, tdres, dres, n);
+    free(tx), free(ty), free(tdy);
+    return rc;
+}
+
 static int e_add(rn_backend *be, int dt, int64_t n, const void *a, const void *b, void *y, int relu) {
     if (dt == RN_F32) return cpu->add(be, dt, n, a, b, y, relu);
     float *ta = wide(dt, a, n), *tb = wide(dt, b, n), *ty = scratch(dt, y, n, 0);
@@ -282,6 +298,7 @@ static rn_backend *emu_create(void) {
     emu.bn_fwd_train = e_bn_fwd_train;
     emu.bn_fwd_infer = e_bn_fwd_infer;
     emu.bn_bwd = e_bn_bwd;
+    emu.bn_bwd_frozen = e_bn_bwd_frozen;
     emu.add = e_add;
     emu.relu_fwd = e_relu_fwd;
     emu.relu_bwd = e_relu_bwd;
@@ -325,7 +342,7 @@ static double rel_l2(const float *a, const float *b, int64_t n) {
 
 static rn_net *make_net(rn_backend *be, int dtype, int batch) {
     rn_net *net = NULL;
-    CHECK_OK(rn_net_create_amp(be, &spec, batch, SIZE, SIZE, RN_NET_TRAIN, dtype, &net));
+    CHECK_OK(rn_net_create(be, &spec, batch, SIZE, SIZE, RN_NET_TRAIN, dtype, &net));
     if (net) CHECK_OK(rn_net_load(net, init));
     return net;
 }
@@ -343,10 +360,10 @@ static void step(rn_backend *be, rn_net *net, float scale, float *loss, int *fou
     float l0 = 0, l1 = 0;
     CHECK_OK(fill(be, net, 0, BATCH / 2));
     CHECK_OK(rn_net_forward(net, BATCH / 2, 1));
-    CHECK_OK(rn_net_loss_backward(net, labels, BATCH / 2, 0.0f, scale / 2, 1, 0, &l0));
+    CHECK_OK(rn_net_backward(net, labels, BATCH / 2, 0.0f, scale / 2, 0, &l0));
     CHECK_OK(fill(be, net, BATCH / 2, BATCH / 2));
     CHECK_OK(rn_net_forward(net, BATCH / 2, 1));
-    CHECK_OK(rn_net_loss_backward(net, labels + BATCH / 2, BATCH / 2, 0.0f, scale / 2, 1, 1, &l1));
+    CHECK_OK(rn_net_backward(net, labels + BATCH / 2, BATCH / 2, 0.0f, scale / 2, 1, &l1));
     *loss = (l0 + l1) / 2;
     /* rn_net_step with a GradScaler at this scale: skip on overflow and halve */
     rn_scaler sc;
@@ -490,7 +507,7 @@ out:
 }
 
 /* Activation memory (what grows with the batch) halves in fp16 and bf16. rn_net_plan
- * counts exactly what rn_net_create_amp holds (this backend's workspace query is exact). */
+ * counts exactly what rn_net_create holds (this backend's workspace query is exact). */
 static void test_memory(void) {
     size_t bytes[3][2];
     const int dt[3] = {RN_F32, RN_F16, RN_BF16};
@@ -503,7 +520,7 @@ static void test_memory(void) {
                 int batch = 8 * (k + 1);
                 if (be) CHECK_OK(rn_net_plan(be, &spec, batch, SIZE, SIZE, mode, dt[t], &planned));
                 CHECK(be && rn_backend_reserved(be) == 0, "planning reserved workspace");
-                if (be) CHECK_OK(rn_net_create_amp(be, &spec, batch, SIZE, SIZE, mode, dt[t], &net));
+                if (be) CHECK_OK(rn_net_create(be, &spec, batch, SIZE, SIZE, mode, dt[t], &net));
                 if (net) {
                     CHECK(planned == rn_net_bytes(net), "%s mode %d batch %d: planned %zu bytes, holds %zu",
                           rn_dtype_name(dt[t]), mode, batch, planned, rn_net_bytes(net));
@@ -535,10 +552,10 @@ int main(void) {
     if (cpu_be && emu_be) {
         /* the CPU backend itself refuses: it computes in fp32 only */
         rn_net *net = NULL;
-        CHECK(rn_net_create_amp(cpu_be, &spec, 2, SIZE, SIZE, RN_NET_TRAIN, RN_F16, &net) == RN_ENOTSUP && !net,
+        CHECK(rn_net_create(cpu_be, &spec, 2, SIZE, SIZE, RN_NET_TRAIN, RN_F16, &net) == RN_ENOTSUP && !net,
               "CPU backend with fp16");
         CHECK(strstr(rn_last_error(), "F32 only") != NULL, "message: %s", rn_last_error());
-        CHECK(rn_net_create_amp(cpu_be, &spec, 2, SIZE, SIZE, RN_NET_TRAIN, RN_U8, &net) == RN_EINVAL, "U8 net");
+        CHECK(rn_net_create(cpu_be, &spec, 2, SIZE, SIZE, RN_NET_TRAIN, RN_U8, &net) == RN_EINVAL, "U8 net");
         const amp_case cases[] = {{RN_F16, 65536.0f, 2e-4, 4e-3, 0.15}, {RN_BF16, 1.0f, 2e-3, 3e-2, 0.4}};
         for (int i = 0; i < 2; i++) {
             test_gradients(cpu_be, emu_be, &cases[i]);

@@ -1,0 +1,91 @@
+/* rn/runner.h: what training and evaluation both run on: a backend, a network sized by
+ * the memory plan, and the staging of loader batches onto the device.
+ *
+ *   rn_runner r;
+ *   rn_runner_open(&r, "auto", 0, NULL);             // the backend, before the loaders
+ *   rn_runner_loader_memory(&loader_opts, r.be);     // batches in pinned memory on a GPU
+ *   ... rn_loader_create ...
+ *   rn_runner_net(&r, ck, batch, micro, 0, crop, RN_NET_TRAIN, RN_F32);
+ *   for each batch b:
+ *       rn_runner_stage(&r, &b);                     // upload, overlapping compute
+ *       rn_runner_input(&r, &b, first, n);           // normalise into the net's input
+ *       rn_net_forward(r.net, n, ...) ...            // or, inference: rn_runner_logits
+ *       rn_backend_upload_wait(r.be); rn_loader_release(l, &b);
+ *   ... rn_loader_destroy (its buffers may be the backend's) ...
+ *   rn_runner_close(&r);
+ *
+ * Memory plan: before allocating, the network's bytes at the micro-batch (rn_net_plan,
+ * plus two staging buffers of a batch of u8 pixels on a device) are checked against
+ * mem_limit or the device's free memory less 5% of its total; a plan that does not fit
+ * fails with RN_ENOMEM naming the largest micro-batch (a divisor of batch) that does,
+ * and micro = 0 (auto) takes it. */
+#ifndef RN_RUNNER_H
+#define RN_RUNNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn/backend.h"
+#include "rn/ckpt.h"
+#include "rn/dataset.h"
+#include "rn/loader.h"
+#include "rn/net.h"
+
+typedef struct {
+    rn_backend *be;
+    rn_net *net;
+    uint8_t *staging[2]; /* non-host backends: device copies of a loader batch of u8 pixels,
+                            used in turn so that one fills while the other is read */
+    const uint8_t *px;   /* the pixels of the batch last staged: staging[i] or the batch's own */
+    int next;            /* staging buffer the next batch goes to */
+    int micro, crop;     /* images per forward, and their side */
+    int classes;         /* logits per image */
+    size_t staged_cap;   /* bytes per staging buffer */
+} rn_runner;
+
+/* Zero r and open the backend for device ("auto", "cpu", "cuda[:N]") with threads CPU
+ * threads (0: all cores) and the backend settings opts (NULL: defaults). Errors as
+ * rn_backend_create. */
+int rn_runner_open(rn_runner *r, const char *device, int threads, const rn_backend_opts *opts);
+
+/* Point the loader's batch allocator at be's pinned host memory when be is a device
+ * (batches then copy asynchronously); nothing on the CPU. Loaders so made must be
+ * destroyed before the runner closes. */
+void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be);
+
+/* Build the network for ck's model: batches of `batch` images of crop x crop in
+ * micro-batches of `micro` (0: the largest divisor of batch that fits), mode
+ * RN_NET_TRAIN or RN_NET_INFER, compute type dtype; checked against the memory plan
+ * (mem_limit bytes, or 0 for the device's free memory less 5%) before anything is
+ * allocated, then loaded with ck's weights (rn_net_load), plus staging for batches of
+ * `batch`. Sets r->net, r->micro, r->crop. Errors: RN_ENOMEM (the plan does not fit,
+ * or an allocation failed: the message gives the need, what is usable and what
+ * micro-batch or batch fits), RN_ENOTSUP (dtype on a backend that cannot compute in
+ * it), those of rn_net_create and rn_net_load. */
+int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                  int dtype);
+
+/* Start b's pixels on their way to the device (the whole batch, overlapping whatever
+ * the device is still computing); on the CPU the batch is read in place. Call
+ * rn_backend_upload_wait before releasing b. Errors: RN_EINVAL (a batch larger than
+ * rn_runner_net's), those of rn_backend_upload_async. */
+int rn_runner_stage(rn_runner *r, const rn_batch *b);
+
+/* Normalise n images starting at image `first` of the batch last staged (ImageNet
+ * mean/std) into the network's input. */
+int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n);
+
+/* Forward n images from image `first` of the batch last staged (rn_runner_stage) with
+ * running BN statistics, and copy their logits ((n, classes) fp32) into host memory:
+ * the inference step of rn-eval, --val and rn-predict. Errors: those of the network
+ * and the backend. */
+int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits);
+
+/* A dataset the network can take: RGB, no more classes than the model's outputs.
+ * Errors: RN_EDATA naming path and the fix. */
+int rn_runner_check_data(const char *path, const rn_dataset_info *info, const rn_ckpt *ck);
+
+/* Free the network, the staging buffers and the backend; r is zeroed. */
+void rn_runner_close(rn_runner *r);
+
+#endif

@@ -1,0 +1,212 @@
+/* The runner: backend, network sized by the memory plan (with the advice when it does
+ * not fit), and the staging of loader batches onto the device. */
+#include "rn/runner.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "rn/err.h"
+#include "rn/schedule.h"
+#include "rn/tensor.h"
+
+void rn_runner_close(rn_runner *r) {
+    rn_net_destroy(r->net);
+    if (r->be) {
+        rn_backend_free(r->be, r->staging[0]);
+        rn_backend_free(r->be, r->staging[1]);
+    }
+    rn_backend_destroy(r->be);
+    memset(r, 0, sizeof *r);
+}
+
+/* The loader's allocator hook: pinned host memory, so batches copy asynchronously */
+static void *pinned_alloc(size_t bytes, void *be) {
+    void *p = NULL;
+    return rn_backend_host_alloc(be, bytes, &p) == RN_OK ? p : NULL;
+}
+static void pinned_free(void *p, void *be) { rn_backend_host_free(be, p); }
+
+void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be) {
+    if (rn_backend_is_host(be)) return;
+    lo->alloc = pinned_alloc;
+    lo->free = pinned_free;
+    lo->alloc_ctx = be;
+}
+
+static void fmt_bytes(size_t b, char *buf, size_t cap) {
+    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.1f GiB", b / 1073741824.0);
+    else snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+}
+
+/* What the run may plan for: --mem-limit, else the free memory less 5% of the total
+ * (cuDNN's algorithm search, cuBLAS, the loader and fragmentation take the rest). */
+static int mem_budget(rn_backend *be, size_t limit, size_t *budget, char *how, size_t cap) {
+    if (limit) {
+        *budget = limit;
+        snprintf(how, cap, "--mem-limit");
+        return RN_OK;
+    }
+    size_t fr, tot;
+    int rc = rn_backend_mem_info(be, &fr, &tot);
+    if (rc) return rc;
+    *budget = fr > tot / 20 ? fr - tot / 20 : 0;
+    char f[32], t[32];
+    fmt_bytes(fr, f, sizeof f);
+    fmt_bytes(tot, t, sizeof t);
+    snprintf(how, cap, "%s free of %s, less 5%% of the total; --mem-limit sets it", f, t);
+    return RN_OK;
+}
+
+/* The largest divisor m <= below of batch whose network plus `extra` bytes fits in
+ * budget, its need in *need; 0 when none does (or the ones that would are too small
+ * for BatchNorm to train on). */
+static int largest_fit(rn_backend *be, const rn_resnet *spec, int batch, int below, int crop, int mode, int dtype,
+                       size_t extra, size_t budget, size_t *need, int *rc) {
+    for (int m = below; m >= 1; m--) {
+        if (batch % m) continue;
+        size_t b;
+        if ((*rc = rn_net_plan(be, spec, m, crop, crop, mode, dtype, &b)) == RN_EINVAL) {
+            *rc = RN_OK; /* smaller ones cannot train either */
+            return 0;
+        }
+        if (*rc) return 0;
+        if (b + extra <= budget) {
+            *need = b + extra;
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* What to run instead: micro-batch (training) or batch (evaluation) `fit` and its need,
+ * or, when fit is 0, that nothing smaller fits. */
+static void advise(char *buf, size_t cap, int mode, int batch, int fit, size_t need, rn_backend *be) {
+    char f[32];
+    fmt_bytes(need, f, sizeof f);
+    if (!fit)
+        snprintf(buf, cap, "no smaller %s fits: lower --crop%s, or free memory",
+                 mode == RN_NET_TRAIN ? "micro-batch" : "batch", rn_backend_is_host(be) ? "" : ", use --amp");
+    else if (mode == RN_NET_TRAIN)
+        snprintf(buf, cap, "--micro-batch %d (= --accum %d) needs %s", fit, batch / fit, f);
+    else
+        snprintf(buf, cap, "--batch %d needs %s", fit, f);
+}
+
+int rn_runner_open(rn_runner *r, const char *device, int threads, const rn_backend_opts *opts) {
+    memset(r, 0, sizeof *r);
+    return rn_backend_create(device, threads, opts, &r->be);
+}
+
+int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                  int dtype) {
+    rn_resnet spec;
+    int rc = rn_ckpt_net(ck, &spec);
+    if (rc) return rc;
+    if (!rn_backend_has_dtype(r->be, dtype))
+        return rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
+                         rn_amp_name(dtype), rn_backend_name(r->be));
+    size_t staged = rn_backend_is_host(r->be) ? 0 : (size_t)batch * crop * crop * 3;
+    size_t budget, need = 0, fit_need = 0;
+    char how[160], a[32], u[32], advice[160];
+    if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
+    const char *what = mode == RN_NET_TRAIN ? "training" : "evaluation";
+    const char *unit = mode == RN_NET_TRAIN ? "micro-batch" : "batch";
+    const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
+    const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
+    int is_auto = micro == 0;
+    if (!is_auto) {
+        if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode, dtype, &need))) return rc;
+        need += 2 * staged;
+        if (need > budget) {
+            int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
+            if (rc) return rc;
+            advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
+            fmt_bytes(need, a, sizeof a);
+            fmt_bytes(budget, u, sizeof u);
+            return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
+                             "(%s): %s%s",
+                             spec.arch, what, unit, micro, crop, crop, dt,
+                             a, where, u, how, advice, fit && mode == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "");
+        }
+    } else {
+        micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
+        if (rc) return rc;
+        if (!micro) {
+            fmt_bytes(budget, u, sizeof u);
+            return rn_errorf(RN_ENOMEM, "--micro-batch auto: %s %s of %dx%d in %s does not fit in %s memory at any "
+                             "micro-batch that can train (%s usable: %s): lower --crop, or free memory",
+                             spec.arch, what, crop, crop, dt, where, u, how);
+        }
+    }
+    for (int i = 0; i < 2 && staged; i++)
+        if ((rc = rn_backend_alloc(r->be, staged, (void **)&r->staging[i])))
+            return rn_error_context(rc, "staging for batches of %d", batch);
+    /* The plan fits, but an allocation can still fail (another process took memory since,
+       fragmentation): auto goes on to the next smaller micro-batch that fits what is
+       usable now; a given micro-batch fails, naming one. */
+    while ((rc = rn_net_create(r->be, &spec, micro, crop, crop, mode, dtype, &r->net)) == RN_ENOMEM) {
+        char failed[600];
+        snprintf(failed, sizeof failed, "%s", rn_last_error());
+        rn_backend_unreserve(r->be); /* the failed net's workspace: a smaller net needs less */
+        int rc2 = mem_budget(r->be, mem_limit, &budget, how, sizeof how), fit = 0;
+        if (rc2 == RN_OK)
+            fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc2);
+        if (is_auto && fit) {
+            micro = fit;
+            continue;
+        }
+        advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
+        fmt_bytes(budget, u, sizeof u);
+        rc = rn_errorf(RN_ENOMEM, "%s %s at %s %d: %s; by the plan, with %s usable now (%s): %s", spec.arch, what,
+                       unit, micro, failed, u, how, advice);
+        break;
+    }
+    if (rc) return rc;
+    if ((rc = rn_net_load(r->net, ck))) return rc;
+    r->staged_cap = staged;
+    r->classes = spec.num_classes;
+    r->micro = micro;
+    r->crop = crop;
+    return RN_OK;
+}
+
+int rn_runner_stage(rn_runner *r, const rn_batch *b) {
+    size_t bytes = (size_t)b->n * b->h * b->w * b->c;
+    if (!r->staging[0]) {
+        r->px = b->pixels;
+        return RN_OK;
+    }
+    if (bytes > r->staged_cap)
+        return rn_errorf(RN_EINVAL, "a batch of %zu bytes does not fit the %zu-byte staging buffer", bytes,
+                         r->staged_cap);
+    uint8_t *dst = r->staging[r->next];
+    r->next ^= 1;
+    r->px = dst;
+    return rn_backend_upload_async(r->be, dst, b->pixels, bytes);
+}
+
+int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
+    const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
+    return rn_input_normalize(r->be, rn_net_dtype(r->net), (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN,
+                              RN_IMAGENET_STD, rn_net_input(r->net));
+}
+
+int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {
+    int rc = rn_runner_input(r, b, first, n);
+    if (rc) return rc;
+    if ((rc = rn_net_forward(r->net, n, 0))) return rc;
+    return rn_backend_download(r->be, logits, rn_net_logits(r->net),
+                               sizeof(float) * (size_t)n * (size_t)r->classes);
+}
+
+int rn_runner_check_data(const char *path, const rn_dataset_info *info, const rn_ckpt *ck) {
+    if (info->channels != 3)
+        return rn_errorf(RN_EDATA, "%s: %d-channel images; the network takes RGB (rebuild with rn-prep without --gray)",
+                         path, info->channels);
+    if (info->n_classes > ck->model->num_classes)
+        return rn_errorf(RN_EDATA,
+                         "%s: %d classes, but the model has %d outputs (make the model with rn-init --classes %d, "
+                         "or rn-init --from ... --reset-fc %d)",
+                         path, info->n_classes, ck->model->num_classes, info->n_classes, info->n_classes);
+    return RN_OK;
+}

@@ -1,0 +1,52 @@
+/* The learning-rate schedule as a function of the step, and the names of schedules and
+ * mixed-precision modes. */
+#include "rn/schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "rn/tensor.h"
+
+static const char *sched_names[] = {"step", "multistep", "cosine", "constant"};
+
+int rn_lr_schedule_parse(const char *name) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, sched_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *rn_lr_schedule_name(int s) { return s >= 0 && s < 4 ? sched_names[s] : "?"; }
+
+int rn_amp_parse(const char *name) {
+    if (strcmp(name, "off") == 0) return RN_F32;
+    if (strcmp(name, "fp16") == 0) return RN_F16;
+    if (strcmp(name, "bf16") == 0) return RN_BF16;
+    return -1;
+}
+
+const char *rn_amp_name(int dtype) { return dtype == RN_F16 ? "fp16" : dtype == RN_BF16 ? "bf16" : "off"; }
+
+double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
+    if (spe < 1) spe = 1;
+    int64_t epoch = step / spe;
+    double lr = s->lr;
+    switch (s->schedule) {
+    case RN_LR_STEP:
+        if (s->step_epochs > 0) lr *= pow(s->gamma, (double)(epoch / s->step_epochs));
+        break;
+    case RN_LR_MULTISTEP:
+        for (int i = 0; i < s->n_milestones; i++)
+            if (epoch >= s->milestones[i]) lr *= s->gamma;
+        break;
+    case RN_LR_COSINE: {
+        double total = (double)(s->total_epochs > 0 ? s->total_epochs : 1) * (double)spe;
+        double t = (double)step / total;
+        lr *= 0.5 * (1.0 + cos(M_PI * (t < 1.0 ? t : 1.0)));
+        break;
+    }
+    default: break;
+    }
+    int64_t warm = (int64_t)s->warmup_epochs * spe;
+    if (step < warm) lr *= (double)(step + 1) / (double)warm;
+    return lr;
+}
