@@ -42,6 +42,9 @@ same_bytes_on() {
     run with_core "$1" "$UNIT"
     echo "$output"
     assert_success
+    # under the sanitizers (slow) the tools run with the environment's kernel only; the
+    # plain build runs them under every kernel
+    if [ -n "${RN_SANITIZE:-}" ] && [ -n "$1" ]; then return 0; fi
     local k=k${1:-env}
     for t in 1 2 3; do
         with_core "$1" rn-train --data train.lmdb --in init.pb --out $k-$t.pb --batch 8 --crop 32 \
