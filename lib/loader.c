@@ -57,7 +57,7 @@ struct rn_loader {
     rn_loader_opts o;
     rn_dataset *ds;
     uint64_t count;
-    int c, S, resize, shuffle, nslots, nworkers;
+    int c, S, shuffle, nslots, nworkers;
     slot *slots;
     worker *workers;
     pthread_mutex_t mu;
@@ -78,10 +78,7 @@ struct worker {
     pthread_t th;
     int started;
     rn_dataset_reader *rd;
-    rn_jpeg *jpeg;
-    rn_image_ws ws;
-    uint8_t *buf;
-    size_t cap;
+    rn_loader_scratch sc;
 };
 
 static void *def_alloc(size_t n, void *ctx) {
@@ -140,13 +137,20 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
 
 /* --------------------------------------------------------------- one sample */
 
-static int grow(worker *w, size_t n) {
+static int grow(rn_loader_scratch *w, size_t n) {
     if (n <= w->cap) return RN_OK;
     uint8_t *p = realloc(w->buf, n);
     if (!p) return rn_errorf(RN_ENOMEM, "out of memory decoding (%zu bytes)", n);
     w->buf = p;
     w->cap = n;
     return RN_OK;
+}
+
+void rn_loader_scratch_free(rn_loader_scratch *sc) {
+    rn_image_ws_free(&sc->ws);
+    free(sc->buf);
+    sc->buf = NULL;
+    sc->cap = 0;
 }
 
 /* centre crop S x S of an image already resized to w x h, zero-padding short sides */
@@ -161,38 +165,43 @@ static void crop_pad(const uint8_t *src, int w, int h, int c, int S, uint8_t *ds
         memcpy(dst + ((size_t)(y + dy) * S + dx) * c, src + ((size_t)(y + sy) * w + sx) * c, (size_t)nx * c);
 }
 
-static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
-    rn_loader *l = w->l;
-    const int S = l->S, c = l->c;
-    rn_sample smp;
-    int rc = rn_dataset_read(w->rd, rec, &smp);
-    if (rc) return rc;
-    *label = smp.label;
-    if ((int)smp.channels != c)
-        return rn_errorf(RN_EDATA, "%s: record %08u: %u channels, the dataset says %d (rebuild with rn-prep)",
-                         rn_dataset_path(l->ds), rec, smp.channels, c);
+static int resize_of(const rn_loader_opts *o) {
+    return o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
+}
+
+int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int64_t epoch, uint32_t rec,
+                        rn_loader_scratch *w, uint8_t *dst) {
+    const int S = o->crop, resize = resize_of(o);
+    const rn_sample smp = *s;
+    int rc = RN_OK;
+    if (S <= 0) return rn_errorf(RN_EINVAL, "loader: crop %d must be positive", S);
+    if ((int)smp.channels != c || (c != 1 && c != 3))
+        return rn_errorf(RN_EDATA, "%u channels, the dataset says %d (rebuild with rn-prep)", smp.channels, c);
+    if (smp.width == 0 || smp.height == 0 || smp.width > INT32_MAX || smp.height > INT32_MAX ||
+        (smp.enc == RN_ENC_RAW && (uint64_t)smp.width * smp.height * c != smp.len) ||
+        (smp.enc != RN_ENC_RAW && smp.enc != RN_ENC_JPEG))
+        return rn_errorf(RN_EDATA, "bad image %ux%ux%u (encoding %d) with %zu bytes", smp.width, smp.height,
+                         smp.channels, smp.enc, smp.len);
     int W = (int)smp.width, H = (int)smp.height;
     rn_jpeg_info ji;
     if (smp.enc == RN_ENC_JPEG) {
-        if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) goto bad;
-        if (ji.width != W || ji.height != H) {
-            rc = rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
-            goto bad;
-        }
+        if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) return rc;
+        if (ji.width != W || ji.height != H)
+            return rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
     }
     /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
     double box[4] = {0, 0, W, H};
     int out_w = S, out_h = S, ox = 0, oy = 0, flip = 0, pad = 0;
-    if (l->o.train && l->o.augment == RN_AUG_RRC) {
+    if (o->train && o->augment == RN_AUG_RRC) {
         rn_image_stream st;
         rn_draws d;
-        rn_image_stream_init(&st, &d, rn_rng_key(l->o.seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
+        rn_image_stream_init(&st, &d, rn_rng_key(o->seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
         int b[4];
-        rn_image_rrc_box(W, H, l->o.scale[0], l->o.scale[1], l->o.ratio[0], l->o.ratio[1], &d, b);
+        rn_image_rrc_box(W, H, o->scale[0], o->scale[1], o->ratio[0], o->ratio[1], &d, b);
         flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
         box[0] = b[0], box[1] = b[1], box[2] = b[0] + b[2], box[3] = b[1] + b[3];
-    } else if (l->resize > 0) {
-        rn_image_resize_dims(W, H, l->resize, &out_w, &out_h);
+    } else if (resize > 0) {
+        rn_image_resize_dims(W, H, resize, &out_w, &out_h);
         if (out_w < S || out_h < S) pad = 1;
         else ox = rn_round_half_even((out_w - S) / 2.0), oy = rn_round_half_even((out_h - S) / 2.0);
     } else {
@@ -205,7 +214,7 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
     if (smp.enc == RN_ENC_JPEG) {
         /* smallest DCT scale at which the box still has >= output pixels per side */
         int sw = W, sh = H;
-        if (!l->o.exact) {
+        if (!o->exact) {
             double bw = box[2] - box[0], bh = box[3] - box[1];
             int need_w = (int)ceil(W * (double)out_w / bw), need_h = (int)ceil(H * (double)out_h / bh);
             rn_jpeg_scaled_size(&ji, need_w, need_h, &sw, &sh);
@@ -230,7 +239,7 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
             if (y1 > sh) y1 = sh;
             want[0] = x0, want[1] = y0, want[2] = x1 - x0, want[3] = y1 - y0;
         }
-        if ((rc = rn_jpeg_decode_region(w->jpeg, smp.data, smp.len, c, sw, sh, want, &px, got)) != RN_OK) goto bad;
+        if ((rc = rn_jpeg_decode_region(w->jpeg, smp.data, smp.len, c, sw, sh, want, &px, got)) != RN_OK) return rc;
         memcpy(part, got, sizeof part);
         pw = sw, ph = sh;
     }
@@ -240,28 +249,37 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
             rc = rn_image_crop(px, part[2], part[3], c, ox - part[0], oy - part[1], S, S, flip, dst);
         else
             rc = rn_image_resize_part(px, part, pw, ph, c, box, out_w, out_h, ox, oy, S, S, flip, dst, &w->ws);
-        if (rc) goto bad;
+        if (rc) return rc;
         return RN_OK;
     }
     /* an image smaller than the crop: resize whole, then centre crop with zero padding */
     {
         size_t off = (size_t)pw * ph * c;
         if (px == w->buf) {
-            if ((rc = grow(w, off + (size_t)out_w * out_h * c)) != RN_OK) goto bad;
+            if ((rc = grow(w, off + (size_t)out_w * out_h * c)) != RN_OK) return rc;
             px = w->buf;
         } else {
             off = 0;
-            if ((rc = grow(w, (size_t)out_w * out_h * c)) != RN_OK) goto bad;
+            if ((rc = grow(w, (size_t)out_w * out_h * c)) != RN_OK) return rc;
         }
         uint8_t *tmp = w->buf + off;
         if (out_w == pw && out_h == ph) memcpy(tmp, px, (size_t)pw * ph * c);
         else if ((rc = rn_image_resize(px, pw, ph, c, box, out_w, out_h, 0, 0, out_w, out_h, 0, tmp, &w->ws)))
-            goto bad;
+            return rc;
         crop_pad(tmp, out_w, out_h, c, S, dst);
     }
     return RN_OK;
-bad:
-    return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
+}
+
+static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
+    rn_loader *l = w->l;
+    rn_sample smp;
+    int rc = rn_dataset_read(w->rd, rec, &smp);
+    if (rc) return rc;
+    *label = smp.label;
+    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, rec, &w->sc, dst)) != RN_OK)
+        return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
+    return RN_OK;
 }
 
 static void *work(void *arg) {
@@ -332,7 +350,6 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     l->count = info->count;
     l->c = info->channels;
     l->S = o->crop;
-    l->resize = o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
     l->shuffle = o->shuffle < 0 ? o->train : o->shuffle;
     if (l->count == 0 || l->count > UINT32_MAX) {
         rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records: the loader needs 1 .. 2^32-1", path, l->count);
@@ -368,11 +385,11 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
         worker *w = &l->workers[i];
         w->l = l;
         if ((rc = rn_dataset_reader_open(l->ds, &w->rd)) != RN_OK) goto fail;
-        if ((rc = rn_jpeg_create(&w->jpeg)) != RN_OK) goto fail;
+        if ((rc = rn_jpeg_create(&w->sc.jpeg)) != RN_OK) goto fail;
         /* the largest image the dataset says it holds, and never less than the default */
         const rn_dataset_info *di = rn_dataset_get_info(l->ds);
         uint64_t most = (uint64_t)di->max_width * di->max_height;
-        rn_jpeg_set_max_pixels(w->jpeg, most > RN_JPEG_MAX_PIXELS ? most : RN_JPEG_MAX_PIXELS);
+        rn_jpeg_set_max_pixels(w->sc.jpeg, most > RN_JPEG_MAX_PIXELS ? most : RN_JPEG_MAX_PIXELS);
     }
     for (int i = 0; i < l->nworkers; i++) {
         if (pthread_create(&l->workers[i].th, NULL, work, &l->workers[i]) != 0) {
@@ -480,9 +497,8 @@ void rn_loader_destroy(rn_loader *l) {
             worker *w = &l->workers[i];
             if (w->started) pthread_join(w->th, NULL);
             rn_dataset_reader_close(w->rd);
-            rn_jpeg_destroy(w->jpeg);
-            rn_image_ws_free(&w->ws);
-            free(w->buf);
+            rn_jpeg_destroy(w->sc.jpeg);
+            rn_loader_scratch_free(&w->sc);
         }
         free(l->workers);
     }
