@@ -4,6 +4,7 @@
 # rn-init, its safetensors from rn-export, a dataset from rn-prep: its records, __info__
 # and classes.txt, a list file, JPEGs from tests/data/mkimages.py). A crash, timeout or
 # out-of-memory input is copied to tests/fuzz/regress/NAME/, which make test replays.
+# One libFuzzer process at a time (no -jobs: that would log to ./fuzz-N.log instead).
 # Installs clang (as root) only when this target runs.
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD := build-fuzz
@@ -16,7 +17,7 @@ FUZZ_MAXLEN_sample := 131072
 FUZZ_MAXLEN_cli := 256
 rparen := )
 FUZZ_CASE := $(foreach n,$(FUZZ_NAMES),$(if $(FUZZ_MAXLEN_$(n)),$(n)$(rparen) max=$(FUZZ_MAXLEN_$(n));;))
-FUZZ_SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Wno-pass-failed
 
 .PHONY: fuzz fuzz-build fuzz-seeds
 fuzz: fuzz-build fuzz-seeds
@@ -24,7 +25,7 @@ fuzz: fuzz-build fuzz-seeds
 	  c=$(FUZZ_BUILD)/corpus/$$n; a=$(FUZZ_BUILD)/artifacts/$$n; mkdir -p $$c $$a; \
 	  max=65536; case $$n in $(FUZZ_CASE) esac; \
 	  $(FUZZ_BUILD)/fuzz/fuzz_$$n $$c -max_total_time=$(FUZZ_SECONDS) -max_len=$$max -rss_limit_mb=2048 \
-	    -timeout=10 -jobs=1 -workers=1 -print_final_stats=1 -artifact_prefix=$$a/ >$(FUZZ_BUILD)/fuzz-$$n.log 2>&1; \
+	    -timeout=10 -print_final_stats=1 -artifact_prefix=$$a/ >$(FUZZ_BUILD)/fuzz-$$n.log 2>&1; \
 	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/fuzz-$$n.log); \
 	  secs=$$(sed -n 's/^stat::.*//;s/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\2/p' $(FUZZ_BUILD)/fuzz-$$n.log); \
 	  found=$$(ls $$a | wc -l); total=$$((total + found)); \
