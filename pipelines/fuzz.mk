@@ -7,6 +7,9 @@
 # One libFuzzer process at a time (no -jobs: that would log to ./fuzz-N.log instead).
 # Installs clang (as root) only when this target runs.
 FUZZ_SECONDS ?= 60
+# FUZZ_RUNS=N also stops a harness after N executions (the closing run of issue 13:
+# make fuzz FUZZ_SECONDS=600 FUZZ_RUNS=1000000)
+FUZZ_RUNS ?= -1
 FUZZ_BUILD := build-fuzz
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # inputs a harness reads: a checkpoint or safetensors header needs room; the rest is small
@@ -24,7 +27,7 @@ fuzz: fuzz-build fuzz-seeds
 	@total=0; for n in $(FUZZ_NAMES); do \
 	  c=$(FUZZ_BUILD)/corpus/$$n; a=$(FUZZ_BUILD)/artifacts/$$n; mkdir -p $$c $$a; \
 	  max=65536; case $$n in $(FUZZ_CASE) esac; \
-	  $(FUZZ_BUILD)/fuzz/fuzz_$$n $$c -max_total_time=$(FUZZ_SECONDS) -max_len=$$max -rss_limit_mb=2048 \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$n $$c -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -max_len=$$max -rss_limit_mb=2048 \
 	    -timeout=10 -print_final_stats=1 -artifact_prefix=$$a/ >$(FUZZ_BUILD)/fuzz-$$n.log 2>&1; \
 	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/fuzz-$$n.log); \
 	  secs=$$(sed -n 's/^stat::.*//;s/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\2/p' $(FUZZ_BUILD)/fuzz-$$n.log); \
@@ -78,5 +81,5 @@ fuzz-seeds: fuzz-build
 	d=sys.argv[1]; p=sys.argv[2]; \
 	[open(d+"/info/"+p+".info","wb").write(v) for k,v in kv if k==b"__info__"]; \
 	[open(d+"/sample/"+p+"-"+k.decode()+"-"+m,"wb").write(binascii.unhexlify(m)+v) \
-	 for k,v in kv if k!=b"__info__" for m in ("0001000000000000","1101ff0000000000","3f10000102030400")]' $$c $$ds; done; \
+	 for k,v in kv if k!=b"__info__" for m in ("0001000000000000","1101ff0000000000","3710000102030400","2d40c00000000001")]' $$c $$ds; done; \
 	echo "fuzz: seeds in $$c ($$(ls $$c/* | wc -l) files)"

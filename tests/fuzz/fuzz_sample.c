@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         o.train = p[0] & 1;
         o.augment = p[0] & 2 ? RN_AUG_NONE : RN_AUG_RRC;
         o.exact = (p[0] & 4) != 0;
-        int channels = p[0] & 8 ? (int)s.channels : 4 - (int)s.channels; /* sometimes wrong */
+        int channels = p[0] & 8 ? 4 - (int)s.channels : (int)s.channels; /* sometimes wrong */
         o.crop = 1 + p[1] % 64;
         o.resize = p[0] & 16 ? -1 : p[2] % 96;
         o.seed = p[3];
