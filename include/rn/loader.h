@@ -144,7 +144,8 @@ void rn_loader_scratch_free(rn_loader_scratch *sc);
  * record: o's train or eval transform (crop, resize, augment, exact, scale, ratio) with
  * the draws of (o->seed, epoch, rec), the JPEG decoded at its DCT scale and only over the
  * region the crop reads. channels is the dataset's (1 or 3); dst holds crop x crop x
- * channels bytes. Errors (without the record's name; the loader adds it): RN_EDATA (the
+ * channels bytes. o is as rn_loader_create accepts it (its scale and ratio ranges are not
+ * checked again). Errors (without the record's name; the loader adds it): RN_EDATA (the
  * record's channels, sizes or encoding disagree, or its JPEG does not decode), RN_EINVAL
  * (crop <= 0), RN_ENOMEM. */
 int rn_loader_transform(const rn_loader_opts *o, int channels, const rn_sample *s, int64_t epoch, uint32_t rec,
