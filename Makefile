@@ -3,6 +3,7 @@
 #   make test       install what the tests need (Debian, as root), build, run every test
 #   make demo       the main job on an embedded default
 #   make deps       install the Debian packages the build and tests need
+#   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
 # Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
 #          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
 
@@ -82,11 +83,13 @@ TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/rn-*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tests/parity/*.c))
+# the fuzz harnesses built with a replay main(): make test runs tests/fuzz/regress/ through them
+FUZZ_REPLAY_BIN := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/tests/fuzzreplay_%,$(wildcard tests/fuzz/fuzz_*.c))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/bench/*.c))
 
-.PHONY: all summary deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
+.PHONY: all summary fuzz deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
 
-all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN)
+all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
 
 summary:
 	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)"
@@ -125,6 +128,10 @@ $(BUILD)/bin/%: tools/%.c $(LIBRN) $(BUILD)/bin/%.d
 $(BUILD)/tests/%: tests/unit/%.c $(LIBRN) $(BUILD)/tests/%.d
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
+
+$(BUILD)/tests/fuzzreplay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(LIBRN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< tests/fuzz/replay.c $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
 # parity harnesses and benchmark bodies: driven by scripts in tests/parity and tests/bench
 $(BUILD)/tests/bench_%: tests/bench/%.c $(LIBRN)
@@ -176,8 +183,9 @@ compile_commands.json:
 	$(MAKE) clean && bear -- $(MAKE) all
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 # benchmark targets (make bench-*), one fragment per benchmark
 -include $(wildcard pipelines/bench-*.mk) pipelines/gpu-check.mk
+include pipelines/fuzz.mk
 include man/man.mk

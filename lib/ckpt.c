@@ -288,26 +288,29 @@ int rn_ckpt_validate(const rn_ckpt *c) {
     return rc;
 }
 
+int rn_ckpt_parse(const uint8_t *buf, size_t len, const char *name, rn_ckpt **out) {
+    if (len == 0) return rn_errorf(RN_ECORRUPT, "%s: empty file, not a checkpoint", name);
+    rn_ckpt *c = rn__checkpoint__unpack(NULL, len, buf);
+    if (!c)
+        return rn_errorf(RN_ECORRUPT, "%s: not a valid rn checkpoint (%zu bytes; truncated or corrupt protobuf)", name,
+                         len);
+    int rc = rn_ckpt_validate(c);
+    if (rc != RN_OK) {
+        rn_ckpt_free(c);
+        return rn_error_context(rc, "%s", name);
+    }
+    *out = c;
+    return RN_OK;
+}
+
 int rn_ckpt_read(const char *path, rn_ckpt **out) {
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = rn_file_read(path, &buf, &len);
     if (rc != RN_OK) return rc;
-    if (len == 0) {
-        free(buf);
-        return rn_errorf(RN_ECORRUPT, "%s: empty file, not a checkpoint", path);
-    }
-    rn_ckpt *c = rn__checkpoint__unpack(NULL, len, buf);
+    rc = rn_ckpt_parse(buf, len, path, out);
     free(buf);
-    if (!c)
-        return rn_errorf(RN_ECORRUPT, "%s: not a valid rn checkpoint (%zu bytes; truncated or corrupt protobuf)", path,
-                         len);
-    if ((rc = rn_ckpt_validate(c)) != RN_OK) {
-        rn_ckpt_free(c);
-        return rn_error_context(rc, "%s", path);
-    }
-    *out = c;
-    return RN_OK;
+    return rc;
 }
 
 static void seal(rn_ptensor **t, size_t n) {

@@ -106,6 +106,16 @@ static int info_from_proto(const Rn__DatasetInfo *p, rn_dataset_info *info, cons
     return RN_OK;
 }
 
+int rn_dataset_info_parse(const uint8_t *data, size_t len, const char *path, rn_dataset_info *info) {
+    memset(info, 0, sizeof *info);
+    Rn__DatasetInfo *pi = rn__dataset_info__unpack(NULL, len, data);
+    if (!pi)
+        return rn_errorf(RN_EDATA, "%s: \"__info__\" record is not a valid DatasetInfo (rebuild with rn-prep)", path);
+    int rc = info_from_proto(pi, info, path);
+    rn__dataset_info__free_unpacked(pi, NULL);
+    return rc;
+}
+
 static int lmdb_err(int code, const char *path, const char *call, int e) {
     return rn_errorf(code, "%s: %s: %s", path, call, mdb_strerror(e));
 }
@@ -139,7 +149,6 @@ int rn_dataset_open(const char *path, rn_dataset **out) {
     if (!ds) return RN_ENOMEM;
     int rc = RN_OK, e;
     MDB_txn *txn = NULL;
-    Rn__DatasetInfo *pi = NULL;
     if (!(ds->path = xstrdup(path))) { rc = RN_ENOMEM; goto fail; }
     if ((e = mdb_env_create(&ds->env)) != 0) { rc = lmdb_err(RN_EDATA, path, "mdb_env_create", e); goto fail; }
     mdb_env_set_maxreaders(ds->env, 512);
@@ -163,11 +172,7 @@ int rn_dataset_open(const char *path, rn_dataset **out) {
         goto fail;
     }
     if (e != 0) { rc = lmdb_err(RN_EDATA, path, "mdb_get(__info__)", e); goto fail; }
-    if (!(pi = rn__dataset_info__unpack(NULL, v.mv_size, v.mv_data))) {
-        rc = rn_errorf(RN_EDATA, "%s: \"__info__\" record is not a valid DatasetInfo (rebuild with rn-prep)", path);
-        goto fail;
-    }
-    if ((rc = info_from_proto(pi, &ds->info, path)) != RN_OK) goto fail;
+    if ((rc = rn_dataset_info_parse(v.mv_data, v.mv_size, path, &ds->info)) != RN_OK) goto fail;
     MDB_stat ms;
     if ((e = mdb_stat(txn, ds->dbi, &ms)) != 0) { rc = lmdb_err(RN_EDATA, path, "mdb_stat", e); goto fail; }
     if (ms.ms_entries != ds->info.count + 1) {
@@ -175,12 +180,10 @@ int rn_dataset_open(const char *path, rn_dataset **out) {
                        path, ms.ms_entries, ds->info.count);
         goto fail;
     }
-    rn__dataset_info__free_unpacked(pi, NULL);
     mdb_txn_abort(txn);
     *out = ds;
     return RN_OK;
 fail:
-    if (pi) rn__dataset_info__free_unpacked(pi, NULL);
     if (txn) mdb_txn_abort(txn);
     rn_dataset_close(ds);
     return rc;
@@ -218,6 +221,50 @@ void rn_dataset_reader_close(rn_dataset_reader *r) {
     free(r);
 }
 
+int rn_dataset_sample_parse(const uint8_t *data, size_t len, int n_classes, const char *path, const char *key,
+                            rn_sample_msg **msg, rn_sample *out) {
+    memset(out, 0, sizeof *out);
+    *msg = NULL;
+    Rn__Sample *s = rn__sample__unpack(NULL, len, data);
+    if (!s)
+        return rn_errorf(RN_EDATA, "%s: record %s: not a valid Sample message (rebuild with rn-prep)",
+                         path, key);
+    *msg = s;
+    if (s->label < 0 || (n_classes > 0 && s->label >= n_classes))
+        return rn_errorf(RN_EDATA, "%s: record %s: label %d outside 0..%d (rebuild with rn-prep --classes)",
+                         path, key, s->label, n_classes - 1);
+    if (s->width == 0 || s->height == 0 || (s->channels != 1 && s->channels != 3) || s->data.len == 0)
+        return rn_errorf(RN_EDATA, "%s: record %s: bad image %ux%ux%u with %zu bytes", path, key,
+                         s->width, s->height, s->channels, s->data.len);
+    if (s->enc == RN__ENCODING__RAW) {
+        if ((uint64_t)s->width * s->height * s->channels != s->data.len)
+            return rn_errorf(RN_EDATA, "%s: record %s: raw %ux%ux%u image needs %" PRIu64 " bytes, has %zu",
+                             path, key, s->width, s->height, s->channels,
+                             (uint64_t)s->width * s->height * s->channels, s->data.len);
+    } else if (s->enc != RN__ENCODING__JPEG) {
+        return rn_errorf(RN_EDATA, "%s: record %s: unknown encoding %d", path, key, (int)s->enc);
+    }
+    if (s->crc32c) {
+        uint32_t crc = rn_crc32c(0, s->data.data, s->data.len);
+        if (crc != s->crc32c)
+            return rn_errorf(RN_EDATA, "%s: record %s: its image data fails its checksum (crc32c %08x, stored %08x): "
+                             "the dataset is corrupt (rebuild it with rn-prep)", path, key, crc, s->crc32c);
+    }
+    out->label = s->label;
+    out->height = s->height;
+    out->width = s->width;
+    out->channels = s->channels;
+    out->enc = s->enc;
+    out->data = s->data.data;
+    out->len = s->data.len;
+    out->name = s->name ? s->name : "";
+    return RN_OK;
+}
+
+void rn_dataset_sample_free(rn_sample_msg *msg) {
+    if (msg) rn__sample__free_unpacked(msg, NULL);
+}
+
 int rn_dataset_read(rn_dataset_reader *r, uint64_t index, rn_sample *out) {
     const rn_dataset *ds = r->ds;
     memset(out, 0, sizeof *out);
@@ -235,40 +282,7 @@ int rn_dataset_read(rn_dataset_reader *r, uint64_t index, rn_sample *out) {
     if (e != 0)
         return rn_errorf(RN_EDATA, "%s: record %s: %s (the dataset is incomplete: rebuild with rn-prep)",
                          ds->path, key, mdb_strerror(e));
-    Rn__Sample *s = rn__sample__unpack(NULL, v.mv_size, v.mv_data);
-    if (!s)
-        return rn_errorf(RN_EDATA, "%s: record %s: not a valid Sample message (rebuild with rn-prep)",
-                         ds->path, key);
-    r->cur = s;
-    if (s->label < 0 || (ds->info.n_classes > 0 && s->label >= ds->info.n_classes))
-        return rn_errorf(RN_EDATA, "%s: record %s: label %d outside 0..%d (rebuild with rn-prep --classes)",
-                         ds->path, key, s->label, ds->info.n_classes - 1);
-    if (s->width == 0 || s->height == 0 || (s->channels != 1 && s->channels != 3) || s->data.len == 0)
-        return rn_errorf(RN_EDATA, "%s: record %s: bad image %ux%ux%u with %zu bytes", ds->path, key,
-                         s->width, s->height, s->channels, s->data.len);
-    if (s->enc == RN__ENCODING__RAW) {
-        if ((uint64_t)s->width * s->height * s->channels != s->data.len)
-            return rn_errorf(RN_EDATA, "%s: record %s: raw %ux%ux%u image needs %" PRIu64 " bytes, has %zu",
-                             ds->path, key, s->width, s->height, s->channels,
-                             (uint64_t)s->width * s->height * s->channels, s->data.len);
-    } else if (s->enc != RN__ENCODING__JPEG) {
-        return rn_errorf(RN_EDATA, "%s: record %s: unknown encoding %d", ds->path, key, (int)s->enc);
-    }
-    if (s->crc32c) {
-        uint32_t crc = rn_crc32c(0, s->data.data, s->data.len);
-        if (crc != s->crc32c)
-            return rn_errorf(RN_EDATA, "%s: record %s: its image data fails its checksum (crc32c %08x, stored %08x): "
-                             "the dataset is corrupt (rebuild it with rn-prep)", ds->path, key, crc, s->crc32c);
-    }
-    out->label = s->label;
-    out->height = s->height;
-    out->width = s->width;
-    out->channels = s->channels;
-    out->enc = s->enc;
-    out->data = s->data.data;
-    out->len = s->data.len;
-    out->name = s->name ? s->name : "";
-    return RN_OK;
+    return rn_dataset_sample_parse(v.mv_data, v.mv_size, ds->info.n_classes, ds->path, key, &r->cur, out);
 }
 
 int rn_dataset_read_classes(const char *path, char ***names, int *n) {

@@ -79,8 +79,7 @@ struct worker {
     pthread_t th;
     int started;
     rn_dataset_reader *rd;
-    rn_jpeg *jpeg;
-    rn_image_ws ws;
+    rn_loader_scratch sc;
 };
 
 static void *def_alloc(size_t n, void *ctx) {
@@ -139,37 +138,40 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
 
 /* --------------------------------------------------------------- one sample */
 
-static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
-    rn_loader *l = w->l;
-    const int S = l->S, c = l->c;
-    rn_sample smp;
-    int rc = rn_dataset_read(w->rd, rec, &smp);
-    if (rc) return rc;
-    *label = smp.label;
-    if ((int)smp.channels != c)
-        return rn_errorf(RN_EDATA, "%s: record %08u: %u channels, the dataset says %d (rebuild with rn-prep)",
-                         rn_dataset_path(l->ds), rec, smp.channels, c);
+void rn_loader_scratch_free(rn_loader_scratch *sc) { rn_image_ws_free(&sc->ws); }
+
+int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int64_t epoch, uint32_t rec,
+                        rn_loader_scratch *w, uint8_t *dst) {
+    const int S = o->crop, resize = o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
+    const rn_sample smp = *s;
+    int rc = RN_OK;
+    if (S <= 0) return rn_errorf(RN_EINVAL, "loader: crop %d must be positive", S);
+    if ((int)smp.channels != c || (c != 1 && c != 3))
+        return rn_errorf(RN_EDATA, "%u channels, the dataset says %d (rebuild with rn-prep)", smp.channels, c);
+    if (smp.width == 0 || smp.height == 0 || smp.width > INT32_MAX || smp.height > INT32_MAX ||
+        (smp.enc == RN_ENC_RAW && (uint64_t)smp.width * smp.height * c != smp.len) ||
+        (smp.enc != RN_ENC_RAW && smp.enc != RN_ENC_JPEG))
+        return rn_errorf(RN_EDATA, "bad image %ux%ux%u (encoding %d) with %zu bytes", smp.width, smp.height,
+                         smp.channels, smp.enc, smp.len);
     int W = (int)smp.width, H = (int)smp.height;
     rn_jpeg_info ji;
     if (smp.enc == RN_ENC_JPEG) {
-        if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) goto bad;
-        if (ji.width != W || ji.height != H) {
-            rc = rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
-            goto bad;
-        }
+        if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) return rc;
+        if (ji.width != W || ji.height != H)
+            return rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
     }
     /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
     rn_window win;
-    if (l->o.train && l->o.augment == RN_AUG_RRC) {
+    if (o->train && o->augment == RN_AUG_RRC) {
         rn_image_stream st;
         rn_draws d;
-        rn_image_stream_init(&st, &d, rn_rng_key(l->o.seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
+        rn_image_stream_init(&st, &d, rn_rng_key(o->seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
         int b[4];
-        rn_image_rrc_box(W, H, l->o.scale[0], l->o.scale[1], l->o.ratio[0], l->o.ratio[1], &d, b);
+        rn_image_rrc_box(W, H, o->scale[0], o->scale[1], o->ratio[0], o->ratio[1], &d, b);
         win = (rn_window){.box = {b[0], b[1], b[0] + b[2], b[1] + b[3]}, .out_w = S, .out_h = S};
         win.flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
     } else {
-        rn_window_eval(W, H, S, l->resize, &win);
+        rn_window_eval(W, H, S, resize, &win);
     }
     double *box = win.box;
     const int out_w = win.out_w, out_h = win.out_h, ox = win.ox, oy = win.oy, pad = win.pad;
@@ -178,7 +180,7 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
     if (smp.enc == RN_ENC_JPEG) {
         /* smallest DCT scale at which the box still has >= output pixels per side */
         int sw = W, sh = H;
-        if (!l->o.exact) {
+        if (!o->exact) {
             double bw = box[2] - box[0], bh = box[3] - box[1];
             int need_w = (int)ceil(W * (double)out_w / bw), need_h = (int)ceil(H * (double)out_h / bh);
             rn_jpeg_scaled_size(&ji, need_w, need_h, &sw, &sh);
@@ -203,14 +205,22 @@ static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32
             if (y1 > sh) y1 = sh;
             want[0] = x0, want[1] = y0, want[2] = x1 - x0, want[3] = y1 - y0;
         }
-        if ((rc = rn_jpeg_decode_region(w->jpeg, smp.data, smp.len, c, sw, sh, want, &px, got)) != RN_OK) goto bad;
+        if ((rc = rn_jpeg_decode_region(w->jpeg, smp.data, smp.len, c, sw, sh, want, &px, got)) != RN_OK) return rc;
         memcpy(part, got, sizeof part);
         pw = sw, ph = sh;
     }
-    if ((rc = rn_window_render(px, part, pw, ph, c, &win, S, dst, &w->ws)) != RN_OK) goto bad;
+    return rn_window_render(px, part, pw, ph, c, &win, S, dst, &w->ws);
+}
+
+static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
+    rn_loader *l = w->l;
+    rn_sample smp;
+    int rc = rn_dataset_read(w->rd, rec, &smp);
+    if (rc) return rc;
+    *label = smp.label;
+    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, rec, &w->sc, dst)) != RN_OK)
+        return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
     return RN_OK;
-bad:
-    return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
 }
 
 static void *work(void *arg) {
@@ -317,11 +327,11 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
         worker *w = &l->workers[i];
         w->l = l;
         if ((rc = rn_dataset_reader_open(l->ds, &w->rd)) != RN_OK) goto fail;
-        if ((rc = rn_jpeg_create(&w->jpeg)) != RN_OK) goto fail;
+        if ((rc = rn_jpeg_create(&w->sc.jpeg)) != RN_OK) goto fail;
         /* the largest image the dataset says it holds, and never less than the default */
         const rn_dataset_info *di = rn_dataset_get_info(l->ds);
         uint64_t most = (uint64_t)di->max_width * di->max_height;
-        rn_jpeg_set_max_pixels(w->jpeg, most > RN_JPEG_MAX_PIXELS ? most : RN_JPEG_MAX_PIXELS);
+        rn_jpeg_set_max_pixels(w->sc.jpeg, most > RN_JPEG_MAX_PIXELS ? most : RN_JPEG_MAX_PIXELS);
     }
     for (int i = 0; i < l->nworkers; i++) {
         if (pthread_create(&l->workers[i].th, NULL, work, &l->workers[i]) != 0) {
@@ -429,8 +439,8 @@ void rn_loader_destroy(rn_loader *l) {
             worker *w = &l->workers[i];
             if (w->started) pthread_join(w->th, NULL);
             rn_dataset_reader_close(w->rd);
-            rn_jpeg_destroy(w->jpeg);
-            rn_image_ws_free(&w->ws);
+            rn_jpeg_destroy(w->sc.jpeg);
+            rn_loader_scratch_free(&w->sc);
         }
         free(l->workers);
     }

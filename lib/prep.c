@@ -311,6 +311,22 @@ static int list_file(const rn_prep_opts *o, input *in) {
     return rc;
 }
 
+int rn_prep_read_list(const char *path, int max_classes, uint64_t *inputs, uint64_t *bad, int *n_classes) {
+    rn_prep_opts o;
+    rn_prep_defaults(&o);
+    o.src = path;
+    o.max_classes = max_classes;
+    input in;
+    memset(&in, 0, sizeof in);
+    int rc = list_file(&o, &in);
+    *inputs = in.n;
+    *bad = 0;
+    for (size_t i = 0; i < in.n; i++) *bad += in.v[i].skip != NULL;
+    *n_classes = in.n_classes;
+    input_free(&in);
+    return rc;
+}
+
 /* ------------------------------------------------------------ per-image work */
 
 typedef struct {

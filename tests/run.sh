@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the C unit tests in $BUILD/tests, the bats lint (tests/lint-bats.sh), then
+# Runs every test: the C unit tests in $BUILD/tests, the fuzz harnesses' replay of
+# tests/fuzz/seeds/ and tests/fuzz/regress/ (inputs that once crashed), the bats lint (tests/lint-bats.sh), then
 # the bats files in tests/.
 # Ends with one line "tests: N passed, N failed, N skipped" and exits non-zero on a failure.
 set -u
@@ -22,6 +23,25 @@ for t in "$BUILD"/tests/test_*; do
         failed=$((failed + 1))
         failures+=("unit $(basename "$t")")
         echo "not ok unit $(basename "$t")"
+        sed 's/^/  # /' <<<"$out" | tail -n 40
+    fi
+done
+
+# every input a fuzzer once crashed on, and the committed seeds, through the harness that
+# found it (built with tests/fuzz/replay.c; make fuzz finds new ones)
+for t in "$BUILD"/tests/fuzzreplay_*; do
+    [ -x "$t" ] || continue
+    name=${t##*/fuzzreplay_}
+    dirs=()
+    for d in tests/fuzz/seeds/"$name" tests/fuzz/regress/"$name"; do [ -d "$d" ] && dirs+=("$d"); done
+    [ ${#dirs[@]} -gt 0 ] || continue
+    if out=$("$t" "${dirs[@]}" 2>&1); then
+        passed=$((passed + 1))
+        echo "ok fuzz replay $name: $(tail -n 1 <<<"$out" | sed 's/^.*: //')"
+    else
+        failed=$((failed + 1))
+        failures+=("fuzz replay $name")
+        echo "not ok fuzz replay $name"
         sed 's/^/  # /' <<<"$out" | tail -n 40
     fi
 done

@@ -59,6 +59,9 @@ int rn_ckpt_validate(const rn_ckpt *c);
 /* Read and validate path ("-" = stdin). Errors: RN_EIO, RN_ECORRUPT (message starts
  * with the path and names what is wrong), RN_ENOMEM. */
 int rn_ckpt_read(const char *path, rn_ckpt **out);
+/* rn_ckpt_read's work on len bytes already in memory (buf stays the caller's); name is
+ * the file or stream the bytes came from, for messages. Errors: RN_ECORRUPT, RN_ENOMEM. */
+int rn_ckpt_parse(const uint8_t *buf, size_t len, const char *name, rn_ckpt **out);
 
 /* Recompute every CRC32C, then write atomically (tmp, fsync, rename, fsync dir);
  * "-" = stdout. Errors: RN_EIO, RN_ENOMEM. */

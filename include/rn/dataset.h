@@ -52,6 +52,10 @@ typedef struct {
     char *rn_version;
 } rn_dataset_info;
 
+/* Decode and validate a serialized rn.DatasetInfo (the "__info__" record's value), as
+ * rn_dataset_open does; path names the dataset in messages. On success info owns what it
+ * holds (rn_dataset_info_clear); on failure it is zeroed. Errors: RN_EDATA, RN_ENOMEM. */
+int rn_dataset_info_parse(const uint8_t *data, size_t len, const char *path, rn_dataset_info *info);
 /* Free what an info holds (not the struct itself) and zero it. */
 void rn_dataset_info_clear(rn_dataset_info *info);
 
@@ -73,6 +77,15 @@ void rn_dataset_reader_close(rn_dataset_reader *r);
  * raw data has height*width*channels bytes, sizes are non-zero. */
 int rn_dataset_read(rn_dataset_reader *r, uint64_t index, rn_sample *out);
 
+/* A record's value decoded and validated as rn_dataset_read does (label in 0..n_classes-1
+ * when n_classes > 0, sizes, raw byte count, encoding, checksum); path and key name the
+ * record in messages. *msg is the unpacked message (NULL if the bytes are not a Sample)
+ * that out borrows from: free it with rn_dataset_sample_free, also after a failure.
+ * Errors: RN_EDATA. */
+typedef struct Rn__Sample rn_sample_msg;
+int rn_dataset_sample_parse(const uint8_t *data, size_t len, int n_classes, const char *path, const char *key,
+                            rn_sample_msg **msg, rn_sample *out);
+void rn_dataset_sample_free(rn_sample_msg *msg);
 /* Read a class list: a text file of one name per line, or a dataset directory (its
  * DatasetInfo class names). *names is malloc'ed (free each and the array). */
 int rn_dataset_read_classes(const char *path, char ***names, int *n);

@@ -47,6 +47,8 @@
 #include <stdint.h>
 
 #include "rn/dataset.h"
+#include "rn/image.h"
+#include "rn/jpeg.h"
 
 #define RN_LOADER_CROP 224
 #define RN_LOADER_BATCH 256
@@ -129,6 +131,24 @@ void rn_loader_destroy(rn_loader *l);
  * ToTensor + Normalize compute it (but channels-last). */
 void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std);
 
+/* What one worker keeps between records for rn_loader_transform: zero-initialise, set
+ * jpeg to a handle of the caller's (its max pixels apply; the caller destroys it), free
+ * the rest with rn_loader_scratch_free. */
+typedef struct {
+    rn_jpeg *jpeg;
+    rn_image_ws ws;
+} rn_loader_scratch;
+void rn_loader_scratch_free(rn_loader_scratch *sc);
+/* One record through the loader's transform, as a worker applies it after reading the
+ * record: o's train or eval transform (crop, resize, augment, exact, scale, ratio) with
+ * the draws of (o->seed, epoch, rec), the JPEG decoded at its DCT scale and only over the
+ * region the crop reads. channels is the dataset's (1 or 3); dst holds crop x crop x
+ * channels bytes. o is as rn_loader_create accepts it (its scale and ratio ranges are not
+ * checked again). Errors (without the record's name; the loader adds it): RN_EDATA (the
+ * record's channels, sizes or encoding disagree, or its JPEG does not decode), RN_EINVAL
+ * (crop <= 0), RN_ENOMEM. */
+int rn_loader_transform(const rn_loader_opts *o, int channels, const rn_sample *s, int64_t epoch, uint32_t rec,
+                        rn_loader_scratch *sc, uint8_t *dst);
 /* A JPEG contact sheet of the batch (a grid of its images, cols per row; 0: square-ish)
  * into a malloc'ed buffer. Errors: RN_ENOMEM, RN_EDATA. */
 int rn_loader_contact_sheet(const rn_batch *b, int cols, uint8_t **jpeg, size_t *len);

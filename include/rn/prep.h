@@ -75,4 +75,10 @@ typedef struct {
  * one stays). */
 int rn_prep_run(const rn_prep_opts *o, rn_prep_result *res);
 
+/* Read a list file as rn_prep_run does, without touching the images: *inputs lines taken
+ * as inputs, *bad of them bad (they would be skipped), *n_classes classes made (0 .. the
+ * largest label). max_classes as in rn_prep_opts (0: RN_PREP_MAX_CLASSES). For tests and
+ * the fuzz harness. Errors: RN_EIO, RN_EINVAL (no usable line, too sparse labels),
+ * RN_ENOMEM. */
+int rn_prep_read_list(const char *path, int max_classes, uint64_t *inputs, uint64_t *bad, int *n_classes);
 #endif
