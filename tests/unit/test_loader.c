@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rn.pb-c.h"
 #include "rn/crc32c.h"
 #include "rn/dataset.h"
 #include "rn/err.h"
@@ -346,7 +347,40 @@ static void test_bad_record(void) {
     rn_loader_destroy(l);
 }
 
+/* A DatasetInfo must hold one mean and one std per channel: one with fewer was accepted
+ * and left the others 0 (normalisation by 0). */
+static void test_info_stats(void) {
+    double mean[3] = {0.5, 0.4, 0.3}, sd[3] = {0.2, 0.2, 0.2};
+    char *names[2] = {"a", "b"};
+    for (size_t n = 1; n <= 3; n++) {
+        Rn__DatasetInfo m = RN__DATASET_INFO__INIT;
+        m.format_version = 1;
+        m.channels = 3;
+        m.enc = RN__ENCODING__JPEG;
+        m.count = 2;
+        m.n_class_names = 2;
+        m.class_names = names;
+        m.n_mean = m.n_std = n;
+        m.mean = mean;
+        m.std = sd;
+        size_t len = rn__dataset_info__get_packed_size(&m);
+        uint8_t *buf = malloc(len);
+        rn__dataset_info__pack(&m, buf);
+        rn_dataset_info info;
+        int rc = rn_dataset_info_parse(buf, len, "x.lmdb", &info);
+        if (n == 3) {
+            CHECK(rc == RN_OK && info.mean[2] == 0.3, "3 means for 3 channels: %s", rn_last_error());
+            if (rc == RN_OK) rn_dataset_info_clear(&info);
+        } else {
+            CHECK(rc == RN_EDATA && strstr(rn_last_error(), "means and"), "%zu means for 3 channels accepted: %s",
+                  n, rn_last_error());
+        }
+        free(buf);
+    }
+}
+
 int main(void) {
+    test_info_stats();
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
