@@ -142,4 +142,11 @@ small_disk() {
     run rn-eval --data train.lmdb --ckpt init.pb --crop 32 --dump-logits isdir.safetensors
     assert_failure 1
     assert_output --partial "isdir.safetensors: is a directory"
+    run rn-prep -q --report isdir.pb src never.lmdb
+    assert_failure 1
+    assert_output --partial "isdir.pb: is a directory"
+    [ ! -e never.lmdb ]
+    run rn-load --crop 32 --dump isdir.pb train.lmdb
+    assert_failure 1
+    assert_output --partial "isdir.pb: is a directory"
 }

@@ -138,6 +138,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *path = argv[optind];
+    if (rn_cli_output("rn-load", dump, stderr) != RN_OK || rn_cli_output("rn-load", raw, stderr) != RN_OK) {
+        fprintf(stderr, "rn-load: %s\n", rn_last_error());
+        return 1;
+    }
     if (list) {
         if (rn_dataset_list(path, stdout) != RN_OK) {
             fprintf(stderr, "rn-load: %s\n", rn_last_error());

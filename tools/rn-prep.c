@@ -197,6 +197,10 @@ int main(int argc, char **argv) {
     }
     o.src = argv[optind];
     o.out = argv[optind + 1];
+    if (rn_cli_output("rn-prep", report, stderr) != RN_OK) {
+        fprintf(stderr, "rn-prep: %s\n", rn_last_error());
+        return 1;
+    }
     char *cmd = join_argv(argc, argv);
     o.command = cmd;
     o.rn_version = RN_VERSION;
