@@ -58,7 +58,7 @@ struct rn_loader {
     rn_loader_opts o;
     rn_dataset *ds;
     uint64_t count;
-    int c, S, resize, shuffle, nslots, nworkers;
+    int c, S, shuffle, nslots, nworkers;
     slot *slots;
     worker *workers;
     pthread_mutex_t mu;
@@ -142,7 +142,7 @@ void rn_loader_scratch_free(rn_loader_scratch *sc) { rn_image_ws_free(&sc->ws); 
 
 int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int64_t epoch, uint32_t rec,
                         rn_loader_scratch *w, uint8_t *dst) {
-    const int S = o->crop, resize = o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
+    const int S = o->crop;
     const rn_sample smp = *s;
     int rc = RN_OK;
     if (S <= 0) return rn_errorf(RN_EINVAL, "loader: crop %d must be positive", S);
@@ -171,7 +171,7 @@ int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int6
         win = (rn_window){.box = {b[0], b[1], b[0] + b[2], b[1] + b[3]}, .out_w = S, .out_h = S};
         win.flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
     } else {
-        rn_window_eval(W, H, S, resize, &win);
+        rn_window_eval(W, H, S, o->resize, &win); /* resize < 0: round(S*256/224), there */
     }
     double *box = win.box;
     const int out_w = win.out_w, out_h = win.out_h, ox = win.ox, oy = win.oy, pad = win.pad;
@@ -291,7 +291,6 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     l->count = info->count;
     l->c = info->channels;
     l->S = o->crop;
-    l->resize = o->resize < 0 ? rn_round_half_even(o->crop * 256.0 / 224.0) : o->resize;
     l->shuffle = o->shuffle < 0 ? o->train : o->shuffle;
     if (l->count == 0 || l->count > UINT32_MAX) {
         rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records: the loader needs 1 .. 2^32-1", path, l->count);
