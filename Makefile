@@ -5,6 +5,7 @@
 #   make deps       install the Debian packages the build and tests need
 #   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
 # Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
+#          USE_MPI=0|1 (default: detected; Open MPI for many processes), USE_NCCL=0|1,
 #          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
 
 .DEFAULT_GOAL := all
@@ -47,6 +48,18 @@ USE_CUDA := $(shell test -x $(CUDA)/bin/nvcc && printf '$(HASH)include <cudnn.h>
   $(CC) -x c - -I$(CUDA)/include -L$(CUDA)/lib64 -lcudnn -lcublas -lcudart -o /dev/null 2>/dev/null && echo 1 || echo 0)
 endif
 
+# Open MPI (Debian: libopenmpi-dev) starts and connects the processes of a
+# many-device run (rn/dist.h); found through mpicc. USE_MPI=0|1 overrides.
+MPICC ?= mpicc
+ifeq ($(origin USE_MPI),undefined)
+USE_MPI := $(shell printf '$(HASH)include <mpi.h>\nint main(void){return MPI_Init(0, 0);}\n' | \
+  $(CC) -x c - $$($(MPICC) -showme:compile 2>/dev/null) $$($(MPICC) -showme:link 2>/dev/null) -o /dev/null 2>/dev/null && echo 1 || echo 0)
+endif
+# NCCL (in the CUDA toolkit) carries the GPU backend's collectives.
+ifeq ($(origin USE_NCCL),undefined)
+USE_NCCL := $(shell test -f $(CUDA)/include/nccl.h && ls $(CUDA)/lib64/libnccl.so* >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+
 CPPFLAGS += -Iinclude -I$(BUILD)/gen -D_GNU_SOURCE -DRN_VERSION='"$(VERSION)+$(GITREV)"' $(BLAS_CFLAGS)
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread $(SANFLAGS)
@@ -59,6 +72,13 @@ CPPFLAGS += -DRN_HAVE_LIBJPEG=1
 LDLIBS += -ljpeg
 JPEG_SUMMARY := , libjpeg crop decoding
 endif
+ifeq ($(USE_MPI),1)
+CPPFLAGS += -DRN_HAVE_MPI=1 $(shell $(MPICC) -showme:compile)
+LDLIBS += $(shell $(MPICC) -showme:link)
+MPI_SUMMARY := , Open MPI (many processes)
+else
+MPI_SUMMARY := , no MPI (one process per run: make deps installs libopenmpi-dev)
+endif
 
 ifeq ($(USE_CUDA),1)
 CPPFLAGS += -DRN_HAVE_CUDA=1 -I$(CUDA)/include -DRN_CUDA_ARCH='"$(CUDA_ARCH)"'
@@ -67,8 +87,14 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -I$(BUILD)/gen -DRN_HAVE_CUDA=1 \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 LDLIBS += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+ifeq ($(USE_NCCL),1)
+NVCCFLAGS += -DRN_HAVE_NCCL=1
+CPPFLAGS += -DRN_HAVE_NCCL=1
+LDLIBS += -lnccl
+NCCL_SUMMARY := , NCCL
+endif
 CU_SRC := $(wildcard lib/*.cu)
-BUILD_SUMMARY := CUDA $(shell $(CUDA)/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') (sm $(CUDA_ARCH)), cuDNN, cuBLAS: GPU and CPU backends
+BUILD_SUMMARY := CUDA $(shell $(CUDA)/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') (sm $(CUDA_ARCH)), cuDNN, cuBLAS$(NCCL_SUMMARY): GPU and CPU backends
 else
 CU_SRC :=
 BUILD_SUMMARY := no usable CUDA toolkit/cuDNN/cuBLAS under $(CUDA): CPU backend only
@@ -92,7 +118,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/
 all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
 
 summary:
-	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)"
+	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)$(MPI_SUMMARY)"
 
 $(PROTO_C) $(PROTO_H): proto/rn.proto
 	@mkdir -p $(BUILD)/gen
@@ -147,7 +173,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
   libjpeg62-turbo-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
-  python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db
+  python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all $(words $(DEB_PKGS)) Debian packages present"; \

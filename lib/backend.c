@@ -123,6 +123,25 @@ int rn_backend_upload_async(rn_backend *be, void *dst, const void *src, size_t b
 }
 int rn_backend_upload_wait(rn_backend *be) { return be->ops->upload_wait(be); }
 
+int rn_backend_has_coll(const rn_backend *be) { return be->ops->coll_sum != NULL; }
+
+static int no_coll(const rn_backend *be) {
+    return rn_errorf(RN_ENOTSUP, "the %s backend has no collectives of its own (MPI carries them)", be->ops->kind);
+}
+
+int rn_backend_coll_id(rn_backend *be, void *id, size_t cap, size_t *len) {
+    return be->ops->coll_id ? be->ops->coll_id(be, id, cap, len) : no_coll(be);
+}
+
+int rn_backend_coll_init(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s) {
+    return be->ops->coll_init ? be->ops->coll_init(be, rank, world, id, len, timeout_s) : no_coll(be);
+}
+
+int rn_backend_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
+    if (n < 0) return rn_errorf(RN_EINVAL, "coll_sum of %lld floats", (long long)n);
+    return be->ops->coll_sum ? be->ops->coll_sum(be, x, scratch, n) : no_coll(be);
+}
+
 int rn_backend_reserve(rn_backend *be, size_t bytes) {
     if (bytes <= be->ws_bytes) return RN_OK;
     void *p = NULL;

@@ -205,6 +205,21 @@ static int env_choice(const char *name, const char *off, const char *on, int *ou
     return RN_OK;
 }
 
+static int env_count(const char *name) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end == 0 && v > 0 && v < (1L << 30) ? (int)v : 0;
+}
+
+int rn_cli_launcher_world(void) {
+    int w = env_count("OMPI_COMM_WORLD_SIZE");
+    if (!w && getenv("PMIX_RANK")) w = env_count("SLURM_STEP_NUM_TASKS");
+    if (!w) w = env_count("PMI_SIZE");
+    return w ? w : 1;
+}
+
 int rn_cli_backend_env(rn_backend_opts *o) {
     int rc = RN_OK;
     const char *s;

@@ -45,6 +45,7 @@ typedef struct {
     int state;
     int64_t seq, epoch, index;
     int n, last, chunks, done;
+    int first, total;  /* the slice: images [first, first + n) of a batch of total */
     uint32_t *ids;     /* (batch) record indices */
     uint8_t *pixels;   /* (batch, S, S, c) */
     int32_t *labels;   /* (batch) */
@@ -119,17 +120,21 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     int64_t e = l->fill_epoch, i = l->fill_index;
     if (e != l->perm_epoch) make_perm(l, e);
     int64_t left = (int64_t)l->count - i;
-    s->n = left < l->o.batch ? (int)left : l->o.batch;
-    for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + k];
+    int total = left < l->o.batch ? (int)left : l->o.batch, P = l->o.parts > 1 ? l->o.parts : 1,
+        p = P > 1 ? l->o.part : 0;
+    s->first = (int)((int64_t)total * p / P);
+    s->n = (int)((int64_t)total * (p + 1) / P) - s->first;
+    s->total = total;
+    for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
     s->seq = seq;
     s->epoch = e;
     s->index = i;
-    s->chunks = (s->n + CHUNK - 1) / CHUNK;
+    s->chunks = s->n ? (s->n + CHUNK - 1) / CHUNK : 1; /* an empty slice: one empty chunk */
     s->done = 0;
     s->err = 0;
     s->msg[0] = 0;
     s->state = SLOT_FILLING;
-    int64_t ne = e, ni = i + s->n;
+    int64_t ne = e, ni = i + total;
     norm_pos(l, &ne, &ni);
     s->last = ne != e;
     l->fill_epoch = ne;
@@ -277,6 +282,8 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1]))
         return rn_errorf(RN_EINVAL, "loader: scale (%g, %g) and ratio (%g, %g) must be positive, low <= high",
                          o->scale[0], o->scale[1], o->ratio[0], o->ratio[1]);
+    if (o->parts > 1 && (o->part < 0 || o->part >= o->parts))
+        return rn_errorf(RN_EINVAL, "loader: part %d of %d", o->part, o->parts);
     rn_loader *l = rn_calloc(1, sizeof *l);
     if (!l) return RN_ENOMEM;
     int rc = RN_OK;
@@ -357,7 +364,7 @@ int rn_loader_next(rn_loader *l, rn_batch *b) {
     }
     while (!(s->state == SLOT_READY && s->seq == l->cons_seq)) pthread_cond_wait(&l->ready, &l->mu);
     l->cons_seq++;
-    int64_t e = s->epoch, i = s->index + s->n;
+    int64_t e = s->epoch, i = s->index + s->total;
     norm_pos(l, &e, &i);
     l->pos_epoch = e;
     l->pos_index = i;
@@ -376,6 +383,8 @@ int rn_loader_next(rn_loader *l, rn_batch *b) {
     b->c = l->c;
     b->epoch = s->epoch;
     b->index = s->index;
+    b->first = s->first;
+    b->total = s->total;
     b->last = s->last;
     b->slot = (int)(s - l->slots);
     pthread_mutex_unlock(&l->mu);

@@ -39,6 +39,13 @@ struct rn_net {
     pref *prefs;        /* every parameter, state_dict order */
     int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
     float *params, *grads, *mom, *bufs; /* fp32 always: the master weights under AMP */
+    float *spare;       /* training: (nparams) a micro-batch's own gradients before they are
+                           added to grads; rn_net_spare's scratch between steps */
+    float *capt;        /* training: (nstats) the batch statistics of the last forward, in
+                           bufs' layout, when capturing (rn_net_bn_capture) */
+    int64_t nstats;     /* floats in bufs */
+    int capture;        /* training forwards capture BN's batch statistics instead of
+                           updating the running ones */
     void *wc;           /* AMP: compute copy of params in dtype (nparams), made by rn_net_load
                            and by every SGD step; NULL in fp32, where convs read params */
     void *gh;           /* AMP: one conv or fc layer's weight (and bias) gradient in dtype,
@@ -135,7 +142,7 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->mom, net->bufs, net->wc, net->gh, net->input, net->pooled_max,
+    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->mom, net->bufs, net->wc, net->gh, net->input, net->pooled_max,
                     net->feat, net->dfeat, net->logits, net->dlogits, net->logits_h, net->dlogits_h, net->labels,
                     net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
@@ -285,6 +292,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
     int64_t nstats = 0;
     for (int i = 0; i < spec->nunits; i++) nstats += 2 * spec->units[i].cout;
+    net->nstats = nstats;
     /* fl: fp32 (weights, statistics, the loss); es: activations (half under AMP) */
     size_t fl = sizeof(float), es = net->es;
     int amp = dtype != RN_F32;
@@ -305,6 +313,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             if (net->prefs[i].numel > net->gh_numel) net->gh_numel = net->prefs[i].numel;
         if (net->gh_numel < align16(F * K) + K) net->gh_numel = align16(F * K) + K;
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->grads)) ||
+            (rc = nalloc(net, (size_t)net->nparams * fl, &net->spare)) ||
+            (rc = nalloc(net, (size_t)nstats * fl, &net->capt)) ||
             (rc = nalloc(net, (size_t)net->nparams * fl, &net->mom)) ||
             (rc = nalloc(net, (size_t)(B * F) * es, &net->dfeat)) ||
             (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
@@ -464,7 +474,14 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
     if (train && !net->freeze_bn) {
-        u->tracked++;
+        if (net->capture) {
+            /* momentum 1 makes the "running" update the batch statistics themselves:
+               (1 - 1) * 0 + 1 * mean; rn_net_bn_replay applies them later */
+            bd.momentum = 1.0f;
+            rm = net->capt + u->stat_off, rv = rm + net->spec.units[ui].cout;
+        } else {
+            u->tracked++;
+        }
         return rn_bn_fwd_train(net->be, &bd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, rm, rv,
                                u->reserve);
     }
@@ -544,7 +561,10 @@ int rn_net_forward(rn_net *net, int n, int train) {
         return rn_errorf(RN_EINVAL, "batch of %d images, the network was built for 1..%d", n, net->max_batch);
     if (train && net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "training forward on an inference network");
     net->last_n = n;
-    return train ? forward_train(net, n) : forward_infer(net, n);
+    if (!train) return forward_infer(net, n);
+    /* a capture starts from zeros: the momentum-1 update keeps no trace of the last */
+    int rc = net->capture ? rn_backend_zero(net->be, net->capt, sizeof(float) * (size_t)net->nstats) : RN_OK;
+    return rc ? rc : forward_train(net, n);
 }
 
 static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, float grad_scale, float *dlogits,
@@ -597,9 +617,27 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
 
+static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                    float *loss);
+
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
+    if (!accumulate) return backward(net, labels, n, label_smoothing, grad_scale, loss);
+    /* this micro-batch's gradients on their own, then added: grads + g, element by
+       element, as PyTorch adds each backward's gradient into .grad (and as rn_dist_sum
+       adds the ranks' gradients, so W ranks give the bits of --accum W) */
+    float *sum = net->grads;
+    net->grads = net->spare;
+    int rc = backward(net, labels, n, label_smoothing, grad_scale, loss);
+    net->grads = sum;
+    return rc ? rc : rn_add(net->be, RN_F32, net->nparams, sum, net->spare, sum, 0);
+}
+
+/* The gradients of the last forward into net->grads (replacing them). */
+static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
+                    float *loss) {
+    const int accumulate = 0;
     const rn_resnet *s = &net->spec;
     int rc = loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss);
     if (rc) return rc;
@@ -721,6 +759,46 @@ int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel) {
                                             (long long)numel);
     if (!net->grads) return rn_errorf(RN_EINVAL, "inference networks keep no gradients");
     return get(net, net->grads, p, host);
+}
+
+float *rn_net_grads(rn_net *net, int64_t *n) {
+    *n = net->grads ? net->nparams : 0;
+    return net->grads;
+}
+
+float *rn_net_spare(rn_net *net) { return net->spare; }
+
+int64_t rn_net_bn_stats_len(const rn_net *net) { return net->nstats; }
+
+int rn_net_bn_capture(rn_net *net, int on) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "BN capture on an inference network");
+    net->capture = on != 0;
+    return RN_OK;
+}
+
+int rn_net_bn_captured(rn_net *net, float *host) {
+    if (!net->capture) return rn_errorf(RN_EINVAL, "BN statistics are captured only after rn_net_bn_capture");
+    return rn_backend_download(net->be, host, net->capt, sizeof(float) * (size_t)net->nstats);
+}
+
+int rn_net_bn_replay(rn_net *net, const float *stats, int nslices) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "BN replay on an inference network");
+    if (net->freeze_bn || nslices < 1) return RN_OK;
+    float *r = rn_malloc(sizeof(float) * (size_t)net->nstats);
+    if (!r) return RN_ENOMEM;
+    int rc = rn_backend_download(net->be, r, net->bufs, sizeof(float) * (size_t)net->nstats);
+    /* the CPU backend's update, term for term (lib/backend_cpu.c), so that replayed
+       statistics equal the ones one process updates in place */
+    const float mom = RN_BN_MOMENTUM;
+    for (int k = 0; k < nslices && rc == RN_OK; k++) {
+        const float *x = stats + (size_t)k * net->nstats;
+        for (int64_t j = 0; j < net->nstats; j++) r[j] = (1 - mom) * r[j] + mom * x[j];
+    }
+    if (rc == RN_OK) rc = rn_backend_upload(net->be, net->bufs, r, sizeof(float) * (size_t)net->nstats);
+    free(r);
+    if (rc == RN_OK)
+        for (int i = 0; i < net->spec.nunits; i++) net->u[i].tracked += nslices;
+    return rc;
 }
 
 int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]) {

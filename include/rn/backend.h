@@ -372,6 +372,25 @@ int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void 
  * one flag: zero it first (rn_backend_zero), read it after (rn_backend_download). */
 int rn_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag);
 
+/* ---- collectives across processes (a device backend's own: NCCL on a GPU) ----
+ * rn/dist.h drives these; host backends have none (rn_backend_has_coll 0) and rn/dist.h
+ * uses MPI on their memory instead. */
+int rn_backend_has_coll(const rn_backend *be);
+/* Rank 0: the communicator's id (ncclGetUniqueId) into id (cap bytes), its length in
+ * *len, for the caller to broadcast. Errors: RN_ENOTSUP (no collectives), RN_EINVAL
+ * (cap too small), RN_EGPU. */
+int rn_backend_coll_id(rn_backend *be, void *id, size_t cap, size_t *len);
+/* Join the communicator of world ranks as rank (every rank calls it with rank 0's id).
+ * Init and every later collective give up after timeout_s seconds without progress
+ * (another rank died or hangs): the communicator is aborted and RN_EGPU names the
+ * operation. Errors: RN_ENOTSUP, RN_EGPU. */
+int rn_backend_coll_init(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s);
+/* x (n floats, device) = the sum of every rank's x, added left to right in rank order
+ * ((x0 + x1) + x2 ..., as rn_dist_sum defines it), the same bits on every rank;
+ * scratch holds n floats (device; overwritten). Blocks until done. Errors: RN_ENOTSUP,
+ * RN_EGPU (a NCCL error or the timeout). */
+int rn_backend_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

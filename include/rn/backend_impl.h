@@ -90,6 +90,12 @@ typedef struct rn_backend_ops {
     int (*cast)(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x,
                 void *y, int accumulate);
     int (*nonfinite)(rn_backend *be, int64_t n, const float *x, int32_t *flag);
+
+    /* collectives across processes (rn/dist.h); NULL: the backend has none (host
+     * memory: rn/dist.h uses MPI) */
+    int (*coll_id)(rn_backend *be, void *id, size_t cap, size_t *len);
+    int (*coll_init)(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s);
+    int (*coll_sum)(rn_backend *be, float *x, float *scratch, int64_t n);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -61,4 +61,10 @@ int rn_cli_output(const char *tool, const char *path, FILE *notes);
  * Errors: RN_EINVAL naming the variable and its value. */
 int rn_cli_backend_env(rn_backend_opts *o);
 
+/* The number of processes a launcher started this one among, from the variables it
+ * sets (Open MPI's mpirun: OMPI_COMM_WORLD_SIZE; PMIx/Slurm's srun --mpi=pmix:
+ * PMIX_RANK with SLURM_STEP_NUM_TASKS; MPICH/Hydra: PMI_SIZE); 1 when started alone.
+ * For rn_dist_open. */
+int rn_cli_launcher_world(void);
+
 #endif

@@ -75,6 +75,10 @@ typedef struct {
     int drop_last;  /* drop the incomplete last batch of each epoch */
     int exact;      /* decode JPEGs at full size (no DCT scaling) */
     uint64_t seed;
+    int part, parts;/* parts > 1: deliver only slice `part` of each batch (data-parallel
+                       ranks): of a batch of n, images [part*n/parts, (part+1)*n/parts);
+                       the order, the augmentation and the position stay the whole
+                       batch's, so every rank walks the same batches. 0, 0: all of it */
     double scale[2], ratio[2]; /* RandomResizedCrop ranges */
     /* buffer allocator (NULL: aligned host memory); free gets the same ctx */
     void *(*alloc)(size_t bytes, void *ctx);
@@ -91,7 +95,10 @@ typedef struct {
     int32_t *labels;  /* (n) */
     int n, h, w, c;   /* n <= batch; h = w = crop; c = dataset channels (1 or 3) */
     int64_t epoch;    /* the epoch these samples belong to */
-    int64_t index;    /* position of the first sample within that epoch's order */
+    int64_t index;    /* position of the first sample of the whole batch within that
+                         epoch's order (with parts, this slice starts at index + first) */
+    int first;        /* parts: the slice's first image within the whole batch */
+    int total;        /* images in the whole batch (n when not sliced) */
     int last;         /* 1 for the last batch of its epoch */
     int slot;         /* internal: which ring buffer */
 } rn_batch;

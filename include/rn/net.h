@@ -98,8 +98,11 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
 /* Softmax cross-entropy of the last training forward against labels (n, host int32),
  * its mean written to *loss; then the gradients of loss * grad_scale with respect to
  * every parameter, added to the stored gradients when accumulate (micro-batches), else
- * replacing them. grad_scale is 1/accum, times the loss scale under fp16. Training
- * nets only. */
+ * replacing them. Accumulating computes the micro-batch's gradients on their own (in
+ * the spare buffer) and then adds them, element by element in fp32, as PyTorch adds each
+ * backward into .grad: the sum of K micro-batches is ((g0 + g1) + g2) + ..., the order
+ * rn_dist_sum adds ranks in. grad_scale is 1/accum, times the loss scale under fp16.
+ * Training nets only. */
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss);
 
@@ -117,6 +120,27 @@ int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weig
 /* The gradient of the named parameter (torchvision name and OIHW layout) into host
  * memory of numel floats. Errors: RN_EINVAL (unknown name). */
 int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel);
+
+/* The flat fp32 gradients (backend memory, *n floats; parameters in the net's order,
+ * the fc last) and the spare buffer of as many floats, free between backwards (the
+ * scratch of rn_dist_sum). NULL and 0 for inference nets. */
+float *rn_net_grads(rn_net *net, int64_t *n);
+float *rn_net_spare(rn_net *net);
+
+/* Data-parallel BatchNorm (rn/dist.h). With capture on, training forwards normalise with
+ * batch statistics as always but leave the running statistics and num_batches_tracked
+ * alone; each forward's per-channel batch mean and unbiased variance (what the update
+ * would have used) are kept, rn_net_bn_stats_len floats, and rn_net_bn_captured copies
+ * them to host memory. rn_net_bn_replay then applies nslices such sets (host,
+ * nslices x rn_net_bn_stats_len) in order, running = (1 - 0.1) * running + 0.1 * x,
+ * the update the CPU backend makes in place, and adds nslices to num_batches_tracked:
+ * the ranks' micro-batches replayed in global order give every rank the running
+ * statistics of one process with --accum W. Errors: RN_EINVAL (inference net, capture
+ * off), those of the backend's copies. */
+int64_t rn_net_bn_stats_len(const rn_net *net);
+int rn_net_bn_capture(rn_net *net, int on);
+int rn_net_bn_captured(rn_net *net, float *host);
+int rn_net_bn_replay(rn_net *net, const float *stats, int nslices);
 
 /* The output of conv+BN unit `unit` (an index into the spec's units) in the last training
  * forward: after its ReLU, and after the residual add for a block's last unit. Sets

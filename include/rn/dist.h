@@ -1,0 +1,93 @@
+/* rn/dist.h: data parallelism across processes. Open MPI starts and bootstraps the
+ * processes (mpirun, srun --mpi=pmix) and carries the CPU backend's collectives; a GPU
+ * backend's collectives go through NCCL (rn_backend_coll_*, rn/backend.h), its
+ * communicator bootstrapped over MPI here. Nothing home-made on the wire.
+ *
+ *   rn_dist *d;
+ *   rn_dist_open(&argc, &argv, rn_cli_launcher_world(), timeout_s, &d);  // before threads
+ *   rn_dist_rank(d), rn_dist_world(d), rn_dist_local_rank(d) ...
+ *   rn_dist_attach(d, be);                 // a GPU backend: its NCCL communicator
+ *   rn_dist_sum(d, be, grads, scratch, n, "gradients");   // every optimiser step
+ *   rn_dist_close(d);                      // MPI_Finalize
+ *
+ * A world of one (no launcher, or a build without MPI) makes no MPI call at all: every
+ * collective is then a copy or nothing, and a single process runs exactly as before.
+ *
+ * Order. rn_dist_sum adds the ranks' arrays left to right in rank order,
+ * ((x0 + x1) + x2) + ..., every element on the rank that owns its chunk, then shares the
+ * sums: the order in which one process with --accum W adds its micro-batches'
+ * gradients (rn_net_backward), so W ranks give the bits of one process. The order never
+ * depends on the chunking, the bucket size, or the MPI/NCCL algorithm (an all-to-all
+ * moves the chunks, an all-gather returns the sums; nothing is summed in the network).
+ *
+ * Faults. Every collective runs under a watchdog: one not finished after timeout_s
+ * seconds (a rank died or hangs) prints "rank R: <op> has waited N s for the other
+ * ranks ..." and ends the process with exit status 1, so mpirun stops the job; a rank
+ * that fails with an error exits non-zero and mpirun stops the others. Only the main
+ * thread calls MPI (MPI_THREAD_FUNNELED). */
+#ifndef RN_DIST_H
+#define RN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn/backend.h"
+
+#define RN_DIST_TIMEOUT 300.0   /* seconds a collective may wait (--dist-timeout) */
+#define RN_DIST_BUCKET_MB 25.0  /* gradient bucket size in MB (--bucket-mb), as DDP's */
+
+typedef struct rn_dist rn_dist;
+
+/* 1 when this build has MPI (USE_MPI), else 0. */
+int rn_dist_built(void);
+
+/* Join the job. launched: the world size the launcher announced (rn_cli_launcher_world:
+ * 0 or 1 when the process was started alone). launched > 1 initialises MPI
+ * (MPI_Init_thread, funneled), takes rank and world from MPI_COMM_WORLD and the local
+ * rank from a shared-memory split of it; otherwise the world is this process alone and
+ * MPI is not touched. timeout_s (> 0) bounds every collective. Errors: RN_ENOTSUP
+ * (launched > 1 in a build without MPI: the message says to rebuild or run one
+ * process), RN_EINVAL (timeout), RN_EIO (MPI failed to start), RN_ENOMEM. */
+int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dist **out);
+/* Finish MPI (after every rank's last collective) and free d. NULL is a no-op. */
+void rn_dist_close(rn_dist *d);
+/* Stop the whole job now (MPI_Abort) with exit status code: for a rank that cannot go
+ * on while the others wait in a collective. In a world of one: exit(code). */
+void rn_dist_abort(rn_dist *d, int code);
+
+int rn_dist_rank(const rn_dist *d);        /* 0 .. world-1; 0 for NULL */
+int rn_dist_world(const rn_dist *d);       /* 1 for NULL */
+int rn_dist_local_rank(const rn_dist *d);  /* rank among the processes of this node */
+int rn_dist_local_world(const rn_dist *d); /* processes on this node */
+double rn_dist_timeout(const rn_dist *d);
+
+/* Bytes of a bucket of the gradient sum (0: the whole array at once). */
+void rn_dist_set_bucket(rn_dist *d, size_t bytes);
+
+/* A device backend's collectives: rank 0 makes the NCCL id, MPI broadcasts it, every
+ * rank joins the communicator (rn_backend_coll_init). A host backend or a world of one:
+ * nothing. Errors: those of rn_backend_coll_*, RN_EIO (MPI). */
+int rn_dist_attach(rn_dist *d, rn_backend *be);
+
+/* x (n floats in be's memory) = the sum over ranks of every rank's x, in rank order
+ * (above), the same bits on every rank; scratch holds n floats of be's memory (its
+ * contents are lost). In buckets of rn_dist_set_bucket's size, highest offsets first
+ * (backward's order). what names the array in messages. Errors: RN_EIO (MPI), those of
+ * rn_backend_coll_sum. */
+int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what);
+
+/* all (world * bytes, host) = every rank's `mine` (bytes, host), in rank order. */
+int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, const char *what);
+
+/* Rank 0 receives every rank's `mine` (bytes may differ per rank) concatenated in rank
+ * order into a malloc'ed *all of *total bytes (the caller frees it); other ranks get
+ * NULL and 0. In a world of one, a copy. Errors: RN_EIO, RN_ENOMEM. */
+int rn_dist_gather0(rn_dist *d, const void *mine, size_t bytes, void **all, size_t *total, const char *what);
+
+/* *v = the largest of every rank's *v (the stop flag, an error seen anywhere). */
+int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what);
+
+/* buf (bytes, host) on every rank = rank root's. */
+int rn_dist_bcast(rn_dist *d, void *buf, size_t bytes, int root, const char *what);
+
+#endif

@@ -1,0 +1,350 @@
+/* Data parallelism across processes: MPI for the world, the host collectives and the
+ * NCCL bootstrap; a watchdog thread that ends a process whose collective waits too long. */
+#include "rn/dist.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rn/err.h"
+
+#ifdef RN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+struct rn_dist {
+    int rank, world, local_rank, local_world;
+    int mpi;             /* MPI was initialised by rn_dist_open */
+    double timeout;
+    size_t bucket;       /* bytes per bucket of rn_dist_sum (0: one) */
+    /* the watchdog: the collective in progress (op[0] = 0: none) since when */
+    pthread_t dog;
+    int dog_started, dog_stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char op[96];
+    double since;
+#ifdef RN_HAVE_MPI
+    MPI_Comm local;
+#endif
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int rn_dist_built(void) {
+#ifdef RN_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int rn_dist_rank(const rn_dist *d) { return d ? d->rank : 0; }
+int rn_dist_world(const rn_dist *d) { return d ? d->world : 1; }
+int rn_dist_local_rank(const rn_dist *d) { return d ? d->local_rank : 0; }
+int rn_dist_local_world(const rn_dist *d) { return d ? d->local_world : 1; }
+double rn_dist_timeout(const rn_dist *d) { return d ? d->timeout : RN_DIST_TIMEOUT; }
+void rn_dist_set_bucket(rn_dist *d, size_t bytes) {
+    if (d) d->bucket = bytes;
+}
+
+/* The watchdog wakes every second; a collective that has waited past the timeout means
+ * another rank died or hangs: say which operation and end this process (exit status
+ * 1), which makes mpirun stop the job. It never calls MPI (only the main thread may). */
+static void *watch(void *arg) {
+    rn_dist *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->dog_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+        if (d->op[0] && now() - d->since > d->timeout) {
+            fprintf(stderr,
+                    "rank %d: %s has waited %.0f s for the other ranks (--dist-timeout %.0f): a rank died or "
+                    "hangs; stopping this one (the last checkpoint written stays as it was)\n",
+                    d->rank, d->op, now() - d->since, d->timeout);
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void op_begin(rn_dist *d, const char *what) {
+    pthread_mutex_lock(&d->mu);
+    snprintf(d->op, sizeof d->op, "%s", what);
+    d->since = now();
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void op_end(rn_dist *d) {
+    pthread_mutex_lock(&d->mu);
+    d->op[0] = 0;
+    pthread_mutex_unlock(&d->mu);
+}
+
+#ifdef RN_HAVE_MPI
+static int mpi_fail(int err, const char *call, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    return rn_errorf(RN_EIO, "%s (%s): %s", call, what, msg);
+}
+#define MPI_CHECK(call, what)                                  \
+    do {                                                       \
+        int e_ = (call);                                       \
+        if (e_ != MPI_SUCCESS) return mpi_fail(e_, #call, what); \
+    } while (0)
+#endif
+
+int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dist **out) {
+    *out = NULL;
+    if (!(timeout_s > 0))
+        return rn_errorf(RN_EINVAL, "--dist-timeout %g: give a number of seconds above 0", timeout_s);
+#ifndef RN_HAVE_MPI
+    if (launched > 1)
+        return rn_errorf(RN_ENOTSUP,
+                         "started as one of %d processes, but this build has no MPI (USE_MPI=0): every process "
+                         "would train alone; rebuild with Open MPI (make deps installs libopenmpi-dev, then make), "
+                         "or run one process",
+                         launched);
+#endif
+    rn_dist *d = rn_calloc(1, sizeof *d);
+    if (!d) return RN_ENOMEM;
+    d->world = d->local_world = 1;
+    d->timeout = timeout_s;
+    d->bucket = (size_t)(RN_DIST_BUCKET_MB * 1e6);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    *out = d;
+#ifdef RN_HAVE_MPI
+    if (launched > 1) {
+        int provided = 0, rc;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return rn_errorf(RN_EIO, "MPI_Init_thread failed: is this process started by mpirun or srun --mpi=pmix?");
+        d->mpi = 1;
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank), "world");
+        MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world), "world");
+        MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &d->local),
+                  "local ranks");
+        MPI_CHECK(MPI_Comm_rank(d->local, &d->local_rank), "local ranks");
+        MPI_CHECK(MPI_Comm_size(d->local, &d->local_world), "local ranks");
+        if ((rc = pthread_create(&d->dog, NULL, watch, d)))
+            return rn_errorf(RN_ENOMEM, "cannot start the collectives' watchdog thread (%s)", strerror(rc));
+        d->dog_started = 1;
+    }
+#else
+    (void)argc, (void)argv;
+#endif
+    return RN_OK;
+}
+
+void rn_dist_close(rn_dist *d) {
+    if (!d) return;
+    if (d->dog_started) {
+        pthread_mutex_lock(&d->mu);
+        d->dog_stop = 1;
+        pthread_cond_signal(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->dog, NULL);
+    }
+#ifdef RN_HAVE_MPI
+    if (d->mpi) {
+        if (d->local != MPI_COMM_NULL && d->local) MPI_Comm_free(&d->local);
+        MPI_Finalize();
+    }
+#endif
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+}
+
+void rn_dist_abort(rn_dist *d, int code) {
+#ifdef RN_HAVE_MPI
+    if (d && d->mpi) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    (void)d;
+    exit(code);
+}
+
+int rn_dist_attach(rn_dist *d, rn_backend *be) {
+    if (!d || d->world == 1 || !rn_backend_has_coll(be)) return RN_OK;
+    unsigned char id[512];
+    size_t len = 0;
+    int rc = d->rank == 0 ? rn_backend_coll_id(be, id, sizeof id, &len) : RN_OK;
+    /* a failure on rank 0 still broadcasts (length 0), so the others fail too, not wait */
+    uint64_t l64 = rc ? 0 : len;
+    int brc = rn_dist_bcast(d, &l64, sizeof l64, 0, "the NCCL id's length");
+    if (rc) return rc;
+    if (brc) return brc;
+    if (l64 == 0 || l64 > sizeof id)
+        return rn_errorf(RN_EGPU, "rank 0 could not make the NCCL communicator's id (see rank 0's message)");
+    if ((rc = rn_dist_bcast(d, id, (size_t)l64, 0, "the NCCL id"))) return rc;
+    return rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, d->timeout);
+}
+
+#ifdef RN_HAVE_MPI
+/* Wait for req under the watchdog (a blocking MPI call cannot be timed from inside). */
+static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
+    op_begin(d, what);
+    int e = MPI_Wait(req, MPI_STATUS_IGNORE);
+    op_end(d);
+    return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Wait", what);
+}
+
+/* One bucket of rn_dist_sum on host memory: chunk r of x (about n/world floats, the
+ * split fixed by n and world) goes to rank r, which adds the world's copies of it in
+ * rank order, then every rank gathers the sums. */
+static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char *what) {
+    int W = d->world;
+    int cnt[1024] = {0}, dsp[1024] = {0}, rcnt[1024], rdsp[1024];
+    if (W > 1024) return rn_errorf(RN_EINVAL, "%d ranks: rn's collectives take up to 1024", W);
+    if (n / W > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", what, (long long)n);
+    for (int r = 0; r < W; r++) {
+        int64_t lo = n * r / W, hi = n * (r + 1) / W;
+        cnt[r] = (int)(hi - lo);
+        dsp[r] = (int)lo;
+    }
+    int mine = cnt[d->rank];
+    for (int r = 0; r < W; r++) {
+        rcnt[r] = mine;
+        rdsp[r] = r * mine;
+    }
+    MPI_Request req;
+    MPI_CHECK(MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, scratch, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req), what);
+    int rc = wait_req(d, &req, what);
+    if (rc) return rc;
+    float *acc = x + dsp[d->rank];
+    memcpy(acc, scratch, sizeof(float) * (size_t)mine);
+    for (int r = 1; r < W; r++) {
+        const float *p = scratch + (size_t)r * mine;
+        for (int i = 0; i < mine; i++) acc[i] += p[i];
+    }
+    MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req), what);
+    return wait_req(d, &req, what);
+}
+#endif
+
+int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what) {
+    if (!d || d->world == 1 || n == 0) return RN_OK;
+    int dev = !rn_backend_is_host(be);
+    if (dev && !rn_backend_has_coll(be))
+        return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
+                         rn_backend_name(be));
+    int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
+    if (step < 1) step = 1;
+    char op[96];
+    snprintf(op, sizeof op, "the sum of %s", what);
+    /* buckets from the top down: backward produces the last layers' gradients first */
+    for (int64_t hi = n; hi > 0;) {
+        int64_t lo = hi > step ? hi - step : 0;
+        int rc;
+        if (dev) {
+            op_begin(d, op);
+            rc = rn_backend_coll_sum(be, x + lo, scratch + lo, hi - lo);
+            op_end(d);
+        } else {
+#ifdef RN_HAVE_MPI
+            rc = sum_host(d, x + lo, scratch + lo, hi - lo, op);
+#else
+            rc = RN_ENOTSUP;
+#endif
+        }
+        if (rc) return rc;
+        hi = lo;
+    }
+    return RN_OK;
+}
+
+int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, const char *what) {
+    if (!d || d->world == 1) {
+        if (bytes) memmove(all, mine, bytes);
+        return RN_OK;
+    }
+#ifdef RN_HAVE_MPI
+    if (bytes > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: %zu bytes per rank is too many", what, bytes);
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req), what);
+    return wait_req(d, &req, what);
+#else
+    return RN_ENOTSUP;
+#endif
+}
+
+int rn_dist_gather0(rn_dist *d, const void *mine, size_t bytes, void **all, size_t *total, const char *what) {
+    *all = NULL;
+    *total = 0;
+    if (!d || d->world == 1) {
+        if (!(*all = rn_malloc(bytes ? bytes : 1))) return RN_ENOMEM;
+        if (bytes) memcpy(*all, mine, bytes);
+        *total = bytes;
+        return RN_OK;
+    }
+#ifdef RN_HAVE_MPI
+    int W = d->world;
+    if (W > 1024) return rn_errorf(RN_EINVAL, "%d ranks: rn's collectives take up to 1024", W);
+    if (bytes > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: %zu bytes from one rank is too many", what, bytes);
+    int b = (int)bytes, cnt[1024], dsp[1024];
+    MPI_Request req;
+    MPI_CHECK(MPI_Igather(&b, 1, MPI_INT, cnt, 1, MPI_INT, 0, MPI_COMM_WORLD, &req), what);
+    int rc = wait_req(d, &req, what);
+    if (rc) return rc;
+    uint8_t *buf = NULL;
+    if (d->rank == 0) {
+        int64_t sum = 0;
+        for (int r = 0; r < W; r++) {
+            dsp[r] = (int)sum;
+            sum += cnt[r];
+        }
+        if (sum > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: %lld bytes gathered is too many", what, (long long)sum);
+        if (!(buf = rn_malloc(sum ? (size_t)sum : 1))) return RN_ENOMEM;
+        *total = (size_t)sum;
+    }
+    int e = MPI_Igatherv(mine, b, MPI_BYTE, buf, cnt, dsp, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+    if (e != MPI_SUCCESS) rc = mpi_fail(e, "MPI_Igatherv", what);
+    else rc = wait_req(d, &req, what);
+    if (rc) {
+        free(buf);
+        *total = 0;
+        return rc;
+    }
+    *all = buf;
+    return RN_OK;
+#else
+    return RN_ENOTSUP;
+#endif
+}
+
+int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what) {
+    if (!d || d->world == 1) return RN_OK;
+#ifdef RN_HAVE_MPI
+    int64_t in = *v;
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallreduce(&in, v, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &req), what);
+    return wait_req(d, &req, what);
+#else
+    return RN_ENOTSUP;
+#endif
+}
+
+int rn_dist_bcast(rn_dist *d, void *buf, size_t bytes, int root, const char *what) {
+    if (!d || d->world == 1) return RN_OK;
+#ifdef RN_HAVE_MPI
+    if (bytes > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: %zu bytes is too many to broadcast", what, bytes);
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req), what);
+    return wait_req(d, &req, what);
+#else
+    return RN_ENOTSUP;
+#endif
+}
