@@ -28,12 +28,15 @@
 #include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/dataset.h"
+#include "rn/dist.h"
 #include "rn/loader.h"
 #include "rn/net.h"
 
 typedef struct {
     rn_backend *be;
     rn_net *net;
+    rn_dist *dist;       /* the ranks this run is split over (set after rn_runner_open;
+                            NULL: this process alone): rn_eval_run shards over them */
     uint8_t *staging[2]; /* non-host backends: device copies of a loader batch of u8 pixels,
                             used in turn so that one fills while the other is read */
     const uint8_t *px;   /* the pixels of the batch last staged: staging[i] or the batch's own */
