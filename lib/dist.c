@@ -68,9 +68,9 @@ static void *watch(void *arg) {
         pthread_cond_timedwait(&d->cv, &d->mu, &ts);
         if (d->op[0] && now() - d->since > d->timeout) {
             fprintf(stderr,
-                    "rank %d: %s has waited %.0f s for the other ranks (--dist-timeout %.0f): a rank died or "
-                    "hangs; stopping this one (the last checkpoint written stays as it was)\n",
-                    d->rank, d->op, now() - d->since, d->timeout);
+                    "rank %d: no answer from the other ranks for %.0f s in %s (--dist-timeout %.0f): a rank died "
+                    "or hangs; stopping this one (the last checkpoint written stays as it was)\n",
+                    d->rank, now() - d->since, d->op, d->timeout);
             fflush(stderr);
             _exit(1);
         }
@@ -244,7 +244,7 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
     int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
     if (step < 1) step = 1;
     char op[96];
-    snprintf(op, sizeof op, "the sum of %s", what);
+    snprintf(op, sizeof op, "the sum of the %s", what);
     /* buckets from the top down: backward produces the last layers' gradients first */
     for (int64_t hi = n; hi > 0;) {
         int64_t lo = hi > step ? hi - step : 0;

@@ -303,7 +303,7 @@ static int combine(run *t, step_result *s) {
     int rc;
     if (t->stats) {
         if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
-                                    "the BN statistics")) ||
+                                    "the gather of the BN statistics")) ||
             (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
             return rc;
     }
@@ -312,7 +312,7 @@ static int combine(run *t, step_result *s) {
     if ((rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
     float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
     if (!losses) return RN_ENOMEM;
-    rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the loss");
+    rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the sum of the loss");
     if (rc == RN_OK) {
         s->loss = 0;
         for (int r = 0; r < t->world; r++) s->loss += losses[r];
@@ -399,7 +399,7 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     double mine[2] = {dt / w->steps, dt > 0 ? w->wait / dt : 0}, *all = NULL;
     if (t->world > 1) {
         if (!(all = rn_malloc(sizeof mine * (size_t)t->world))) return RN_ENOMEM;
-        int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the step times");
+        int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the gather of the step times");
         if (rc) {
             free(all);
             return rc;

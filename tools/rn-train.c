@@ -69,6 +69,8 @@ static void usage(FILE *f) {
             "  --accum P. --device cuda and auto take the GPU of the process's local rank; on\n"
             "  the CPU the cores are shared among a node's processes unless --threads is given.\n"
             "  Rank 0 writes OUT and the log; a run resumes on any number of processes.\n"
+            "  SIGUSR1 to mpirun reaches every rank: all save at the same step and exit 0.\n"
+            "  (This build: %s.)\n"
             "      --dist-timeout S    a collective that waits S seconds for the others (a rank\n"
             "                          died or hangs) stops the run, naming it (default %g)\n"
             "      --bucket-mb X       gradients are summed in buckets of X MB (default %g)\n"
@@ -108,7 +110,8 @@ static void usage(FILE *f) {
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
-            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
+            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS,
+            rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
             RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
 }
