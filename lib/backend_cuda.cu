@@ -1278,13 +1278,13 @@ static int cuda_coll_init(rn_backend *be, int rank, int world, const void *id, s
     g->rank = rank;
     g->world = world;
     g->coll_timeout = timeout_s;
+    /* NCCL takes the device from the calling thread */
+    CU(cudaSetDevice(g->dev));
     if (!g->coll_small) CU(cudaMalloc(&g->coll_small, sizeof(float) * (size_t)world * (size_t)world));
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    /* NCCL takes the device from the calling thread */
-    CU(cudaSetDevice(g->dev));
     RN_NCCL(ncclCommInitRankConfig(&g->comm, world, u, rank, &cfg));
     return coll_wait(g, 0, "NCCL communicator init");
 }
