@@ -20,7 +20,8 @@
  * One context uses one device and one stream for its ops, plus a copy stream for
  * rn_backend_upload_async (so the next batch's pixels cross the bus while this batch
  * computes); call it from the thread that created it
- * (the current device is set when the context is created). */
+ * (the current device is set when the context is created). In a build with NCCL
+ * (RN_HAVE_NCCL) the context also holds one communicator for rn_backend_coll_*. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,6 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#ifdef RN_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include "rn/backend_impl.h"
 extern "C" {
@@ -88,6 +93,14 @@ typedef struct {
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
     size_t coef_cap;
+#ifdef RN_HAVE_NCCL
+    ncclComm_t comm;     /* rn_backend_coll_init's communicator (non-blocking); NULL before,
+                            and after an abort */
+    int rank, world;
+    double coll_timeout; /* seconds without progress before a collective is given up */
+    float *coll_small;   /* (world, world) floats: coll_sum's receive buffer when the
+                            caller's scratch is too small for it (see there) */
+#endif
     rn_backend_ops ops;
 } cuda_ctx;
 
@@ -1165,10 +1178,236 @@ static int cuda_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *fl
     return RN_OK;
 }
 
+/* ---- collectives across processes: NCCL ----
+ * The communicator is non-blocking (config.blocking = 0) so that no NCCL call can hang
+ * the process: each returns at once (maybe ncclInProgress) and coll_wait polls
+ * ncclCommGetAsyncError, and the stream, under the timeout, aborting the communicator
+ * when it runs out. Collectives run on the compute stream, not a stream of their own:
+ * the gradients they sum were written there by the backward, and the optimiser step that
+ * reads the sums is enqueued there after, so both orderings come from the stream itself
+ * (rn_backend_coll_sum blocks in any case, so a second stream would overlap nothing). */
+#ifdef RN_HAVE_NCCL
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Abort: the only NCCL call that returns whatever the peers do, and it stops kernels of
+ * this communicator still waiting on the stream. */
+static void comm_abort(cuda_ctx *g) {
+    if (g->comm) ncclCommAbort(g->comm);
+    g->comm = NULL;
+}
+
+/* A failed NCCL call: the message is formed while the communicator (and NCCL's last
+ * error, which says more than the result code) still exists, then it is aborted so that
+ * no later call waits on it. */
+static int nccl_fail(cuda_ctx *g, ncclResult_t r, const char *call, const char *file, int line) {
+    const char *last = g->comm ? ncclGetLastError(g->comm) : NULL;
+    int rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s%s%s", file, line, call, ncclGetErrorString(r),
+                       last && *last ? ": " : "", last && *last ? last : "");
+    comm_abort(g);
+    return rc;
+}
+/* an NCCL call on context g: ncclInProgress is how a non-blocking communicator says
+ * "accepted", and coll_wait follows it */
+#define RN_NCCL(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess && r_ != ncclInProgress) \
+    return nccl_fail(g, r_, #call, __FILE__, __LINE__); } while (0)
+
+/* Wait until the communicator's last call is done (the operations of a group are then
+ * enqueued on the stream) and, with drain, until the stream has run them. Gives up
+ * after g->coll_timeout seconds: a peer that died or hangs leaves its partners waiting
+ * for ever, which only an abort ends. */
+static int coll_wait(cuda_ctx *g, int drain, const char *what) {
+    double t0 = now_s();
+    for (;;) {
+        ncclResult_t st = ncclSuccess, r = ncclCommGetAsyncError(g->comm, &st);
+        if (r != ncclSuccess) st = r;
+        if (st != ncclSuccess && st != ncclInProgress)
+            return rn_error_context(nccl_fail(g, st, "ncclCommGetAsyncError", __FILE__, __LINE__),
+                                    "%s (rank %d of %d, cuda:%d)", what, g->rank, g->world, g->dev);
+        if (st == ncclSuccess) {
+            if (!drain) return RN_OK;
+            cudaError_t e = cudaStreamQuery(g->stream);
+            if (e == cudaSuccess) return RN_OK;
+            if (e != cudaErrorNotReady) {
+                (void)cudaGetLastError();
+                comm_abort(g);
+                return rn_errorf(RN_EGPU, "%s:%d: %s (rank %d of %d, cuda:%d): cudaStreamQuery: %s", __FILE__,
+                                 __LINE__, what, g->rank, g->world, g->dev, cudaGetErrorString(e));
+            }
+        }
+        if (now_s() - t0 > g->coll_timeout) {
+            comm_abort(g);
+            return rn_errorf(RN_EGPU,
+                             "%s (rank %d of %d, cuda:%d): no progress in %g s: another rank died or hangs "
+                             "(see the other ranks' messages; NCCL_DEBUG=INFO shows where NCCL waits, "
+                             "NCCL_SOCKET_IFNAME chooses the network the ranks share)",
+                             what, g->rank, g->world, g->dev, g->coll_timeout);
+        }
+        /* short enough to add little to a bucket's milliseconds */
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+static int cuda_coll_id(rn_backend *be, void *id, size_t cap, size_t *len) {
+    (void)be;
+    if (cap < sizeof(ncclUniqueId))
+        return rn_errorf(RN_EINVAL, "NCCL id: %zu bytes of room, ncclUniqueId needs %zu", cap, sizeof(ncclUniqueId));
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess)
+        return rn_errorf(RN_EGPU, "%s:%d: ncclGetUniqueId: %s: %s (NCCL_DEBUG=INFO says more)", __FILE__, __LINE__,
+                         ncclGetErrorString(r), ncclGetLastError(NULL));
+    memcpy(id, &u, sizeof u);
+    *len = sizeof u;
+    return RN_OK;
+}
+
+static int cuda_coll_init(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s) {
+    cuda_ctx *g = CTX(be);
+    if (g->comm) return rn_errorf(RN_EINVAL, "NCCL communicator init: cuda:%d already has a communicator", g->dev);
+    if (len != sizeof(ncclUniqueId))
+        return rn_errorf(RN_EINVAL, "NCCL communicator init: an id of %zu bytes, ncclUniqueId has %zu", len,
+                         sizeof(ncclUniqueId));
+    if (world < 1 || rank < 0 || rank >= world || !(timeout_s > 0))
+        return rn_errorf(RN_EINVAL, "NCCL communicator init: rank %d of %d, timeout %g s", rank, world, timeout_s);
+    g->rank = rank;
+    g->world = world;
+    g->coll_timeout = timeout_s;
+    /* NCCL takes the device from the calling thread */
+    CU(cudaSetDevice(g->dev));
+    if (!g->coll_small) CU(cudaMalloc(&g->coll_small, sizeof(float) * (size_t)world * (size_t)world));
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    RN_NCCL(ncclCommInitRankConfig(&g->comm, world, u, rank, &cfg));
+    return coll_wait(g, 0, "NCCL communicator init");
+}
+
+/* Chunk r of n floats split over W ranks: [n*r/W, n*(r+1)/W), as lib/dist.c splits. */
+static int64_t chunk_lo(int64_t n, int r, int W) { return n * r / W; }
+
+/* x[i] = ((c0[i] + c1[i]) + c2[i]) ... over the world's copies of this rank's chunk, in
+ * rank order; copy `self` is x itself, copy p of another rank is recv[slot p], slots
+ * numbering the others in rank order. One thread adds one element's copies in order, so
+ * the bits are those of lib/dist.c's host sum. */
+__global__ void coll_add_k(int64_t m, int W, int self, float *x, const float *recv) {
+    GRID_LOOP(i, m) {
+        float acc = 0;
+        for (int p = 0, slot = 0; p < W; p++) {
+            float v = p == self ? x[i] : recv[(int64_t)slot++ * m + i];
+            acc = p == 0 ? v : __fadd_rn(acc, v);
+        }
+        x[i] = acc;
+    }
+}
+
+/* The rank-ordered sum: (1) every rank sends chunk p of its x to rank p (an all-to-all of
+ * send/recv pairs), (2) rank p adds the W copies of chunk p in rank order (coll_add_k),
+ * (3) every rank sends its summed chunk to every other (an all-gather of send/recv pairs
+ * into x in place). ncclAllReduce would be faster but its order of additions depends on
+ * the algorithm NCCL picks; ncclAllGather in place needs equal chunks, which n not a
+ * multiple of W does not give, and send/recv takes any counts. */
+static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
+    cuda_ctx *g = CTX(be);
+    if (!g->comm)
+        return rn_errorf(RN_EGPU, "NCCL sum on cuda:%d: no communicator (rn_backend_coll_init not called, or an "
+                         "earlier error aborted it)", g->dev);
+    int W = g->world, R = g->rank;
+    if (n == 0 || W == 1) return RN_OK;
+    int64_t lo = chunk_lo(n, R, W), mine = chunk_lo(n, R + 1, W) - lo;
+    /* the other ranks' copies of this chunk need (W-1)*mine floats; that exceeds scratch's
+     * n only when the chunks are shorter than W floats (a bucket of a few floats), and
+     * then it is under (W-1)*W: the context's own coll_small holds it */
+    float *recv = (W - 1) * mine <= n ? scratch : g->coll_small;
+    ncclResult_t r = ncclSuccess;
+    const char *call = "ncclGroupStart";
+    if ((r = ncclGroupStart()) != ncclSuccess) goto fail;
+    for (int p = 0, slot = 0; p < W; p++) {
+        if (p == R) continue;
+        int64_t plo = chunk_lo(n, p, W), pn = chunk_lo(n, p + 1, W) - plo;
+        /* both sides know both counts: a pair is skipped on both or on neither */
+        call = "ncclSend";
+        if (pn && (r = ncclSend(x + plo, (size_t)pn, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+        call = "ncclRecv";
+        if (mine && (r = ncclRecv(recv + (int64_t)slot * mine, (size_t)mine, ncclFloat32, p, g->comm, g->stream)) !=
+                        ncclSuccess)
+            break;
+        slot++;
+    }
+    {
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) r = e, call = "ncclGroupEnd";
+    }
+    if (r != ncclSuccess) goto fail;
+    {
+        int rc = coll_wait(g, 0, "NCCL sum (exchange)");
+        if (rc) return rc;
+    }
+    if (mine) {
+        coll_add_k<<<blocks_for(g, mine), TPB, 0, g->stream>>>(mine, W, R, x + lo, recv);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            comm_abort(g);
+            return rn_errorf(RN_EGPU, "%s:%d: kernel coll_add: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        }
+    }
+    call = "ncclGroupStart";
+    if ((r = ncclGroupStart()) != ncclSuccess) goto fail;
+    for (int p = 0; p < W; p++) {
+        if (p == R) continue;
+        int64_t plo = chunk_lo(n, p, W), pn = chunk_lo(n, p + 1, W) - plo;
+        call = "ncclSend";
+        if (mine && (r = ncclSend(x + lo, (size_t)mine, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+        call = "ncclRecv";
+        if (pn && (r = ncclRecv(x + plo, (size_t)pn, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+    }
+    {
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) r = e, call = "ncclGroupEnd";
+    }
+    if (r != ncclSuccess) goto fail;
+    return coll_wait(g, 1, "NCCL sum");
+fail:
+    return rn_error_context(nccl_fail(g, r, call, __FILE__, __LINE__), "NCCL sum of %lld floats (rank %d of %d)",
+                            (long long)n, R, W);
+}
+
+/* Finalize flushes what is still queued and lets the peers finish theirs; when that
+ * cannot complete (a peer is gone) within the timeout, abort. */
+static void comm_close(cuda_ctx *g) {
+    if (!g->comm) return;
+    if (cudaSetDevice(g->dev) != cudaSuccess) (void)cudaGetLastError();
+    ncclResult_t st = ncclCommFinalize(g->comm);
+    double t0 = now_s();
+    while (st == ncclInProgress && now_s() - t0 < g->coll_timeout) {
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+        if (ncclCommGetAsyncError(g->comm, &st) != ncclSuccess) st = ncclInternalError;
+    }
+    if (st != ncclSuccess) {
+        comm_abort(g);
+        return;
+    }
+    ncclCommDestroy(g->comm);
+    g->comm = NULL;
+}
+#endif
+
 /* ---- context ---- */
 
 static void ctx_free(cuda_ctx *g) {
     if (!g) return;
+#ifdef RN_HAVE_NCCL
+    /* before the stream its operations run on goes */
+    comm_close(g);
+    cudaFree(g->coll_small);
+#endif
     for (int i = 0; i < g->nplans; i++) plan_destroy(&g->plans[i]);
     free(g->plans);
     if (g->bn_x) cudnnDestroyTensorDescriptor(g->bn_x);
@@ -1233,6 +1472,11 @@ static void fill_ops(rn_backend_ops *o) {
     o->sgd_update = cuda_sgd_update;
     o->cast = cuda_cast;
     o->nonfinite = cuda_nonfinite;
+#ifdef RN_HAVE_NCCL
+    o->coll_id = cuda_coll_id;
+    o->coll_init = cuda_coll_init;
+    o->coll_sum = cuda_coll_sum;
+#endif
 }
 
 /* Why there is no GPU, in words that do not send a user after a driver upgrade when

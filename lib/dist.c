@@ -220,18 +220,27 @@ static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char 
         rcnt[r] = mine;
         rdsp[r] = r * mine;
     }
+    /* W copies of this rank's chunk: more than scratch's n floats when the chunks are
+     * unequal (n not a multiple of W) and this rank's is a longer one */
+    float *recv = scratch, *own = NULL;
+    if ((int64_t)W * mine > n) {
+        if (!(own = rn_malloc(sizeof(float) * (size_t)W * (size_t)mine))) return RN_ENOMEM;
+        recv = own;
+    }
     MPI_Request req;
-    MPI_CHECK(MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, scratch, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req), what);
-    int rc = wait_req(d, &req, what);
-    if (rc) return rc;
+    int rc, e = MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    if ((rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Ialltoallv", what))) goto fail;
     float *acc = x + dsp[d->rank];
-    memcpy(acc, scratch, sizeof(float) * (size_t)mine);
+    memcpy(acc, recv, sizeof(float) * (size_t)mine);
     for (int r = 1; r < W; r++) {
-        const float *p = scratch + (size_t)r * mine;
+        const float *p = recv + (size_t)r * mine;
         for (int i = 0; i < mine; i++) acc[i] += p[i];
     }
-    MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req), what);
-    return wait_req(d, &req, what);
+    e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Iallgatherv", what);
+fail:
+    free(own);
+    return rc;
 }
 #endif
 

@@ -451,3 +451,41 @@ int rn_gpuinfo_write_bench(const rn_gpubench *b, int json, FILE *f) {
     }
     return stream_status(f, "the benchmark results");
 }
+
+int rn_gpuinfo_write_nccl(const rn_gpunccl *b, int json, FILE *f) {
+    if (json) {
+        fputs("{\"schema\":\"rn-gpuinfo-nccl/1\",\"nccl\":", f);
+        rn_json_string_or_null(f, b->version);
+        fputs(",\"devices\":[", f);
+        for (int i = 0; i < b->ndev; i++)
+            fprintf(f, "%s%d", i ? "," : "", b->dev[i]);
+        fprintf(f, "],\"verified\":%s,\"skipped\":", b->verified ? "true" : "false");
+        rn_json_string_or_null(f, b->skipped);
+        fputs(",\"results\":[", f);
+        for (int i = 0; i < b->n; i++) {
+            const rn_gpunccl_result *r = &b->r[i];
+            fprintf(f, "%s{\"bytes\":%lld,\"time_us\":", i ? "," : "", r->bytes);
+            rn_json_reading(f, r->us);
+            fputs(",\"algbw\":", f);
+            rn_json_reading(f, r->algbw);
+            fputs(",\"busbw\":", f);
+            rn_json_reading(f, r->busbw);
+            fputc('}', f);
+        }
+        fputs("]}\n", f);
+    } else if (b->skipped[0]) {
+        fprintf(f, "rn-gpuinfo: --nccl: %s; skipped\n", b->skipped);
+    } else {
+        fprintf(f, "NCCL %s all-reduce (fp32 sum, out of place) across %d GPUs (", b->version[0] ? b->version : "?",
+                b->ndev);
+        for (int i = 0; i < b->ndev; i++)
+            fprintf(f, "%s%d", i ? "," : "", b->dev[i]);
+        fprintf(f, "), sums %s\n", b->verified ? "checked exact" : "not checked");
+        fprintf(f, "  %10s %12s %12s %12s\n", "size", "time (us)", "algbw GB/s", "busbw GB/s");
+        for (int i = 0; i < b->n; i++) {
+            const rn_gpunccl_result *r = &b->r[i];
+            fprintf(f, "  %6lld MiB %12.1f %12.2f %12.2f\n", r->bytes >> 20, r->us, r->algbw, r->busbw);
+        }
+    }
+    return stream_status(f, "the all-reduce results");
+}

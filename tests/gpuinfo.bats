@@ -93,7 +93,7 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
 @test "--help lists every flag and the exit codes" {
     run rn-gpuinfo --help
     assert_success
-    for f in --json --check --watch --count --bench --device --version; do assert_output --partial -- "$f"; done
+    for f in --json --check --watch --count --bench --nccl --device --version; do assert_output --partial -- "$f"; done
     assert_output --partial "3  no usable NVIDIA driver"
     assert_output --partial "7  this rn build has no GPU support"
 }
@@ -119,6 +119,11 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     run rn-gpuinfo --watch 1 --count 0
     assert_failure 2
     run rn-gpuinfo --check --bench
+    assert_failure 2
+    run rn-gpuinfo --nccl --bench
+    assert_failure 2
+    assert_output --partial "--nccl"
+    run rn-gpuinfo --nccl --device 0
     assert_failure 2
     run rn-gpuinfo --device x --bench
     assert_failure 2
@@ -177,6 +182,24 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     run rn-gpuinfo --bench
     assert_failure 3
     assert_output --partial "no NVIDIA driver is loaded"
+}
+
+@test "--nccl without a driver: the diagnosis, exit 3" {
+    no_driver_only
+    run rn-gpuinfo --nccl
+    assert_failure 3
+    assert_output --partial "no NVIDIA driver is loaded"
+}
+
+@test "--nccl with one (fake) GPU: one line saying it was skipped, exit 0; the same in JSON" {
+    no_driver_only
+    FAKE_CU_NDEV=1 fake run --separate-stderr rn-gpuinfo --nccl
+    assert_success
+    assert_equal "$output" "rn-gpuinfo: --nccl: 1 GPU visible: an all-reduce needs 2 or more; skipped"
+    FAKE_CU_NDEV=1 fake run --separate-stderr rn-gpuinfo --nccl --json
+    assert_success
+    assert_equal "$(json_get 'd["schema"], d["devices"], d["results"], d["verified"]' <<<"$output")" "('rn-gpuinfo-nccl/1', [0], [], False)"
+    assert_equal "$(json_get 'd["skipped"]' <<<"$output")" "1 GPU visible: an all-reduce needs 2 or more"
 }
 
 @test "the toolkit's stub libcuda is named as such, exit 3" {
@@ -284,6 +307,9 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     assert_equal "$(json_get 'd["build"]["cuda"], d["status"]["name"]' <<<"$output")" "(False, 'no_build_gpu')"
     run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" --bench
     assert_failure 7
+    run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda" --nccl
+    assert_failure 7
+    assert_output --partial "this rn build has no GPU support"
     # the report still shows what the machine has
     run "$BATS_FILE_TMPDIR/rn-gpuinfo-nocuda"
     assert_failure 7

@@ -29,6 +29,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: rn-gpuinfo [--json] [--check]\n"
                "       rn-gpuinfo --watch SECONDS [--count N] [--device N] [--json]\n"
                "       rn-gpuinfo --bench [--device N] [--json]\n"
+               "       rn-gpuinfo --nccl [--json]\n"
                "\n"
                "Report the NVIDIA stack exactly as rn loads it at run time: driver (and the highest\n"
                "CUDA it supports), CUDA runtime, cuBLAS, cuDNN and NCCL with the path each was\n"
@@ -44,6 +45,10 @@ static void usage(FILE *f) {
                "  -n, --count N          with --watch: stop after N samples\n"
                "  -b, --bench            measure H2D/D2D bandwidth, cuBLAS GEMM (fp32, TF32, fp16,\n"
                "                         bf16) and a ResNet-50 cuDNN convolution against datasheet peaks\n"
+               "  -N, --nccl             preflight of many-GPU training: an NCCL all-reduce across\n"
+               "                         every usable GPU, 8 MiB to 256 MiB per GPU, its sums checked,\n"
+               "                         with algorithm and bus bandwidth (GB/s, as nccl-tests);\n"
+               "                         fewer than 2 GPUs: one line saying it was skipped, exit 0\n"
                "  -d, --device N         with --watch or --bench: only device N (or cuda:N)\n"
                "  -h, --help             this help\n"
                "  -V, --version          print the version\n"
@@ -58,7 +63,8 @@ static void usage(FILE *f) {
                "  6  cuDNN missing, not 9.x, built for another CUDA, or incomplete\n"
                "  7  this rn build has no GPU support (built with USE_CUDA=0)\n"
                "  8  the CUDA runtime or cuBLAS is missing or of another CUDA major\n"
-               "--watch and --bench exit 0 when they ran, or with 3-7 when there is nothing to run on.\n");
+               "--watch, --bench and --nccl exit 0 when they ran, or with 3-7 when there is nothing to run\n"
+               "on; --nccl exits 1 when NCCL is missing or the all-reduce fails.\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -69,11 +75,12 @@ static int bad_usage(const char *fmt, const char *arg) {
 }
 
 /* The flags that only make sense together, checked once every flag is read. */
-static int check_flags(double watch, int64_t count, int bench, int check, int device, int nargs, char **args) {
+static int check_flags(double watch, int64_t count, int bench, int nccl, int check, int device, int nargs,
+                       char **args) {
     if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s': rn-gpuinfo takes no files", args[0]);
     if (count && !watch) return rn_errorf(RN_EINVAL, "--count only goes with --watch SECONDS");
-    if ((watch > 0) + bench + check > 1)
-        return rn_errorf(RN_EINVAL, "conflicting modes: pick one of --watch, --bench and --check");
+    if ((watch > 0) + bench + nccl + check > 1)
+        return rn_errorf(RN_EINVAL, "conflicting modes: pick one of --watch, --bench, --nccl and --check");
     if (device >= 0 && !watch && !bench) return rn_errorf(RN_EINVAL, "--device only goes with --watch or --bench");
     return RN_OK;
 }
@@ -109,19 +116,21 @@ int main(int argc, char **argv) {
                                          {"watch", required_argument, NULL, 'w'},
                                          {"count", required_argument, NULL, 'n'},
                                          {"bench", no_argument, NULL, 'b'},
+                                         {"nccl", no_argument, NULL, 'N'},
                                          {"device", required_argument, NULL, 'd'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
-    int json = 0, check = 0, bench = 0, device = -1, c;
+    int json = 0, check = 0, bench = 0, nccl = 0, device = -1, c;
     double watch = 0;
     int64_t count = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":jcw:n:bd:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":jcw:n:bNd:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
         case 'c': check = 1; break;
         case 'b': bench = 1; break;
+        case 'N': nccl = 1; break;
         case 'w':
             if (rn_cli_float("--watch", optarg, 0, MAX_WATCH_SECONDS, &watch) != RN_OK)
                 return bad_usage("%s", rn_last_error());
@@ -145,7 +154,7 @@ int main(int argc, char **argv) {
         }
         }
     }
-    if (check_flags(watch, count, bench, check, device, argc - optind, argv + optind) != RN_OK)
+    if (check_flags(watch, count, bench, nccl, check, device, argc - optind, argv + optind) != RN_OK)
         return bad_usage("%s", rn_last_error());
 
     rn_gpuinfo *g = NULL;
@@ -202,6 +211,24 @@ int main(int argc, char **argv) {
                     rc = 1;
                 }
                 fflush(stdout);
+            }
+        }
+    } else if (nccl) {
+        rn_gpunccl r;
+        if (!g->built_with_cuda) {
+            diagnosis(&g->problem[0]);
+            rc = RN_GPUINFO_NO_BUILD_GPU;
+        } else if (g->ndev == 0 || (dp && dp->code == RN_GPUINFO_DRIVER_TOO_OLD)) {
+            if (dp)
+                diagnosis(dp);
+            else
+                fprintf(stderr, "rn-gpuinfo: --nccl: no CUDA device\n");
+            rc = dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+        } else {
+            if (!json && g->ndev > 1) fprintf(stderr, "rn-gpuinfo: --nccl: all-reduce across the GPUs, a few seconds\n");
+            if (rn_gpuinfo_nccl(g, &r) != RN_OK || rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {
+                fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
+                rc = 1;
             }
         }
     } else {

@@ -247,4 +247,43 @@ const char *rn_gpuinfo_datasheet(const char *name);
  * Errors: RN_EIO. */
 int rn_gpuinfo_write_bench(const rn_gpubench *b, int json, FILE *f);
 
+/* --nccl. A preflight of the collectives a many-GPU run uses: an fp32 sum all-reduce
+ * (out of place) across every usable device of this machine from one process
+ * (ncclCommInitAll), at sizes from 8 MB to 256 MB per device. Bandwidths are in GB/s
+ * as nccl-tests counts them: algbw = bytes / time, busbw = algbw * 2 (n-1) / n, the
+ * figure to compare with the link (NVLink, PCIe) speed. */
+typedef struct {
+    long long bytes;     /* per device */
+    double us;           /* mean time of one all-reduce, microseconds */
+    double algbw, busbw; /* GB/s */
+} rn_gpunccl_result;
+
+#define RN_GPUNCCL_MAX 8
+
+typedef struct {
+    int ndev;               /* devices taking part */
+    int dev[64];            /* their CUDA ordinals, the first ndev entries */
+    char version[32];       /* the NCCL library's version, "" unknown */
+    int verified;           /* 1: the first size's sums were exact on every device */
+    char skipped[160];      /* why nothing ran (fewer than 2 usable devices), "" when it ran */
+    int n;
+    rn_gpunccl_result r[RN_GPUNCCL_MAX];
+} rn_gpunccl;
+
+/* Run --nccl into *out, through its own dlsym binding of the CUDA runtime and NCCL (no
+ * NCCL needed to start rn-gpuinfo). Fewer than 2 usable devices is no error: out->skipped
+ * says so and nothing runs. The sums are checked once (data whose sums are exact in any
+ * order), so a link that corrupts data fails here rather than in training.
+ * Errors: RN_ENOTSUP (no GPU build), RN_EGPU (NCCL or the runtime missing, a call failed,
+ * the sums wrong: the message names the call or the device). ncclCommInitAll blocks: a
+ * machine whose GPUs cannot reach each other may hang here (NCCL_DEBUG=INFO shows where). */
+int rn_gpuinfo_nccl(const rn_gpuinfo *g, rn_gpunccl *out);
+
+/* Print --nccl's results: a table, or one JSON object on one line:
+ *   {"schema": "rn-gpuinfo-nccl/1", "nccl": str|null, "devices": [int],
+ *    "verified": bool, "skipped": str|null,
+ *    "results": [{"bytes": int, "time_us": num, "algbw": num, "busbw": num}]}
+ * Errors: RN_EIO. */
+int rn_gpuinfo_write_nccl(const rn_gpunccl *b, int json, FILE *f);
+
 #endif

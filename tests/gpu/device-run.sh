@@ -10,7 +10,7 @@
 # what is left of DEVICE_RUN_SECONDS (default 540: the whole call under the tool's 10
 # minutes; under 120 s left it is not started, and says so).
 # Results: $GPU_CHECK_OUT (default $OUT/gpu-check, the folder the device tool brings back):
-# gpu-check.log, results.md, build.log, ops.txt, train-compare.txt; $OUT/bench-gpu.log (the
+# gpu-check.log, results.md, build.log, ops.txt, train-compare.txt, dist.txt; $OUT/bench-gpu.log (the
 # benchmark's lines and notes) and $OUT/bench-gpu/ (its raw outputs, a few KB).
 # Exit status: gpu-check's when it failed, else bench-gpu's.
 set -u

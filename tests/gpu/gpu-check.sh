@@ -17,13 +17,16 @@
 #   4c. tests/amp.bats (its GPU tests: fp16/bf16 training, overflow skips, exact resume)
 #   4d. memory plan: --micro-batch auto under a --mem-limit between the plans of BATCH/4
 #      and BATCH/2 images takes BATCH/4, trains, and holds no more than it planned
+#   4e. data parallel over NCCL (tests/gpu/dist-check.sh): rn-gpuinfo --nccl, then with 2
+#      or more GPUs `mpirun -np 2 rn-train` against one process with --accum 2, weights
+#      within 1e-5; with one GPU skipped, saying why (NCCL allows one rank per GPU)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
 # results.md (one row per check), build.log, ops.txt (the op test's output),
-# train-compare.txt (the two loss curves) and amp-bats.txt; checkpoints and raw outputs go to
+# train-compare.txt (the two loss curves), amp-bats.txt and dist.txt (step 4e); checkpoints and raw outputs go to
 # $GPU_CHECK_WORK (default $GPU_CHECK_OUT/work). GPU_CHECK_MAKE_ARGS are passed to make.
 # Exit 0 when every check passed, 1 otherwise.
 # GPU_CHECK_DRY=1 (below) runs it on the CPU; the AMP rows then say "not run: needs a GPU".
@@ -309,6 +312,19 @@ else
     failed=1
     row "$name" FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$M/setup.txt" | cut -c1-200)"
 fi
+
+# 4e. data parallel over NCCL: two ranks against --accum 2 (tests/gpu/dist-check.sh says
+#     what and when it skips). Seconds, or nothing with one GPU.
+name="dist: mpirun -np 2 rn-train vs --accum 2, $ARCH ${SIZE}px b$BATCH"
+say "$name"
+BIN=$BIN WORK=$WORK/dist DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH BUILD_LOG=$OUT/build.log \
+    tests/gpu/dist-check.sh >"$OUT/dist.txt" 2>&1
+cat "$OUT/dist.txt"
+v=$(tail -n 1 "$OUT/dist.txt")
+case $v in
+    ok\ * | skipped\ *) row "$name" "${v%% *}" "${v#* }" ;;
+    *) failed=1; row "$name" FAIL "${v#FAIL }; see dist.txt" ;;
+esac
 
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
 #    learns on the CPU (two classes of stripes), --device as a user gives it

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# gpu-check step 4e: data parallelism over NCCL. `mpirun -np 2 rn-train --batch B` (each
+# rank on its own GPU, the gradients summed by rn_backend_coll_sum) must train the weights
+# of one process with --accum 2 (micro-batches of B/2, the same halves of each batch, BN
+# statistics per half) within the fp32 tolerance train.bats gives --accum: 1e-5 relative
+# per tensor (tests/parity/ckpt_close.py), with --deterministic so that both runs choose
+# their convolution algorithms alike. rn-gpuinfo --nccl runs first (its preflight table,
+# or its skip line on one GPU).
+#
+# NCCL refuses two ranks of one communicator on the same GPU (ncclInvalidUsage, "Duplicate
+# GPU detected", since NCCL 2.5; NVIDIA/nccl#418: it would not work even without the
+# check), so with fewer than 2 GPUs the comparison is skipped and says so; so it is without
+# mpirun or without a build with Open MPI and NCCL. DEV=cpu (gpu-check's dry run) runs the
+# same comparison on the CPU backend, whose sum goes over MPI: a check of this script.
+#
+# Environment: BIN (the tools), WORK (a scratch folder, emptied), DEV (cuda or cpu),
+# PYTHON, ARCH, SIZE, BATCH (even), STEPS (default 5), BUILD_LOG (the build's log, for its
+# summary line). Everything said goes to stdout; the last line is the verdict,
+# "ok|FAIL|skipped <detail>". Exit 0 for ok and skipped, 1 for FAIL.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+DEV=${DEV:-cuda} PYTHON=${PYTHON:-python3} ARCH=${ARCH:-resnet50} SIZE=${SIZE:-64} BATCH=${BATCH:-32}
+STEPS=${STEPS:-5} TOL=1e-5
+verdict() { echo "$1 $2"; [ "$1" = FAIL ] && exit 1; exit 0; }
+# a failed run's own last message, not mpirun's closing banner
+why() { { grep -E '^(rn-train|rank [0-9]+):' "$1" || tail -n 1 "$1"; } | tail -n 1 | cut -c1-200; }
+
+[ -n "${BIN:-}" ] && [ -n "${WORK:-}" ] || verdict FAIL "dist-check.sh: BIN and WORK must be set"
+rm -rf "$WORK" && mkdir -p "$WORK" || verdict FAIL "cannot create $WORK"
+
+if [ "$DEV" = cuda ]; then
+    echo "rn-gpuinfo --nccl:"
+    "$BIN/rn-gpuinfo" --nccl >"$WORK/gpuinfo-nccl.txt" 2>&1
+    nrc=$?
+    cat "$WORK/gpuinfo-nccl.txt"
+    [ $nrc = 0 ] || verdict FAIL "rn-gpuinfo --nccl exit $nrc: $(tail -n 1 "$WORK/gpuinfo-nccl.txt" | cut -c1-200)"
+    ngpu=$("$BIN/rn-gpuinfo" --json 2>/dev/null |
+        "$PYTHON" -c 'import json,sys; print(sum(d["usable"] for d in json.load(sys.stdin)["devices"]))' 2>/dev/null)
+    [ "${ngpu:-0}" -ge 2 ] ||
+        verdict skipped "${ngpu:-0} usable GPU: NCCL refuses two ranks on one GPU (ncclInvalidUsage 'Duplicate GPU detected', NCCL >= 2.5); needs 2 or more"
+fi
+summary=$(grep -m 1 '^rn ' "${BUILD_LOG:-/dev/null}" 2>/dev/null)
+if [ -n "$summary" ]; then
+    case $summary in *"Open MPI"*) ;; *) verdict skipped "this build has no MPI: $summary" ;; esac
+    [ "$DEV" = cpu ] || case $summary in *NCCL*) ;; *) verdict skipped "this build has no NCCL: $summary" ;; esac
+fi
+command -v mpirun >/dev/null || verdict skipped "no mpirun on PATH (Open MPI: make deps installs openmpi-bin)"
+
+if ! { "$PYTHON" tests/data/toy.py "$WORK/src" "$BATCH" 1 &&
+    "$BIN/rn-prep" -q "$WORK/src" "$WORK/train.lmdb" &&
+    "$BIN/rn-init" --arch "$ARCH" --classes 2 --seed 1 -o "$WORK/init.pb"; } >"$WORK/setup.txt" 2>&1; then
+    cat "$WORK/setup.txt"
+    verdict FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
+fi
+# the same run twice but for how the batch is split: over two processes, or two micro-batches
+T=(--device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --batch "$BATCH" --crop "$SIZE" --augment none
+    --no-shuffle --workers 2 --lr 0.01 --lr-schedule constant --max-steps "$STEPS" --epochs "$STEPS" --deterministic)
+[ "$DEV" = cpu ] && T+=(--threads 2)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "mpirun -np 2 rn-train ${T[*]} --out $WORK/dist.pb"
+timeout 300 mpirun -np 2 --oversubscribe "$BIN/rn-train" "${T[@]}" --out "$WORK/dist.pb" >"$WORK/dist.err" 2>&1
+rc=$?
+cat "$WORK/dist.err"
+[ $rc = 0 ] || verdict FAIL "mpirun -np 2 rn-train exit $rc$([ $rc = 124 ] && echo ' (over 300 s)'): $(why "$WORK/dist.err")"
+echo "rn-train ${T[*]} --accum 2 --out $WORK/accum.pb"
+timeout 300 "$BIN/rn-train" "${T[@]}" --accum 2 --out "$WORK/accum.pb" >"$WORK/accum.err" 2>&1
+rc=$?
+cat "$WORK/accum.err"
+[ $rc = 0 ] || verdict FAIL "rn-train --accum 2 exit $rc: $(why "$WORK/accum.err")"
+for r in dist accum; do
+    "$BIN/rn-export" "$WORK/$r.pb" "$WORK/$r.safetensors" >>"$WORK/setup.txt" 2>&1 ||
+        verdict FAIL "rn-export $r.pb: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
+done
+cmp=$(PYTHONPATH=tests/parity "$PYTHON" tests/parity/ckpt_close.py "$WORK/dist.safetensors" \
+    "$WORK/accum.safetensors" $TOL 2>&1)
+rc=$?
+echo "$cmp"
+[ $rc = 0 ] && verdict ok "$STEPS steps: $(tail -n 1 <<<"$cmp")"
+verdict FAIL "$STEPS steps: $(tail -n 1 <<<"$cmp" | cut -c1-200)"
