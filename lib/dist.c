@@ -202,12 +202,13 @@ static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
     return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Wait", what);
 }
 
-/* One bucket of rn_dist_sum on host memory: chunk r of x (about n/world floats, the
- * split fixed by n and world) goes to rank r, which adds the world's copies of it in
- * rank order, then every rank gathers the sums. */
+/* One bucket of rn_dist_sum on host memory: chunk r of x ([n*r/W, n*(r+1)/W), fixed by
+ * n and W) goes to rank r, which adds the world's copies of it in rank order (its own
+ * copy stays in x), then every rank gathers the sums. The same split and order as the
+ * CUDA backend's NCCL version (cuda_coll_sum). */
 static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char *what) {
-    int W = d->world;
-    int cnt[1024] = {0}, dsp[1024] = {0}, rcnt[1024], rdsp[1024];
+    int W = d->world, R = d->rank;
+    int cnt[1024] = {0}, dsp[1024] = {0}, scnt[1024] = {0}, rcnt[1024] = {0}, rdsp[1024] = {0};
     if (W > 1024) return rn_errorf(RN_EINVAL, "%d ranks: rn's collectives take up to 1024", W);
     if (n / W > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", what, (long long)n);
     for (int r = 0; r < W; r++) {
@@ -215,26 +216,28 @@ static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char 
         cnt[r] = (int)(hi - lo);
         dsp[r] = (int)lo;
     }
-    int mine = cnt[d->rank];
-    for (int r = 0; r < W; r++) {
+    int mine = cnt[R];
+    for (int r = 0, slot = 0; r < W; r++) {
+        if (r == R) continue; /* nothing to or from this rank itself */
+        scnt[r] = cnt[r];
         rcnt[r] = mine;
-        rdsp[r] = r * mine;
+        rdsp[r] = slot++ * mine;
     }
-    /* W copies of this rank's chunk: more than scratch's n floats when the chunks are
-     * unequal (n not a multiple of W) and this rank's is a longer one */
+    /* the other ranks' copies need (W-1)*mine floats: more than scratch's n only for a
+     * bucket of fewer than about W*W floats */
     float *recv = scratch, *own = NULL;
-    if ((int64_t)W * mine > n) {
-        if (!(own = rn_malloc(sizeof(float) * (size_t)W * (size_t)mine))) return RN_ENOMEM;
+    if ((int64_t)(W - 1) * mine > n) {
+        if (!(own = rn_malloc(sizeof(float) * (size_t)(W - 1) * (size_t)mine))) return RN_ENOMEM;
         recv = own;
     }
     MPI_Request req;
-    int rc, e = MPI_Ialltoallv(x, cnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
+    int rc, e = MPI_Ialltoallv(x, scnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
     if ((rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Ialltoallv", what))) goto fail;
-    float *acc = x + dsp[d->rank];
-    memcpy(acc, recv, sizeof(float) * (size_t)mine);
-    for (int r = 1; r < W; r++) {
-        const float *p = recv + (size_t)r * mine;
-        for (int i = 0; i < mine; i++) acc[i] += p[i];
+    float *acc = x + dsp[R];
+    for (int i = 0; i < mine; i++) {
+        float t = R == 0 ? acc[i] : recv[i];
+        for (int r = 1; r < W; r++) t += r == R ? acc[i] : recv[(size_t)(r < R ? r : r - 1) * mine + i];
+        acc[i] = t;
     }
     e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
     rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Iallgatherv", what);

@@ -19,11 +19,24 @@ setup() {
     # Open MPI refuses root without these; 3 ranks on 2 cores need --oversubscribe
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI="mpirun --oversubscribe"
+    # Open MPI's components are dlopen'ed and unloaded at MPI_Finalize with their
+    # allocations held (about 120 KB in 3,300 blocks, from "<unknown module>", so no
+    # suppression can name them): sanitizer builds check memory errors under mpirun,
+    # not leaks
+    [ -z "${RN_SANITIZE:-}" ] || export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
     A="--crop 32 --seed 3 --workers 1 --threads 1 --log-every 1"
 }
 
 tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
 step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])'; }
+
+@test "rn_dist_sum is the rank-ordered sum, bit for bit, at 2, 3 and 4 ranks, any size and bucket" {
+    for np in 2 3 4; do
+        run $MPI -np $np "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/tests/test_dist"
+        assert_success
+        assert_output --partial "test_dist rank $((np - 1)) of $np: "
+    done
+}
 
 @test "2 ranks equal one process with --accum 2, bit for bit (weights, BN buffers, momentum)" {
     rn-train --data train.lmdb --in init.pb --out one2.pb $A --batch 8 --max-steps 3 --accum 2

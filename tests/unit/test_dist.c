@@ -1,0 +1,79 @@
+/* rn/dist.h: the rank-ordered sum and the gathers. Alone (make test runs it so) the
+ * world is one process; tests/dist-train.bats runs it under mpirun with 2, 3 and 4 ranks:
+ * every size and bucket gives, on every rank, the left-to-right sum in rank order, bit
+ * for bit, and no buffer is written past its end (exact-size heap buffers, for ASan). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rn/backend.h"
+#include "rn/cli.h"
+#include "rn/dist.h"
+#include "rn/err.h"
+
+/* rank r's value at i: different per rank, and not exactly summable in float */
+static float val(int r, int64_t i) { return (float)sin(r * 1000.0 + i * 0.37) * (float)(1 + r); }
+
+int main(int argc, char **argv) {
+    rn_dist *d = NULL;
+    if (rn_dist_open(&argc, &argv, rn_cli_launcher_world(), 60, &d) != RN_OK) {
+        fprintf(stderr, "test_dist: %s\n", rn_last_error());
+        return 1;
+    }
+    rn_backend *be = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    const int R = rn_dist_rank(d), W = rn_dist_world(d);
+    CHECK(R >= 0 && R < W && rn_dist_local_rank(d) < rn_dist_local_world(d), "rank %d of %d", R, W);
+    const int64_t ns[] = {1, 2, 3, 5, 7, 10, 11, 1000, 1001, 1003, 65537};
+    const size_t buckets[] = {0, 8, 12, 4096};
+    for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
+        rn_dist_set_bucket(d, buckets[b]);
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            int64_t n = ns[k], bad = 0;
+            float *x = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)n);
+            for (int64_t i = 0; i < n; i++) x[i] = val(R, i);
+            CHECK_OK(rn_dist_sum(d, be, x, s, n, "test"));
+            for (int64_t i = 0; i < n; i++) {
+                float acc = val(0, i);
+                for (int r = 1; r < W; r++) acc += val(r, i);
+                bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+            }
+            CHECK(bad == 0, "rank %d of %d: sum of %lld floats in buckets of %zu bytes: %lld differ from the "
+                  "rank-ordered sum", R, W, (long long)n, buckets[b], (long long)bad);
+            free(x);
+            free(s);
+        }
+    }
+    /* gathers: rank order, different sizes to rank 0 */
+    int64_t mine[2] = {R, 10 * R}, *all = malloc(sizeof mine * (size_t)W);
+    CHECK_OK(rn_dist_allgather(d, mine, sizeof mine, all, "test"));
+    for (int r = 0; r < W; r++) CHECK(all[2 * r] == r && all[2 * r + 1] == 10 * r, "allgather slot %d", r);
+    free(all);
+    unsigned char part[4] = {(unsigned char)R, (unsigned char)R, (unsigned char)R, (unsigned char)R};
+    void *got = NULL;
+    size_t total = 0;
+    CHECK_OK(rn_dist_gather0(d, part, (size_t)R % 4, &got, &total, "test"));
+    if (R == 0) {
+        size_t want = 0, at = 0;
+        for (int r = 0; r < W; r++) want += (size_t)r % 4;
+        CHECK(total == want, "gather0: %zu bytes, not %zu", total, want);
+        for (int r = 0; r < W && total == want; r++)
+            for (int j = 0; j < r % 4; j++) CHECK(((unsigned char *)got)[at++] == r, "gather0: rank %d's bytes", r);
+    } else {
+        CHECK(got == NULL && total == 0, "gather0 on rank %d gives nothing", R);
+    }
+    free(got);
+    int64_t v = R == W - 1 ? 7 : R;
+    CHECK_OK(rn_dist_max_i64(d, &v, "test"));
+    CHECK(v == (W > 7 ? W - 2 : 7), "max: %lld", (long long)v);
+    int64_t root = R == 0 ? 42 : -1;
+    CHECK_OK(rn_dist_bcast(d, &root, sizeof root, 0, "test"));
+    CHECK(root == 42, "bcast: %lld", (long long)root);
+    rn_backend_destroy(be);
+    rn_dist_close(d);
+    char name[64];
+    snprintf(name, sizeof name, W > 1 ? "test_dist rank %d of %d" : "test_dist", R, W);
+    return check_done(name);
+}
