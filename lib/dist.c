@@ -58,6 +58,7 @@ void rn_dist_set_bucket(rn_dist *d, size_t bytes) {
 /* The watchdog wakes every second; a collective that has waited past the timeout means
  * another rank died or hangs: say which operation and end this process (exit status
  * 1), which makes mpirun stop the job. It never calls MPI (only the main thread may). */
+#ifdef RN_HAVE_MPI
 static void *watch(void *arg) {
     rn_dist *d = arg;
     pthread_mutex_lock(&d->mu);
@@ -78,6 +79,7 @@ static void *watch(void *arg) {
     pthread_mutex_unlock(&d->mu);
     return NULL;
 }
+#endif
 
 static void op_begin(rn_dist *d, const char *what) {
     pthread_mutex_lock(&d->mu);
