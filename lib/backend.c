@@ -21,17 +21,19 @@ void rn_backend_opts_init(rn_backend_opts *o) {
 int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
-    int want_cuda = 0, index = 0;
+    int want_cuda = 0, index = 0, is_auto = strcmp(device, "auto") == 0;
     if (strcmp(device, "cuda") == 0) want_cuda = 1;
-    else if (strncmp(device, "cuda:", 5) == 0) {
+    else if (strncmp(device, "cuda:", 5) == 0 || strncmp(device, "auto:", 5) == 0) {
+        /* auto:N (a rank's GPU by its local rank, rn_cli_dist_device): cuda:N, else the CPU */
         char *end;
         long v = strtol(device + 5, &end, 10);
         if (end == device + 5 || *end || v < 0 || v > INT_MAX)
-            return rn_errorf(RN_EINVAL, "device '%s': expected cuda:N with N a GPU index (rn-gpuinfo "
-                             "lists them)", device);
-        want_cuda = 1;
+            return rn_errorf(RN_EINVAL, "device '%s': expected %.4s:N with N a GPU index (rn-gpuinfo "
+                             "lists them)", device, device);
+        is_auto = device[0] == 'a';
+        want_cuda = !is_auto;
         index = (int)v;
-    } else if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+    } else if (strcmp(device, "cpu") != 0 && !is_auto)
         return rn_errorf(RN_EINVAL, "device '%s': expected cpu, cuda, cuda:N or auto", device);
 #ifndef RN_HAVE_CUDA
     (void)index;
@@ -50,7 +52,7 @@ int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *o
     else rn_backend_opts_init(&be->opts);
     int rc, fell_back = 0;
 #ifdef RN_HAVE_CUDA
-    if (want_cuda || strcmp(device, "auto") == 0) {
+    if (want_cuda || is_auto) {
         rc = rn_backend_cuda_init(be, index);
         if (rc == RN_OK || want_cuda || rc != RN_EGPU) {
             if (rc != RN_OK) free(be);
