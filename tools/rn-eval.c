@@ -55,7 +55,7 @@ static void usage(FILE *f) {
                "  no record is padded or repeated. --device auto or cuda takes the GPU of the\n"
                "  rank's local rank; --threads 0 shares the cores among a machine's ranks. Rank 0\n"
                "  prints and writes the files; an error prints on its rank as \"rank R: ...\" and\n"
-               "  every rank exits 1.\n"
+               "  the job exits non-zero.\n"
                "\n"
                "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
             RN_DIST_TIMEOUT);
