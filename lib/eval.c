@@ -126,6 +126,39 @@ static int room(void **p, size_t *cap, size_t n, size_t size) {
     return RN_OK;
 }
 
+/* This rank's buffers for one slice: scores, and logits to send when ranks send them. */
+typedef struct {
+    void *s, *z;
+    size_t s_cap, z_cap;
+    float *tmp;   /* (r->micro, classes): logits on their way to their scores */
+} slice_buf;
+
+/* The loader's next batch: this rank's slice forwarded and scored into sb (its logits
+ * written in place into dump for one process, or kept in sb->z to send), the batch
+ * released; *mine, *whole, *index, *last describe it. */
+static int next_slice(rn_runner *r, rn_loader *l, const collector *c, float *dump, slice_buf *sb, int *mine,
+                      int *whole, int64_t *index, int *last) {
+    rn_batch b;
+    int rc = rn_loader_next(l, &b);
+    if (rc) return rc;
+    *mine = b.n;
+    *whole = b.total;
+    *index = b.index;
+    *last = b.last;
+    float *z = NULL;
+    if ((rc = room(&sb->s, &sb->s_cap, (size_t)b.n, sizeof(scored)))) goto done;
+    if ((rc = room(&sb->z, &sb->z_cap, c->want && c->many ? (size_t)b.n : 0, sizeof(float) * (size_t)r->classes)))
+        goto done;
+    if ((rc = rn_runner_stage(r, &b))) goto done;
+    if (c->want) z = c->many ? sb->z : dump + (size_t)(b.index + b.first) * r->classes;
+    rc = forward(r, &b, z, sb->tmp, sb->s);
+done:;
+    int wrc = rn_backend_upload_wait(r->be);
+    if (rc == RN_OK) rc = wrc;
+    rn_loader_release(l, &b);
+    return rc;
+}
+
 /* Each batch: every rank forwards and scores its slice, the ranks agree that none
  * failed, rank 0 gathers the scores (and, for the dump, the logits) in rank order,
  * which is loader order, and counts them as one process does. A rank that fails still
@@ -133,42 +166,26 @@ static int room(void **p, size_t *cap, size_t n, size_t size) {
 int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float *dump, FILE *progress,
                 int tty) {
     rn_dist *d = r->dist;
-    const size_t row = sizeof(float) * (size_t)r->classes;
     collector c = {.d = d, .root = rn_dist_rank(d) == 0, .many = rn_dist_world(d) > 1, .classes = r->classes,
                    .topk = topk, .confusion = res->confusion, .nconf = res->n_classes};
     int64_t want = c.root && dump, total = rn_loader_info(l)->count;
-    void *s = NULL, *z = NULL;
-    size_t s_cap = 0, z_cap = 0;
+    slice_buf sb = {0};
     double t0 = rn_report_clock();
-    float *tmp = rn_malloc(row * (size_t)r->micro);
-    int rc = tmp ? RN_OK : RN_ENOMEM;
+    int rc = RN_OK;
+    if (!(sb.tmp = rn_malloc(sizeof(float) * (size_t)r->classes * r->micro))) rc = RN_ENOMEM;
+    if ((rc = rn_dist_agree(d, rc, "eval"))) goto fail;
     /* whether rank 0 wants the logits: every rank then sends its own */
-    if ((rc = rn_dist_agree(d, rc, "eval")) || (rc = rn_dist_max_i64(d, &want, "eval: the logits dump"))) goto fail;
+    if ((rc = rn_dist_max_i64(d, &want, "eval: the logits dump"))) goto fail;
     c.want = (int)want;
     c.dump = c.root ? dump : NULL;
     for (;;) {
-        rn_batch b = {0};
         int last = 0, mine = 0, whole = 0;
         int64_t index = 0;
-        if (rc == RN_OK && (rc = rn_loader_next(l, &b)) == RN_OK) {
-            last = b.last;
-            mine = b.n;
-            whole = b.total;
-            index = b.index;
-            if ((rc = room(&s, &s_cap, (size_t)b.n, sizeof(scored))) == RN_OK &&
-                (rc = room(&z, &z_cap, c.want && c.many ? (size_t)b.n : 0, row)) == RN_OK &&
-                (rc = rn_runner_stage(r, &b)) == RN_OK) {
-                /* one process writes the dump in place; ranks keep their slice's logits to send */
-                float *zs = !c.want ? NULL : c.many ? z : dump + (size_t)(b.index + b.first) * r->classes;
-                rc = forward(r, &b, zs, tmp, s);
-            }
-            int wrc = rn_backend_upload_wait(r->be);
-            if (rc == RN_OK) rc = wrc;
-            rn_loader_release(l, &b);
-        }
+        /* after an error (rank 0's, counting), straight to the agreement */
+        if (rc == RN_OK) rc = next_slice(r, l, &c, dump, &sb, &mine, &whole, &index, &last);
         /* every rank leaves here together when any failed, before the next collective */
         if ((rc = rn_dist_agree(d, rc, "eval"))) break;
-        rc = collect(&c, s, z, mine, whole, index);
+        rc = collect(&c, sb.s, sb.z, mine, whole, index);
         if (c.root && progress && tty)
             fprintf(progress, "\reval %lld/%lld images, %.1f img/s   ", (long long)c.t.n, (long long)total,
                     c.t.n / (rn_report_clock() - t0 + 1e-9));
@@ -179,9 +196,9 @@ int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float
     if (c.root && progress && tty) fputc('\n', progress);
     if (rc == RN_OK) rc = rn_dist_bcast(d, &c.t, sizeof c.t, 0, "eval: the results");
 fail:
-    free(tmp);
-    free(s);
-    free(z);
+    free(sb.tmp);
+    free(sb.s);
+    free(sb.z);
     free(c.got);
     free(c.gotz);
     res->n = c.t.n;
