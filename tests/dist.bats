@@ -8,18 +8,23 @@
 # The last test checks the refusal of a build without MPI started as one of two
 # processes, and so runs only there.
 #
-# Under SANITIZE=1, LeakSanitizer would report what Open MPI keeps from MPI_Init:
-# tests/lsan-mpi.supp suppresses leaks in Open MPI's own libraries, nothing else.
+# Under SANITIZE=1 the ranks that mpirun starts run without LeakSanitizer (AddressSanitizer
+# stays on): Open MPI 4.1 leaves some 120 kB from MPI_Init unfreed, allocated in its
+# components, which MPI_Finalize dlcloses, so LeakSanitizer reports their frames as
+# "<unknown module>" and no suppression by library name can match them (tried:
+# leak:libmpi.so and the rest, with OMPI_MCA_/PMIX_MCA_mca_base_component_disable_dlclose=1).
+# The same rn code runs single-process, with leak checks, in this file and train.bats.
 load helper
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$BATS_TEST_DIRNAME/lsan-mpi.supp:print_suppressions=0"
 
-# mpi N CMD...: CMD on N ranks of this machine (more ranks than cores allowed, unbound)
+# mpi N CMD...: CMD on N ranks of this machine (more ranks than cores allowed, unbound),
+# without leak checks (above)
 mpi() {
     local n=$1
     shift
-    timeout 120 mpirun -np "$n" --oversubscribe --bind-to none "$@"
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        timeout 120 mpirun -np "$n" --oversubscribe --bind-to none "$@"
 }
 
 # "mpi", "nompi" (a build without MPI) or "nompirun"

@@ -9,10 +9,9 @@
 #include "rn/cli.h"
 #include "rn/dist.h"
 #include "rn/err.h"
+#include "rn/eval.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
-#include "rn/eval.h"
-#include "rn/train.h"
 
 
 static void usage(FILE *f) {
@@ -184,9 +183,8 @@ int main(int argc, char **argv) {
     if ((rc = rn_cli_dist_device(o.device, d, device, sizeof device)) != RN_OK) goto agree;
     o.device = device;
     /* rank 0 writes the files */
-    if (root && ((rc = rn_cli_output("rn-eval", confusion, stderr)) != RN_OK ||
-                 (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK))
-        goto agree;
+    if (root && (rc = rn_cli_output("rn-eval", confusion, stderr)) != RN_OK) goto agree;
+    if (root && (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK) goto agree;
     rc = rn_ckpt_read(ckpt, &ck);
 agree:
     if ((rc = rn_dist_agree(d, rc, "starting")) != RN_OK) goto out;
