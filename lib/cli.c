@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rn/err.h"
 #include "rn/fileio.h"
@@ -218,6 +219,13 @@ int rn_cli_launcher_world(void) {
     if (!w && getenv("PMIX_RANK")) w = env_count("SLURM_STEP_NUM_TASKS");
     if (!w) w = env_count("PMI_SIZE");
     return w ? w : 1;
+}
+
+int rn_cli_dist_threads(int threads, const rn_dist *d) {
+    int lw = rn_dist_local_world(d);
+    if (threads > 0 || lw <= 1) return threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n / lw > 1 ? (int)(n / lw) : 1;
 }
 
 int rn_cli_backend_env(rn_backend_opts *o) {

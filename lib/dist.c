@@ -351,6 +351,16 @@ int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what) {
 #endif
 }
 
+int rn_dist_agree(rn_dist *d, int rc, const char *what) {
+    if (!d || d->world == 1) return rc;
+    int64_t v = rc != RN_OK ? d->rank + 1 : 0;
+    int e = rn_dist_max_i64(d, &v, what);
+    if (rc != RN_OK) return rc;
+    if (e != RN_OK) return e;
+    if (v) return rn_errorf(RN_EIO, "%s: rank %lld failed (its message is on its stderr)", what, (long long)(v - 1));
+    return RN_OK;
+}
+
 int rn_dist_bcast(rn_dist *d, void *buf, size_t bytes, int root, const char *what) {
     if (!d || d->world == 1) return RN_OK;
 #ifdef RN_HAVE_MPI

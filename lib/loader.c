@@ -122,8 +122,10 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     int64_t left = (int64_t)l->count - i;
     int total = left < l->o.batch ? (int)left : l->o.batch, P = l->o.parts > 1 ? l->o.parts : 1,
         p = P > 1 ? l->o.part : 0;
-    s->first = (int)((int64_t)total * p / P);
-    s->n = (int)((int64_t)total * (p + 1) / P) - s->first;
+    int64_t u = l->o.unit > 1 ? l->o.unit : 1, U = (total + u - 1) / u;
+    int64_t lo = U * p / P * u, hi = U * (p + 1) / P * u;
+    s->first = (int)(lo < total ? lo : total);
+    s->n = (int)(hi < total ? hi : total) - s->first;
     s->total = total;
     for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
     s->seq = seq;
@@ -284,6 +286,7 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
                          o->scale[0], o->scale[1], o->ratio[0], o->ratio[1]);
     if (o->parts > 1 && (o->part < 0 || o->part >= o->parts))
         return rn_errorf(RN_EINVAL, "loader: part %d of %d", o->part, o->parts);
+    if (o->unit < 0) return rn_errorf(RN_EINVAL, "loader: slices of %d images", o->unit);
     rn_loader *l = rn_calloc(1, sizeof *l);
     if (!l) return RN_ENOMEM;
     int rc = RN_OK;

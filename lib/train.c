@@ -174,7 +174,9 @@ static int setup_net(run *t) {
         }
     }
     if (o->val) {
-        if ((rc = rn_eval_loader_open(o->val, t->micro, o->crop, o->resize, o->workers, t->r.be, &t->vl))) return rc;
+        if ((rc = rn_eval_loader_open(o->val, t->micro, o->crop, o->resize, o->workers, t->r.dist, t->r.be,
+                                      &t->vl)))
+            return rc;
         if ((rc = rn_runner_check_data(o->val, rn_loader_info(t->vl), t->ck))) return rc;
     }
     rn_net_freeze_bn(t->r.net, o->freeze_bn);

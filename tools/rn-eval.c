@@ -7,10 +7,11 @@
 
 #include "rn/ckpt.h"
 #include "rn/cli.h"
+#include "rn/dist.h"
 #include "rn/err.h"
+#include "rn/eval.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
-#include "rn/train.h"
 
 
 static void usage(FILE *f) {
@@ -41,17 +42,38 @@ static void usage(FILE *f) {
                "      --device D            auto, cpu, cuda or cuda:N (default auto)\n"
                "      --deterministic       GPU: deterministic convolution algorithms, chosen the\n"
                "                            same way in every process (results repeat bit for bit)\n"
+               "      --dist-timeout S      many processes: seconds a rank waits for the others\n"
+               "                            before it gives up (default %.0f)\n"
                "  -h, --help                this help\n"
                "  -V, --version             print the version\n"
                "\n"
-               "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n");
+               "Many processes: mpirun -np 4 rn-eval --data val.lmdb --ckpt e1.pb\n"
+               "  Each rank forwards its own slice of the records, --batch images at a time, in\n"
+               "  the runs one process makes; rank 0 counts every image in dataset order. The\n"
+               "  output and the --dump-logits file are the same bytes for any number of ranks;\n"
+               "  no record is padded or repeated. --device auto or cuda takes the GPU of the\n"
+               "  rank's local rank; --threads 0 shares the cores among a machine's ranks. Rank 0\n"
+               "  prints and writes the files; an error prints on its rank as \"rank R: ...\" and\n"
+               "  the job exits non-zero.\n"
+               "\n"
+               "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
+            RN_DIST_TIMEOUT);
 }
 
 /* The flags that only make sense together, checked once every flag is read. */
 static int check_flags(const rn_eval_opts *o, const char *ckpt, int nargs, char **args) {
     if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s'", args[0]);
     if (!o->data || !ckpt) return rn_errorf(RN_EINVAL, "--data and --ckpt are required (see --help)");
+    if (rn_dist_world(o->dist) > 1 && strcmp(ckpt, "-") == 0)
+        return rn_errorf(RN_EINVAL, "--ckpt -: under mpirun only rank 0 reads stdin; give the checkpoint's path");
     return RN_OK;
+}
+
+/* rn-eval's message for the last error; "rank R: " first when there are many ranks. */
+static void say_error(const rn_dist *d) {
+    /* one write per line, so that the ranks' lines do not interleave */
+    if (rn_dist_world(d) > 1) fprintf(stderr, "rank %d: rn-eval: %s\n", rn_dist_rank(d), rn_last_error());
+    else fprintf(stderr, "rn-eval: %s\n", rn_last_error());
 }
 
 static int write_confusion(const char *path, const rn_eval_result *r, const rn_ckpt *ck) {
@@ -92,7 +114,7 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
 }
 
 int main(int argc, char **argv) {
-    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM };
+    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT };
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},     {"ckpt", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},           {"per-class", no_argument, 0, O_PERCLASS},
@@ -101,15 +123,17 @@ int main(int argc, char **argv) {
         {"mem-limit", required_argument, 0, O_MEMLIMIT}, {"deterministic", no_argument, 0, O_DETERM},
         {"resize", required_argument, 0, O_RESIZE}, {"dump-logits", required_argument, 0, O_DUMP},
         {"workers", required_argument, 0, 'w'},  {"threads", required_argument, 0, 't'},
-        {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
+        {"device", required_argument, 0, O_DEVICE}, {"dist-timeout", required_argument, 0, O_DISTTIMEOUT},
+        {"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0},
     };
     rn_eval_opts o;
     rn_eval_defaults(&o);
     /* the documented RN_* overrides first, so that flags win */
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *ckpt = NULL, *confusion = NULL;
-    int json = 0, per_class = 0, c, rc = env_rc;
+    double dist_timeout = RN_DIST_TIMEOUT;
+    int json = 0, per_class = 0, c, rc = env_rc, status = 1;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:c:jk:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
@@ -130,31 +154,42 @@ int main(int argc, char **argv) {
             o.backend.cuda_deterministic = 1;
             o.backend.cuda_conv_heuristic = 1;
             break;
+        case O_DISTTIMEOUT: rc = rn_cli_float("--dist-timeout", optarg, 1e-3, 1e9, &dist_timeout); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-eval %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-eval: see 'rn-eval --help'\n"); return 2;
         }
     }
+    /* the ranks, before any thread starts (MPI_Init) */
+    rn_dist *d = NULL;
+    if (rc == RN_OK && (rc = rn_dist_open(&argc, &argv, rn_cli_launcher_world(), dist_timeout, &d)) != RN_OK) {
+        say_error(d);
+        rn_dist_close(d);
+        return 1;
+    }
+    o.dist = d;
     if (rc == RN_OK) rc = check_flags(&o, ckpt, argc - optind, argv + optind);
     if (rc != RN_OK) {
-        fprintf(stderr, "rn-eval: %s\n", rn_last_error());
+        say_error(d);
+        rn_dist_close(d);
         return 2;
     }
-    o.progress_tty = isatty(2);
-    if (rn_cli_output("rn-eval", confusion, stderr) != RN_OK || rn_cli_output("rn-eval", o.dump_logits, stderr) != RN_OK) {
-        fprintf(stderr, "rn-eval: %s\n", rn_last_error());
-        return 1;
-    }
+    const int root = rn_dist_rank(d) == 0;
+    o.progress_tty = root && isatty(2);
+    o.threads = rn_cli_dist_threads(o.threads, d);
     rn_ckpt *ck = NULL;
-    rn_eval_result r;
+    rn_eval_result r = {0};
+    o.backend.cuda_index = rn_dist_local_rank(d); /* cuda and auto: this rank's GPU */
+    /* rank 0 writes the files */
+    if (root && (rc = rn_cli_output("rn-eval", confusion, stderr)) != RN_OK) goto agree;
+    if (root && (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK) goto agree;
     rc = rn_ckpt_read(ckpt, &ck);
-    if (rc == RN_OK) rc = rn_eval(&o, ck, &r);
-    if (rc == RN_OK && confusion) rc = write_confusion(confusion, &r, ck);
-    if (rc != RN_OK) {
-        fprintf(stderr, "rn-eval: %s\n", rn_last_error());
-        rn_ckpt_free(ck);
-        return 1;
-    }
+agree:
+    if ((rc = rn_dist_agree(d, rc, "starting")) != RN_OK) goto out;
+    if ((rc = rn_eval(&o, ck, &r)) != RN_OK) goto out;
+    if (root && confusion && (rc = write_confusion(confusion, &r, ck)) != RN_OK) goto out;
+    status = 0;
+    if (!root) goto out;
     int K = r.n_classes;
     if (json) {
         printf("{\"top1\":");
@@ -191,7 +226,10 @@ int main(int argc, char **argv) {
                        (double)r.confusion[(size_t)i * K + i] / tot, (long long)tot);
             }
     }
+out:
+    if (status) say_error(d);
     free(r.confusion);
     rn_ckpt_free(ck);
-    return 0;
+    rn_dist_close(d);
+    return status;
 }

@@ -280,10 +280,7 @@ int main(int argc, char **argv) {
     rn_dist_set_bucket(d, (size_t)(bucket_mb * 1e6));
     o.dist = d;
     o.backend.cuda_index = rn_dist_local_rank(d);
-    if (o.threads == 0 && rn_dist_local_world(d) > 1) { /* the node's cores, shared */
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = n / rn_dist_local_world(d) > 1 ? (int)(n / rn_dist_local_world(d)) : 1;
-    }
+    o.threads = rn_cli_dist_threads(o.threads, d); /* the node's cores, shared */
     /* outputs checked now, not after hours of training (by rank 0, which writes them) */
     if (rn_dist_rank(d) == 0 &&
         (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK))

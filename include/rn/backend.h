@@ -94,7 +94,8 @@ typedef struct {
 void rn_backend_opts_init(rn_backend_opts *o);
 
 /* Create a context for device "cpu", "cuda", "cuda:N" or "auto" (cuda:0 when this build
- * has CUDA and a usable GPU, else cpu), with opts (NULL: the defaults). nthreads <= 0
+ * has CUDA and a usable GPU, else cpu; "cuda" and "auto" take GPU opts->cuda_index), with
+ * opts (NULL: the defaults). nthreads <= 0
  * means every online core; the CPU backend runs every op, GEMMs included, on its own pool
  * of that many threads (the caller's plus nthreads-1, started here, which sleep when
  * idle), and sets OpenBLAS to one thread of its own (process-wide), so that two pools

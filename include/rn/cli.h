@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "rn/backend.h"
+#include "rn/dist.h"
 
 /* A whole number: optional sign, then digits ("256", "+3", "-1"); "2.5", "1e3", "0x10"
  * and "" are refused. */
@@ -66,5 +67,11 @@ int rn_cli_backend_env(rn_backend_opts *o);
  * PMIX_RANK with SLURM_STEP_NUM_TASKS; MPICH/Hydra: PMI_SIZE); 1 when started alone.
  * For rn_dist_open. */
 int rn_cli_launcher_world(void);
+
+/* The CPU threads of one of the ranks of d that share a machine (local world > 1):
+ * threads 0 (all cores) becomes the online cores divided among the local ranks, at
+ * least 1 each; other counts are kept. (The GPU of such a rank is
+ * rn_backend_opts.cuda_index = rn_dist_local_rank.) */
+int rn_cli_dist_threads(int threads, const rn_dist *d);
 
 #endif

@@ -87,6 +87,13 @@ int rn_dist_gather0(rn_dist *d, const void *mine, size_t bytes, void **all, size
 /* *v = the largest of every rank's *v (the stop flag, an error seen anywhere). */
 int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what);
 
+/* Whether any rank failed, agreed by all, so that none goes on into a collective that a
+ * failed rank will never join: every rank calls it with its own status rc. Returns rc
+ * when it is an error (this rank's message kept); RN_EIO "what: rank R failed (its
+ * message is on its stderr)" when another rank's was (R: the highest such); else RN_OK,
+ * or an error of the collective itself. A world of one: rc. */
+int rn_dist_agree(rn_dist *d, int rc, const char *what);
+
 /* buf (bytes, host) on every rank = rank root's. */
 int rn_dist_bcast(rn_dist *d, void *buf, size_t bytes, int root, const char *what);
 

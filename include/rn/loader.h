@@ -79,6 +79,11 @@ typedef struct {
                        ranks): of a batch of n, images [part*n/parts, (part+1)*n/parts);
                        the order, the augmentation and the position stay the whole
                        batch's, so every rank walks the same batches. 0, 0: all of it */
+    int unit;       /* parts > 1: slice in whole runs of `unit` images (0 or 1: images):
+                       of a batch of n, units U = ceil(n/unit) (the last one short), slice
+                       `part` holds units [part*U/parts, (part+1)*U/parts). Evaluation
+                       uses it so that every slice starts at a multiple of its forward's
+                       size within the epoch (rn_eval_loader_open) */
     double scale[2], ratio[2]; /* RandomResizedCrop ranges */
     /* buffer allocator (NULL: aligned host memory); free gets the same ctx */
     void *(*alloc)(size_t bytes, void *ctx);

@@ -379,6 +379,48 @@ static void test_info_stats(void) {
     }
 }
 
+/* Slices in whole units (rn_loader_opts.unit, the sharded evaluation's): over the parts,
+ * every record exactly once with its own label, each slice starting at a multiple of the
+ * unit in the epoch; the last batch (37 = 2*15 + 7: units of 5 and 2) leaves part 0 empty. */
+static void test_unit_slices(void) {
+    enum { P = 3, U = 5 };
+    int seen[N] = {0}, empty = 0, misaligned = 0, wrong = 0;
+    for (int part = 0; part < P; part++) {
+        rn_loader_opts o;
+        rn_loader_defaults(&o);
+        o.crop = 8;
+        o.batch = P * U;
+        o.workers = 2;
+        o.train = 0;
+        o.shuffle = 0;
+        o.part = part;
+        o.parts = P;
+        o.unit = U;
+        rn_loader *l = NULL;
+        CHECK_OK(rn_loader_create(path, &o, &l));
+        if (!l) return;
+        for (int last = 0; !last;) {
+            rn_batch b;
+            if (rn_loader_next(l, &b) != RN_OK) break;
+            int64_t at = b.index + b.first;
+            empty += b.n == 0;
+            misaligned += b.n > 0 && at % U != 0;
+            for (int k = 0; k < b.n; k++) {
+                if (at + k < N) seen[at + k]++;
+                wrong += b.labels[k] != (at + k) % 4;
+            }
+            last = b.last;
+            rn_loader_release(l, &b);
+        }
+        rn_loader_destroy(l);
+    }
+    int once = 1;
+    for (int k = 0; k < N; k++) once &= seen[k] == 1;
+    CHECK(once, "unit slices: a record missed or seen twice");
+    CHECK(misaligned == 0 && wrong == 0, "unit slices: %d misaligned, %d wrong labels", misaligned, wrong);
+    CHECK(empty == 1, "unit slices: %d empty slices, expected 1", empty);
+}
+
 int main(void) {
     test_info_stats();
     if (!mkdtemp(dir)) {
@@ -391,6 +433,7 @@ int main(void) {
     test_determinism();
     test_seek();
     test_epochs_and_labels();
+    test_unit_slices();
     test_alloc_and_normalize();
     test_pad();
     test_bad_record();
