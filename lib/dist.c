@@ -3,6 +3,7 @@
 #include "rn/dist.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,9 +200,13 @@ int rn_dist_attach(rn_dist *d, rn_backend *be) {
 /* Wait for req under the watchdog (a blocking MPI call cannot be timed from inside). */
 static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
     op_begin(d, what);
-    int e = MPI_Wait(req, MPI_STATUS_IGNORE);
+    /* MPI_Wait spins: a rank that waits for a slower one would take a core from the
+       loader's and the compute threads of its own node (the ranks share the cores);
+       test and yield instead, as Open MPI's mpi_yield_when_idle does */
+    int done = 0, e;
+    while ((e = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) sched_yield();
     op_end(d);
-    return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Wait", what);
+    return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Test", what);
 }
 
 /* One bucket of rn_dist_sum on host memory: chunk r of x ([n*r/W, n*(r+1)/W), fixed by
