@@ -57,7 +57,8 @@ struct rn_net {
     float *hstat;       /* host (nstats): gstat's values */
     float *hrun;        /* host (nstats): the global mean and unbiased variance, for the
                            running statistics */
-    float *hf;          /* host (3, maxc): a layer's downloads */
+    float *hf;          /* host (3, maxc): a layer's downloads; malloc'ed (pageable), so an
+                           upload from it has read it when it returns, on CUDA too */
     double *hbuf;       /* host (world + 1, 2 maxc + 1): a gather's own part, then everyone's */
     void *wc;           /* AMP: compute copy of params in dtype (nparams), made by rn_net_load
                            and by every SGD step; NULL in fp32, where convs read params */
@@ -157,9 +158,9 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs, net->wc, net->gh, net->input, net->pooled_max,
-                    net->feat, net->dfeat, net->logits, net->dlogits, net->logits_h, net->dlogits_h, net->labels,
-                    net->loss, net->flag};
+    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
+                    net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);

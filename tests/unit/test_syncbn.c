@@ -8,7 +8,9 @@
  *   depends on it, so a wrong term shows at conv1;
  * - both ranks' running statistics are the batch's, and num_batches_tracked counts one;
  * - a world of one with a copying gather computes what plain BN does.
- * Float sums in another order: tolerances relative, a few float32 roundoffs deep. */
+ * Float sums in another order: tolerances relative, a few float32 roundoffs deep.
+ * usage: test_syncbn [DEVICE] (default cpu; cuda runs both ranks on one GPU, measured
+ * only on the CPU so far). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@
 #define WORLD 2
 #define TOL 2e-4 /* relative L2 per tensor (measured: 4e-6 at worst) */
 
+static const char *device = "cpu";
 static rn_resnet spec;
 static rn_ckpt *init;
 static uint8_t px[BATCH * SIZE * SIZE * 3];
@@ -66,7 +69,7 @@ static void run_net(int first, int n, float grad_scale, int world, rn_net_gather
     memset(r, 0, sizeof *r);
     rn_backend *be = NULL;
     rn_net *net = NULL;
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    CHECK_OK(rn_backend_create(device, 1, NULL, &be));
     if (be) CHECK_OK(rn_net_create(be, &spec, n, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net));
     if (net) {
         CHECK_OK(rn_net_load(net, init));
@@ -114,8 +117,10 @@ static int gather(void *ctx, const void *mine, size_t bytes, void *all) {
     t->bytes[c->rank] = bytes;
     pthread_barrier_wait(&t->bar);
     for (int r = 0; r < WORLD; r++) {
-        if (t->bytes[r] != bytes) t->bad = 1;
-        else memcpy((char *)all + (size_t)r * bytes, t->part[r], bytes);
+        if (t->bytes[r] != bytes)
+            t->bad = 1;
+        else
+            memcpy((char *)all + (size_t)r * bytes, t->part[r], bytes);
     }
     /* nobody overwrites its part before everyone has copied it */
     pthread_barrier_wait(&t->bar);
@@ -141,8 +146,8 @@ static void compare_ckpt(const char *what, const rn_ckpt *a, const rn_ckpt *b) {
         const rn_ptensor *x = a->buffers[i], *y = b->buffers[i];
         const float *xf = rn_ptensor_f32(x), *yf = rn_ptensor_f32(y);
         if (!xf) {
-            CHECK(x->data.len == y->data.len && memcmp(x->data.data, y->data.data, x->data.len) == 0, "%s: %s",
-                  what, x->name);
+            CHECK(x->data.len == y->data.len && memcmp(x->data.data, y->data.data, x->data.len) == 0, "%s: %s", what,
+                  x->name);
             continue;
         }
         double e = rel_l2(xf, yf, rn_numel(x->shape, x->n_shape));
@@ -164,15 +169,18 @@ static void compare_grads(const char *what, const float *g, const result *ref) {
     printf("%s: worst gradient relative error %.3g\n", what, worst);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) device = argv[1];
     CHECK_OK(rn_resnet_build(&spec, ARCH, CLASSES));
     CHECK_OK(rn_ckpt_new(&spec, &init));
     if (!init) return check_done("test_syncbn");
     CHECK_OK(rn_ckpt_init(init, &spec, 7, 0));
     static float u[BATCH * SIZE * SIZE * 3 + BATCH];
     rn_rng_uniform(rn_rng_key(20260611u, 1), u, (int64_t)(sizeof u / sizeof *u), 0, 1);
-    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(u[i] * 255.99f);
-    for (int i = 0; i < BATCH; i++) labels[i] = (int32_t)(u[sizeof px + i] * CLASSES) % CLASSES;
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(u[i] * 255.99f);
+    for (int i = 0; i < BATCH; i++)
+        labels[i] = (int32_t)(u[sizeof px + i] * CLASSES) % CLASSES;
 
     result whole, one;
     run_net(0, BATCH, 1.0f, 1, NULL, NULL, &whole);
@@ -192,15 +200,16 @@ int main(void) {
         rk[r] = (rank_ctx){.t = &t, .rank = r};
         pthread_create(&th[r], NULL, rank_main, &rk[r]);
     }
-    for (int r = 0; r < WORLD; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
     pthread_barrier_destroy(&t.bar);
     CHECK(!t.bad, "the ranks gathered different sizes");
     if (whole.grads && rk[0].r.grads && rk[1].r.grads) {
         float loss = (rk[0].r.loss + rk[1].r.loss) / 2;
-        CHECK(fabsf(loss - whole.loss) <= 1e-5f * whole.loss, "2 ranks: loss %.8g, one process %.8g", loss,
-              whole.loss);
+        CHECK(fabsf(loss - whole.loss) <= 1e-5f * whole.loss, "2 ranks: loss %.8g, one process %.8g", loss, whole.loss);
         float *sum = malloc(sizeof(float) * (size_t)whole.ngrads);
-        for (int64_t i = 0; sum && i < whole.ngrads; i++) sum[i] = rk[0].r.grads[i] + rk[1].r.grads[i];
+        for (int64_t i = 0; sum && i < whole.ngrads; i++)
+            sum[i] = rk[0].r.grads[i] + rk[1].r.grads[i];
         if (sum) compare_grads("2 ranks", sum, &whole);
         free(sum);
         compare_ckpt("2 ranks: rank 0", rk[0].r.ck, whole.ck);
@@ -215,14 +224,15 @@ int main(void) {
         }
         result_free(&alone);
     }
-    for (int r = 0; r < WORLD; r++) result_free(&rk[r].r);
+    for (int r = 0; r < WORLD; r++)
+        result_free(&rk[r].r);
     result_free(&whole);
     result_free(&one);
 
     /* an inference net refuses */
     rn_backend *be = NULL;
     rn_net *net = NULL;
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    CHECK_OK(rn_backend_create(device, 1, NULL, &be));
     if (be) CHECK_OK(rn_net_create(be, &spec, 2, SIZE, SIZE, RN_NET_INFER, RN_F32, &net));
     if (net) CHECK(rn_net_set_sync(net, 1, copy1, NULL) == RN_EINVAL, "inference net with sync BN");
     rn_net_destroy(net);
