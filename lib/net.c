@@ -46,6 +46,20 @@ struct rn_net {
     int64_t nstats;     /* floats in bufs */
     int capture;        /* training forwards capture BN's batch statistics instead of
                            updating the running ones */
+    /* synchronised BN (rn_net_set_sync): gather NULL when off */
+    rn_net_gather_fn gather;
+    void *gather_ctx;
+    int world;
+    int maxc;           /* the most channels of any BN layer */
+    float *gstat;       /* training: (nstats) in bufs' layout, the global batch mean and biased
+                           variance of the last forward (this process's own while computed) */
+    float *gcoef;       /* training: (2, maxc) the dx correction's scale and shift */
+    float *hstat;       /* host (nstats): gstat's values */
+    float *hrun;        /* host (nstats): the global mean and unbiased variance, for the
+                           running statistics */
+    float *hf;          /* host (3, maxc): a layer's downloads; malloc'ed (pageable), so an
+                           upload from it has read it when it returns, on CUDA too */
+    double *hbuf;       /* host (world + 1, 2 maxc + 1): a gather's own part, then everyone's */
     void *wc;           /* AMP: compute copy of params in dtype (nparams), made by rn_net_load
                            and by every SGD step; NULL in fp32, where convs read params */
     void *gh;           /* AMP: one conv or fc layer's weight (and bias) gradient in dtype,
@@ -96,6 +110,8 @@ static int nzero(rn_net *net, void *p, size_t bytes) {
     return net->plan ? RN_OK : rn_backend_zero(net->be, p, bytes);
 }
 
+static int bn_update(rn_net *net, const float *stats, int nslices);
+
 static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     const rn_convbn *cb = &net->spec.units[ui];
     const unit_rt *u = &net->u[ui];
@@ -142,12 +158,16 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->mom, net->bufs, net->wc, net->gh, net->input, net->pooled_max,
-                    net->feat, net->dfeat, net->logits, net->dlogits, net->logits_h, net->dlogits_h, net->labels,
-                    net->loss, net->flag};
+    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
+                    net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
+    free(net->hstat);
+    free(net->hrun);
+    free(net->hf);
+    free(net->hbuf);
     free(net->u);
     free(net->prefs);
     free(net);
@@ -291,7 +311,10 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
 
     int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
     int64_t nstats = 0;
-    for (int i = 0; i < spec->nunits; i++) nstats += 2 * spec->units[i].cout;
+    for (int i = 0; i < spec->nunits; i++) {
+        nstats += 2 * spec->units[i].cout;
+        if (spec->units[i].cout > net->maxc) net->maxc = spec->units[i].cout;
+    }
     net->nstats = nstats;
     /* fl: fp32 (weights, statistics, the loss); es: activations (half under AMP) */
     size_t fl = sizeof(float), es = net->es;
@@ -315,6 +338,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->grads)) ||
             (rc = nalloc(net, (size_t)net->nparams * fl, &net->spare)) ||
             (rc = nalloc(net, (size_t)nstats * fl, &net->capt)) ||
+            (rc = nalloc(net, (size_t)nstats * fl, &net->gstat)) ||
+            (rc = nalloc(net, (size_t)(2 * net->maxc) * fl, &net->gcoef)) ||
             (rc = nalloc(net, (size_t)net->nparams * fl, &net->mom)) ||
             (rc = nalloc(net, (size_t)(B * F) * es, &net->dfeat)) ||
             (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
@@ -462,6 +487,54 @@ int rn_net_store(rn_net *net, rn_ckpt *c) {
     return rc ? rc : exchange_bn(net, c, 0);
 }
 
+/* Synchronised BN forward of unit ui (rn_net_set_sync): this process's batch statistics,
+ * every process's combined, then the normalisation with the global ones. */
+static int sync_fwd(rn_net *net, int ui, const rn_bn_desc *bd, const void *z, const float *gamma, const float *beta,
+                    const void *res, void *y) {
+    unit_rt *u = &net->u[ui];
+    const int c = net->spec.units[ui].cout, k = 2 * c + 1;
+    float *gm = net->gstat + u->stat_off, *gv = gm + c;
+    /* momentum 1 makes the "running" outputs this batch's mean and unbiased variance,
+       (1 - 1) * 0 + 1 * x; zeroed first so that no inf/NaN of an earlier step survives
+       the 0 * x. Its y is overwritten below. */
+    rn_bn_desc sd = *bd;
+    sd.momentum = 1.0f;
+    int rc = rn_backend_zero(net->be, gm, sizeof(float) * 2 * (size_t)c);
+    if (rc || (rc = rn_bn_fwd_train(net->be, &sd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, gm, gv,
+                                    u->reserve)) ||
+        (rc = rn_backend_download(net->be, net->hf, gm, sizeof(float) * 2 * (size_t)c)))
+        return rc;
+    double m = (double)bd->m, *mine = net->hbuf, *all = mine + 2 * net->maxc + 1;
+    mine[0] = m;
+    for (int j = 0; j < c; j++) {
+        mine[1 + j] = net->hf[j];
+        mine[1 + c + j] = net->hf[c + j] * (m - 1) / m; /* biased */
+    }
+    if ((rc = net->gather(net->gather_ctx, mine, sizeof(double) * (size_t)k, all))) return rc;
+    /* in rank order, in double: the count, the mean, then the biased variance about it
+       (each process's variance plus its mean's squared distance from the global mean) */
+    double n = 0;
+    for (int r = 0; r < net->world; r++) n += all[r * k];
+    float *hm = net->hstat + u->stat_off, *hr = net->hrun + u->stat_off;
+    for (int j = 0; j < c; j++) {
+        double s = 0, v = 0;
+        for (int r = 0; r < net->world; r++) s += all[r * k] * all[r * k + 1 + j];
+        double mean = s / n;
+        for (int r = 0; r < net->world; r++) {
+            double d = all[r * k + 1 + j] - mean;
+            v += all[r * k] * (all[r * k + 1 + c + j] + d * d);
+        }
+        double var = v / n;
+        hm[j] = (float)mean;
+        hm[c + j] = (float)var;
+        hr[j] = (float)mean;
+        hr[c + j] = (float)(var * n / (n - 1));
+    }
+    if ((rc = rn_backend_upload(net->be, gm, hm, sizeof(float) * 2 * (size_t)c))) return rc;
+    /* rn_bn_fwd_infer's invstd is 1/sqrt(var + eps): the biased variance normalises */
+    return rn_bn_fwd_infer(net->be, bd, z, gamma, beta, gm, gv, res, y);
+}
+
 /* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
 static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res,
                     int relu) {
@@ -474,6 +547,7 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
     if (train && !net->freeze_bn) {
+        if (net->gather) return sync_fwd(net, ui, &bd, z, gamma, beta, res, y);
         if (net->capture) {
             /* momentum 1 makes the "running" update the batch statistics themselves:
                (1 - 1) * 0 + 1 * mean; rn_net_bn_replay applies them later */
@@ -564,7 +638,9 @@ int rn_net_forward(rn_net *net, int n, int train) {
     if (!train) return forward_infer(net, n);
     /* a capture starts from zeros: the momentum-1 update keeps no trace of the last */
     int rc = net->capture ? rn_backend_zero(net->be, net->capt, sizeof(float) * (size_t)net->nstats) : RN_OK;
-    return rc ? rc : forward_train(net, n);
+    if (rc || (rc = forward_train(net, n))) return rc;
+    /* synchronised BN: every process makes the same update with the global statistics */
+    return net->gather && !net->freeze_bn ? bn_update(net, net->hrun, 1) : RN_OK;
 }
 
 static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, float grad_scale, float *dlogits,
@@ -593,6 +669,43 @@ static int fold_grad(rn_net *net, const void *gh, int64_t off, int64_t numel, in
     return rn_cast(net->be, net->dtype, RN_F32, numel, gh, net->grads + off, accumulate);
 }
 
+/* Synchronised BN backward of unit ui, after rn_bn_bwd_frozen on the global statistics
+ * left dz = gamma*invstd*dz, dgamma = sum dz*xhat and dbeta = sum dz (this process's
+ * sums, replacing the stored ones): every process's sums added in rank order give G and
+ * Bt over the M images, and dz -= gamma*invstd*(Bt/M + xhat*G/M), an affine function of
+ * the BN input z per channel, which rn_bn_fwd_infer adds with dz as its residual. */
+static int sync_bwd(rn_net *net, int ui, const rn_bn_desc *bd, void *dz) {
+    unit_rt *u = &net->u[ui];
+    const int c = net->spec.units[ui].cout, k = 2 * c + 1;
+    float *hf = net->hf, *gm = net->gstat + u->stat_off, *gv = gm + c;
+    size_t cb = sizeof(float) * (size_t)c;
+    int rc;
+    if ((rc = rn_backend_download(net->be, hf, net->grads + u->b_off, cb)) ||
+        (rc = rn_backend_download(net->be, hf + c, net->grads + u->g_off, cb)) ||
+        (rc = rn_backend_download(net->be, hf + 2 * c, net->params + u->g_off, cb)))
+        return rc;
+    double *mine = net->hbuf, *all = mine + 2 * net->maxc + 1;
+    mine[0] = (double)bd->m;
+    for (int j = 0; j < 2 * c; j++) mine[1 + j] = hf[j];
+    if ((rc = net->gather(net->gather_ctx, mine, sizeof(double) * (size_t)k, all))) return rc;
+    double n = 0;
+    for (int r = 0; r < net->world; r++) n += all[r * k];
+    const float *hv = net->hstat + u->stat_off + c;
+    float *scale = hf, *shift = hf + c; /* (overwriting the sums, read by then) */
+    for (int j = 0; j < c; j++) {
+        double bt = 0, g = 0;
+        for (int r = 0; r < net->world; r++) bt += all[r * k + 1 + j], g += all[r * k + 1 + c + j];
+        /* the invstd rn_bn_fwd_infer computes, so that gamma' * (z - mean) * invstd is xhat * gamma' */
+        double a = hf[2 * c + j] / sqrt((double)hv[j] + bd->eps);
+        scale[j] = (float)(-a * g / n);
+        shift[j] = (float)(-a * bt / n);
+    }
+    rn_bn_desc d = *bd;
+    d.relu = 0;
+    if ((rc = rn_backend_upload(net->be, net->gcoef, hf, 2 * cb))) return rc;
+    return rn_bn_fwd_infer(net->be, &d, u->z, net->gcoef, net->gcoef + c, gm, gv, dz, dz);
+}
+
 static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
                     int relu, int accumulate, int accumulate_dx) {
     rn_conv_desc cd;
@@ -605,6 +718,13 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
         const float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
         rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, rm, rv, dz, net->grads + u->g_off,
                               net->grads + u->b_off, dres, accumulate);
+    } else if (net->gather) {
+        /* sync_bwd reads this micro-batch's own sums: backward() never accumulates */
+        if (accumulate) return rn_errorf(RN_EINVAL, "synchronised BN backward into accumulated gradients");
+        const float *gm = net->gstat + u->stat_off, *gv = gm + net->spec.units[ui].cout;
+        rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, gm, gv, dz, net->grads + u->g_off,
+                              net->grads + u->b_off, dres, 0);
+        if (rc == RN_OK) rc = sync_bwd(net, ui, &bd, dz);
     } else {
         rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
                        net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate);
@@ -770,6 +890,28 @@ float *rn_net_spare(rn_net *net) { return net->spare; }
 
 int64_t rn_net_bn_stats_len(const rn_net *net) { return net->nstats; }
 
+int rn_net_set_sync(rn_net *net, int world, rn_net_gather_fn gather, void *ctx) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "synchronised BN on an inference network");
+    if (gather && world < 1) return rn_errorf(RN_EINVAL, "synchronised BN over %d processes", world);
+    free(net->hstat);
+    free(net->hrun);
+    free(net->hf);
+    free(net->hbuf);
+    net->hstat = net->hrun = net->hf = NULL;
+    net->hbuf = NULL;
+    net->gather = NULL;
+    if (!gather) return RN_OK;
+    net->hstat = rn_malloc(sizeof(float) * (size_t)net->nstats);
+    net->hrun = rn_malloc(sizeof(float) * (size_t)net->nstats);
+    net->hf = rn_malloc(sizeof(float) * 3 * (size_t)net->maxc);
+    net->hbuf = rn_malloc(sizeof(double) * (size_t)(world + 1) * (2 * (size_t)net->maxc + 1));
+    if (!net->hstat || !net->hrun || !net->hf || !net->hbuf) return RN_ENOMEM;
+    net->gather = gather;
+    net->gather_ctx = ctx;
+    net->world = world;
+    return RN_OK;
+}
+
 int rn_net_bn_capture(rn_net *net, int on) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "BN capture on an inference network");
     net->capture = on != 0;
@@ -784,6 +926,12 @@ int rn_net_bn_captured(rn_net *net, float *host) {
 int rn_net_bn_replay(rn_net *net, const float *stats, int nslices) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "BN replay on an inference network");
     if (net->freeze_bn || nslices < 1) return RN_OK;
+    return bn_update(net, stats, nslices);
+}
+
+/* The running statistics updated with nslices sets of batch statistics (host, bufs'
+ * layout), and num_batches_tracked. */
+static int bn_update(rn_net *net, const float *stats, int nslices) {
     float *r = rn_malloc(sizeof(float) * (size_t)net->nstats);
     if (!r) return RN_ENOMEM;
     int rc = rn_backend_download(net->be, r, net->bufs, sizeof(float) * (size_t)net->nstats);

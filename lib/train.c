@@ -151,6 +151,11 @@ static int setup_data(run *t) {
     return RN_OK;
 }
 
+/* rn_net_set_sync's gather: every rank's BN statistics or gradient sums of one layer */
+static int gather_bn(void *dist, const void *mine, size_t bytes, void *all) {
+    return rn_dist_allgather(dist, mine, bytes, all, "the gather of a synchronised BN layer");
+}
+
 /* The network at the micro-batch asked for (or the largest that fits), the validation
  * loader, and fp16's loss scaler (the checkpoint's scale when resuming). */
 static int setup_net(run *t) {
@@ -164,7 +169,9 @@ static int setup_net(run *t) {
     t->steps = t->world * t->accum;
     if (t->world > 1) {
         if ((rc = rn_dist_attach(t->dist, t->r.be))) return rc;
-        if (!o->freeze_bn) {
+        if (o->sync_bn && !o->freeze_bn) {
+            if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
+        } else if (!o->freeze_bn) {
             /* BN's running statistics: captured per micro-batch, replayed in global order */
             t->nstats = rn_net_bn_stats_len(t->r.net);
             t->stats = rn_malloc(sizeof(float) * (size_t)(t->accum * t->nstats));
@@ -281,7 +288,9 @@ static int save(run *t) {
     if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
     rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
     t->st.batch = o->batch;
-    t->st.accum = t->steps; /* micro-batches of all ranks: the same run as one process with this --accum */
+    /* micro-batches of all ranks: the same run as one process with this --accum; under
+       synchronised BN, the micro-batches BN saw */
+    t->st.accum = o->sync_bn && !o->freeze_bn && t->world > 1 ? t->accum : t->steps;
     if ((rc = rn_state_put(ck, &t->st, &o->lr))) return rc;
     char ds[1024];
     snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(t->l)->count);

@@ -78,6 +78,36 @@ step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load
     diff <(tensors r4.pb) <(tensors s2r.pb)
 }
 
+# On this toy net a rounding-level difference grows about 100x per step at lr 0.01 (two
+# ranks with --accum 2 against one process with --accum 4, only the sum's grouping apart:
+# 7e-8 after one step, 4e-3 after two, 0.5 after three), so the several-step comparison
+# runs at lr 1e-4, where it stays at the one-step error (measured 1e-5 at worst).
+@test "2 ranks with --sync-bn equal one process with the same --batch (every tensor within 1e-4)" {
+    LR="--lr 0.0001"
+    rn-train --data train.lmdb --in init.pb --out whole.pb $A $LR --batch 8 --max-steps 3
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out sync.pb $A $LR --batch 8 --max-steps 3 --sync-bn
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out ddp.pb $A $LR --batch 8 --max-steps 3
+    # the statistics are combined from per-rank sums in double, in another order than one
+    # process's sum over the batch, and float32 rounds each differently: close, not equal
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/pb_close.py" sync.pb whole.pb 1e-4
+    assert_success
+    assert_output --partial "momentum: 62 tensors"
+    # per-rank BN (the default) is another computation: off by O(1), the test can fail
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/pb_close.py" ddp.pb whole.pb 0.1
+    assert_failure
+    assert_output --regexp "momentum: 62 tensors, max relative difference [0-9.]+e\+00"
+}
+
+@test "--sync-bn in one process changes nothing; with --freeze-bn it is refused" {
+    rn-train --data train.lmdb --in init.pb --out one-sync.pb $A --batch 8 --max-steps 2 --sync-bn
+    rn-train --data train.lmdb --in init.pb --out one-plain.pb $A --batch 8 --max-steps 2
+    diff <(tensors one-sync.pb) <(tensors one-plain.pb)
+    run rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1 --sync-bn --freeze-bn
+    assert_failure 2
+    assert_output --partial "--sync-bn and --freeze-bn"
+    [ ! -e x.pb ]
+}
+
 @test "a global batch that does not split is refused with the valid values" {
     run $MPI -np 3 rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1
     assert_failure

@@ -74,6 +74,12 @@ static void usage(FILE *f) {
             "      --dist-timeout S    a collective that waits S seconds for the others (a rank\n"
             "                          died or hangs) stops the run, naming it (default %g)\n"
             "      --bucket-mb X       gradients are summed in buckets of X MB (default %g)\n"
+            "      --sync-bn           BatchNorm statistics over every process's images of a\n"
+            "                          micro-batch (PyTorch's SyncBatchNorm; default: each\n"
+            "                          process's own, as DDP): with --accum 1 the same run as one\n"
+            "                          process with the same --batch, up to float rounding; two\n"
+            "                          small collectives per BN layer per micro-batch. One\n"
+            "                          process: no effect. Not with --freeze-bn\n"
             "Mixed precision (GPU only; the CPU backend computes in fp32):\n"
             "      --amp MODE          off, fp16 or bf16 (default off): activations and layers in\n"
             "                          MODE; fp32 master weights, weight gradients, momentum, BN\n"
@@ -136,6 +142,9 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
         if (o->lr.milestones[i] <= o->lr.milestones[i - 1])
             return rn_errorf(RN_EINVAL, "--lr-milestones: %d after %d: the epochs must increase, like 30,60,80",
                              o->lr.milestones[i], o->lr.milestones[i - 1]);
+    if (o->sync_bn && o->freeze_bn)
+        return rn_errorf(RN_EINVAL, "--sync-bn and --freeze-bn: frozen BatchNorm has no batch statistics to "
+                                    "synchronise (give one)");
     if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
         return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
                          rn_amp_name(o->amp));
@@ -145,7 +154,7 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -186,6 +195,7 @@ int main(int argc, char **argv) {
         {"loss-scale", required_argument, 0, O_SCALE},
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
+        {"sync-bn", no_argument, 0, O_SYNCBN},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -232,6 +242,7 @@ int main(int argc, char **argv) {
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.no_wd_bn = 1; break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
+        case O_SYNCBN: o.sync_bn = 1; break;
         case O_LS: rc = rn_cli_float("--label-smoothing", optarg, 0, 1, &o.label_smoothing); break;
         case O_SCHED:
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)

@@ -142,6 +142,27 @@ int rn_net_bn_capture(rn_net *net, int on);
 int rn_net_bn_captured(rn_net *net, float *host);
 int rn_net_bn_replay(rn_net *net, const float *stats, int nslices);
 
+/* Synchronised BatchNorm (PyTorch's SyncBatchNorm): world processes, each with a net like
+ * this one, run training forwards and backwards in lockstep, and each BN layer normalises
+ * over the images of all of them. gather(ctx, mine, bytes, all) must set all (world x
+ * bytes, host) to every process's `mine` (bytes, host) in rank order, the same on every
+ * process (rn_dist_allgather), and return RN_OK or an error, which the forward or
+ * backward returns. Per BN layer, a training forward computes this process's batch mean
+ * and variance (rn_bn_fwd_train into a scratch), gathers every process's (count, mean,
+ * biased variance) in double, combines them in rank order (the parallel-variance formula)
+ * and normalises with the global mean and biased variance (rn_bn_fwd_infer); the running
+ * statistics are updated once per forward with the global mean and unbiased variance,
+ * so every process keeps the same buffers (capture/replay is not needed). The backward
+ * (rn_bn_bwd_frozen on the global statistics, then a gather of the per-channel sums of
+ * dz and dz*xhat) gives dx = gamma*invstd*(dz - sum dz/M - xhat*sum dz*xhat/M) with the
+ * sums and count M over all processes; dgamma and dbeta stay this process's own sums
+ * (the step's gradient sum adds them). Two gathers per BN layer per micro-batch, of
+ * 2 x channels + 1 doubles. world 1 with a copying gather computes what plain BN does
+ * (up to float rounding). gather NULL: per-process BN again. Freezing (rn_net_freeze_bn)
+ * takes precedence. Errors: RN_EINVAL (inference net, world < 1), RN_ENOMEM. */
+typedef int (*rn_net_gather_fn)(void *ctx, const void *mine, size_t bytes, void *all);
+int rn_net_set_sync(rn_net *net, int world, rn_net_gather_fn gather, void *ctx);
+
 /* The output of conv+BN unit `unit` (an index into the spec's units) in the last training
  * forward: after its ReLU, and after the residual add for a block's last unit. Sets
  * shape to NHWC (n, p, q, cout) for that forward's n and, unless host is NULL, copies

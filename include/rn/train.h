@@ -41,6 +41,17 @@
  * number of processes. A stop signal on any rank stops all at the same step boundary
  * (the flag is reduced every step).
  *
+ * Synchronised BN (o->sync_bn, PyTorch's SyncBatchNorm): each BN layer normalises rank
+ * r's micro-batch a with the statistics of micro-batch a of every rank together
+ * (batch/accum images), gathered per layer in the forward and their gradient sums in the
+ * backward (rn_net_set_sync over rn_dist_allgather); every rank updates the running
+ * statistics once per micro-batch index with the same global statistics, so nothing is
+ * captured or replayed. With accum 1 this is one process with the same --batch and no
+ * --accum, up to float rounding (the statistics are combined from per-rank sums in
+ * double, in another order than one process sums the whole batch): not bit for bit.
+ * The checkpoint records accum as the per-rank accum, the micro-batches BN saw. In a
+ * world of one sync_bn changes nothing; with freeze_bn there are no batch statistics.
+ *
  * Output: progress lines on o->progress and the JSONL log at o->log_path are the sinks
  * of an rn_report (rn/report.h); evaluation with --val is rn_eval_run (rn/eval.h); the
  * learning rate is rn_lr_at (rn/schedule.h). */
@@ -96,6 +107,8 @@ typedef struct {
     double momentum, weight_decay, label_smoothing;
     int nesterov, no_wd_bn;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
+    int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of
+                               the same index (rn_net_set_sync); nothing in a world of one */
     int amp;                /* RN_F32 (off), RN_F16 or RN_BF16 (rn/tensor.h) */
     double loss_scale;      /* fp16: initial loss scale, when the checkpoint holds none */
     int scale_growth_interval; /* fp16: clean steps before the loss scale doubles */
