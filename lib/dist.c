@@ -240,11 +240,18 @@ static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char 
     MPI_Request req;
     int rc, e = MPI_Ialltoallv(x, scnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
     if ((rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Ialltoallv", what))) goto fail;
-    float *acc = x + dsp[R];
-    for (int i = 0; i < mine; i++) {
-        float t = R == 0 ? acc[i] : recv[i];
-        for (int r = 1; r < W; r++) t += r == R ? acc[i] : recv[(size_t)(r < R ? r : r - 1) * mine + i];
-        acc[i] = t;
+    /* ((x0 + x1) + ...) + xW-1, element by element, in loops that vectorise: the ranks
+       before this one fold into recv's first copy, then this rank's own, then the rest */
+    float *acc = x + dsp[R], *first = recv;
+    for (int r = 1; r < R; r++) {
+        const float *p = recv + (size_t)r * mine;
+        for (int i = 0; i < mine; i++) first[i] += p[i];
+    }
+    if (R > 0)
+        for (int i = 0; i < mine; i++) acc[i] = first[i] + acc[i];
+    for (int r = R + 1; r < W; r++) {
+        const float *p = recv + (size_t)(r - 1) * mine;
+        for (int i = 0; i < mine; i++) acc[i] += p[i];
     }
     e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
     rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Iallgatherv", what);
