@@ -221,8 +221,7 @@ int rn_cli_launcher_world(void) {
     return w ? w : 1;
 }
 
-int rn_cli_dist_threads(int threads, const rn_dist *d) {
-    int lw = rn_dist_local_world(d);
+int rn_cli_dist_threads(int threads, int lw) {
     if (threads > 0 || lw <= 1) return threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n / lw > 1 ? (int)(n / lw) : 1;

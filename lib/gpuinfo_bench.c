@@ -114,15 +114,6 @@ typedef struct {
                     const void *, void *, void *);
 } gpu_api;
 
-#define RT(call)                                                                                                       \
-    do {                                                                                                               \
-        int e_ = (call);                                                                                               \
-        if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (error %d)", __FILE__, __LINE__, #call,                             \
-                           api.error_string ? api.error_string(e_) : "CUDA runtime error", e_);                        \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
 #define BLAS(call)                                                                                                     \
     do {                                                                                                               \
         int e_ = (call);                                                                                               \
@@ -257,33 +248,33 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
     float ms;
     char what[96];
 
-    RT(api.set_device(d->index));
-    RT(api.malloc_host(&host, bytes));
-    RT(api.malloc_(&a, bytes));
-    RT(api.malloc_(&b, bytes));
-    RT(api.malloc_(&c, bytes));
-    RT(api.event_create(&ev0));
-    RT(api.event_create(&ev1));
+    RN_GPUINFO_RT(api.set_device(d->index));
+    RN_GPUINFO_RT(api.malloc_host(&host, bytes));
+    RN_GPUINFO_RT(api.malloc_(&a, bytes));
+    RN_GPUINFO_RT(api.malloc_(&b, bytes));
+    RN_GPUINFO_RT(api.malloc_(&c, bytes));
+    RN_GPUINFO_RT(api.event_create(&ev0));
+    RN_GPUINFO_RT(api.event_create(&ev1));
     /* seeded random data, never zeros: power, hence clocks, depend on the bits */
     rn_rng_uniform(rn_rng_key(20260131, 7), host, (int64_t)n * n, -1.0f, 1.0f);
 
-    RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-    RT(api.event_record(ev0, NULL));
+    RN_GPUINFO_RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
+    RN_GPUINFO_RT(api.event_record(ev0, NULL));
     for (int i = 0; i < 5; i++)
-        RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-    RT(api.event_record(ev1, NULL));
-    RT(api.event_sync(ev1));
-    RT(api.event_elapsed(&ms, ev0, ev1));
+        RN_GPUINFO_RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
+    RN_GPUINFO_RT(api.event_record(ev1, NULL));
+    RN_GPUINFO_RT(api.event_sync(ev1));
+    RN_GPUINFO_RT(api.event_elapsed(&ms, ev0, ev1));
     snprintf(what, sizeof what, "%zu MiB pinned", bytes >> 20);
     add_result(out, "h2d", "GB/s", 5.0 * bytes / (ms * 1e-3) / 1e9, h2d_peak, what);
 
-    RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
-    RT(api.event_record(ev0, NULL));
+    RN_GPUINFO_RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
+    RN_GPUINFO_RT(api.event_record(ev0, NULL));
     for (int i = 0; i < 20; i++)
-        RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
-    RT(api.event_record(ev1, NULL));
-    RT(api.event_sync(ev1));
-    RT(api.event_elapsed(&ms, ev0, ev1));
+        RN_GPUINFO_RT(api.memcpy_(b, a, bytes, RT_MEMCPY_D2D));
+    RN_GPUINFO_RT(api.event_record(ev1, NULL));
+    RN_GPUINFO_RT(api.event_sync(ev1));
+    RN_GPUINFO_RT(api.event_elapsed(&ms, ev0, ev1));
     snprintf(what, sizeof what, "%zu MiB, read+write", bytes >> 20);
     add_result(out, "d2d", "GB/s", 20.0 * 2 * bytes / (ms * 1e-3) / 1e9, mem_peak, what);
 
@@ -315,30 +306,30 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
             rn_rng_uniform(rn_rng_key(20260131, 7), h32, (int64_t)n * n, -1.0f, 1.0f);
             for (int64_t i = 0; i < (int64_t)n * n; i++)
                 h16[i] = gemms[k].dtype == DT_R_16F ? rn_f32_to_f16(h32[i]) : rn_f32_to_bf16(h32[i]);
-            RT(api.memcpy_(a, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(a, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(b, host, (size_t)n * n * 2, RT_MEMCPY_H2D));
         } else {
             rn_rng_uniform(rn_rng_key(20260131, 7), host, (int64_t)n * n, -1.0f, 1.0f);
-            RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, bytes, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(a, host, bytes, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(b, host, bytes, RT_MEMCPY_H2D));
         }
 #define GEMM()                                                                                                         \
     BLAS(api.gemm(blas, BLAS_OP_N, BLAS_OP_N, n, n, n, &one, a, gemms[k].dtype, n, b, gemms[k].dtype, n, &zero, c,     \
                   gemms[k].dtype, n, gemms[k].compute, BLAS_GEMM_DEFAULT))
         GEMM();
-        RT(api.event_record(ev0, NULL));
+        RN_GPUINFO_RT(api.event_record(ev0, NULL));
         GEMM();
-        RT(api.event_record(ev1, NULL));
-        RT(api.event_sync(ev1));
-        RT(api.event_elapsed(&ms, ev0, ev1));
+        RN_GPUINFO_RT(api.event_record(ev1, NULL));
+        RN_GPUINFO_RT(api.event_sync(ev1));
+        RN_GPUINFO_RT(api.event_elapsed(&ms, ev0, ev1));
         int iters = ms > 0 ? (int)(300.0 / ms) : 50; /* about 0.3 s of work */
         iters = iters < 3 ? 3 : iters > 200 ? 200 : iters;
-        RT(api.event_record(ev0, NULL));
+        RN_GPUINFO_RT(api.event_record(ev0, NULL));
         for (int i = 0; i < iters; i++)
             GEMM();
-        RT(api.event_record(ev1, NULL));
-        RT(api.event_sync(ev1));
-        RT(api.event_elapsed(&ms, ev0, ev1));
+        RN_GPUINFO_RT(api.event_record(ev1, NULL));
+        RN_GPUINFO_RT(api.event_sync(ev1));
+        RN_GPUINFO_RT(api.event_elapsed(&ms, ev0, ev1));
 #undef GEMM
         snprintf(what, sizeof what, "%dx%dx%d", n, n, n);
         add_result(out, gemms[k].test, "TFLOP/s", 2.0 * n * n * (double)n * iters / (ms * 1e-3) / 1e12, pk, what);
@@ -372,8 +363,8 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
             rn_rng_uniform(rn_rng_key(20260131, 8), h32, (int64_t)(xbytes / 2), -1.0f, 1.0f);
             for (size_t i = 0; i < xbytes / 2; i++)
                 h16[i] = rn_f32_to_f16(h32[i]);
-            RT(api.memcpy_(a, host, xbytes, RT_MEMCPY_H2D));
-            RT(api.memcpy_(b, host, (size_t)K * C * R * S * 2, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(a, host, xbytes, RT_MEMCPY_H2D));
+            RN_GPUINFO_RT(api.memcpy_(b, host, (size_t)K * C * R * S * 2, RT_MEMCPY_H2D));
             DNN(api.conv_find(dnn, xd, wd, cd, yd, 8, &nperf, perf));
             int best = -1;
             for (int i = 0; i < nperf && best < 0; i++)
@@ -384,22 +375,22 @@ int rn_gpuinfo_bench(const rn_gpuinfo *g, int di, rn_gpubench *out) {
                 goto fail;
             }
             DNN(api.conv_ws(dnn, xd, wd, cd, yd, perf[best].algo, &wsize));
-            if (wsize) RT(api.malloc_(&ws, wsize));
+            if (wsize) RN_GPUINFO_RT(api.malloc_(&ws, wsize));
 #define CONV() DNN(api.conv_fwd(dnn, &one, xd, a, wd, b, cd, perf[best].algo, ws, wsize, &zero, yd, c))
             CONV();
-            RT(api.event_record(ev0, NULL));
+            RN_GPUINFO_RT(api.event_record(ev0, NULL));
             for (int i = 0; i < 20; i++)
                 CONV();
-            RT(api.event_record(ev1, NULL));
-            RT(api.event_sync(ev1));
-            RT(api.event_elapsed(&ms, ev0, ev1));
+            RN_GPUINFO_RT(api.event_record(ev1, NULL));
+            RN_GPUINFO_RT(api.event_sync(ev1));
+            RN_GPUINFO_RT(api.event_elapsed(&ms, ev0, ev1));
 #undef CONV
             snprintf(what, sizeof what, "N%d C%d K%d %dx%d 3x3 NHWC algo %d", N, C, K, H, W, perf[best].algo);
             add_result(out, "conv_fp16", "TFLOP/s", 2.0 * N * K * C * R * S * H * W * 20.0 / (ms * 1e-3) / 1e12,
                        peak >= 0 ? datasheet[peak].fp16 : -1, what);
         }
     }
-    RT(api.sync());
+    RN_GPUINFO_RT(api.sync());
 
 fail:
     if (ws) api.free_(ws);

@@ -48,15 +48,6 @@ typedef struct {
     const char *(*nccl_error)(int);
 } nccl_api;
 
-#define RT(call)                                                                                                       \
-    do {                                                                                                               \
-        int e_ = (call);                                                                                               \
-        if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (error %d)", __FILE__, __LINE__, #call,                             \
-                           api.error_string ? api.error_string(e_) : "CUDA runtime error", e_);                        \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
 #define NC(call)                                                                                                       \
     do {                                                                                                               \
         int e_ = (call);                                                                                               \
@@ -112,8 +103,8 @@ static int run(const nccl_api *a, int nd, void **comm, void **stream, void **sen
         NC(e ? e : e2);
     }
     for (int d = 0; d < nd; d++) {
-        RT(api.set_device(dev[d]));
-        RT(api.stream_sync(stream[d]));
+        RN_GPUINFO_RT(api.set_device(dev[d]));
+        RN_GPUINFO_RT(api.stream_sync(stream[d]));
     }
 fail:
     return rc;
@@ -156,11 +147,11 @@ int rn_gpuinfo_nccl(const rn_gpuinfo *g, rn_gpunccl *out) {
     for (int64_t i = 0; i < nf; i++)
         host[i] = (float)(int)(host[i] * 256.0f) / 256.0f;
     for (int d = 0; d < nd; d++) {
-        RT(api.set_device(out->dev[d]));
-        RT(api.malloc_(&send[d], most));
-        RT(api.malloc_(&recv[d], most));
-        RT(api.stream_create(&stream[d]));
-        RT(api.memcpy_(send[d], host, most, RT_H2D));
+        RN_GPUINFO_RT(api.set_device(out->dev[d]));
+        RN_GPUINFO_RT(api.malloc_(&send[d], most));
+        RN_GPUINFO_RT(api.malloc_(&recv[d], most));
+        RN_GPUINFO_RT(api.stream_create(&stream[d]));
+        RN_GPUINFO_RT(api.memcpy_(send[d], host, most, RT_H2D));
     }
     NC(api.init_all(comm, nd, out->dev));
     have_comms = 1;
@@ -176,8 +167,8 @@ int rn_gpuinfo_nccl(const rn_gpuinfo *g, rn_gpunccl *out) {
         iters = iters < 5 ? 5 : iters > 100 ? 100 : iters;
         if (bytes == NCCL_MIN_BYTES) {
             for (int d = 0; d < nd; d++) {
-                RT(api.set_device(out->dev[d]));
-                RT(api.memcpy_(back, recv[d], first, RT_D2H));
+                RN_GPUINFO_RT(api.set_device(out->dev[d]));
+                RN_GPUINFO_RT(api.memcpy_(back, recv[d], first, RT_D2H));
                 for (size_t i = 0; i < count; i++) {
                     if (back[i] != (float)nd * host[i]) {
                         rc = rn_errorf(RN_EGPU,

@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
     }
     const int root = rn_dist_rank(d) == 0;
     o.progress_tty = root && isatty(2);
-    o.threads = rn_cli_dist_threads(o.threads, d);
+    o.threads = rn_cli_dist_threads(o.threads, rn_dist_local_world(d));
     rn_ckpt *ck = NULL;
     rn_eval_result r = {0};
     o.backend.cuda_index = rn_dist_local_rank(d); /* cuda and auto: this rank's GPU */

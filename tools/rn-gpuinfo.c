@@ -110,6 +110,21 @@ static int finish(int status) {
     return status;
 }
 
+/* --bench and --nccl need a CUDA build and a device: the exit status when they have none
+ * (its diagnosis printed), else 0. dp: the first device's problem, or NULL. */
+static int nothing_to_measure(const rn_gpuinfo *g, const rn_gpuproblem *dp, const char *flag) {
+    if (!g->built_with_cuda) {
+        diagnosis(&g->problem[0]);
+        return RN_GPUINFO_NO_BUILD_GPU;
+    }
+    if (g->ndev == 0 || (dp && dp->code == RN_GPUINFO_DRIVER_TOO_OLD)) {
+        if (dp) diagnosis(dp);
+        else fprintf(stderr, "rn-gpuinfo: %s: no CUDA device\n", flag);
+        return dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
                                          {"check", no_argument, NULL, 'c'},
@@ -187,15 +202,7 @@ int main(int argc, char **argv) {
             }
         }
     } else if (bench) {
-        if (!g->built_with_cuda) {
-            diagnosis(&g->problem[0]);
-            rc = RN_GPUINFO_NO_BUILD_GPU;
-        } else if (g->ndev == 0 || (dp && dp->code == RN_GPUINFO_DRIVER_TOO_OLD)) {
-            if (dp)
-                diagnosis(dp);
-            else
-                fprintf(stderr, "rn-gpuinfo: --bench: no CUDA device\n");
-            rc = dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+        if ((rc = nothing_to_measure(g, dp, "--bench"))) {
         } else if (device >= g->ndev) {
             fprintf(stderr, "rn-gpuinfo: --device %d: only %d device%s visible (0..%d)\n", device, g->ndev,
                     g->ndev == 1 ? "" : "s", g->ndev - 1);
@@ -215,15 +222,7 @@ int main(int argc, char **argv) {
         }
     } else if (nccl) {
         rn_gpunccl r;
-        if (!g->built_with_cuda) {
-            diagnosis(&g->problem[0]);
-            rc = RN_GPUINFO_NO_BUILD_GPU;
-        } else if (g->ndev == 0 || (dp && dp->code == RN_GPUINFO_DRIVER_TOO_OLD)) {
-            if (dp)
-                diagnosis(dp);
-            else
-                fprintf(stderr, "rn-gpuinfo: --nccl: no CUDA device\n");
-            rc = dp ? dp->code : RN_GPUINFO_NO_DEVICE;
+        if ((rc = nothing_to_measure(g, dp, "--nccl"))) {
         } else {
             if (!json && g->ndev > 1) fprintf(stderr, "rn-gpuinfo: --nccl: all-reduce across the GPUs, a few seconds\n");
             if (rn_gpuinfo_nccl(g, &r) != RN_OK || rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {

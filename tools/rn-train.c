@@ -291,7 +291,7 @@ int main(int argc, char **argv) {
     rn_dist_set_bucket(d, (size_t)(bucket_mb * 1e6));
     o.dist = d;
     o.backend.cuda_index = rn_dist_local_rank(d);
-    o.threads = rn_cli_dist_threads(o.threads, d); /* the node's cores, shared */
+    o.threads = rn_cli_dist_threads(o.threads, rn_dist_local_world(d)); /* the node's cores, shared */
     /* outputs checked now, not after hours of training (by rank 0, which writes them) */
     if (rn_dist_rank(d) == 0 &&
         (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK))

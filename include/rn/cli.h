@@ -20,7 +20,6 @@
 #include <stdio.h>
 
 #include "rn/backend.h"
-#include "rn/dist.h"
 
 /* A whole number: optional sign, then digits ("256", "+3", "-1"); "2.5", "1e3", "0x10"
  * and "" are refused. */
@@ -68,10 +67,10 @@ int rn_cli_backend_env(rn_backend_opts *o);
  * For rn_dist_open. */
 int rn_cli_launcher_world(void);
 
-/* The CPU threads of one of the ranks of d that share a machine (local world > 1):
- * threads 0 (all cores) becomes the online cores divided among the local ranks, at
- * least 1 each; other counts are kept. (The GPU of such a rank is
+/* The CPU threads of one of local_world ranks that share a machine
+ * (rn_dist_local_world): threads 0 (all cores) becomes the online cores divided among
+ * them, at least 1 each; other counts are kept. (The GPU of such a rank is
  * rn_backend_opts.cuda_index = rn_dist_local_rank.) */
-int rn_cli_dist_threads(int threads, const rn_dist *d);
+int rn_cli_dist_threads(int threads, int local_world);
 
 #endif

@@ -25,4 +25,17 @@ void rn_gpuinfo_lib_ver(char *buf, size_t cap, int v, int wide_from);
 /* The first cuDNN (9.0.0) and NCCL (2.9.0) version numbers in the wide encoding. */
 enum { RN_GPUINFO_CUDNN_WIDE = 90000, RN_GPUINFO_NCCL_WIDE = 20900 };
 
+/* A CUDA runtime call through the dlsym'ed table `api` (its error_string may be NULL),
+ * in a function with `int rc` and a `fail:` label: on an error, rc = RN_EGPU naming the
+ * call, file and line, and goto fail. */
+#define RN_GPUINFO_RT(call)                                                                                     \
+    do {                                                                                                        \
+        int e_ = (call);                                                                                        \
+        if (e_ != 0) {                                                                                          \
+            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (error %d)", __FILE__, __LINE__, #call,                      \
+                           api.error_string ? api.error_string(e_) : "CUDA runtime error", e_);                 \
+            goto fail;                                                                                          \
+        }                                                                                                       \
+    } while (0)
+
 #endif
