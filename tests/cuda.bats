@@ -88,6 +88,13 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     assert_line --regexp "^gpu-train-fp16: not run: AMP needs a GPU: .*\(peer: $n img/s\)\$"
     assert_line --regexp "^gpu-train-amp: not run: .*\(peer fp16: $n img/s\)\$"
     refute_line --regexp '^gpu-(train|busy|peak-mib|device-mib)-(fp16|bf16): rn='
+    # data parallel: 2 CPU processes in fp32, rn under mpirun where it can, the peer on gloo
+    if command -v mpirun >/dev/null && grep -q "This build: with Open MPI" <<<"$(rn-train --help)"; then
+        assert_line --regexp "^gpu-train-ddp-2-fp32: rn=$n peer=$n ratio=$n\$"
+        assert_line --regexp "^gpu-scaling-2-fp32: rn=$n peer=$n ratio=$n\$"
+    else
+        assert_line --regexp "^gpu-train-ddp-2-fp32: not run: .*\(peer: $n img/s\)\$"
+    fi
     # every line is the summary form or says what was not run; gpu-train-amp comes last
     bad=$(grep -Ev '^[a-z0-9-]+: (rn=[^ ]+ peer=[^ ]+ ratio=[^ ]+|not run: .*)$' <<<"$output" || true)
     [ -z "$bad" ] || { echo "not a benchmark line: $bad"; false; }

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# make bench-gpu: ResNet-50 training on one GPU, rn against PyTorch eager (channels_last,
-# cudnn.benchmark, autocast) at the same batch, size and precision, one after the other:
+# make bench-gpu: ResNet-50 training on one GPU (and on 2..N where there are), rn against
+# PyTorch eager (channels_last, cudnn.benchmark, autocast) at the same batch, size and
+# precision, one after the other:
 #   1. synthetic input (a fixed random batch on the device): rn's tests/bench/gpu_step.c
 #      and tests/bench/gpu_peer.py synth, for each of PRECISIONS
 #   2. the real loader on generated JPEGs: rn-prep + rn-train (img/s from its --log
 #      JSONL) against gpu_peer.py loader (ImageFolder + DataLoader), same workers
+#   3. with 2 or more usable GPUs (rn-gpuinfo), data parallel for N = 2, 4, 8, ... and the
+#      GPU count: `mpirun -np N rn-train --amp fp16` (--batch N x BATCH) against
+#      tests/bench/gpu_ddp_peer.py (DDP over NCCL, autocast + GradScaler, channels_last,
+#      cudnn.benchmark; started by torchrun) on 2's JPEGs: BATCH images and
+#      (WORKERS + 1) / N - 1 loader workers per GPU, the same steps
 # and NVML samples (tests/bench/gpu_watch.py) during every run's timed steps for the GPU
 # busy share and the device memory in use. Lines, higher is better:
 #   gpu-train-P, gpu-train-loader-P  img/s                          ratio rn/peer
@@ -13,18 +19,24 @@
 #                                    over the timed steps           ratio peer/rn
 #   gpu-device-mib-P                 NVML: device memory in use, most over the timed
 #                                    steps, less what was in use before the run  peer/rn
+#   gpu-train-ddp-N-fp16             img/s of all N GPUs together     ratio rn/peer
+#   gpu-scaling-N-fp16               img/s at N / (N x gpu-train-loader-fp16's)  rn/peer
 #   gpu-busy                         gpu-busy-fp16 (fp32's when rn's fp16 did not run, said so)
 #   gpu-train-amp                    gpu-train-fp16, the last line
 # rn's fp16 and bf16 are rn-train --amp's step (fp16 with its dynamic loss scale; steps
 # an overflow skipped in the timed window are noted). A precision rn cannot train in (fp16
 # and bf16 on the CPU backend) gets "<name>: not run: <why> (peer: <x> img/s)" and no
-# number of rn's. Without a usable GPU: "bench-gpu: skipped: <why>", exit 0, no lines.
+# number of rn's. Without a usable GPU: "bench-gpu: skipped: <why>", exit 0, no lines;
+# with one: "gpu-train-ddp: skipped: 1 GPU visible, scaling needs 2 or more" for step 3.
 # Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
 # _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
 # _LOADER_PRECISIONS ("fp32 fp16"), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
 # for fp32 convolutions and GEMMs in both, PyTorch's cuDNN default), _LIMIT (300 s per
-# run), _DIR (data and raw outputs: $BUILD/bench-gpu), _DEVICE (cuda; NVML samples GPU 0).
-# BENCH_GPU_DRY=1 runs all of it on the CPU at a toy size: a check of this script only.
+# run), _DIR (data and raw outputs: $BUILD/bench-gpu), _DEVICE (cuda; NVML samples GPU 0),
+# _DDP_N (the Ns of step 3), _DDP_WORKERS (per process), _DDP_PRECISION (fp16),
+# _DDP_LAUNCH (torchrun, or direct: the peer's processes started here with RANK etc.).
+# BENCH_GPU_DRY=1 runs all of it on the CPU at a toy size: a check of this script only
+# (step 3: 2 processes in fp32, rn under mpirun --oversubscribe, the peer on gloo, direct).
 # Exit 1 when a run failed (the other lines still come), else 0: never on a speed.
 set -uo pipefail
 export LC_ALL=C # EPOCHREALTIME and printf with a decimal point
@@ -57,6 +69,9 @@ LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp32 fp16} # empty: no loader ru
 TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
 LIMIT=${BENCH_GPU_LIMIT:-300}         # seconds per run
 DIR=${BENCH_GPU_DIR:-$BUILD/bench-gpu}
+# data parallel: rn-train can do fp16 on a GPU only, so the dry run trains fp32
+DDP_PRECISION=${BENCH_GPU_DDP_PRECISION:-$([ "$DRY" = 1 ] && echo fp32 || echo fp16)}
+DDP_LAUNCH=${BENCH_GPU_DDP_LAUNCH:-$([ "$DRY" = 1 ] && echo direct || echo torchrun)}
 W=$DIR/run
 body=$BUILD/tests/bench_gpu_step
 failed=0
@@ -177,16 +192,36 @@ loader_data() {
     fi
     "$BIN/rn-init" --arch "$ARCH" --classes "$CLASSES" --seed 1 -o "$W/init.pb"
 }
-if [ -n "$LOADER_PRECISIONS" ] && ! loader_data; then
+# the GPUs data parallelism can spread over: CUDA's usable devices (after
+# CUDA_VISIBLE_DEVICES), as rn-gpuinfo sees them; the dry run: 2 processes on the CPU
+ddp_ns() { local n=2; while [ $n -lt "$1" ]; do echo $n; n=$((n * 2)); done; echo "$1"; }
+if [ "$DRY" = 1 ]; then
+    ngpu=2
+else
+    ngpu=$("$BIN/rn-gpuinfo" --json 2>/dev/null |
+        "$PYTHON" -c 'import json,sys; print(sum(d["usable"] for d in json.load(sys.stdin)["devices"]))' 2>/dev/null)
+    num "${ngpu:-x}" || ngpu=0
+fi
+DDP_NS=${BENCH_GPU_DDP_N-$([ "$ngpu" -ge 2 ] && ddp_ns "$ngpu")}
+if { [ -n "$LOADER_PRECISIONS" ] || [ -n "$DDP_NS" ]; } && ! loader_data; then
     failed=1
-    note "the loader runs are left out: making their JPEGs, dataset or checkpoint in $DIR failed (see above)"
-    LOADER_PRECISIONS=
+    note "the loader and data-parallel runs are left out: making their JPEGs, dataset or checkpoint in $DIR failed (see above)"
+    LOADER_PRECISIONS='' DDP_NS='' DDP_NODATA=1
 fi
 has_amp=0
 # (not `rn-train --help | grep -q`: under pipefail grep's early exit can SIGPIPE rn-train)
 grep -q -- '--amp' <<<"$("$BIN/rn-train" --help)" && has_amp=1
 # each JSONL line stamped with the wall-clock time it was written, for the NVML window
 stamp_lines() { while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
+# stamped JSONL, images per step -> img/s=.. data_wait=.. t0=.. t1=..: step lines WARMUP
+# and WARMUP+STEPS bound the timed steps
+timed() {
+    awk -v w="$WARMUP" -v s="$STEPS" -v b="$2" '/"kind":"step"/ { n++
+            if (n == w) t0 = $1
+            if (n > w && n <= w + s) { match($0, /"data_wait":[0-9.]+/); dw += substr($0, RSTART + 12, RLENGTH - 12) }
+            if (n == w + s) t1 = $1 }
+        END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' "$1"
+}
 for p in $LOADER_PRECISIONS; do
     amp=()
     if [ "$p" != fp32 ]; then
@@ -209,13 +244,7 @@ for p in $LOADER_PRECISIONS; do
         note "rn loader $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-loader-$p.err")"
         continue
     fi
-    # step lines WARMUP and WARMUP+STEPS bound the timed steps
-    R[L$p]=$(awk -v w="$WARMUP" -v s="$STEPS" -v b="$BATCH" '/"kind":"step"/ { n++
-            if (n == w) t0 = $1
-            if (n > w && n <= w + s) { match($0, /"data_wait":[0-9.]+/); dw += substr($0, RSTART + 12, RLENGTH - 12) }
-            if (n == w + s) t1 = $1 }
-        END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' \
-        "$W/rn-loader-$p.jsonl")
+    R[L$p]=$(timed "$W/rn-loader-$p.jsonl" "$BATCH")
     R[L$p]="${R[L$p]} $(window "$W/rn-loader-$p.watch" "$(field t0 <<<"${R[L$p]}")" "$(field t1 <<<"${R[L$p]}")")"
     case ${R[L$p]} in img/s=*) ;; *) failed=1; note "rn loader $p: rn-train logged fewer than $((WARMUP + STEPS)) steps" ;; esac
     note "rn loader $p: ${R[L$p]} (took $took s; $(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
@@ -238,6 +267,102 @@ for p in $LOADER_PRECISIONS; do
     line "gpu-train-loader-$p" "$(field img/s <<<"${R[L$p]}")" "$(field img/s <<<"${P[L$p]}")"
     line "gpu-busy-loader-$p" "$(field busy_pct <<<"${R[L$p]}")" "$(field busy_pct <<<"${P[L$p]}")"
 done
+
+# ---- 3. data parallel on N GPUs: mpirun rn-train against DDP, on the loader's images ----
+# rn-train reads a dataset only, so both sides take step 2's generated JPEGs, BATCH images
+# per GPU per step (rn's --batch is the global N x BATCH), each process WORKERS/N loader
+# workers; scaling divides by N x step 2's one-GPU img/s of the same precision
+scaling() { if num "$1" && num "$3" && awk -v b="$3" 'BEGIN { exit !(b > 0) }'; then
+    awk -v a="$1" -v n="$2" -v b="$3" 'BEGIN { printf "%.3f", a / (n * b) }'; else echo -; fi; }
+free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# N args... -> the peer's N processes: torchrun (as $PYTHON -m torch.distributed.run, the
+# same interpreter), or started here with the variables torchrun would set
+peer_ddp() {
+    local n=$1 r rc=0 port pid pids=()
+    shift
+    if [ "$DDP_LAUNCH" = torchrun ]; then
+        timeout "$LIMIT" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$n" "$@"
+        return
+    fi
+    port=$(free_port) || return 1
+    for r in $(seq 0 $((n - 1))); do
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$n RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n \
+            timeout "$LIMIT" "$PYTHON" "$@" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || { r=$?; [ $rc != 0 ] || rc=$r; }; done
+    return $rc
+}
+DP=$DDP_PRECISION
+ddp_rn=
+grep -q "This build: with Open MPI" <<<"$("$BIN/rn-train" --help)" || ddp_rn="this rn build has no MPI (make deps; make)"
+command -v mpirun >/dev/null || ddp_rn="no mpirun on PATH (Open MPI: make deps installs openmpi-bin)"
+if [ "$DP" != fp32 ]; then
+    [ $has_amp = 1 ] || ddp_rn="rn-train has no --amp yet"
+    [ "$DEVICE" != cpu ] || ddp_rn="rn-train --amp needs a GPU"
+fi
+if [ "$DDP_LAUNCH" = torchrun ] && [ $peer_ok = 1 ] && ! "$PYTHON" -c 'import torch.distributed.run' 2>/dev/null; then
+    DDP_LAUNCH=direct
+    note "peer ddp: $PYTHON has no torch.distributed.run (torchrun): its processes are started directly"
+fi
+DW=${BENCH_GPU_DDP_WORKERS:-}
+[ "$DRY" = 1 ] && [ -n "$DDP_NS" ] &&
+    note "DRY: data parallel, N = $DDP_NS processes on the CPU (mpirun --oversubscribe; the peer on gloo, started $DDP_LAUNCH), $DP: a check of the script, no GPU's scaling"
+nimg=$(((IMAGES + CLASSES - 1) / CLASSES * CLASSES))
+for n in $DDP_NS; do
+    dw=${DW:-$(((WORKERS + 1) / n > 2 ? (WORKERS + 1) / n - 1 : 1))}
+    if [ $((n * BATCH)) -gt $nimg ]; then
+        echo "gpu-train-ddp-$n-$DP: not run: $n x $BATCH images per step is more than the $nimg generated (BENCH_GPU_IMAGES)"
+        continue
+    fi
+    if [ -n "$ddp_rn" ]; then
+        R[D$n]="not run: $ddp_rn"
+    else
+        mpi=(mpirun -np "$n" --bind-to none)
+        [ "$DEVICE" = cpu ] && mpi+=(--oversubscribe)
+        amp=()
+        [ "$DP" = fp32 ] || amp=(--amp "$DP")
+        ts=$SECONDS
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RN_CUDA_TF32=$TF32 timeout "$LIMIT" "${mpi[@]}" \
+            "$BIN/rn-train" --device "${DEVICE%%:*}" --data "$DIR/data.lmdb" --in "$W/init.pb" --out "$W/ddp.pb" \
+            --epochs 1000 --max-steps $((WARMUP + STEPS)) --batch $((n * BATCH)) --crop "$SIZE" --workers "$dw" \
+            --lr 0.01 --log-every 1 --log /dev/stdout "${amp[@]}" 2>"$W/rn-ddp-$n.err" | stamp_lines >"$W/rn-ddp-$n.jsonl"
+        rc=${PIPESTATUS[0]}
+        rm -f "$W/ddp.pb"
+        if [ "$rc" != 0 ]; then
+            failed=1
+            R[D$n]=failed
+            note "rn ddp $n: FAILED (exit $rc): $(grep -E '^(rn-train|rank [0-9]+):' "$W/rn-ddp-$n.err" | tail -n 3)"
+        else
+            R[D$n]=$(timed "$W/rn-ddp-$n.jsonl" $((n * BATCH)))
+            case ${R[D$n]} in img/s=*) ;; *) failed=1; note "rn ddp $n: rn-train logged fewer than $((WARMUP + STEPS)) steps" ;; esac
+            note "rn ddp $n: ${R[D$n]} (took $((SECONDS - ts)) s; $dw loader workers per process)"
+        fi
+    fi
+    if [ $peer_ok = 1 ]; then
+        ts=$SECONDS
+        peer_ddp "$n" tests/bench/gpu_ddp_peer.py --data "$DIR/imgs" --classes "$CLASSES" --arch "$ARCH" --size "$SIZE" \
+            --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS" --precision "$DP" --device "${DEVICE%%:*}" --tf32 "$TF32" \
+            --workers "$dw" --timeout "$LIMIT" >"$W/peer-ddp-$n.txt" 2>"$W/peer-ddp-$n.err" ||
+            { failed=1; note "peer ddp $n FAILED: $(grep -v -e '^ ' -e '^\*' -e '^$' "$W/peer-ddp-$n.err" | tail -n 3)"; }
+        grep '^#' "$W/peer-ddp-$n.txt" >&2
+        P[D$n]=$(grep "^world=$n " "$W/peer-ddp-$n.txt")
+        note "peer ddp $n: ${P[D$n]:-none} (took $((SECONDS - ts)) s, $DDP_LAUNCH)"
+    fi
+    pi=$(field img/s <<<"${P[D$n]:-}")
+    ps=$(scaling "$pi" "$n" "$(field img/s <<<"${P[L$DP]:-}")")
+    case ${R[D$n]} in
+        "not run"*) echo "gpu-train-ddp-$n-$DP: ${R[D$n]} (peer: ${pi:--} img/s)"
+                    echo "gpu-scaling-$n-$DP: ${R[D$n]} (peer: $ps)"; continue ;;
+    esac
+    line "gpu-train-ddp-$n-$DP" "$(field img/s <<<"${R[D$n]}")" "$pi"
+    line "gpu-scaling-$n-$DP" "$(scaling "$(field img/s <<<"${R[D$n]}")" "$n" "$(field img/s <<<"${R[L$DP]:-}")")" "$ps"
+done
+if [ "${DDP_NODATA:-0}" = 1 ]; then
+    echo "gpu-train-ddp: not run: making the loader's dataset failed"
+elif [ -z "$DDP_NS" ] && [ "$ngpu" -lt 2 ]; then
+    echo "gpu-train-ddp: skipped: $ngpu GPU visible, scaling needs 2 or more"
+fi
 
 # ---- headline: AMP fp16, and its GPU busy share ----
 h=fp16
