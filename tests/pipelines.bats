@@ -88,6 +88,21 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     assert_success
 }
 
+@test "NPROC=2 starts rn-train and rn-eval with mpirun; NPROC=1 runs them alone" {
+    run make -n all RN_BIN="$RN_BIN" RUN=other NPROC=2 MPIFLAGS=--oversubscribe
+    assert_success
+    [ "$(grep -c "mpirun -np 2 --oversubscribe $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    [ "$(grep -c "mpirun -np 2 --oversubscribe $RN_BIN/rn-eval --data" <<<"$output")" = 2 ]
+    [ "$(grep -c 'mpirun.*rn-init' <<<"$output")" = 0 ]
+    run make -n all RN_BIN="$RN_BIN" RUN=other MPIRUN=/opt/mpi/bin/mpirun NPROC=4
+    assert_success
+    [ "$(grep -c "/opt/mpi/bin/mpirun -np 4 $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    run make -n all RN_BIN="$RN_BIN" RUN=other NPROC=1
+    assert_success
+    [ "$(grep -c "commands.sh $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    [ "$(grep -c 'mpirun -np' <<<"$output")" = 0 ]
+}
+
 @test "deleting epoch-002.pb and running make rebuilds only it, with the same tensors" {
     before=$(tensors run/epoch-002.pb)
     t1=$(stat -c %Y.%y run/epoch-001.pb)
