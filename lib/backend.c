@@ -21,7 +21,7 @@ void rn_backend_opts_init(rn_backend_opts *o) {
 int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
-    int want_cuda = 0, index = 0;
+    int want_cuda = 0, index = opts ? opts->cuda_index : 0;
     if (strcmp(device, "cuda") == 0) want_cuda = 1;
     else if (strncmp(device, "cuda:", 5) == 0) {
         char *end;

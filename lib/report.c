@@ -63,21 +63,26 @@ static void progress_begin(void *ctx, const rn_run_info *run) {
     char amp_note[64] = "";
     if (run->amp == RN_F16) snprintf(amp_note, sizeof amp_note, ", AMP fp16 (loss scale %g)", run->loss_scale);
     else if (run->amp == RN_BF16) snprintf(amp_note, sizeof amp_note, ", AMP bf16");
-    fprintf(p->f, "rn-train: %s on %s: %lld steps per epoch of %d (%d x %d), network %.0f MiB%s\n", run->arch,
-            run->device, (long long)run->steps_per_epoch, run->batch, run->accum, run->micro,
+    char world_note[64] = "";
+    if (run->world > 1) snprintf(world_note, sizeof world_note, " on each of %d processes", run->world);
+    fprintf(p->f, "rn-train: %s on %s%s: %lld steps per epoch of %d (%d x %d), network %.0f MiB%s\n", run->arch,
+            run->device, world_note, (long long)run->steps_per_epoch, run->batch, run->accum, run->micro,
             run->net_bytes / 1048576.0, amp_note);
 }
 
 static void progress_step(void *ctx, const rn_step_info *s) {
     progress *p = ctx;
-    char eta[32], scale_note[64] = "";
+    char eta[32], scale_note[64] = "", rank_note[96] = "";
     fmt_eta(s->steps_left * p->batch / (s->img_s > 0 ? s->img_s : 1e-9), eta, sizeof eta);
     if (s->scaled)
         snprintf(scale_note, sizeof scale_note, " loss-scale %g (%lld skipped)", s->loss_scale,
                  (long long)s->skipped);
-    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%% ETA %s%s",
+    if (s->world > 1)
+        snprintf(rank_note, sizeof rank_note, " ranks %.3f-%.3f s/step (slowest %d)", s->step_s_min, s->step_s_max,
+                 s->slow_rank);
+    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%%%s ETA %s%s",
             p->tty ? "\r" : "", s->epoch, (long long)s->step, (long long)s->epoch_step,
-            (long long)s->steps_per_epoch, s->loss, s->lr, scale_note, s->img_s, 100 * s->data_wait, eta,
+            (long long)s->steps_per_epoch, s->loss, s->lr, scale_note, s->img_s, 100 * s->data_wait, rank_note, eta,
             p->tty ? "   " : "\n");
     if (s->data_wait > 0.2 && !p->warned_wait++)
         fprintf(p->f, "%srn-train: the loader held back %.0f%% of the step time: add --workers (now %d)\n",
@@ -118,7 +123,12 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
     rn_json_number(f, s->lr);
     fprintf(f, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":", s->img_s, s->data_wait);
     rn_json_number(f, s->loss_scale);
-    fprintf(f, ",\"skipped\":%lld}\n", (long long)s->skipped);
+    fprintf(f, ",\"skipped\":%lld,\"world_size\":%d", (long long)s->skipped, s->world > 1 ? s->world : 1);
+    if (s->world > 1)
+        fprintf(f, ",\"step_s_min\":%.4f,\"step_s_max\":%.4f,\"fast_rank\":%d,\"slow_rank\":%d,"
+                   "\"data_wait_min\":%.4f,\"data_wait_max\":%.4f",
+                s->step_s_min, s->step_s_max, s->fast_rank, s->slow_rank, s->wait_min, s->wait_max);
+    fprintf(f, "}\n");
     fflush(f);
 }
 

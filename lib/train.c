@@ -88,12 +88,19 @@ typedef struct {
     rn_scaler sc;         /* fp16's loss scale, when scaled */
     int scaled;
     int64_t spe;          /* steps per epoch */
-    int micro, accum;     /* images per forward, forwards per step */
+    int micro, accum;     /* images per forward, forwards per step on this rank */
+    /* many processes (rn/dist.h) */
+    rn_dist *dist;
+    int world, rank;
+    int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
+    float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
+    float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
+    int64_t nstats;
 } run;
 
 /* What one optimiser step did. */
 typedef struct {
-    double waited;        /* seconds spent waiting for the loader */
+    double waited;        /* seconds this rank spent waiting for the loader */
     float loss;           /* mean over the micro-batches */
     double lr;
     int skipped;          /* the loss scaler skipped it */
@@ -124,6 +131,8 @@ static int setup_data(run *t) {
     lo.shuffle = o->shuffle;
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
     lo.seed = t->st.seed;
+    lo.part = t->rank; /* this rank's slice of every global batch */
+    lo.parts = t->world;
     int rc = rn_loader_create(o->data, &lo, &t->l);
     if (rc) return rc;
     const rn_dataset_info *info = rn_loader_info(t->l);
@@ -146,11 +155,24 @@ static int setup_data(run *t) {
  * loader, and fp16's loss scaler (the checkpoint's scale when resuming). */
 static int setup_net(run *t) {
     const rn_train_opts *o = t->o;
-    int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : o->batch / o->accum;
-    int rc = rn_runner_net(&t->r, t->ck, o->batch, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp);
+    int share = o->batch / t->world; /* this rank's images per step */
+    int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : share / o->accum;
+    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp);
     if (rc) return rc;
     t->micro = t->r.micro;
-    t->accum = o->batch / t->micro;
+    t->accum = share / t->micro;
+    t->steps = t->world * t->accum;
+    if (t->world > 1) {
+        if ((rc = rn_dist_attach(t->dist, t->r.be))) return rc;
+        if (!o->freeze_bn) {
+            /* BN's running statistics: captured per micro-batch, replayed in global order */
+            t->nstats = rn_net_bn_stats_len(t->r.net);
+            t->stats = rn_malloc(sizeof(float) * (size_t)(t->accum * t->nstats));
+            t->all_stats = rn_malloc(sizeof(float) * (size_t)(t->steps * t->nstats));
+            if (!t->stats || !t->all_stats) return RN_ENOMEM;
+            if ((rc = rn_net_bn_capture(t->r.net, 1))) return rc;
+        }
+    }
     if (o->val) {
         if ((rc = rn_eval_loader_open(o->val, t->micro, o->crop, o->resize, o->workers, t->r.be, &t->vl))) return rc;
         if ((rc = rn_runner_check_data(o->val, rn_loader_info(t->vl), t->ck))) return rc;
@@ -175,36 +197,73 @@ static int setup_report(run *t) {
     const rn_train_opts *o = t->o;
     rn_reporter s;
     int rc;
-    if (o->log_path) {
+    if (t->rank == 0 && o->log_path) {
         FILE *f = fopen(o->log_path, "a");
         if (!f) return rn_errorf(RN_EIO, "--log %s: cannot open for appending", o->log_path);
         if ((rc = rn_report_jsonl(f, &s))) return rc;
         if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
-    if (o->progress) {
+    if (t->rank == 0 && o->progress) {
         if ((rc = rn_report_progress(o->progress, o->progress_tty, &s))) return rc;
         if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
-                        .batch = o->batch, .accum = t->accum, .micro = t->micro,
+                        .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
                         .net_bytes = (double)rn_net_bytes(t->r.net), .amp = o->amp,
                         .loss_scale = t->scaled ? t->sc.scale : 1.0, .workers = o->workers};
     rn_report_begin(&t->rep, &info);
     return RN_OK;
 }
 
+/* The divisors of n, as "1, 2, 4 or 8", for the messages of a batch that does not split. */
+static void divisors(int n, char *buf, size_t cap) {
+    size_t len = 0;
+    int count = 0, last = 0;
+    buf[0] = 0;
+    for (int d = 1; d <= n && len + 16 < cap; d++)
+        if (n % d == 0) {
+            if (last) len += snprintf(buf + len, cap - len, "%s%d", count++ ? ", " : "", last);
+            last = d;
+        }
+    snprintf(buf + len, cap - len, "%s%d", count ? " or " : "", last);
+}
+
 static int setup(run *t) {
     const rn_train_opts *o = t->o;
-    if (o->accum < 1 || o->batch % o->accum)
+    char valid[256];
+    t->dist = o->dist;
+    t->world = rn_dist_world(o->dist);
+    t->rank = rn_dist_rank(o->dist);
+    if (o->batch % t->world) {
+        int below = o->batch / t->world * t->world;
+        return rn_errorf(RN_EINVAL,
+                         "--batch %d does not split over %d processes: the global batch must be a multiple of the "
+                         "process count (e.g. %d or %d)",
+                         o->batch, t->world, below > 0 ? below : t->world, below + t->world);
+    }
+    int share = o->batch / t->world;
+    if (o->accum < 1 || share % o->accum) {
+        divisors(share, valid, sizeof valid);
+        if (t->world > 1)
+            return rn_errorf(RN_EINVAL, "--accum %d: each of %d processes computes %d images of --batch %d per step, "
+                             "which does not split into %d micro-batches (valid --accum: %s)",
+                             o->accum, t->world, share, o->batch, o->accum, valid);
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
-    if (o->micro_batch > 0 && o->batch % o->micro_batch)
+    }
+    if (o->micro_batch > 0 && share % o->micro_batch) {
+        divisors(share, valid, sizeof valid);
+        if (t->world > 1)
+            return rn_errorf(RN_EINVAL, "--micro-batch %d: each of %d processes computes %d images of --batch %d "
+                             "per step (valid --micro-batch: %s)", o->micro_batch, t->world, share, o->batch, valid);
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --micro-batch %d", o->batch, o->micro_batch);
+    }
     if (o->micro_batch && o->accum != 1)
         return rn_errorf(RN_EINVAL, "--micro-batch and --accum both set the micro-batch: give one");
     rn_state_get(t->ck, &t->st);
     if (o->seed_given || t->st.step == 0) t->st.seed = o->seed;
     int rc = rn_runner_open(&t->r, o->device, o->threads, &o->backend);
     if (rc) return rc;
+    t->r.dist = o->dist;
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     return setup_report(t);
@@ -214,12 +273,13 @@ static int setup(run *t) {
 static int save(run *t) {
     const rn_train_opts *o = t->o;
     rn_ckpt *ck = t->ck;
+    if (t->rank != 0) return RN_OK; /* every rank holds the same state; rank 0 writes it */
     int rc = rn_net_store(t->r.net, ck);
     if (rc) return rc;
     if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
     rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
     t->st.batch = o->batch;
-    t->st.accum = o->batch / t->micro;
+    t->st.accum = t->steps; /* micro-batches of all ranks: the same run as one process with this --accum */
     if ((rc = rn_state_put(ck, &t->st, &o->lr))) return rc;
     char ds[1024];
     snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(t->l)->count);
@@ -228,10 +288,37 @@ static int save(run *t) {
 }
 
 static void finish(run *t) {
+    free(t->stats);
+    free(t->all_stats);
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
     rn_runner_close(&t->r);
+}
+
+/* Many processes, after this rank's micro-batches: the BN statistics of every rank's
+ * micro-batches replayed in global order, the gradients and the loss summed in rank
+ * order (rn/dist.h), so every rank goes on with the same numbers. */
+static int combine(run *t, step_result *s) {
+    int rc;
+    if (t->stats) {
+        if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
+                                    "the BN statistics")) ||
+            (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
+            return rc;
+    }
+    int64_t n;
+    float *g = rn_net_grads(t->r.net, &n);
+    if ((rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
+    float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
+    if (!losses) return RN_ENOMEM;
+    rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the loss");
+    if (rc == RN_OK) {
+        s->loss = 0;
+        for (int r = 0; r < t->world; r++) s->loss += losses[r];
+    }
+    free(losses);
+    return rc;
 }
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
@@ -245,20 +332,23 @@ static int accumulate(run *t, int first, step_result *s) {
     s->waited = rn_report_clock() - tw;
     /* every micro-batch's gradient is scaled by the same loss scale: they add up in
        fp32 and are checked and unscaled once, at the step */
-    float grad_scale = t->scaled ? (float)((double)t->sc.scale / t->accum) : 1.0f / t->accum;
+    float grad_scale = t->scaled ? (float)((double)t->sc.scale / t->steps) : 1.0f / t->steps;
     rc = rn_runner_stage(&t->r, &b);
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         float loss;
         if ((rc = rn_runner_input(&t->r, &b, k * t->micro, t->micro)) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
+            (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
             (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
                                   grad_scale, k > 0, &loss)))
             break;
-        s->loss += loss / t->accum;
+        s->loss += loss / t->steps;
     }
     s->last = b.last;
+    if (rc == RN_OK && t->world > 1) rc = combine(t, s);
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
-    if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss))
+    /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
+    if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
         rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
     int wrc = rn_backend_upload_wait(t->r.be);
     if (rc == RN_OK) rc = wrc;
@@ -301,18 +391,39 @@ static int train_step(run *t, int first, step_result *s) {
 
 /* The step event for the steps in w, the last of which was s; run_steps taken so far in
  * this run, which ends at target_epoch. */
-static void report_steps(run *t, const window *w, const step_result *s, int target_epoch, int64_t run_steps) {
+static int report_steps(run *t, const window *w, const step_result *s, int target_epoch, int64_t run_steps) {
     const rn_train_opts *o = t->o;
     const rn_run_state *ts = &t->st;
     double dt = rn_report_clock() - w->t0;
+    /* many processes: every rank's seconds per step and data-wait, for the stragglers */
+    double mine[2] = {dt / w->steps, dt > 0 ? w->wait / dt : 0}, *all = NULL;
+    if (t->world > 1) {
+        if (!(all = rn_malloc(sizeof mine * (size_t)t->world))) return RN_ENOMEM;
+        int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the step times");
+        if (rc) {
+            free(all);
+            return rc;
+        }
+    }
     double ips = w->steps * o->batch / (dt > 0 ? dt : 1e-9);
     int64_t left = (int64_t)(target_epoch - ts->epoch) * t->spe - (ts->step - (int64_t)ts->epoch * t->spe);
     if (o->max_steps && o->max_steps - run_steps < left) left = o->max_steps - run_steps;
     rn_step_info si = {.epoch = ts->epoch + 1, .step = ts->step, .epoch_step = ts->step - (int64_t)ts->epoch * t->spe,
                        .steps_per_epoch = t->spe, .steps_left = left, .loss = w->loss / w->steps, .lr = s->lr,
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
-                       .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last};
+                       .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
+                       .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
+                       .wait_max = mine[1]};
+    for (int r = 0; all && r < t->world; r++) {
+        const double *a = all + 2 * r;
+        if (a[0] < si.step_s_min || r == 0) si.step_s_min = a[0], si.fast_rank = r;
+        if (a[0] > si.step_s_max || r == 0) si.step_s_max = a[0], si.slow_rank = r;
+        if (a[1] < si.wait_min || r == 0) si.wait_min = a[1];
+        if (a[1] > si.wait_max || r == 0) si.wait_max = a[1];
+    }
+    free(all);
     rn_report_step(&t->rep, &si);
+    return RN_OK;
 }
 
 /* The end of an epoch: validation, the epoch event, and the checkpoint's history. */
@@ -338,6 +449,15 @@ static int end_epoch(run *t, const window *ep, double lr) {
     return rn_state_add_epoch(t->ck, &e);
 }
 
+/* Whether to stop before the next step: a signal here, or (many processes) on any rank,
+ * so that all stop at the same step boundary. *sig: the signal number. */
+static int stop_now(run *t, int *sig, int *rc) {
+    int64_t v = t->o->stop ? *t->o->stop : 0;
+    if (t->world > 1 && (*rc = rn_dist_max_i64(t->dist, &v, "the stop flag"))) return 1;
+    *sig = (int)v;
+    return v != 0;
+}
+
 int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     run t = {.o = o, .ck = ck};
     int rc = setup(&t);
@@ -347,8 +467,12 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     window w, ep;
     window_reset(&w);
     window_reset(&ep);
+    int sig = 0;
     while (t.st.epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
-        if (o->stop && *o->stop) break;
+        if (stop_now(&t, &sig, &rc)) {
+            if (rc) goto out;
+            break;
+        }
         step_result s;
         if ((rc = train_step(&t, run_steps == 0, &s))) goto out;
         run_steps++;
@@ -357,7 +481,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         w.loss += s.loss, ep.loss += s.loss;
         w.skipped += s.skipped;
         if (w.steps >= o->log_every || s.last) {
-            report_steps(&t, &w, &s, target_epoch, run_steps);
+            if ((rc = report_steps(&t, &w, &s, target_epoch, run_steps))) goto out;
             window_reset(&w);
         }
         if (s.last) {
@@ -368,9 +492,10 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     }
     rn_report_end(&t.rep, w.steps);
     rc = save(&t);
-    if (rc == RN_OK && o->stop && *o->stop)
-        rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from",
-                       (int)*o->stop, (long long)t.st.step, o->out);
+    if (sig) *o->stop = sig; /* the signal every rank agreed on */
+    if (rc == RN_OK && sig)
+        rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from", sig,
+                       (long long)t.st.step, o->out);
 out:
     finish(&t);
     return rc;

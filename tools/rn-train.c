@@ -8,6 +8,7 @@
 
 #include "rn/ckpt.h"
 #include "rn/cli.h"
+#include "rn/dist.h"
 #include "rn/err.h"
 #include "rn/loader.h"
 #include "rn/tensor.h"
@@ -62,6 +63,15 @@ static void usage(FILE *f) {
             "      --deterministic     GPU: deterministic convolution algorithms, chosen the same\n"
             "                          way in every process, so a run repeats bit for bit (the\n"
             "                          CPU backend always does); may be slower\n"
+            "Many processes (started by mpirun or srun --mpi=pmix; one per GPU):\n"
+            "  -b/--batch stays the global batch of one step: each of P processes computes\n"
+            "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
+            "  --accum P. --device cuda and auto take the GPU of the process's local rank; on\n"
+            "  the CPU the cores are shared among a node's processes unless --threads is given.\n"
+            "  Rank 0 writes OUT and the log; a run resumes on any number of processes.\n"
+            "      --dist-timeout S    a collective that waits S seconds for the others (a rank\n"
+            "                          died or hangs) stops the run, naming it (default %g)\n"
+            "      --bucket-mb X       gradients are summed in buckets of X MB (default %g)\n"
             "Mixed precision (GPU only; the CPU backend computes in fp32):\n"
             "      --amp MODE          off, fp16 or bf16 (default off): activations and layers in\n"
             "                          MODE; fp32 master weights, weight gradients, momentum, BN\n"
@@ -98,7 +108,7 @@ static void usage(FILE *f) {
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
-            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
+            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS, RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
             RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
 }
@@ -132,8 +142,22 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET
 };
+
+/* After MPI started: the message of a failure (each rank's own, marked with its rank when
+ * there are several), and the end of this process. A world of more than one is stopped
+ * whole (MPI_Abort), so that no rank waits for this one. */
+static int fail(rn_dist *d, int code) {
+    if (rn_dist_world(d) > 1) {
+        fprintf(stderr, "rn-train: rank %d: %s\n", rn_dist_rank(d), rn_last_error());
+        fflush(stderr);
+        rn_dist_abort(d, code);
+    }
+    fprintf(stderr, "rn-train: %s\n", rn_last_error());
+    rn_dist_close(d);
+    return code;
+}
 
 int main(int argc, char **argv) {
     static const struct option opts[] = {
@@ -158,6 +182,7 @@ int main(int argc, char **argv) {
         {"dump-grads", required_argument, 0, O_DUMP}, {"amp", required_argument, 0, O_AMP},
         {"loss-scale", required_argument, 0, O_SCALE},
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
+        {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -166,6 +191,7 @@ int main(int argc, char **argv) {
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *in = NULL;
     int c, rc = env_rc, have_epochs = 0;
+    double dist_timeout = RN_DIST_TIMEOUT, bucket_mb = RN_DIST_BUCKET_MB;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
@@ -228,6 +254,8 @@ int main(int argc, char **argv) {
         case O_SCALEINT:
             rc = rn_cli_int("--loss-scale-growth-interval", optarg, 1, INT32_MAX, &o.scale_growth_interval);
             break;
+        case O_DISTTIMEOUT: rc = rn_cli_float("--dist-timeout", optarg, 1, 1e7, &dist_timeout); break;
+        case O_BUCKET: rc = rn_cli_float("--bucket-mb", optarg, 0.001, 1e6, &bucket_mb); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-train %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-train: see 'rn-train --help'\n"); return 2;
@@ -239,16 +267,26 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
-    /* outputs checked now, not after hours of training */
-    if (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK) {
+    /* the processes of the run (before any thread starts) */
+    rn_dist *d = NULL;
+    if (rn_dist_open(&argc, &argv, rn_cli_launcher_world(), dist_timeout, &d) != RN_OK) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        rn_dist_close(d);
         return 1;
     }
+    rn_dist_set_bucket(d, (size_t)(bucket_mb * 1e6));
+    o.dist = d;
+    o.backend.cuda_index = rn_dist_local_rank(d);
+    if (o.threads == 0 && rn_dist_local_world(d) > 1) { /* the node's cores, shared */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n / rn_dist_local_world(d) > 1 ? (int)(n / rn_dist_local_world(d)) : 1;
+    }
+    /* outputs checked now, not after hours of training (by rank 0, which writes them) */
+    if (rn_dist_rank(d) == 0 &&
+        (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK))
+        return fail(d, 1);
     rn_ckpt *ck = NULL;
-    if (rn_ckpt_read(in, &ck) != RN_OK) {
-        fprintf(stderr, "rn-train: %s\n", rn_last_error());
-        return 1;
-    }
+    if (rn_ckpt_read(in, &ck) != RN_OK) return fail(d, 1);
     int start_epoch = ck->train ? ck->train->epoch : 0;
     if (o.lr.total_epochs == 0) o.lr.total_epochs = start_epoch + (have_epochs || !o.max_steps ? o.epochs : 1);
     struct sigaction sa;
@@ -264,13 +302,13 @@ int main(int argc, char **argv) {
     o.argv = argv;
     rc = rn_train(&o, ck);
     rn_ckpt_free(ck);
-    if (rc == RN_EINTR) {
-        fprintf(stderr, "rn-train: %s\n", rn_last_error());
-        return stop_signal == SIGINT ? 130 : 0;
+    if (rc == RN_EINTR) { /* every rank stopped at the same step; rank 0 saved */
+        int code = stop_signal == SIGINT ? 130 : 0;
+        if (rn_dist_rank(d) == 0) fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        rn_dist_close(d);
+        return code;
     }
-    if (rc != RN_OK) {
-        fprintf(stderr, "rn-train: %s\n", rn_last_error());
-        return 1;
-    }
+    if (rc != RN_OK) return fail(d, 1);
+    rn_dist_close(d);
     return 0;
 }

@@ -78,6 +78,8 @@ typedef struct {
                                  reported by the op that caused it (RN_SYNC=1) */
     size_t cpu_memory;        /* CPU: behave as a device of this many bytes, allocations past
                                  it failing (0: the machine's memory; RN_CPU_MEMORY=SIZE) */
+    int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
+                                 local rank, rn/dist.h); "cuda:N" names its own */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */
     int cuda_deterministic;   /* deterministic conv algorithms only (--deterministic) */
     int cuda_conv_heuristic;  /* conv algorithms from cuDNN's heuristic, not timed (the

@@ -31,6 +31,8 @@ typedef struct {
     int amp;                 /* RN_F32, RN_F16 or RN_BF16 */
     double loss_scale;       /* fp16: the loss scale the run starts with */
     int workers;             /* loader threads (the progress advice names them) */
+    int world;               /* processes the run is split over (rn/dist.h); 1 alone.
+                                accum counts the micro-batches of all of them */
 } rn_run_info;
 
 /* A window of optimiser steps since the last step event. */
@@ -48,6 +50,10 @@ typedef struct {
     double loss_scale;       /* after the window's last step; 1 when not scaled */
     int64_t skipped;         /* steps the loss scaler skipped in the window */
     int last;                /* the window ends its epoch */
+    int world;               /* processes (1 alone); with more, the stragglers: */
+    double step_s_min, step_s_max; /* the fastest and slowest rank's seconds per step */
+    double wait_min, wait_max;     /* the least and most data-wait fraction of a rank */
+    int fast_rank, slow_rank;      /* who they are (by step time) */
 } rn_step_info;
 
 /* An epoch, its training and (when has_val) its validation. */

@@ -25,6 +25,22 @@
  * and its growth tracker are saved in and restored from the checkpoint (TrainState),
  * so resuming stays exact. bf16 runs without a loss scale, as in PyTorch.
  *
+ * Many processes (o->dist with world W > 1, rn/dist.h): batch stays the global batch of
+ * one optimiser step. Every rank walks the same batches (one permutation per (seed,
+ * epoch), the same augmentation per record) and computes its slice of batch/W images in
+ * batch/(W x accum) micro-batches; the slices of a batch are in rank order, so rank r's
+ * micro-batch a is micro-batch r*accum + a of one process with --accum W x accum. After
+ * the last micro-batch the gradients are summed over the ranks in rank order
+ * (rn_dist_sum: each rank's own sum of its micro-batches, then rank 0's + rank 1's + ...),
+ * the loss likewise; every BN layer's batch statistics of every micro-batch are
+ * gathered and replayed into the running statistics in global order (rn_net_bn_replay),
+ * so every rank holds the same weights, momentum and buffers. With accum 1 per rank
+ * this is, bit for bit on the CPU, one process with --accum W. fp16's inf/NaN check runs
+ * on the summed gradients, so every rank skips the same steps. Rank 0 alone reports and
+ * writes checkpoints; the stored loader position is global, so a run resumes on any
+ * number of processes. A stop signal on any rank stops all at the same step boundary
+ * (the flag is reduced every step).
+ *
  * Output: progress lines on o->progress and the JSONL log at o->log_path are the sinks
  * of an rn_report (rn/report.h); evaluation with --val is rn_eval_run (rn/eval.h); the
  * learning rate is rn_lr_at (rn/schedule.h). */
@@ -37,6 +53,7 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/dist.h"
 #include "rn/eval.h"
 #include "rn/scaler.h"
 #include "rn/schedule.h"
@@ -83,7 +100,10 @@ typedef struct {
     double loss_scale;      /* fp16: initial loss scale, when the checkpoint holds none */
     int scale_growth_interval; /* fp16: clean steps before the loss scale doubles */
     rn_lr_schedule lr;
-    volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR */
+    volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR
+                               (with many processes, *stop then holds the largest signal
+                               number any rank got) */
+    rn_dist *dist;          /* the processes this run is split over (NULL: this one alone) */
     FILE *progress;         /* stderr */
     int progress_tty;       /* redraw one status line instead of printing lines */
     int argc;
