@@ -85,7 +85,7 @@ for round in $(seq "$ROUNDS"); do
     for v in "$r" "$p" "$s"; do
         case $v in img/s=*) ;; *) echo "bench-dist: round $round: a run gave no img/s (logs in $DIR)" >&2; exit 1 ;; esac
     done
-    note "round $round rn ${NP} ranks: $r"
+    note "round $round (load $(cut -d' ' -f1 /proc/loadavg)) rn ${NP} ranks: $r"
     note "round $round peer DDP ${NP} ranks: $p"
     note "round $round rn 1 process, $NP threads: $s"
     ri=$(best "$ri" "$(field img/s <<<"$r")")
