@@ -22,6 +22,13 @@
 #               a GPU (the CPU backend computes in fp32 and refuses it)
 #   DEVICE      auto|cpu|cuda|cuda:N (default auto)
 #   WORKERS     loader threads (default 4); THREADS: CPU compute threads (default: all)
+#   NPROC       processes rn-train and rn-eval run as (default 1: one process, no mpirun);
+#               above 1, their command lines start with $(MPIRUN) -np $(NPROC) $(MPIFLAGS)
+#               and each rank computes BATCH/NPROC images of a step (BATCH stays the
+#               global batch: NPROC=N gives the run ACCUM=N gives in one process). WORKERS and
+#               THREADS are per process
+#   MPIRUN      the launcher (default mpirun); MPIFLAGS: its flags (default none; e.g.
+#               --oversubscribe, --bind-to none, -H host1:4,host2:4)
 #   CROP        training and evaluation crop (default 224)
 #   RESIZE      evaluation resize of the shorter side (default: rn's round(CROP*256/224);
 #               0: none, for datasets already stored at CROP x CROP)
@@ -65,6 +72,9 @@ AMP ?=
 DEVICE ?= auto
 WORKERS ?= 4
 THREADS ?=
+NPROC ?= 1
+MPIRUN ?= mpirun
+MPIFLAGS ?=
 CROP ?= 224
 RESIZE ?=
 SEED ?= 0
@@ -86,6 +96,8 @@ RN_EPOCHS := $(shell seq -f %03g 1 $(EPOCHS))
 RN_LAST := $(lastword 000 $(RN_EPOCHS))
 # 007 -> 7
 rn_int = $(or $(patsubst 0%,%,$(patsubst 0%,%,$(patsubst 0%,%,$(1)))),0)
+# what a tool's command line starts with: nothing for one process, else the launcher
+RN_MPI = $(if $(filter-out 1,$(NPROC)),$(strip $(MPIRUN) -np $(NPROC) $(MPIFLAGS)) )
 # flags rn-train and rn-eval share
 RN_EVAL_T = --crop $(CROP) $(if $(RESIZE),--resize $(RESIZE)) --workers $(WORKERS) \
   $(if $(THREADS),--threads $(THREADS)) --device $(DEVICE)

@@ -9,8 +9,9 @@
 #                                      classes, sizes, mean/std, the rn-prep command)
 #
 # Variables (see common.mk): RN_BIN DATA TRAIN_LMDB VAL_LMDB RUN ARCH CLASSES EPOCHS BATCH
-# ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES AMP DEVICE WORKERS THREADS CROP RESIZE
-# SEED SAVE_EVERY TRAIN_VAL INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per log line, default 20).
+# ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES AMP DEVICE WORKERS THREADS NPROC MPIRUN
+# MPIFLAGS CROP RESIZE SEED SAVE_EVERY TRAIN_VAL INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per
+# log line, default 20). NPROC > 1 runs rn-train as $(MPIRUN) -np $(NPROC) $(MPIFLAGS) rn-train.
 # Targets: train (the last epoch), $(RUN)/epoch-NNN.pb.
 #
 # Resume: an interrupted run continues at the last finished epoch when make is run again.
@@ -52,7 +53,7 @@ else echo "$(RUN): $(2) is not the dataset this run started with (compare $(RUN)
 endef
 
 RN_RECORD_VARS := ARCH CLASSES EPOCHS BATCH ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES \
-  AMP DEVICE WORKERS THREADS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL \
+  AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL \
   INIT_FLAGS TRAIN_FLAGS EVAL_FLAGS RN_BIN
 
 .PHONY: train
@@ -78,7 +79,7 @@ $(RUN)/epoch-$(1).pb: $(RUN)/epoch-$(2).pb | $(TRAIN_LMDB) $(TRAIN_VAL)
 	  if [ "$$$$e" = $(call rn_int,$(1)) ]; then mv $$@.part $$@; \
 	  else echo "train.mk: continuing epoch $(1) from $$@.part"; fi; \
 	else rm -f $(RUN)/epoch-$(1).jsonl; fi
-	[ -f $$@ ] || $$(call rn_log,$$(RUN)/commands.sh) $$(RN)rn-train --data $$(TRAIN_LMDB) \
+	[ -f $$@ ] || $$(call rn_log,$$(RUN)/commands.sh) $$(RN_MPI)$$(RN)rn-train --data $$(TRAIN_LMDB) \
 	  --in $$(if $$(wildcard $$@.part),$$@.part,$$<) --out $$@.part --epochs 1 $$(RN_TRAIN_FLAGS) \
 	  --log $(RUN)/epoch-$(1).jsonl
 	@[ -f $$@ ] || { e=$$$$($$(call rn_epoch_of,$$@.part)); \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # pipelines/*.mk on a tiny learnable dataset: prep, one checkpoint per epoch, eval, plot,
-# resume, the run record; bench.mk's table on fake benchmarks.
+# resume, the run record, NPROC's mpirun prefix; bench.mk's table on fake benchmarks;
+# bench-dist's dry run.
 load helper
 
 PIPES="$BATS_TEST_DIRNAME/../pipelines"
@@ -86,6 +87,21 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
     [ "$(grep -c 'rn-train --data' <<<"$output")" = 2 ]
     run make -q all RN_BIN="$RN_BIN"
     assert_success
+}
+
+@test "NPROC=2 starts rn-train and rn-eval with mpirun; NPROC=1 runs them alone" {
+    run make -n all RN_BIN="$RN_BIN" RUN=other NPROC=2 MPIFLAGS=--oversubscribe
+    assert_success
+    [ "$(grep -c "mpirun -np 2 --oversubscribe $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    [ "$(grep -c "mpirun -np 2 --oversubscribe $RN_BIN/rn-eval --data" <<<"$output")" = 2 ]
+    [ "$(grep -c 'mpirun.*rn-init' <<<"$output")" = 0 ]
+    run make -n all RN_BIN="$RN_BIN" RUN=other MPIRUN=/opt/mpi/bin/mpirun NPROC=4
+    assert_success
+    [ "$(grep -c "/opt/mpi/bin/mpirun -np 4 $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    run make -n all RN_BIN="$RN_BIN" RUN=other NPROC=1
+    assert_success
+    [ "$(grep -c "commands.sh $RN_BIN/rn-train --data" <<<"$output")" = 2 ]
+    [ "$(grep -c 'mpirun -np' <<<"$output")" = 0 ]
 }
 
 @test "deleting epoch-002.pb and running make rebuilds only it, with the same tensors" {
@@ -238,6 +254,18 @@ EOF
     assert_line "$(printf 'bench-one\tone-mem\t1\t2\t2.00')"
     assert_line --partial "$(printf 'bench-two\t(failed')"
     assert_line "$(printf 'bench-three\t(no summary line)\t-\t-\t-')"
+}
+
+@test "bench-dist's dry run: rn-train on 2 ranks and the DDP peer each give img/s, in the summary form" {
+    command -v mpirun >/dev/null || skip "no mpirun"
+    have_torch || skip "no torch/torchvision for $PYTHON"
+    run env DRY=1 DIR="$PWD/bdist" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
+        "$BATS_TEST_DIRNAME/bench/dist.sh"
+    assert_success
+    assert_line --regexp '^dist-cpu-2rank: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    assert_line --regexp '^dist-cpu-scaling: rn2rank=[0-9.]+ rn1proc2thr=[0-9.]+ ratio=[0-9.]+$'
+    refute_line --regexp '(rn|peer|rn2rank|rn1proc2thr)=0(\.0*)? '
+    grep -q '"world_size":2' bdist/rn-2rank.jsonl
 }
 
 @test "examples/quickstart runs end to end (1 epoch on fewer images)" {
