@@ -1,17 +1,23 @@
 #!/usr/bin/env bats
-# rn-prep: JPEG folders and list files to rn datasets.
+# rn-prep: image folders and list files to rn datasets.
 
 bats_load_library bats-support
 bats_load_library bats-assert
 
 PY=${PYTHON:-/usr/bin/python3}
 MK="$BATS_TEST_DIRNAME/data/mkimages.py"
+MKF="$BATS_TEST_DIRNAME/data/mkformats.py"
+
+# the formats this build reads, as rn-prep --help names them
+have_format() { rn-prep --help | grep -q "^This build reads .*$1"; }
 
 setup_file() {
     cd "$BATS_FILE_TMPDIR"
     "$PY" "$MK" folder imgs --classes 3 --per-class 4 --size 64x48 --vary --seed 1
     "$PY" "$MK" broken broken
     "$PY" "$MK" list imgs list.txt
+    "$PY" "$MKF" png pngs
+    "$PY" "$MKF" pngbroken pngbad
 }
 
 setup() {
@@ -156,19 +162,25 @@ for (p, l), (im, _) in zip(ds.samples, ds):
 @test "broken and unusual files: skipped with reasons, the rest written" {
     run rn-prep --report rep.txt broken br.lmdb
     assert_success
-    assert_output --partial "wrote 6 records"
-    assert_output --partial "(8 skipped)"
+    # png_named.jpg is a PNG: read by its content where the build reads PNG, as PIL does
+    if have_format PNG; then
+        assert_output --partial "wrote 7 records"
+        assert_output --partial "(7 skipped)"
+    else
+        assert_output --partial "wrote 6 records"
+        assert_output --partial "(8 skipped)"
+        assert_output --partial "broken/odd/png_named.jpg: the file holds a PNG image, and this build has no PNG support"
+    fi
     assert_output --partial "broken/odd/truncated.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Premature end of JPEG file)"
     # damaged data that libjpeg only warns about (PIL decodes these with grey blocks)
     assert_output --partial "broken/odd/prog_cut.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data: premature end of data segment)"
     assert_output --partial "broken/odd/stray_rst.jpg: JPEG decode: corrupt or truncated JPEG data"
     assert_output --partial "broken/odd/corrupt.jpg: JPEG decode: corrupt or truncated JPEG data"
     assert_output --partial "broken/odd/zero.jpg: empty file"
-    assert_output --partial "broken/odd/text.jpg: not a JPEG: the file holds text"
-    assert_output --partial "broken/odd/png_named.jpg: not a JPEG: the file holds a PNG image"
+    assert_output --partial "broken/odd/text.jpg: not an image rn-prep reads: the file holds text"
     assert_output --partial "broken/odd/huge.jpg: 60000x60000 is 3600.0 megapixels, over --max-pixels"
     run wc -l < rep.txt
-    assert_output 8
+    if have_format PNG; then assert_output 7; else assert_output 8; fi
     # CMYK, gray, progressive and 4:4:4/4:2:2 inputs all come out as RGB
     run rn-load --list br.lmdb
     assert_output --partial "odd/cmyk.jpg"
@@ -385,4 +397,75 @@ print('ok')"
     run rn-prep -q imgs plainfile
     assert_failure 1
     assert_output --partial "plainfile: exists and is not a dataset"
+}
+
+@test "PNG of every kind: the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    n=$(ls pngs/png | wc -l)
+    [ "$n" -ge 48 ]
+    run rn-prep -q --encode raw pngs png.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    # all 29x29: the eval transform without resize is the identity on them
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw png.raw png.lmdb
+    "$PY" "$MKF" ref pngs pil.raw 2>/dev/null
+    run "$PY" -c "
+import numpy as np, os
+a = np.fromfile('png.raw', np.uint8).reshape(-1, 29, 29, 3)
+b = np.fromfile('pil.raw', np.uint8).reshape(-1, 29, 29, 3)
+names = sorted(os.listdir('pngs/png'))
+bad = [(f, int((a[i] != b[i]).sum())) for i, f in enumerate(names) if (a[i] != b[i]).any()]
+assert a.shape == b.shape == ($n, 29, 29, 3) and not bad, bad
+print('%d PNGs equal' % len(names))"
+    assert_output "$n PNGs equal"
+    rn-prep -q --gray --encode raw pngs pngg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pngg.raw pngg.lmdb
+    "$PY" "$MKF" ref pngs pilg.raw --gray 2>/dev/null
+    run cmp pngg.raw pilg.raw
+    assert_success
+}
+
+@test "PNG: --resize and --center-crop as torchvision on PIL; identical output for any thread count" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    rn-prep -q --encode raw --resize 20 --center-crop 18 --threads 1 pngs pr1.lmdb
+    rn-prep -q --encode raw --resize 20 --center-crop 18 --threads 3 pngs pr3.lmdb
+    records() { mdb_dump "$1" | awk '/^ 5f5f696e666f5f5f$/ {skip = 2} skip > 0 {skip--; next} {print}'; }
+    run diff <(records pr1.lmdb) <(records pr3.lmdb)
+    assert_success
+    n=$(ls pngs/png | wc -l)
+    rn-load -q --eval --exact --resize 0 --crop 18 --batch "$n" --batches 1 --raw pr.raw pr1.lmdb
+    run "$PY" -c "
+import numpy as np, torchvision.datasets as D, torchvision.transforms as T
+ds = D.ImageFolder('pngs', transform=T.Compose([T.Resize(20), T.CenterCrop(18)]))
+ref = np.stack([np.asarray(im) for im, _ in ds]).astype(int)
+got = np.fromfile('pr.raw', np.uint8).reshape(ref.shape).astype(int)
+d = np.abs(ref - got)
+print('max %d' % d.max()); assert d.max() <= 1"
+    assert_success
+    # the default JPEG records and --augment run on PNG input too
+    run rn-prep -q --augment 2 --crop 16 pngs pa.lmdb
+    assert_success
+    assert_output --partial "wrote $((2 * n)) records"
+}
+
+@test "broken, truncated and hostile PNGs: skipped with the reason, or fail under --strict" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    run rn-prep -q --report pbad.txt pngbad pbad.lmdb
+    assert_success
+    assert_output --partial "pngbad/odd/truncated.png: PNG decode: "
+    assert_output --partial "pngbad/odd/header_only.png: PNG header: "
+    assert_output --partial "pngbad/odd/corrupt.png: PNG decode: "
+    assert_output --partial "pngbad/odd/bigchunk.png: PNG "
+    assert_output --partial "pngbad/odd/zero_width.png: PNG header: invalid image width"
+    # sizes come from the header: refused before anything is allocated for them
+    assert_output --partial "pngbad/odd/huge.png: 100000x100000 is 10000.0 megapixels, over --max-pixels"
+    refute_output --partial "good.png"
+    run cut -f1 pbad.txt
+    assert_output "$(printf '%s\n' bigchunk corrupt header_only huge truncated zero_width | sed 's|.*|pngbad/odd/&.png|')"
+    run rn-prep -q --max-pixels 1000 pngbad pmax.lmdb
+    assert_output --partial "pngbad/odd/good.png: 40x40 is 0.0 megapixels, over --max-pixels 1000"
+    run rn-prep -q --strict pngbad pstrict.lmdb
+    assert_failure 1
+    assert_output --partial "(--strict: no output written)"
+    [ ! -e pstrict.lmdb ]
 }

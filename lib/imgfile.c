@@ -1,0 +1,171 @@
+/* Image files other than JPEG, decoded to PIL's convert("RGB") / convert("L") pixels. */
+#include "rn/imgfile.h"
+
+#include <string.h>
+
+#include "rn/err.h"
+
+#ifdef RN_HAVE_SPNG
+#include <spng.h>
+#endif
+
+/* A PNG side longer than this is refused whatever --max-pixels says (libspng's own
+ * default limit is 2^31 - 1). */
+#define PNG_MAX_SIDE (1u << 24)
+/* The longest chunk besides image data accepted, and the most memory kept for the
+ * ancillary chunks (text, ICC profiles) of one file: a length field is the file's word.
+ * libspng refuses a chunk limit over the cache limit. */
+#define PNG_MAX_CHUNK (16u << 20)
+#define PNG_MAX_CACHE (64u << 20)
+
+rn_img_format rn_imgfile_format(const uint8_t *d, size_t n) {
+    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return RN_IMG_JPEG;
+    if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return RN_IMG_PNG;
+    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) return RN_IMG_WEBP;
+    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0)) return RN_IMG_GIF;
+    if (n >= 2 && d[0] == 'B' && d[1] == 'M') return RN_IMG_BMP;
+    if (n >= 4 && (memcmp(d, "II*", 4) == 0 || memcmp(d, "MM\0*", 4) == 0)) return RN_IMG_TIFF;
+    if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' &&
+        (d[2] == ' ' || d[2] == '\n' || d[2] == '\r' || d[2] == '\t'))
+        return RN_IMG_PNM;
+    return RN_IMG_UNKNOWN;
+}
+
+const char *rn_imgfile_name(rn_img_format f) {
+    switch (f) {
+    case RN_IMG_JPEG: return "JPEG";
+    case RN_IMG_PNG: return "PNG";
+    case RN_IMG_WEBP: return "WebP";
+    case RN_IMG_GIF: return "GIF";
+    case RN_IMG_BMP: return "BMP";
+    case RN_IMG_TIFF: return "TIFF";
+    case RN_IMG_PNM: return "PPM/PGM";
+    default: return "unknown";
+    }
+}
+
+int rn_imgfile_can_decode(rn_img_format f) {
+#ifdef RN_HAVE_SPNG
+    if (f == RN_IMG_PNG) return 1;
+#endif
+    return 0;
+}
+
+const char *rn_imgfile_missing(rn_img_format f) {
+    if (rn_imgfile_can_decode(f) || f == RN_IMG_JPEG) return "";
+    switch (f) {
+    case RN_IMG_PNG:
+        return "this build has no PNG support: it was built without libspng (make deps installs libspng-dev; "
+               "then rebuild)";
+    default: return NULL;
+    }
+}
+
+const char *rn_imgfile_formats(void) {
+#ifdef RN_HAVE_SPNG
+    return "JPEG, PNG";
+#else
+    return "JPEG";
+#endif
+}
+
+/* PIL's convert("L") of RGB (Pillow's L24 rounding) */
+static inline uint8_t luma(const uint8_t *p) {
+    return (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+}
+
+static inline void rgb_to_gray(uint8_t *px, size_t n) {
+    for (size_t i = 0; i < n; i++) px[i] = luma(px + 3 * i);
+}
+
+/* n gray values at the start of px to RGB, in place (from the end: 3i >= i) */
+static inline void gray_to_rgb(uint8_t *px, size_t n) {
+    for (size_t i = n; i-- > 0;) px[3 * i] = px[3 * i + 1] = px[3 * i + 2] = px[i];
+}
+
+static int unsupported(rn_img_format f) {
+    const char *miss = rn_imgfile_missing(f);
+    return rn_errorf(RN_EDATA, "%s: %s", rn_imgfile_name(f), miss ? miss : "rn reads no such files");
+}
+
+#ifdef RN_HAVE_SPNG
+static int png_open(const uint8_t *d, size_t n, spng_ctx **out, struct spng_ihdr *ihdr) {
+    *out = NULL;
+    spng_ctx *ctx = spng_ctx_new(0);
+    if (!ctx) return rn_errorf(RN_ENOMEM, "out of memory (PNG decoder)");
+    int e = spng_set_image_limits(ctx, PNG_MAX_SIDE, PNG_MAX_SIDE);
+    if (!e) e = spng_set_chunk_limits(ctx, PNG_MAX_CHUNK, PNG_MAX_CACHE);
+    if (!e) e = spng_set_png_buffer(ctx, d, n);
+    if (!e) e = spng_get_ihdr(ctx, ihdr);
+    if (e) {
+        spng_ctx_free(ctx);
+        return rn_errorf(RN_EDATA, "PNG header: %s (libspng)", spng_strerror(e));
+    }
+    *out = ctx;
+    return RN_OK;
+}
+
+static int png_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pixels, uint8_t *dst) {
+    spng_ctx *ctx;
+    struct spng_ihdr ih;
+    int rc = png_open(d, n, &ctx, &ih);
+    if (rc) return rc;
+    size_t np = (size_t)ih.width * ih.height, want, got = 0;
+    if ((uint64_t)ih.width * ih.height > max_pixels) {
+        rc = rn_errorf(RN_EDATA, "PNG of %ux%u pixels is over the limit of %llu", ih.width, ih.height,
+                       (unsigned long long)max_pixels);
+        goto fail;
+    }
+    /* 16-bit grey is PIL's mode "I": its values are clipped to 0..255, not scaled, so it
+     * is decoded as it is stored (big-endian) and clipped here */
+    int grey16 = ih.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ih.bit_depth == 16;
+    int fmt = grey16 ? SPNG_FMT_RAW : SPNG_FMT_RGB8;
+    want = np * (grey16 ? 2 : 3);
+    int e = spng_decoded_image_size(ctx, fmt, &got);
+    if (!e && got != want) e = SPNG_EINTERNAL;
+    /* no SPNG_DECODE_TRNS, no SPNG_DECODE_GAMMA: alpha and gamma are ignored, as PIL's
+     * convert("RGB") ignores them */
+    if (!e) e = spng_decode_image(ctx, dst, want, fmt, 0);
+    if (e) {
+        rc = rn_errorf(RN_EDATA, "PNG decode: %s (libspng)", spng_strerror(e));
+        goto fail;
+    }
+    if (grey16) {
+        for (size_t i = 0; i < np; i++) {
+            unsigned v = (unsigned)dst[2 * i] << 8 | dst[2 * i + 1];
+            dst[i] = v > 255 ? 255 : (uint8_t)v;
+        }
+        if (channels == 3) gray_to_rgb(dst, np);
+    } else if (channels == 1) {
+        rgb_to_gray(dst, np);
+    }
+fail:
+    spng_ctx_free(ctx);
+    return rc;
+}
+#endif
+
+int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *h) {
+    *w = *h = 0;
+#ifdef RN_HAVE_SPNG
+    if (f == RN_IMG_PNG) {
+        spng_ctx *ctx;
+        struct spng_ihdr ih;
+        int rc = png_open(d, n, &ctx, &ih);
+        if (rc) return rc;
+        spng_ctx_free(ctx);
+        *w = (int)ih.width, *h = (int)ih.height;
+        return RN_OK;
+    }
+#endif
+    return unsupported(f);
+}
+
+int rn_imgfile_decode(rn_img_format f, const uint8_t *d, size_t n, int channels, uint64_t max_pixels,
+                      uint8_t *dst) {
+    if (channels != 1 && channels != 3) return rn_errorf(RN_EINVAL, "rn_imgfile_decode: %d channels", channels);
+#ifdef RN_HAVE_SPNG
+    if (f == RN_IMG_PNG) return png_decode(d, n, channels, max_pixels, dst);
+#endif
+    return unsupported(f);
+}

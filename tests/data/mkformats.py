@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Generate non-JPEG test inputs for rn-prep (seeded), and PIL's pixels for them.
+
+  mkformats.py png DIR [--size N]
+      DIR/png/<variant>.png: every PNG kind rn-prep reads: grey 1/2/4/8/16 bits, grey+alpha,
+      RGB and RGBA at 8 and 16 bits, palettes of 1/2/4/8 bits, tRNS transparency,
+      Adam7 interlacing; written by PIL where PIL can, by a small writer here where it
+      cannot (16-bit colour, low bit depths, interlacing). All N x N (default 29).
+  mkformats.py pngbroken DIR
+      DIR/odd/*.png: truncated, corrupt and hostile PNGs (see the names).
+  mkformats.py ref DIR OUT [--gray]
+      the pixels of every image under DIR, in ImageFolder order, as PIL's
+      Image.open(f).convert("RGB") (or "L") gives them, concatenated u8 HWC.
+"""
+import argparse
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+from PIL import Image
+
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+
+
+def chunk(kind, data):
+    c = kind + data
+    return struct.pack(">I", len(data)) + c + struct.pack(">I", zlib.crc32(c) & 0xFFFFFFFF)
+
+
+def pack_rows(a, depth):
+    """(h, w, c) samples to PNG scanlines, each with filter byte 0."""
+    out = bytearray()
+    for row in a:
+        out.append(0)
+        flat = row.reshape(-1)
+        if depth == 16:
+            out += flat.astype(">u2").tobytes()
+        elif depth == 8:
+            out += flat.astype(np.uint8).tobytes()
+        else:
+            per = 8 // depth
+            pad = (-len(flat)) % per
+            v = np.concatenate([flat.astype(np.uint8), np.zeros(pad, np.uint8)]).reshape(-1, per)
+            shifts = np.array([8 - depth * (i + 1) for i in range(per)], np.uint8)
+            out += np.bitwise_or.reduce(v << shifts, axis=1).astype(np.uint8).tobytes()
+    return bytes(out)
+
+
+def write_png(path, a, ctype, depth, interlace=False, plte=None, trns=None):
+    """a: (h, w, channels) samples (palette indices for ctype 3)."""
+    h, w = a.shape[:2]
+    if interlace:
+        raw = b"".join(pack_rows(a[ys::yst, xs::xst], depth) for xs, ys, xst, yst in ADAM7
+                       if a[ys::yst, xs::xst].size)
+    else:
+        raw = pack_rows(a, depth)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, int(interlace)))
+    if plte is not None:
+        png += chunk(b"PLTE", bytes(plte))
+    if trns is not None:
+        png += chunk(b"tRNS", trns)
+    png += chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    with open(path, "wb") as f:
+        f.write(png)
+
+
+def samples(rng, n, ch, depth):
+    """smooth gradients plus noise over the whole range of the depth: never flat"""
+    top = (1 << depth) - 1
+    y, x = np.mgrid[0:n, 0:n].astype(np.float64) / max(n - 1, 1)
+    a = np.zeros((n, n, ch))
+    for c in range(ch):
+        p, q = rng.uniform(-1, 1, 2)
+        a[..., c] = 0.5 + 0.4 * np.sin(3 * p * x + 4 * q * y + c)
+    a += rng.normal(0, 0.08, a.shape)
+    return np.clip(np.round(a * top), 0, top).astype(np.uint16 if depth == 16 else np.uint8)
+
+
+def png(a):
+    rng = np.random.default_rng(7)
+    n = a.size
+    d = os.path.join(a.dir, "png")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".png")
+    for il in (False, True):
+        s = "_adam7" if il else ""
+        for depth in (1, 2, 4, 8, 16):
+            write_png(p("grey%d%s" % (depth, s)), samples(rng, n, 1, depth), 0, depth, il)
+        for depth in (8, 16):
+            write_png(p("greyalpha%d%s" % (depth, s)), samples(rng, n, 2, depth), 4, depth, il)
+            write_png(p("rgb%d%s" % (depth, s)), samples(rng, n, 3, depth), 2, depth, il)
+            write_png(p("rgba%d%s" % (depth, s)), samples(rng, n, 4, depth), 6, depth, il)
+        for depth in (1, 2, 4, 8):
+            k = 1 << depth
+            plte = rng.integers(0, 256, 3 * k, dtype=np.uint8)
+            idx = rng.integers(0, k, (n, n, 1), dtype=np.uint8)
+            write_png(p("palette%d%s" % (depth, s)), idx, 3, depth, il, plte=plte)
+            trns = bytes(rng.integers(0, 256, k // 2 + 1, dtype=np.uint8))
+            write_png(p("palette%d_trns%s" % (depth, s)), idx, 3, depth, il, plte=plte, trns=trns)
+    write_png(p("grey8_trns"), samples(rng, n, 1, 8), 0, 8, trns=struct.pack(">H", 77))
+    write_png(p("grey16_trns"), samples(rng, n, 1, 16), 0, 16, trns=struct.pack(">H", 4000))
+    write_png(p("rgb8_trns"), samples(rng, n, 3, 8), 2, 8, trns=struct.pack(">HHH", 1, 2, 3))
+    write_png(p("rgb16_trns"), samples(rng, n, 3, 16), 2, 16, trns=struct.pack(">HHH", 1, 2, 3))
+    # PIL's own writer (adaptive filters, its zlib settings)
+    rgb = samples(rng, n, 4, 8)
+    Image.fromarray(rgb[..., :3], "RGB").save(p("pil_rgb"))
+    Image.fromarray(rgb, "RGBA").save(p("pil_rgba"))
+    Image.fromarray(rgb[..., 0], "L").save(p("pil_l"))
+    Image.fromarray(rgb[..., :2], "LA").save(p("pil_la"))
+    Image.fromarray(samples(rng, n, 1, 16)[..., 0], "I;16").save(p("pil_i16"))
+    Image.fromarray(rgb[..., :3], "RGB").quantize(37).save(p("pil_p"), transparency=3)
+
+
+def pngbroken(a):
+    rng = np.random.default_rng(3)
+    d = os.path.join(a.dir, "odd")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".png")
+    write_png(p("good"), samples(rng, 40, 3, 8), 2, 8)
+    good = open(p("good"), "rb").read()
+    open(p("truncated"), "wb").write(good[: len(good) * 2 // 3])
+    open(p("header_only"), "wb").write(good[:20])
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x55  # inside IDAT: the chunk's CRC no longer matches
+    open(p("corrupt"), "wb").write(bytes(bad))
+    # a 100000 x 100000 header over a tiny IDAT: refused before any pixel memory
+    hdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0)
+    open(p("huge"), "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", hdr) +
+                                chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(b"IEND", b""))
+    # a chunk that claims 2 GB
+    open(p("bigchunk"), "wb").write(good[:33] + struct.pack(">I", 0x7FFFFFF0) + b"tEXt" + b"x" * 64)
+    # a zero width
+    hdr = struct.pack(">IIBBBBB", 0, 10, 8, 2, 0, 0, 0)
+    open(p("zero_width"), "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", hdr) + chunk(b"IEND", b""))
+    # a decompression bomb: a small IDAT that inflates far past the image
+    hdr = struct.pack(">IIBBBBB", 8, 8, 8, 0, 0, 0, 0)
+    open(p("bomb"), "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", hdr) +
+                                chunk(b"IDAT", zlib.compress(b"\0" * (64 << 20), 9)) + chunk(b"IEND", b""))
+
+
+def ref(a):
+    out = []
+    for c in sorted(e.name for e in os.scandir(a.dir) if e.is_dir()):
+        for root, dirs, files in sorted(os.walk(os.path.join(a.dir, c), followlinks=True)):
+            for f in sorted(files):
+                im = Image.open(os.path.join(root, f))
+                out.append(np.asarray(im.convert("L" if a.gray else "RGB")).tobytes())
+    with open(a.out, "wb") as f:
+        f.write(b"".join(out))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("png")
+    s.add_argument("dir")
+    s.add_argument("--size", type=int, default=29)
+    s.set_defaults(fn=png)
+    s = sub.add_parser("pngbroken")
+    s.add_argument("dir")
+    s.set_defaults(fn=pngbroken)
+    s = sub.add_parser("ref")
+    s.add_argument("dir")
+    s.add_argument("out")
+    s.add_argument("--gray", action="store_true")
+    s.set_defaults(fn=ref)
+    a = ap.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
