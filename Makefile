@@ -5,7 +5,8 @@
 #   make deps       install the Debian packages the build and tests need
 #   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
 # Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
-#          USE_PNG=auto|0|1 (PNG input through libspng; default: detected),
+#          USE_PNG=auto|0|1, USE_WEBP=auto|0|1 (PNG input through libspng, WebP through
+#          libwebp; default: detected),
 #          USE_MPI=0|1 (default: detected; Open MPI for many processes), USE_NCCL=0|1,
 #          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
 
@@ -45,12 +46,17 @@ USE_LIBJPEG := $(shell printf '$(HASH)include <stdio.h>\n$(HASH)include <jpeglib
 endif
 
 # Image formats besides JPEG, each through its Debian library: PNG via libspng
-# (libspng-dev). USE_PNG=0|1 overrides the detection; without it rn-prep and rn-predict
-# skip PNG files and say why.
+# (libspng-dev), WebP via libwebp (libwebp-dev). USE_PNG=0|1 and USE_WEBP=0|1 override
+# the detection; without one rn-prep and rn-predict skip those files and say why.
 PNG_PROBE = $(shell printf '$(HASH)include <spng.h>\nint main(void){spng_ctx_free(spng_ctx_new(0)); return 0;}\n' | \
   $(CC) -x c - -lspng -o /dev/null 2>/dev/null && echo 1 || echo 0)
 ifeq ($(filter-out auto,$(or $(USE_PNG),auto)),)
 override USE_PNG := $(PNG_PROBE)
+endif
+WEBP_PROBE = $(shell printf '$(HASH)include <webp/decode.h>\nint main(void){return WebPGetDecoderVersion() == 0;}\n' | \
+  $(CC) -x c - -lwebp -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(filter-out auto,$(or $(USE_WEBP),auto)),)
+override USE_WEBP := $(WEBP_PROBE)
 endif
 
 # CUDA detection: nvcc, cuDNN and cuBLAS headers and libraries, and a tiny test compile.
@@ -89,9 +95,17 @@ CPPFLAGS += -DRN_HAVE_SPNG=1
 LDLIBS += -lspng
 IMG_FORMATS += PNG
 else
-IMG_SKIPPED += PNG: no libspng, make deps installs libspng-dev;
+SKIP_PNG := PNG: no libspng, make deps installs libspng-dev
 endif
-IMG_SUMMARY := , reads $(subst $(space),/,$(strip $(IMG_FORMATS))) images$(if $(IMG_SKIPPED), (skips $(patsubst %;,%,$(strip $(IMG_SKIPPED)))))
+ifeq ($(USE_WEBP),1)
+CPPFLAGS += -DRN_HAVE_WEBP=1
+LDLIBS += -lwebp
+IMG_FORMATS += WebP
+else
+SKIP_WEBP := WebP: no libwebp, make deps installs libwebp-dev
+endif
+IMG_SKIPPED := $(SKIP_PNG)$(if $(and $(SKIP_PNG),$(SKIP_WEBP)),; )$(SKIP_WEBP)
+IMG_SUMMARY := , reads $(subst $(space),/,$(strip $(IMG_FORMATS))) images$(if $(IMG_SKIPPED), (skips $(IMG_SKIPPED)))
 ifeq ($(USE_MPI),1)
 CPPFLAGS += -DRN_HAVE_MPI=1 $(shell $(MPICC) -showme:compile)
 LDLIBS += $(shell $(MPICC) -showme:link)
@@ -192,7 +206,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
-  libjpeg62-turbo-dev libspng-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
+  libjpeg62-turbo-dev libspng-dev libwebp-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
   python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

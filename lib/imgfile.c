@@ -1,4 +1,4 @@
-/* Image files other than JPEG, decoded to PIL's convert("RGB") / convert("L") pixels. */
+/* Image files other than JPEG (PNG: libspng, WebP: libwebp), decoded to PIL's convert("RGB") / convert("L") pixels. */
 #include "rn/imgfile.h"
 
 #include <string.h>
@@ -7,6 +7,9 @@
 
 #ifdef RN_HAVE_SPNG
 #include <spng.h>
+#endif
+#ifdef RN_HAVE_WEBP
+#include <webp/decode.h>
 #endif
 
 /* A PNG side longer than this is refused whatever --max-pixels says (libspng's own
@@ -48,6 +51,9 @@ int rn_imgfile_can_decode(rn_img_format f) {
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return 1;
 #endif
+#ifdef RN_HAVE_WEBP
+    if (f == RN_IMG_WEBP) return 1;
+#endif
     return 0;
 }
 
@@ -57,17 +63,25 @@ const char *rn_imgfile_missing(rn_img_format f) {
     case RN_IMG_PNG:
         return "this build has no PNG support: it was built without libspng (make deps installs libspng-dev; "
                "then rebuild)";
+    case RN_IMG_WEBP:
+        return "this build has no WebP support: it was built without libwebp (make deps installs libwebp-dev; "
+               "then rebuild)";
     default: return NULL;
     }
 }
 
-const char *rn_imgfile_formats(void) {
 #ifdef RN_HAVE_SPNG
-    return "JPEG, PNG";
+#define PNG_NAME ", PNG"
 #else
-    return "JPEG";
+#define PNG_NAME ""
 #endif
-}
+#ifdef RN_HAVE_WEBP
+#define WEBP_NAME ", WebP"
+#else
+#define WEBP_NAME ""
+#endif
+
+const char *rn_imgfile_formats(void) { return "JPEG" PNG_NAME WEBP_NAME; }
 
 /* PIL's convert("L") of RGB (Pillow's L24 rounding) */
 static inline uint8_t luma(const uint8_t *p) {
@@ -145,6 +159,54 @@ fail:
 }
 #endif
 
+#ifdef RN_HAVE_WEBP
+static const char *webp_status(VP8StatusCode s) {
+    switch (s) {
+    case VP8_STATUS_OUT_OF_MEMORY: return "out of memory";
+    case VP8_STATUS_INVALID_PARAM: return "invalid parameter";
+    case VP8_STATUS_BITSTREAM_ERROR: return "corrupt data";
+    case VP8_STATUS_UNSUPPORTED_FEATURE: return "unsupported feature";
+    case VP8_STATUS_SUSPENDED: return "suspended";
+    case VP8_STATUS_USER_ABORT: return "aborted";
+    case VP8_STATUS_NOT_ENOUGH_DATA: return "truncated data";
+    default: return "unknown error";
+    }
+}
+
+static int webp_header(const uint8_t *d, size_t n, WebPBitstreamFeatures *ft) {
+    VP8StatusCode s = WebPGetFeatures(d, n, ft);
+    if (s != VP8_STATUS_OK) return rn_errorf(RN_EDATA, "WebP header: %s (libwebp)", webp_status(s));
+    /* PIL shows the first frame of an animation composited on its canvas; rn has no
+     * animation decoder */
+    if (ft->has_animation) return rn_errorf(RN_EDATA, "animated WebP: rn reads still images only");
+    if (ft->width <= 0 || ft->height <= 0) return rn_errorf(RN_EDATA, "WebP header: no pixels");
+    return RN_OK;
+}
+
+static int webp_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pixels, uint8_t *dst) {
+    WebPDecoderConfig cfg;
+    if (!WebPInitDecoderConfig(&cfg)) return rn_errorf(RN_EDATA, "WebP: libwebp version mismatch");
+    int rc = webp_header(d, n, &cfg.input);
+    if (rc) return rc;
+    size_t np = (size_t)cfg.input.width * cfg.input.height;
+    if ((uint64_t)np > max_pixels)
+        return rn_errorf(RN_EDATA, "WebP of %dx%d pixels is over the limit of %llu", cfg.input.width,
+                         cfg.input.height, (unsigned long long)max_pixels);
+    /* straight into dst: libwebp allocates nothing the size of the image; alpha is not
+     * asked for (MODE_RGB), the colour of an alpha image is what PIL's RGBA decode gives */
+    cfg.output.colorspace = MODE_RGB;
+    cfg.output.is_external_memory = 1;
+    cfg.output.u.RGBA.rgba = dst;
+    cfg.output.u.RGBA.stride = cfg.input.width * 3;
+    cfg.output.u.RGBA.size = np * 3;
+    VP8StatusCode s = WebPDecode(d, n, &cfg);
+    WebPFreeDecBuffer(&cfg.output);
+    if (s != VP8_STATUS_OK) return rn_errorf(RN_EDATA, "WebP decode: %s (libwebp)", webp_status(s));
+    if (channels == 1) rgb_to_gray(dst, np);
+    return RN_OK;
+}
+#endif
+
 int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *h) {
     *w = *h = 0;
 #ifdef RN_HAVE_SPNG
@@ -158,6 +220,15 @@ int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *
         return RN_OK;
     }
 #endif
+#ifdef RN_HAVE_WEBP
+    if (f == RN_IMG_WEBP) {
+        WebPBitstreamFeatures ft;
+        int rc = webp_header(d, n, &ft);
+        if (rc) return rc;
+        *w = ft.width, *h = ft.height;
+        return RN_OK;
+    }
+#endif
     return unsupported(f);
 }
 
@@ -166,6 +237,9 @@ int rn_imgfile_decode(rn_img_format f, const uint8_t *d, size_t n, int channels,
     if (channels != 1 && channels != 3) return rn_errorf(RN_EINVAL, "rn_imgfile_decode: %d channels", channels);
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return png_decode(d, n, channels, max_pixels, dst);
+#endif
+#ifdef RN_HAVE_WEBP
+    if (f == RN_IMG_WEBP) return webp_decode(d, n, channels, max_pixels, dst);
 #endif
     return unsupported(f);
 }

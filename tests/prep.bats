@@ -18,6 +18,8 @@ setup_file() {
     "$PY" "$MK" list imgs list.txt
     "$PY" "$MKF" png pngs
     "$PY" "$MKF" pngbroken pngbad
+    "$PY" "$MKF" webp webps
+    "$PY" "$MKF" webpbroken webpbad
 }
 
 setup() {
@@ -468,4 +470,41 @@ print('max %d' % d.max()); assert d.max() <= 1"
     assert_failure 1
     assert_output --partial "(--strict: no output written)"
     [ ! -e pstrict.lmdb ]
+}
+
+@test "WebP lossy, lossless, with alpha: the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    have_format WebP || skip "this build reads no WebP (make deps installs libwebp-dev)"
+    n=$(ls webps/webp | wc -l)
+    [ "$n" -ge 11 ]
+    run rn-prep -q --encode raw webps webp.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw webp.raw webp.lmdb
+    "$PY" "$MKF" ref webps pilw.raw
+    run cmp webp.raw pilw.raw
+    assert_success
+    rn-prep -q --gray --encode raw webps webpg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw webpg.raw webpg.lmdb
+    "$PY" "$MKF" ref webps pilwg.raw --gray
+    run cmp webpg.raw pilwg.raw
+    assert_success
+    rn-prep -q --encode raw --resize 20 --threads 1 webps wr1.lmdb
+    rn-prep -q --encode raw --resize 20 --threads 3 webps wr3.lmdb
+    records() { mdb_dump "$1" | awk '/^ 5f5f696e666f5f5f$/ {skip = 2} skip > 0 {skip--; next} {print}'; }
+    run diff <(records wr1.lmdb) <(records wr3.lmdb)
+    assert_success
+}
+
+@test "broken, truncated, hostile and animated WebPs: skipped with the reason" {
+    have_format WebP || skip "this build reads no WebP (make deps installs libwebp-dev)"
+    run rn-prep -q --report wbad.txt webpbad wbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "webpbad/odd/truncated.webp: WebP decode: truncated data (libwebp)"
+    assert_output --partial "webpbad/odd/header_only.webp: WebP header: "
+    assert_output --partial "webpbad/odd/corrupt.webp: WebP "
+    assert_output --partial "webpbad/odd/huge.webp: 16384x16384 is 268.4 megapixels, over --max-pixels"
+    assert_output --partial "webpbad/odd/animated.webp: animated WebP: rn reads still images only"
+    run wc -l < wbad.txt
+    assert_output 5
 }

@@ -56,7 +56,8 @@ static const char *usage_text =
     "Bad inputs (unreadable, empty, in no format read, corrupt, truncated, too large) are\n"
     "skipped and reported on stderr. A JPEG is corrupt when libjpeg reports anything wrong\n"
     "with its data, warnings included (PIL decodes some of these with grey blocks; rn does\n"
-    "not); a PNG when libspng does (a bad CRC, a cut stream).\n"
+    "not); a PNG or WebP when libspng or libwebp does (a bad CRC, a cut stream). An\n"
+    "animated WebP is skipped (PIL would read its first frame).\n"
     "Exit status: 0 done, 1 failed, 2 bad usage.\n";
 
 static void usage(FILE *f) {

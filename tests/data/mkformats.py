@@ -8,11 +8,17 @@
       cannot (16-bit colour, low bit depths, interlacing). All N x N (default 29).
   mkformats.py pngbroken DIR
       DIR/odd/*.png: truncated, corrupt and hostile PNGs (see the names).
+  mkformats.py webp DIR [--size N]
+      DIR/webp/<variant>.webp: lossy and lossless, with and without alpha, from RGB and
+      grey sources, at a few qualities; written by PIL (libwebp). All N x N.
+  mkformats.py webpbroken DIR
+      DIR/odd/*.webp: truncated, corrupt and hostile WebPs.
   mkformats.py ref DIR OUT [--gray]
       the pixels of every image under DIR, in ImageFolder order, as PIL's
       Image.open(f).convert("RGB") (or "L") gives them, concatenated u8 HWC.
 """
 import argparse
+import io
 import os
 import struct
 import sys
@@ -140,6 +146,54 @@ def pngbroken(a):
                                 chunk(b"IDAT", zlib.compress(b"\0" * (64 << 20), 9)) + chunk(b"IEND", b""))
 
 
+def webp(a):
+    rng = np.random.default_rng(11)
+    n = a.size
+    d = os.path.join(a.dir, "webp")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".webp")
+    for q in (30, 90):
+        rgba = samples(rng, n, 4, 8)
+        Image.fromarray(rgba[..., :3], "RGB").save(p("lossy_rgb_q%d" % q), quality=q)
+        Image.fromarray(rgba, "RGBA").save(p("lossy_rgba_q%d" % q), quality=q)
+        Image.fromarray(rgba[..., 0], "L").save(p("lossy_grey_q%d" % q), quality=q)
+    rgba = samples(rng, n, 4, 8)
+    rgba[: n // 3, :, 3] = 0  # fully transparent rows: the colour under them is kept (exact)
+    Image.fromarray(rgba[..., :3], "RGB").save(p("lossless_rgb"), lossless=True)
+    Image.fromarray(rgba, "RGBA").save(p("lossless_rgba"), lossless=True, exact=True)
+    Image.fromarray(rgba, "RGBA").save(p("lossless_rgba_inexact"), lossless=True)
+    Image.fromarray(rgba[..., 0], "L").save(p("lossless_grey"), lossless=True)
+    Image.fromarray(rgba, "RGBA").save(p("lossy_rgba_alpha_lossless"), quality=70, alpha_quality=100)
+
+
+def webpbroken(a):
+    rng = np.random.default_rng(5)
+    d = os.path.join(a.dir, "odd")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".webp")
+    Image.fromarray(samples(rng, 40, 3, 8), "RGB").save(p("good"), quality=80)
+    good = open(p("good"), "rb").read()
+    open(p("truncated"), "wb").write(good[: len(good) * 2 // 3])
+    open(p("header_only"), "wb").write(good[:16])
+    # a VP8 key frame without its start code (lossy data damaged further on decodes to
+    # other pixels, in libwebp as in PIL: lossy WebP has no checksum)
+    bad = bytearray(good)
+    assert bad[12:16] == b"VP8 " and bad[23:26] == b"\x9d\x01\x2a"
+    bad[23:26] = b"\x00\x00\x00"
+    open(p("corrupt"), "wb").write(bytes(bad))
+    # a lossless header claiming 16384 x 16384 (268 Mpixel) over a few bytes of data
+    buf = io.BytesIO()
+    Image.fromarray(samples(rng, 8, 3, 8), "RGB").save(buf, "WEBP", lossless=True)
+    ll = bytearray(buf.getvalue())
+    assert ll[12:16] == b"VP8L" and ll[20] == 0x2F
+    ll[21] = ll[22] = ll[23] = 0xFF
+    ll[24] |= 0x0F
+    open(p("huge"), "wb").write(bytes(ll))
+    # an animation of two frames
+    frames = [Image.fromarray(samples(rng, 16, 3, 8), "RGB") for _ in range(2)]
+    frames[0].save(p("animated"), save_all=True, append_images=frames[1:], duration=100)
+
+
 def ref(a):
     out = []
     for c in sorted(e.name for e in os.scandir(a.dir) if e.is_dir()):
@@ -161,6 +215,13 @@ def main():
     s = sub.add_parser("pngbroken")
     s.add_argument("dir")
     s.set_defaults(fn=pngbroken)
+    s = sub.add_parser("webp")
+    s.add_argument("dir")
+    s.add_argument("--size", type=int, default=29)
+    s.set_defaults(fn=webp)
+    s = sub.add_parser("webpbroken")
+    s.add_argument("dir")
+    s.set_defaults(fn=webpbroken)
     s = sub.add_parser("ref")
     s.add_argument("dir")
     s.add_argument("out")
