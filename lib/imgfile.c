@@ -1,4 +1,4 @@
-/* Image files other than JPEG (PNG: libspng, WebP: libwebp), decoded to PIL's convert("RGB") / convert("L") pixels. */
+/* Image files other than JPEG (PNG: libspng, WebP: libwebp, PPM/PGM: here), decoded to PIL's convert("RGB") / convert("L") pixels. */
 #include "rn/imgfile.h"
 
 #include <string.h>
@@ -48,6 +48,7 @@ const char *rn_imgfile_name(rn_img_format f) {
 }
 
 int rn_imgfile_can_decode(rn_img_format f) {
+    if (f == RN_IMG_PNM) return 1;
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return 1;
 #endif
@@ -81,7 +82,7 @@ const char *rn_imgfile_missing(rn_img_format f) {
 #define WEBP_NAME ""
 #endif
 
-const char *rn_imgfile_formats(void) { return "JPEG" PNG_NAME WEBP_NAME; }
+const char *rn_imgfile_formats(void) { return "JPEG" PNG_NAME WEBP_NAME ", PPM/PGM"; }
 
 /* PIL's convert("L") of RGB (Pillow's L24 rounding) */
 static inline uint8_t luma(const uint8_t *p) {
@@ -100,6 +101,90 @@ static inline void gray_to_rgb(uint8_t *px, size_t n) {
 static int unsupported(rn_img_format f) {
     const char *miss = rn_imgfile_missing(f);
     return rn_errorf(RN_EDATA, "%s: %s", rn_imgfile_name(f), miss ? miss : "rn reads no such files");
+}
+
+/* ------------------------------------------------------------ PPM/PGM (binary) */
+
+/* Netpbm P5 (grey) and P6 (RGB) files of maxval 255 or 65535, read as PIL reads them:
+ * whitespace-separated decimal tokens, '#' comments to the end of the line, one
+ * whitespace byte after maxval, then the samples (big-endian when 16-bit). */
+typedef struct {
+    int w, h, ch, maxval;
+    size_t off; /* first sample byte */
+} pnm_hdr;
+
+static int pnm_token(const uint8_t *d, size_t n, size_t *pos, long *val) {
+    size_t i = *pos;
+    for (;;) {
+        while (i < n && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r' || d[i] == '\v' || d[i] == '\f'))
+            i++;
+        if (i < n && d[i] == '#') {
+            while (i < n && d[i] != '\n' && d[i] != '\r') i++;
+            continue;
+        }
+        break;
+    }
+    long v = 0;
+    int digits = 0;
+    /* PIL takes tokens of at most 10 characters */
+    while (i < n && d[i] >= '0' && d[i] <= '9' && digits < 10) v = v * 10 + (d[i++] - '0'), digits++;
+    if (!digits || (i < n && d[i] >= '0' && d[i] <= '9')) return rn_errorf(RN_EDATA, "PPM/PGM header: bad number");
+    if (i >= n) return rn_errorf(RN_EDATA, "PPM/PGM header: truncated");
+    if (d[i] != ' ' && d[i] != '\t' && d[i] != '\n' && d[i] != '\r' && d[i] != '\v' && d[i] != '\f' && d[i] != '#')
+        return rn_errorf(RN_EDATA, "PPM/PGM header: bad number");
+    *pos = i;
+    *val = v;
+    return RN_OK;
+}
+
+static int pnm_header(const uint8_t *d, size_t n, pnm_hdr *ph) {
+    if (n < 3 || d[0] != 'P' || (d[1] != '5' && d[1] != '6'))
+        return rn_errorf(RN_EDATA, "PPM/PGM: only binary P5 (grey) and P6 (RGB) files are read, not P%c",
+                         n > 1 ? d[1] : '?');
+    size_t pos = 2;
+    long w, h, maxval;
+    int rc;
+    if ((rc = pnm_token(d, n, &pos, &w)) || (rc = pnm_token(d, n, &pos, &h)) || (rc = pnm_token(d, n, &pos, &maxval)))
+        return rc;
+    if (w <= 0 || h <= 0 || w > (1L << 24) || h > (1L << 24))
+        return rn_errorf(RN_EDATA, "PPM/PGM header: size %ldx%ld", w, h);
+    if (maxval != 255 && maxval != 65535)
+        return rn_errorf(RN_EDATA, "PPM/PGM: maxval %ld (rn reads maxval 255 and 65535: convert it)", maxval);
+    if (d[pos] == '#') return rn_errorf(RN_EDATA, "PPM/PGM header: a comment after maxval");
+    ph->w = (int)w, ph->h = (int)h, ph->ch = d[1] == '6' ? 3 : 1, ph->maxval = (int)maxval;
+    ph->off = pos + 1;
+    return RN_OK;
+}
+
+static int pnm_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pixels, uint8_t *dst) {
+    pnm_hdr ph;
+    int rc = pnm_header(d, n, &ph);
+    if (rc) return rc;
+    if ((uint64_t)ph.w * ph.h > max_pixels)
+        return rn_errorf(RN_EDATA, "PPM/PGM of %dx%d pixels is over the limit of %llu", ph.w, ph.h,
+                         (unsigned long long)max_pixels);
+    size_t np = (size_t)ph.w * ph.h, bytes = ph.maxval > 255 ? 2 : 1, ns = np * ph.ch;
+    if (n - ph.off < ns * bytes)
+        return rn_errorf(RN_EDATA, "PPM/PGM: truncated (%zu bytes of samples, %zu needed)", n - ph.off, ns * bytes);
+    const uint8_t *s = d + ph.off;
+    if (bytes == 1) {
+        memcpy(dst, s, ns);
+    } else if (ph.ch == 1) {
+        /* PIL's mode I: clipped to 0..255, as 16-bit grey PNG */
+        for (size_t i = 0; i < ns; i++) {
+            unsigned v = (unsigned)s[2 * i] << 8 | s[2 * i + 1];
+            dst[i] = v > 255 ? 255 : (uint8_t)v;
+        }
+    } else {
+        /* PIL's round(v / 65535 * 255) = round(v / 257), never a tie */
+        for (size_t i = 0; i < ns; i++) {
+            unsigned v = (unsigned)s[2 * i] << 8 | s[2 * i + 1];
+            dst[i] = (uint8_t)((2 * v + 257) / 514);
+        }
+    }
+    if (ph.ch == 1 && channels == 3) gray_to_rgb(dst, np);
+    if (ph.ch == 3 && channels == 1) rgb_to_gray(dst, np);
+    return RN_OK;
 }
 
 #ifdef RN_HAVE_SPNG
@@ -209,6 +294,13 @@ static int webp_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pi
 
 int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *h) {
     *w = *h = 0;
+    if (f == RN_IMG_PNM) {
+        pnm_hdr ph;
+        int rc = pnm_header(d, n, &ph);
+        if (rc) return rc;
+        *w = ph.w, *h = ph.h;
+        return RN_OK;
+    }
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) {
         spng_ctx *ctx;
@@ -235,6 +327,7 @@ int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *
 int rn_imgfile_decode(rn_img_format f, const uint8_t *d, size_t n, int channels, uint64_t max_pixels,
                       uint8_t *dst) {
     if (channels != 1 && channels != 3) return rn_errorf(RN_EINVAL, "rn_imgfile_decode: %d channels", channels);
+    if (f == RN_IMG_PNM) return pnm_decode(d, n, channels, max_pixels, dst);
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return png_decode(d, n, channels, max_pixels, dst);
 #endif

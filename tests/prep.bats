@@ -20,6 +20,8 @@ setup_file() {
     "$PY" "$MKF" pngbroken pngbad
     "$PY" "$MKF" webp webps
     "$PY" "$MKF" webpbroken webpbad
+    "$PY" "$MKF" pnm pnms
+    "$PY" "$MKF" pnmbroken pnmbad
 }
 
 setup() {
@@ -507,4 +509,32 @@ print('max %d' % d.max()); assert d.max() <= 1"
     assert_output --partial "webpbad/odd/animated.webp: animated WebP: rn reads still images only"
     run wc -l < wbad.txt
     assert_output 5
+}
+
+@test "PPM/PGM (P6/P5, maxval 255 and 65535): the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    n=$(ls pnms/pnm | wc -l)
+    [ "$n" -ge 10 ]
+    run rn-prep -q --encode raw pnms pnm.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pnm.raw pnm.lmdb
+    "$PY" "$MKF" ref pnms pilp.raw
+    run cmp pnm.raw pilp.raw
+    assert_success
+    rn-prep -q --gray --encode raw pnms pnmg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pnmg.raw pnmg.lmdb
+    "$PY" "$MKF" ref pnms pilpg.raw --gray
+    run cmp pnmg.raw pilpg.raw
+    assert_success
+}
+
+@test "PPM/PGM that rn does not read, truncated or huge: skipped with the reason" {
+    run rn-prep -q pnmbad pnmbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "pnmbad/odd/truncated.ppm: PPM/PGM: truncated (2393 bytes of samples, 4800 needed)"
+    assert_output --partial "pnmbad/odd/plain.ppm: PPM/PGM: only binary P5 (grey) and P6 (RGB) files are read, not P3"
+    assert_output --partial "pnmbad/odd/maxval1000.pgm: PPM/PGM: maxval 1000 (rn reads maxval 255 and 65535: convert it)"
+    assert_output --partial "pnmbad/odd/huge.pgm: 100000x100000 is 10000.0 megapixels, over --max-pixels"
+    assert_output --partial "pnmbad/odd/badsize.pgm: PPM/PGM header: bad number"
 }

@@ -1,5 +1,6 @@
-/* rn/imgfile.h: image files other than JPEG (PNG through libspng, WebP through libwebp),
- * decoded to the pixels PIL gives: Image.open(f).convert("RGB"), or convert("L").
+/* rn/imgfile.h: image files other than JPEG (PNG through libspng, WebP through libwebp,
+ * binary PPM/PGM of maxval 255 or 65535 read here), decoded to the pixels PIL gives:
+ * Image.open(f).convert("RGB"), or convert("L").
  *
  * Pixels are u8, interleaved HWC, rows packed, top row first, 3 (RGB) or 1 (gray)
  * channels whatever the file holds:
@@ -7,7 +8,9 @@
  * - palettes are expanded, grey is replicated, grey of 1/2/4 bits is scaled to 0..255;
  * - 16-bit colour samples keep their high byte (PIL's "RGB;16B" unpacking);
  * - 16-bit grey saturates at 255: PIL opens it as mode "I" (0..65535) and
- *   convert("RGB") clips each value to 0..255, so every value over 255 becomes 255;
+ *   convert("RGB") clips each value to 0..255, so every value over 255 becomes 255
+ *   (16-bit PNG grey and P5 of maxval 65535 alike);
+ * - P6 of maxval 65535 is PIL's round(v / 65535 * 255);
  * - gray output is PIL's convert("L") of that RGB: (19595 R + 38470 G + 7471 B +
  *   0x8000) >> 16, which leaves grey files unchanged;
  * - gamma (gAMA), colour profiles (iCCP) and sBIT are ignored, as PIL ignores them.

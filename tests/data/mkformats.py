@@ -13,6 +13,10 @@
       grey sources, at a few qualities; written by PIL (libwebp). All N x N.
   mkformats.py webpbroken DIR
       DIR/odd/*.webp: truncated, corrupt and hostile WebPs.
+  mkformats.py pnm DIR [--size N]
+      DIR/pnm/*.ppm|pgm: binary P6 and P5 of maxval 255 and 65535, with header comments.
+  mkformats.py pnmbroken DIR
+      DIR/odd/*.ppm|pgm: truncated, plain (P3), other maxval, huge, bad header.
   mkformats.py ref DIR OUT [--gray]
       the pixels of every image under DIR, in ImageFolder order, as PIL's
       Image.open(f).convert("RGB") (or "L") gives them, concatenated u8 HWC.
@@ -194,6 +198,39 @@ def webpbroken(a):
     frames[0].save(p("animated"), save_all=True, append_images=frames[1:], duration=100)
 
 
+def pnm(a):
+    rng = np.random.default_rng(13)
+    n = a.size
+    d = os.path.join(a.dir, "pnm")
+    os.makedirs(d, exist_ok=True)
+    for magic, ch, ext in ((b"P5", 1, "pgm"), (b"P6", 3, "ppm")):
+        for depth in (8, 16):
+            px = samples(rng, n, ch, depth)
+            hdr = magic + b"\n# a comment\n%d %d\n%d\n" % (n, n, (1 << depth) - 1)
+            with open(os.path.join(d, "%s%d.%s" % (ext, depth, ext)), "wb") as f:
+                f.write(hdr + px.astype(">u2" if depth == 16 else np.uint8).tobytes())
+            # tabs, comments between the numbers, a CR for the last whitespace
+            hdr = magic + b" %d\t%d # size\n %d\r" % (n, n, (1 << depth) - 1)
+            with open(os.path.join(d, "%s%d_spaced.%s" % (ext, depth, ext)), "wb") as f:
+                f.write(hdr + samples(rng, n, ch, depth).astype(">u2" if depth == 16 else np.uint8).tobytes())
+    Image.fromarray(samples(rng, n, 3, 8), "RGB").save(os.path.join(d, "pil.ppm"))
+    Image.fromarray(samples(rng, n, 1, 8)[..., 0], "L").save(os.path.join(d, "pil.pgm"))
+
+
+def pnmbroken(a):
+    rng = np.random.default_rng(17)
+    d = os.path.join(a.dir, "odd")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name)
+    good = b"P6\n40 40\n255\n" + samples(rng, 40, 3, 8).tobytes()
+    open(p("good.ppm"), "wb").write(good)
+    open(p("truncated.ppm"), "wb").write(good[: len(good) // 2])
+    open(p("plain.ppm"), "wb").write(b"P3\n1 1\n255\n1 2 3\n")
+    open(p("maxval1000.pgm"), "wb").write(b"P5\n2 2\n1000\n" + b"\0\1" * 4)
+    open(p("huge.pgm"), "wb").write(b"P5\n100000 100000\n255\n" + b"\0" * 64)
+    open(p("badsize.pgm"), "wb").write(b"P5\n-3 2\n255\n" + b"\0" * 64)
+
+
 def ref(a):
     out = []
     for c in sorted(e.name for e in os.scandir(a.dir) if e.is_dir()):
@@ -222,6 +259,13 @@ def main():
     s = sub.add_parser("webpbroken")
     s.add_argument("dir")
     s.set_defaults(fn=webpbroken)
+    s = sub.add_parser("pnm")
+    s.add_argument("dir")
+    s.add_argument("--size", type=int, default=29)
+    s.set_defaults(fn=pnm)
+    s = sub.add_parser("pnmbroken")
+    s.add_argument("dir")
+    s.set_defaults(fn=pnmbroken)
     s = sub.add_parser("ref")
     s.add_argument("dir")
     s.add_argument("out")
