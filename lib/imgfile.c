@@ -1,4 +1,4 @@
-/* Image files other than JPEG (PNG: libspng, WebP: libwebp, PPM/PGM: here), decoded to PIL's convert("RGB") / convert("L") pixels. */
+/* Image files other than JPEG (PNG: libspng, WebP: libwebp, PPM/PGM and BMP: here), decoded to PIL's convert("RGB") / convert("L") pixels. */
 #include "rn/imgfile.h"
 
 #include <string.h>
@@ -48,7 +48,7 @@ const char *rn_imgfile_name(rn_img_format f) {
 }
 
 int rn_imgfile_can_decode(rn_img_format f) {
-    if (f == RN_IMG_PNM) return 1;
+    if (f == RN_IMG_PNM || f == RN_IMG_BMP) return 1;
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return 1;
 #endif
@@ -82,7 +82,7 @@ const char *rn_imgfile_missing(rn_img_format f) {
 #define WEBP_NAME ""
 #endif
 
-const char *rn_imgfile_formats(void) { return "JPEG" PNG_NAME WEBP_NAME ", PPM/PGM"; }
+const char *rn_imgfile_formats(void) { return "JPEG" PNG_NAME WEBP_NAME ", PPM/PGM, BMP"; }
 
 /* PIL's convert("L") of RGB (Pillow's L24 rounding) */
 static inline uint8_t luma(const uint8_t *p) {
@@ -184,6 +184,129 @@ static int pnm_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pix
     }
     if (ph.ch == 1 && channels == 3) gray_to_rgb(dst, np);
     if (ph.ch == 3 && channels == 1) rgb_to_gray(dst, np);
+    return RN_OK;
+}
+
+/* ------------------------------------------------------------ BMP */
+
+/* Uncompressed BMPs as PIL's BmpImagePlugin reads them: headers of 12 (OS/2), 40, 64, 108
+ * and 124 bytes; 1/4/8-bit palettes (BGR for OS/2, BGRX otherwise), 24-bit BGR, 32-bit
+ * BGRX, and the BITFIELDS masks PIL knows for 24 and 32 bits (alpha dropped); rows
+ * bottom-up unless the height is negative, each padded to 4 bytes; the pixels at the
+ * offset the file header gives (past the palette when that offset points at it). RLE
+ * and 16-bit files are refused with the reason. */
+typedef struct {
+    int w, h, bits, topdown;
+    int r, g, b;              /* byte of each channel in a 24/32-bit pixel */
+    const uint8_t *pal;       /* palette entries, pal_step bytes each (B, G, R) */
+    uint32_t ncolors, pal_step;
+    size_t off, stride;
+} bmp_hdr;
+
+static uint32_t le32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static unsigned le16(const uint8_t *p) { return p[0] | p[1] << 8; }
+
+static int bmp_header(const uint8_t *d, size_t n, bmp_hdr *bh) {
+    memset(bh, 0, sizeof *bh);
+    if (n < 18 || d[0] != 'B' || d[1] != 'M') return rn_errorf(RN_EDATA, "BMP header: truncated");
+    uint32_t off = le32(d + 10), hs = le32(d + 14);
+    if (hs != 12 && hs != 40 && hs != 64 && hs != 108 && hs != 124)
+        return rn_errorf(RN_EDATA, "BMP: unsupported header size %u", hs);
+    if (n < 14 + (size_t)hs) return rn_errorf(RN_EDATA, "BMP header: truncated");
+    const uint8_t *h = d + 18; /* the header after its size field */
+    size_t pos = 14 + hs;
+    uint32_t comp = 0, ncolors = 0;
+    int64_t w, ht;
+    if (hs == 12) {
+        w = le16(h), ht = le16(h + 2), bh->bits = (int)le16(h + 6);
+        bh->pal_step = 3;
+    } else {
+        w = le32(h), ht = (int32_t)le32(h + 4), bh->bits = (int)le16(h + 10);
+        comp = le32(h + 12), ncolors = le32(h + 28);
+        bh->pal_step = 4;
+    }
+    if (ht < 0) bh->topdown = 1, ht = -ht;
+    if (w <= 0 || ht <= 0 || w > (1 << 24) || ht > (1 << 24))
+        return rn_errorf(RN_EDATA, "BMP header: size %lldx%lld", (long long)w, (long long)ht);
+    bh->w = (int)w, bh->h = (int)ht;
+    int bits = bh->bits;
+    if (bits != 1 && bits != 4 && bits != 8 && bits != 24 && bits != 32)
+        return rn_errorf(RN_EDATA, "BMP: %d bits per pixel (rn reads 1, 4, 8, 24 and 32: convert it)", bits);
+    bh->r = 2, bh->g = 1, bh->b = 0; /* BGR(X) */
+    if (comp == 3) {
+        uint32_t m[4] = {0, 0, 0, 0};
+        if (hs >= 52) {
+            for (int i = 0; i < 4; i++) m[i] = le32(h + 36 + 4 * i);
+        } else {
+            if (n < pos + 12) return rn_errorf(RN_EDATA, "BMP header: truncated");
+            for (int i = 0; i < 3; i++) m[i] = le32(d + pos + 4 * i);
+            pos += 12;
+        }
+        if (bits == 32 && ((m[0] == 0xFF0000 && m[1] == 0xFF00 && m[2] == 0xFF && (m[3] == 0 || m[3] == 0xFF000000)) ||
+                           (m[0] == 0 && m[1] == 0 && m[2] == 0 && m[3] == 0))) {
+            /* BGRX, BGRA */
+        } else if (bits == 32 && m[0] == 0xFF000000 && m[1] == 0xFF0000 && m[2] == 0xFF00 && (m[3] == 0 || m[3] == 0xFF)) {
+            bh->r = 3, bh->g = 2, bh->b = 1; /* XBGR, ABGR */
+        } else if (bits == 32 && m[0] == 0xFF && m[1] == 0xFF00 && m[2] == 0xFF0000 && m[3] == 0xFF000000) {
+            bh->r = 0, bh->g = 1, bh->b = 2; /* RGBA */
+        } else if (bits == 24 && m[0] == 0xFF0000 && m[1] == 0xFF00 && m[2] == 0xFF) {
+            /* BGR */
+        } else {
+            return rn_errorf(RN_EDATA, "BMP: unsupported bitfields layout");
+        }
+    } else if (comp == 1 || comp == 2) {
+        return rn_errorf(RN_EDATA, "BMP: RLE compression (rn reads uncompressed BMPs: convert it)");
+    } else if (comp != 0) {
+        return rn_errorf(RN_EDATA, "BMP: unsupported compression %u", comp);
+    }
+    if (bits <= 8) {
+        if (!ncolors) ncolors = 1u << bits;
+        if (ncolors > 65536) return rn_errorf(RN_EDATA, "BMP: palette of %u colours", ncolors);
+        if (n - pos < (size_t)ncolors * bh->pal_step) return rn_errorf(RN_EDATA, "BMP: truncated palette");
+        bh->pal = d + pos;
+        bh->ncolors = ncolors;
+        /* PIL: an offset that points at the palette means the pixels follow it */
+        if (off == 14 + hs) off += 4 * ncolors;
+        pos += (size_t)ncolors * bh->pal_step;
+    }
+    bh->off = off ? off : pos;
+    bh->stride = (((size_t)bh->w * bits + 31) >> 3) & ~(size_t)3;
+    return RN_OK;
+}
+
+static int bmp_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pixels, uint8_t *dst) {
+    bmp_hdr bh;
+    int rc = bmp_header(d, n, &bh);
+    if (rc) return rc;
+    if ((uint64_t)bh.w * bh.h > max_pixels)
+        return rn_errorf(RN_EDATA, "BMP of %dx%d pixels is over the limit of %llu", bh.w, bh.h,
+                         (unsigned long long)max_pixels);
+    if (bh.off > n || (n - bh.off) / bh.stride < (size_t)bh.h)
+        return rn_errorf(RN_EDATA, "BMP: truncated (%zu bytes of pixels, %zu needed)", bh.off > n ? 0 : n - bh.off,
+                         bh.stride * bh.h);
+    /* palette indices past the palette's end are black */
+    uint8_t lut[256][3];
+    memset(lut, 0, sizeof lut);
+    for (uint32_t i = 0; bh.pal && i < bh.ncolors && i < 256; i++) {
+        const uint8_t *e = bh.pal + (size_t)i * bh.pal_step;
+        lut[i][0] = e[2], lut[i][1] = e[1], lut[i][2] = e[0];
+    }
+    int bpp = bh.bits / 8;
+    for (int y = 0; y < bh.h; y++) {
+        const uint8_t *row = d + bh.off + (size_t)(bh.topdown ? y : bh.h - 1 - y) * bh.stride;
+        uint8_t *o = dst + (size_t)y * bh.w * 3;
+        for (int x = 0; x < bh.w; x++, o += 3) {
+            if (bh.bits >= 24) {
+                const uint8_t *p = row + (size_t)x * bpp;
+                o[0] = p[bh.r], o[1] = p[bh.g], o[2] = p[bh.b];
+            } else {
+                int per = 8 / bh.bits;
+                unsigned v = row[x / per] >> (8 - bh.bits * (x % per + 1)) & ((1u << bh.bits) - 1);
+                memcpy(o, lut[v], 3);
+            }
+        }
+    }
+    if (channels == 1) rgb_to_gray(dst, (size_t)bh.w * bh.h);
     return RN_OK;
 }
 
@@ -294,6 +417,13 @@ static int webp_decode(const uint8_t *d, size_t n, int channels, uint64_t max_pi
 
 int rn_imgfile_header(rn_img_format f, const uint8_t *d, size_t n, int *w, int *h) {
     *w = *h = 0;
+    if (f == RN_IMG_BMP) {
+        bmp_hdr bh;
+        int rc = bmp_header(d, n, &bh);
+        if (rc) return rc;
+        *w = bh.w, *h = bh.h;
+        return RN_OK;
+    }
     if (f == RN_IMG_PNM) {
         pnm_hdr ph;
         int rc = pnm_header(d, n, &ph);
@@ -328,6 +458,7 @@ int rn_imgfile_decode(rn_img_format f, const uint8_t *d, size_t n, int channels,
                       uint8_t *dst) {
     if (channels != 1 && channels != 3) return rn_errorf(RN_EINVAL, "rn_imgfile_decode: %d channels", channels);
     if (f == RN_IMG_PNM) return pnm_decode(d, n, channels, max_pixels, dst);
+    if (f == RN_IMG_BMP) return bmp_decode(d, n, channels, max_pixels, dst);
 #ifdef RN_HAVE_SPNG
     if (f == RN_IMG_PNG) return png_decode(d, n, channels, max_pixels, dst);
 #endif

@@ -2,8 +2,8 @@
 # FUZZ_SECONDS each (default 60), against a clang-built, CPU-only librn in build-fuzz/.
 # Corpora in build-fuzz/corpus/NAME/ start from files the tools write (a checkpoint from
 # rn-init, its safetensors from rn-export, a dataset from rn-prep: its records, __info__
-# and classes.txt, a list file, JPEGs from tests/data/mkimages.py, PNGs and WebPs from
-# tests/data/mkformats.py). A crash, timeout or
+# and classes.txt, a list file, JPEGs from tests/data/mkimages.py, PNGs, WebPs, PPM/PGMs and
+# BMPs from tests/data/mkformats.py). A crash, timeout or
 # out-of-memory input is copied to tests/fuzz/regress/NAME/, which make test replays.
 # One libFuzzer process at a time (no -jobs: that would log to ./fuzz-N.log instead).
 # Installs clang (as root) only when this target runs.
@@ -74,7 +74,9 @@ fuzz-seeds: fuzz-build
 	$(PYTHON) tests/data/mkformats.py pngbroken $$w/pngbad >/dev/null; \
 	$(PYTHON) tests/data/mkformats.py webp $$w/webp --size 13 >/dev/null; \
 	$(PYTHON) tests/data/mkformats.py webpbroken $$w/webpbad >/dev/null; \
-	for f in $$(find $$w/png $$w/pngbad $$w/webp $$w/webpbad -name '*.png' -size -100k -o -name '*.webp' -size -100k); do \
+	$(PYTHON) tests/data/mkformats.py pnm $$w/pnm --size 13 >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py bmp $$w/bmp --size 13 >/dev/null; \
+	for f in $$(find $$w/png $$w/pngbad $$w/webp $$w/webpbad $$w/pnm $$w/bmp -type f -size -100k); do \
 	  for p in 00 01; do { printf "\x$$p"; cat $$f; } >$$c/imgfile/$$p-$$(basename $$f); done; done; \
 	cp $$w/list.txt $$c/list/; \
 	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN_DIR)/rn-prep $$w/img $$w/ds.lmdb >/dev/null 2>&1; \

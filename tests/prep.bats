@@ -22,6 +22,8 @@ setup_file() {
     "$PY" "$MKF" webpbroken webpbad
     "$PY" "$MKF" pnm pnms
     "$PY" "$MKF" pnmbroken pnmbad
+    "$PY" "$MKF" bmp bmps
+    "$PY" "$MKF" bmpbroken bmpbad
 }
 
 setup() {
@@ -537,4 +539,33 @@ print('max %d' % d.max()); assert d.max() <= 1"
     assert_output --partial "pnmbad/odd/maxval1000.pgm: PPM/PGM: maxval 1000 (rn reads maxval 255 and 65535: convert it)"
     assert_output --partial "pnmbad/odd/huge.pgm: 100000x100000 is 10000.0 megapixels, over --max-pixels"
     assert_output --partial "pnmbad/odd/badsize.pgm: PPM/PGM header: bad number"
+}
+
+@test "BMP (1/4/8-bit palettes, 24/32 bits, bitfields, top-down, OS/2 and V5 headers): PIL's pixels, exactly" {
+    n=$(ls bmps/bmp | wc -l)
+    [ "$n" -ge 24 ]
+    run rn-prep -q --encode raw bmps bmp.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw bmp.raw bmp.lmdb
+    "$PY" "$MKF" ref bmps pilb.raw
+    run cmp bmp.raw pilb.raw
+    assert_success
+    rn-prep -q --gray --encode raw bmps bmpg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw bmpg.raw bmpg.lmdb
+    "$PY" "$MKF" ref bmps pilbg.raw --gray
+    run cmp bmpg.raw pilbg.raw
+    assert_success
+}
+
+@test "BMP that rn does not read (RLE, 16-bit), truncated or huge: skipped with the reason" {
+    run rn-prep -q bmpbad bmpbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "bmpbad/odd/truncated.bmp: BMP: truncated (2373 bytes of pixels, 4800 needed)"
+    assert_output --partial "bmpbad/odd/header_only.bmp: BMP header: truncated"
+    assert_output --partial "bmpbad/odd/rle8.bmp: BMP: RLE compression (rn reads uncompressed BMPs: convert it)"
+    assert_output --partial "bmpbad/odd/bits16.bmp: BMP: 16 bits per pixel"
+    assert_output --partial "bmpbad/odd/bad_header_size.bmp: BMP: unsupported header size 99"
+    assert_output --partial "bmpbad/odd/huge.bmp: 100000x100000 is 10000.0 megapixels, over --max-pixels"
 }

@@ -1,6 +1,6 @@
 /* rn/imgfile.h: image files other than JPEG (PNG through libspng, WebP through libwebp,
- * binary PPM/PGM of maxval 255 or 65535 read here), decoded to the pixels PIL gives:
- * Image.open(f).convert("RGB"), or convert("L").
+ * binary PPM/PGM of maxval 255 or 65535 and uncompressed BMP read here), decoded to the
+ * pixels PIL gives: Image.open(f).convert("RGB"), or convert("L").
  *
  * Pixels are u8, interleaved HWC, rows packed, top row first, 3 (RGB) or 1 (gray)
  * channels whatever the file holds:

@@ -17,6 +17,11 @@
       DIR/pnm/*.ppm|pgm: binary P6 and P5 of maxval 255 and 65535, with header comments.
   mkformats.py pnmbroken DIR
       DIR/odd/*.ppm|pgm: truncated, plain (P3), other maxval, huge, bad header.
+  mkformats.py bmp DIR [--size N]
+      DIR/bmp/*.bmp: 1/4/8-bit palettes, 24 and 32 bits, BITFIELDS, top-down, OS/2 and
+      V5 headers; by PIL and by a small writer here.
+  mkformats.py bmpbroken DIR
+      DIR/odd/*.bmp: truncated, RLE, 16-bit, huge, bad header.
   mkformats.py ref DIR OUT [--gray]
       the pixels of every image under DIR, in ImageFolder order, as PIL's
       Image.open(f).convert("RGB") (or "L") gives them, concatenated u8 HWC.
@@ -231,6 +236,93 @@ def pnmbroken(a):
     open(p("badsize.pgm"), "wb").write(b"P5\n-3 2\n255\n" + b"\0" * 64)
 
 
+def write_bmp(path, px, bits, hsize=40, topdown=False, comp=0, masks=None, pal=None, offset=None):
+    """px: (h, w, bytes per pixel) already in file order (BGR...), or (h, w) indices."""
+    h, w = px.shape[:2]
+    stride = ((w * bits + 31) >> 3) & ~3
+    rows = []
+    for y in range(h):
+        r = px[y]
+        if bits >= 8:
+            b = r.astype(np.uint8).tobytes()
+        else:
+            per = 8 // bits
+            v = np.concatenate([r.astype(np.uint8), np.zeros((-w) % per, np.uint8)]).reshape(-1, per)
+            b = np.bitwise_or.reduce(v << np.array([8 - bits * (i + 1) for i in range(per)], np.uint8), 1)
+            b = b.astype(np.uint8).tobytes()
+        rows.append(b + b"\0" * (stride - len(b)))
+    if not topdown:
+        rows = rows[::-1]
+    if hsize == 12:
+        dib = struct.pack("<IHHHH", 12, w, h, 1, bits)
+    else:
+        dib = struct.pack("<IiiHHIIiiII", hsize, w, -h if topdown else h, 1, bits, comp, stride * h, 2835, 2835,
+                          0 if pal is None else len(pal), 0)
+        if hsize > 40:
+            ext = b"" if masks is None else struct.pack("<4I", *masks)
+            dib += (ext + b"\0" * hsize)[: hsize - 40]
+        elif masks is not None:
+            dib += struct.pack("<3I", *masks[:3])
+    palb = b"" if pal is None else b"".join(bytes([c[2], c[1], c[0]] + ([] if hsize == 12 else [0])) for c in pal)
+    off = 14 + len(dib) + len(palb) if offset is None else offset
+    data = b"".join(rows)
+    with open(path, "wb") as f:
+        f.write(b"BM" + struct.pack("<IHHI", 14 + len(dib) + len(palb) + len(data), 0, 0, off) + dib + palb + data)
+
+
+def bmp(a):
+    rng = np.random.default_rng(19)
+    n = a.size
+    d = os.path.join(a.dir, "bmp")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".bmp")
+    for bits in (1, 4, 8):
+        k = 1 << bits
+        pal = [tuple(int(v) for v in c) for c in rng.integers(0, 256, (k, 3))]
+        idx = rng.integers(0, k, (n, n))
+        write_bmp(p("pal%d" % bits), idx, bits, pal=pal)
+        write_bmp(p("pal%d_topdown" % bits), idx, bits, pal=pal, topdown=True)
+        write_bmp(p("pal%d_os2" % bits), idx, bits, hsize=12, pal=pal)
+    pal = [tuple(int(v) for v in c) for c in rng.integers(0, 256, (100, 3))]
+    write_bmp(p("pal8_100colours"), rng.integers(0, 100, (n, n)), 8, pal=pal)
+    write_bmp(p("pal8_offset_at_palette"), rng.integers(0, 100, (n, n)), 8, pal=pal, offset=54)
+    bgr = samples(rng, n, 4, 8)
+    write_bmp(p("bgr24"), bgr[..., :3], 24)
+    write_bmp(p("bgr24_topdown"), bgr[..., :3], 24, topdown=True)
+    write_bmp(p("bgr24_os2"), bgr[..., :3], 24, hsize=12)
+    write_bmp(p("bgrx32"), bgr, 32)
+    write_bmp(p("bgra32_v5"), bgr, 32, hsize=124, comp=3, masks=(0xFF0000, 0xFF00, 0xFF, 0xFF000000))
+    write_bmp(p("rgba32_v4"), bgr, 32, hsize=108, comp=3, masks=(0xFF, 0xFF00, 0xFF0000, 0xFF000000))
+    write_bmp(p("xbgr32_bitfields"), bgr, 32, comp=3, masks=(0xFF000000, 0xFF0000, 0xFF00, 0))
+    write_bmp(p("bgr24_bitfields"), bgr[..., :3], 24, comp=3, masks=(0xFF0000, 0xFF00, 0xFF, 0))
+    rgba = samples(rng, n, 4, 8)
+    Image.fromarray(rgba[..., :3], "RGB").save(p("pil_rgb"))
+    Image.fromarray(rgba, "RGBA").save(p("pil_rgba"))
+    Image.fromarray(rgba[..., 0], "L").save(p("pil_l"))
+    Image.fromarray(rgba[..., :3], "RGB").quantize(50).save(p("pil_p"))
+    Image.fromarray(rgba[..., 0] > 128).save(p("pil_1"))
+
+
+def bmpbroken(a):
+    rng = np.random.default_rng(23)
+    d = os.path.join(a.dir, "odd")
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name + ".bmp")
+    write_bmp(p("good"), samples(rng, 40, 3, 8), 24)
+    good = open(p("good"), "rb").read()
+    open(p("truncated"), "wb").write(good[: len(good) // 2])
+    open(p("header_only"), "wb").write(good[:30])
+    # RLE8 in the header (the data is not RLE: rn refuses by the header alone)
+    write_bmp(p("rle8"), rng.integers(0, 4, (16, 16)), 8, comp=1, pal=[(i, i, i) for i in range(4)])
+    write_bmp(p("bits16"), rng.integers(0, 256, (8, 8, 2)), 16)
+    b = bytearray(good)
+    b[18:26] = struct.pack("<ii", 100000, 100000)
+    open(p("huge"), "wb").write(bytes(b))
+    b = bytearray(good)
+    b[14:18] = struct.pack("<I", 99)
+    open(p("bad_header_size"), "wb").write(bytes(b))
+
+
 def ref(a):
     out = []
     for c in sorted(e.name for e in os.scandir(a.dir) if e.is_dir()):
@@ -266,6 +358,13 @@ def main():
     s = sub.add_parser("pnmbroken")
     s.add_argument("dir")
     s.set_defaults(fn=pnmbroken)
+    s = sub.add_parser("bmp")
+    s.add_argument("dir")
+    s.add_argument("--size", type=int, default=29)
+    s.set_defaults(fn=bmp)
+    s = sub.add_parser("bmpbroken")
+    s.add_argument("dir")
+    s.set_defaults(fn=bmpbroken)
     s = sub.add_parser("ref")
     s.add_argument("dir")
     s.add_argument("out")

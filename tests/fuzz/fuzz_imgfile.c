@@ -1,4 +1,4 @@
-/* Image files other than JPEG (PNG, WebP, PPM/PGM: what rn/imgfile.h reads) through the
+/* Image files other than JPEG (PNG, WebP, PPM/PGM, BMP: what rn/imgfile.h reads) through the
  * format sniffer, the header reader and a full decode. Input: 1 parameter byte (bit 0:
  * gray output), then the file. Images over 4 Mpixel are refused, as a small --max-pixels
  * would; the decoder is also given that limit, so a header it reads differently from
