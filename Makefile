@@ -5,6 +5,8 @@
 #   make deps       install the Debian packages the build and tests need
 #   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
 # Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
+#          USE_PNG=auto|0|1, USE_WEBP=auto|0|1 (PNG input through libspng, WebP through
+#          libwebp; default: detected),
 #          USE_MPI=0|1 (default: detected; Open MPI for many processes), USE_NCCL=0|1,
 #          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
 
@@ -34,12 +36,27 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 HASH := \#
+space := $(eval) $(eval)
 # libjpeg-turbo's libjpeg API (Debian: libjpeg62-turbo-dev) lets the loader decode only
 # the rows and columns of a RandomResizedCrop window; without it TurboJPEG decodes whole
 # images (same pixels, slower). USE_LIBJPEG=0|1 overrides the detection.
 ifeq ($(origin USE_LIBJPEG),undefined)
 USE_LIBJPEG := $(shell printf '$(HASH)include <stdio.h>\n$(HASH)include <jpeglib.h>\nint main(void){struct jpeg_decompress_struct c; JDIMENSION x = 0, w = 0; jpeg_crop_scanline(&c, &x, &w); return 0;}\n' | \
   $(CC) -x c - -ljpeg -o /dev/null 2>/dev/null && echo 1 || echo 0)
+endif
+
+# Image formats besides JPEG, each through its Debian library: PNG via libspng
+# (libspng-dev), WebP via libwebp (libwebp-dev). USE_PNG=0|1 and USE_WEBP=0|1 override
+# the detection; without one rn-prep and rn-predict skip those files and say why.
+PNG_PROBE = $(shell printf '$(HASH)include <spng.h>\nint main(void){spng_ctx_free(spng_ctx_new(0)); return 0;}\n' | \
+  $(CC) -x c - -lspng -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(filter-out auto,$(or $(USE_PNG),auto)),)
+override USE_PNG := $(PNG_PROBE)
+endif
+WEBP_PROBE = $(shell printf '$(HASH)include <webp/decode.h>\nint main(void){return WebPGetDecoderVersion() == 0;}\n' | \
+  $(CC) -x c - -lwebp -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(filter-out auto,$(or $(USE_WEBP),auto)),)
+override USE_WEBP := $(WEBP_PROBE)
 endif
 
 # CUDA detection: nvcc, cuDNN and cuBLAS headers and libraries, and a tiny test compile.
@@ -72,6 +89,23 @@ CPPFLAGS += -DRN_HAVE_LIBJPEG=1
 LDLIBS += -ljpeg
 JPEG_SUMMARY := , libjpeg crop decoding
 endif
+IMG_FORMATS := JPEG
+ifeq ($(USE_PNG),1)
+CPPFLAGS += -DRN_HAVE_SPNG=1
+LDLIBS += -lspng
+IMG_FORMATS += PNG
+else
+SKIP_PNG := PNG: no libspng, make deps installs libspng-dev
+endif
+ifeq ($(USE_WEBP),1)
+CPPFLAGS += -DRN_HAVE_WEBP=1
+LDLIBS += -lwebp
+IMG_FORMATS += WebP
+else
+SKIP_WEBP := WebP: no libwebp, make deps installs libwebp-dev
+endif
+IMG_SKIPPED := $(SKIP_PNG)$(if $(and $(SKIP_PNG),$(SKIP_WEBP)),; )$(SKIP_WEBP)
+IMG_SUMMARY := , reads $(subst $(space),/,$(strip $(IMG_FORMATS))) images$(if $(IMG_SKIPPED), (skips $(IMG_SKIPPED)))
 ifeq ($(USE_MPI),1)
 CPPFLAGS += -DRN_HAVE_MPI=1 $(shell $(MPICC) -showme:compile)
 LDLIBS += $(shell $(MPICC) -showme:link)
@@ -118,7 +152,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/
 all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
 
 summary:
-	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)$(MPI_SUMMARY)"
+	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)$(IMG_SUMMARY)$(MPI_SUMMARY)"
 
 $(PROTO_C) $(PROTO_H): proto/rn.proto
 	@mkdir -p $(BUILD)/gen
@@ -172,7 +206,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
-  libjpeg62-turbo-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
+  libjpeg62-turbo-dev libspng-dev libwebp-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
   python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

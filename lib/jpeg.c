@@ -53,6 +53,7 @@ int rn_jpeg_create(rn_jpeg **out) {
 }
 
 void rn_jpeg_set_max_pixels(rn_jpeg *j, uint64_t max_pixels) { j->max_pixels = max_pixels; }
+uint64_t rn_jpeg_max_pixels(const rn_jpeg *j) { return j->max_pixels; }
 
 /* the header's size within the handle's limit, before anything is sized by it */
 static int check_pixels(const rn_jpeg *j, const rn_jpeg_info *info) {

@@ -1,4 +1,4 @@
-/* One image file to class probabilities: the eval transform on a decoded JPEG, then the
+/* One image file to class probabilities: the eval transform on a decoded image, then the
  * runner's inference step (rn-predict). */
 #include "rn/predict.h"
 
@@ -7,21 +7,37 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/imgfile.h"
 #include "rn/runner.h"
 #include "rn/transform.h"
 
 int rn_predict_prepare(rn_jpeg *j, const uint8_t *data, size_t len, int S, int resize, uint8_t *dst,
                        rn_image_ws *ws) {
-    rn_jpeg_info info;
-    int rc = rn_jpeg_header(j, data, len, &info);
+    rn_img_format fmt = rn_imgfile_format(data, len);
+    int W, H, rc;
+    if (fmt == RN_IMG_JPEG) {
+        rn_jpeg_info info;
+        rc = rn_jpeg_header(j, data, len, &info);
+        W = info.width, H = info.height;
+    } else if (fmt == RN_IMG_UNKNOWN) {
+        return rn_errorf(RN_EDATA, "not an image rn reads (it reads %s)", rn_imgfile_formats());
+    } else {
+        rc = rn_imgfile_header(fmt, data, len, &W, &H);
+    }
     if (rc) return rc;
-    int W = info.width, H = info.height;
+    uint64_t max_pixels = rn_jpeg_max_pixels(j);
+    if ((uint64_t)W * H > max_pixels)
+        return rn_errorf(RN_EDATA, "%s header says %dx%d (%llu pixels), over the limit of %llu pixels",
+                         rn_imgfile_name(fmt), W, H, (unsigned long long)W * (unsigned long long)H,
+                         (unsigned long long)max_pixels);
     uint8_t *full = rn_malloc((size_t)W * H * 3);
     if (!full) return RN_ENOMEM;
     rn_window win;
     rn_window_eval(W, H, S, resize, &win);
     int whole[4] = {0, 0, W, H};
-    if ((rc = rn_jpeg_decode(j, data, len, 3, W, H, full))) goto fail;
+    if (fmt == RN_IMG_JPEG) rc = rn_jpeg_decode(j, data, len, 3, W, H, full);
+    else rc = rn_imgfile_decode(fmt, data, len, 3, max_pixels, full);
+    if (rc) goto fail;
     rc = rn_window_render(full, whole, W, H, 3, &win, S, dst, ws);
 fail:
     free(full);

@@ -16,6 +16,7 @@
 #include "rn/dataset.h"
 #include "rn/err.h"
 #include "rn/image.h"
+#include "rn/imgfile.h"
 #include "rn/jpeg.h"
 #include "rn/rng.h"
 
@@ -221,7 +222,7 @@ static int list_imagefolder(const rn_prep_opts *o, input *in, void (*skip)(void 
         sv_free(&dirs);
         if (rc == RN_OK && seen == 0 && in->n == before) {
             snprintf(p, sizeof p, "%s/%s", o->src, classes.v[c]);
-            snprintf(name, sizeof name, "empty class folder: no .jpg/.jpeg files (label %d keeps its number, with no images)",
+            snprintf(name, sizeof name, "empty class folder: no image files (label %d keeps its number, with no images)",
                      label);
             skip(ctx, p, name);
             (*nskip)++;
@@ -399,12 +400,17 @@ static int read_file(const char *path, worker_buf *wb, size_t *len, char *why, s
     return RN_OK;
 }
 
+/* what a file holds, for a skip message */
 static const char *file_kind(const uint8_t *d, size_t n) {
-    if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return "a PNG image";
-    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0)) return "a GIF image";
-    if (n >= 2 && d[0] == 'B' && d[1] == 'M') return "a BMP image";
-    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) return "a WebP image";
-    if (n >= 4 && (memcmp(d, "II*", 4) == 0 || memcmp(d, "MM\0*", 4) == 0)) return "a TIFF image";
+    switch (rn_imgfile_format(d, n)) {
+    case RN_IMG_PNG: return "a PNG image";
+    case RN_IMG_WEBP: return "a WebP image";
+    case RN_IMG_GIF: return "a GIF image";
+    case RN_IMG_BMP: return "a BMP image";
+    case RN_IMG_TIFF: return "a TIFF image";
+    case RN_IMG_PNM: return "a PPM/PGM image";
+    default: break;
+    }
     size_t text = 0, m = n < 512 ? n : 512;
     for (size_t i = 0; i < m; i++) text += (d[i] >= 0x20 && d[i] < 0x7f) || d[i] == '\n' || d[i] == '\r' || d[i] == '\t';
     if (m && text == m) return "text";
@@ -440,31 +446,49 @@ static int process(const rn_prep_opts *o, const input *in, const item *it, uint6
         snprintf(why, nwhy, "empty file (0 bytes)");
         return RN_EDATA;
     }
-    if (len < 3 || wb->file[0] != 0xFF || wb->file[1] != 0xD8 || wb->file[2] != 0xFF) {
-        snprintf(why, nwhy, "not a JPEG: the file holds %s (rn-prep reads JPEG only: convert it or remove it)",
-                 file_kind(wb->file, len));
+    rn_img_format fmt = rn_imgfile_format(wb->file, len);
+    if (fmt != RN_IMG_JPEG && !rn_imgfile_can_decode(fmt)) {
+        const char *miss = rn_imgfile_missing(fmt);
+        if (!miss)
+            snprintf(why, nwhy, "not an image rn-prep reads: the file holds %s (rn-prep reads %s: convert it or "
+                     "remove it)", file_kind(wb->file, len), rn_imgfile_formats());
+        else
+            snprintf(why, nwhy, "the file holds %s, and %s", file_kind(wb->file, len), miss);
         return RN_EDATA;
     }
+    int W, H;
     rn_jpeg_info info;
-    if (rn_jpeg_header(wb->jpeg, wb->file, len, &info) != RN_OK) {
+    if (fmt == RN_IMG_JPEG) {
+        rc = rn_jpeg_header(wb->jpeg, wb->file, len, &info);
+        W = info.width, H = info.height;
+    } else {
+        rc = rn_imgfile_header(fmt, wb->file, len, &W, &H);
+    }
+    if (rc != RN_OK) {
         snprintf(why, nwhy, "%s", rn_last_error());
         return RN_EDATA;
     }
-    if ((uint64_t)info.width * info.height > o->max_pixels) {
+    if ((uint64_t)W * H > o->max_pixels) {
         snprintf(why, nwhy, "%dx%d is %.1f megapixels, over --max-pixels %" PRIu64 " (raise it if the image is real)",
-                 info.width, info.height, (double)info.width * info.height / 1e6, o->max_pixels);
+                 W, H, (double)W * H / 1e6, o->max_pixels);
         return RN_EDATA;
     }
-    int tw = info.width, th = info.height;
-    if (o->resize > 0) rn_image_resize_dims(info.width, info.height, o->resize, &tw, &th);
+    int tw = W, th = H;
+    if (o->resize > 0) rn_image_resize_dims(W, H, o->resize, &tw, &th);
     if (tw <= 0 || th <= 0) {
-        snprintf(why, nwhy, "%dx%d cannot be resized to a shorter side of %d", info.width, info.height, o->resize);
+        snprintf(why, nwhy, "%dx%d cannot be resized to a shorter side of %d", W, H, o->resize);
         return RN_EDATA;
     }
-    int dw, dh;
-    rn_jpeg_scaled_size(&info, tw, th, &dw, &dh);
-    if ((rc = grow(&wb->a, &wb->a_cap, (size_t)dw * dh * c)) != RN_OK) goto fail;
-    if ((rc = rn_jpeg_decode(wb->jpeg, wb->file, len, c, dw, dh, wb->a)) != RN_OK) goto fail;
+    int dw = W, dh = H;
+    if (fmt == RN_IMG_JPEG) {
+        rn_jpeg_scaled_size(&info, tw, th, &dw, &dh);
+        if ((rc = grow(&wb->a, &wb->a_cap, (size_t)dw * dh * c)) != RN_OK) goto fail;
+        if ((rc = rn_jpeg_decode(wb->jpeg, wb->file, len, c, dw, dh, wb->a)) != RN_OK) goto fail;
+    } else {
+        /* the decoder works in RGB whatever c is */
+        if ((rc = grow(&wb->a, &wb->a_cap, (size_t)W * H * 3)) != RN_OK) goto fail;
+        if ((rc = rn_imgfile_decode(fmt, wb->file, len, c, o->max_pixels, wb->a)) != RN_OK) goto fail;
+    }
     uint8_t *img = wb->a;
     int w = dw, h = dh;
     if (tw != dw || th != dh) {

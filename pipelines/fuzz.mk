@@ -2,7 +2,8 @@
 # FUZZ_SECONDS each (default 60), against a clang-built, CPU-only librn in build-fuzz/.
 # Corpora in build-fuzz/corpus/NAME/ start from files the tools write (a checkpoint from
 # rn-init, its safetensors from rn-export, a dataset from rn-prep: its records, __info__
-# and classes.txt, a list file, JPEGs from tests/data/mkimages.py). A crash, timeout or
+# and classes.txt, a list file, JPEGs from tests/data/mkimages.py, PNGs, WebPs, PPM/PGMs and
+# BMPs from tests/data/mkformats.py). A crash, timeout or
 # out-of-memory input is copied to tests/fuzz/regress/NAME/, which make test replays.
 # One libFuzzer process at a time (no -jobs: that would log to ./fuzz-N.log instead).
 # Installs clang (as root) only when this target runs.
@@ -16,6 +17,7 @@ FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_MAXLEN_ckpt := 1048576
 FUZZ_MAXLEN_safetensors := 262144
 FUZZ_MAXLEN_jpeg := 131072
+FUZZ_MAXLEN_imgfile := 131072
 FUZZ_MAXLEN_sample := 131072
 FUZZ_MAXLEN_cli := 256
 rparen := )
@@ -51,7 +53,7 @@ $(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(LIBRN)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
 # seeds: what the tools write, plus the committed seeds and regression inputs. The jpeg
-# and sample harnesses read 8 parameter bytes before their input.
+# and sample harnesses read 8 parameter bytes before their input, imgfile 1.
 FUZZ_W := $(FUZZ_BUILD)/seeds
 FUZZ_BIN_DIR := $(FUZZ_BUILD)/bin
 fuzz-seeds: fuzz-build
@@ -68,6 +70,14 @@ fuzz-seeds: fuzz-build
 	$(PYTHON) tests/data/mkimages.py folder $$w/img --classes 2 --per-class 3 --size 40x30 --vary --seed 1 >/dev/null; \
 	$(PYTHON) tests/data/mkimages.py broken $$w/broken >/dev/null; \
 	$(PYTHON) tests/data/mkimages.py list $$w/img $$w/list.txt >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py png $$w/png --size 13 >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py pngbroken $$w/pngbad >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py webp $$w/webp --size 13 >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py webpbroken $$w/webpbad >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py pnm $$w/pnm --size 13 >/dev/null; \
+	$(PYTHON) tests/data/mkformats.py bmp $$w/bmp --size 13 >/dev/null; \
+	for f in $$(find $$w/png $$w/pngbad $$w/webp $$w/webpbad $$w/pnm $$w/bmp -type f -size -100k); do \
+	  for p in 00 01; do { printf "\x$$p"; cat $$f; } >$$c/imgfile/$$p-$$(basename $$f); done; done; \
 	cp $$w/list.txt $$c/list/; \
 	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN_DIR)/rn-prep $$w/img $$w/ds.lmdb >/dev/null 2>&1; \
 	ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BIN_DIR)/rn-prep --gray --resize 20 $$w/img $$w/gray.lmdb >/dev/null 2>&1; \

@@ -1,17 +1,29 @@
 #!/usr/bin/env bats
-# rn-prep: JPEG folders and list files to rn datasets.
+# rn-prep: image folders and list files to rn datasets.
 
 bats_load_library bats-support
 bats_load_library bats-assert
 
 PY=${PYTHON:-/usr/bin/python3}
 MK="$BATS_TEST_DIRNAME/data/mkimages.py"
+MKF="$BATS_TEST_DIRNAME/data/mkformats.py"
+
+# the formats this build reads, as rn-prep --help names them
+have_format() { rn-prep --help | grep -q "^This build reads .*$1"; }
 
 setup_file() {
     cd "$BATS_FILE_TMPDIR"
     "$PY" "$MK" folder imgs --classes 3 --per-class 4 --size 64x48 --vary --seed 1
     "$PY" "$MK" broken broken
     "$PY" "$MK" list imgs list.txt
+    "$PY" "$MKF" png pngs
+    "$PY" "$MKF" pngbroken pngbad
+    "$PY" "$MKF" webp webps
+    "$PY" "$MKF" webpbroken webpbad
+    "$PY" "$MKF" pnm pnms
+    "$PY" "$MKF" pnmbroken pnmbad
+    "$PY" "$MKF" bmp bmps
+    "$PY" "$MKF" bmpbroken bmpbad
 }
 
 setup() {
@@ -156,19 +168,25 @@ for (p, l), (im, _) in zip(ds.samples, ds):
 @test "broken and unusual files: skipped with reasons, the rest written" {
     run rn-prep --report rep.txt broken br.lmdb
     assert_success
-    assert_output --partial "wrote 6 records"
-    assert_output --partial "(8 skipped)"
+    # png_named.jpg is a PNG: read by its content where the build reads PNG, as PIL does
+    if have_format PNG; then
+        assert_output --partial "wrote 7 records"
+        assert_output --partial "(7 skipped)"
+    else
+        assert_output --partial "wrote 6 records"
+        assert_output --partial "(8 skipped)"
+        assert_output --partial "broken/odd/png_named.jpg: the file holds a PNG image, and this build has no PNG support"
+    fi
     assert_output --partial "broken/odd/truncated.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Premature end of JPEG file)"
     # damaged data that libjpeg only warns about (PIL decodes these with grey blocks)
     assert_output --partial "broken/odd/prog_cut.jpg: JPEG decode: corrupt or truncated JPEG data (libjpeg: Corrupt JPEG data: premature end of data segment)"
     assert_output --partial "broken/odd/stray_rst.jpg: JPEG decode: corrupt or truncated JPEG data"
     assert_output --partial "broken/odd/corrupt.jpg: JPEG decode: corrupt or truncated JPEG data"
     assert_output --partial "broken/odd/zero.jpg: empty file"
-    assert_output --partial "broken/odd/text.jpg: not a JPEG: the file holds text"
-    assert_output --partial "broken/odd/png_named.jpg: not a JPEG: the file holds a PNG image"
+    assert_output --partial "broken/odd/text.jpg: not an image rn-prep reads: the file holds text"
     assert_output --partial "broken/odd/huge.jpg: 60000x60000 is 3600.0 megapixels, over --max-pixels"
     run wc -l < rep.txt
-    assert_output 8
+    if have_format PNG; then assert_output 7; else assert_output 8; fi
     # CMYK, gray, progressive and 4:4:4/4:2:2 inputs all come out as RGB
     run rn-load --list br.lmdb
     assert_output --partial "odd/cmyk.jpg"
@@ -385,4 +403,169 @@ print('ok')"
     run rn-prep -q imgs plainfile
     assert_failure 1
     assert_output --partial "plainfile: exists and is not a dataset"
+}
+
+@test "PNG of every kind: the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    n=$(ls pngs/png | wc -l)
+    [ "$n" -ge 48 ]
+    run rn-prep -q --encode raw pngs png.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    # all 29x29: the eval transform without resize is the identity on them
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw png.raw png.lmdb
+    "$PY" "$MKF" ref pngs pil.raw 2>/dev/null
+    run "$PY" -c "
+import numpy as np, os
+a = np.fromfile('png.raw', np.uint8).reshape(-1, 29, 29, 3)
+b = np.fromfile('pil.raw', np.uint8).reshape(-1, 29, 29, 3)
+names = sorted(os.listdir('pngs/png'))
+bad = [(f, int((a[i] != b[i]).sum())) for i, f in enumerate(names) if (a[i] != b[i]).any()]
+assert a.shape == b.shape == ($n, 29, 29, 3) and not bad, bad
+print('%d PNGs equal' % len(names))"
+    assert_output "$n PNGs equal"
+    rn-prep -q --gray --encode raw pngs pngg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pngg.raw pngg.lmdb
+    "$PY" "$MKF" ref pngs pilg.raw --gray 2>/dev/null
+    run cmp pngg.raw pilg.raw
+    assert_success
+}
+
+@test "PNG: --resize and --center-crop as torchvision on PIL; identical output for any thread count" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    rn-prep -q --encode raw --resize 20 --center-crop 18 --threads 1 pngs pr1.lmdb
+    rn-prep -q --encode raw --resize 20 --center-crop 18 --threads 3 pngs pr3.lmdb
+    records() { mdb_dump "$1" | awk '/^ 5f5f696e666f5f5f$/ {skip = 2} skip > 0 {skip--; next} {print}'; }
+    run diff <(records pr1.lmdb) <(records pr3.lmdb)
+    assert_success
+    n=$(ls pngs/png | wc -l)
+    rn-load -q --eval --exact --resize 0 --crop 18 --batch "$n" --batches 1 --raw pr.raw pr1.lmdb
+    run "$PY" -c "
+import numpy as np, torchvision.datasets as D, torchvision.transforms as T
+ds = D.ImageFolder('pngs', transform=T.Compose([T.Resize(20), T.CenterCrop(18)]))
+ref = np.stack([np.asarray(im) for im, _ in ds]).astype(int)
+got = np.fromfile('pr.raw', np.uint8).reshape(ref.shape).astype(int)
+d = np.abs(ref - got)
+print('max %d' % d.max()); assert d.max() <= 1"
+    assert_success
+    # the default JPEG records and --augment run on PNG input too
+    run rn-prep -q --augment 2 --crop 16 pngs pa.lmdb
+    assert_success
+    assert_output --partial "wrote $((2 * n)) records"
+}
+
+@test "broken, truncated and hostile PNGs: skipped with the reason, or fail under --strict" {
+    have_format PNG || skip "this build reads no PNG (make deps installs libspng-dev)"
+    run rn-prep -q --report pbad.txt pngbad pbad.lmdb
+    assert_success
+    assert_output --partial "pngbad/odd/truncated.png: PNG decode: "
+    assert_output --partial "pngbad/odd/header_only.png: PNG header: "
+    assert_output --partial "pngbad/odd/corrupt.png: PNG decode: "
+    assert_output --partial "pngbad/odd/bigchunk.png: PNG "
+    assert_output --partial "pngbad/odd/zero_width.png: PNG header: invalid image width"
+    # sizes come from the header: refused before anything is allocated for them
+    assert_output --partial "pngbad/odd/huge.png: 100000x100000 is 10000.0 megapixels, over --max-pixels"
+    refute_output --partial "good.png"
+    run cut -f1 pbad.txt
+    assert_output "$(printf '%s\n' bigchunk corrupt header_only huge truncated zero_width | sed 's|.*|pngbad/odd/&.png|')"
+    run rn-prep -q --max-pixels 1000 pngbad pmax.lmdb
+    assert_output --partial "pngbad/odd/good.png: 40x40 is 0.0 megapixels, over --max-pixels 1000"
+    run rn-prep -q --strict pngbad pstrict.lmdb
+    assert_failure 1
+    assert_output --partial "(--strict: no output written)"
+    [ ! -e pstrict.lmdb ]
+}
+
+@test "WebP lossy, lossless, with alpha: the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    have_format WebP || skip "this build reads no WebP (make deps installs libwebp-dev)"
+    n=$(ls webps/webp | wc -l)
+    [ "$n" -ge 11 ]
+    run rn-prep -q --encode raw webps webp.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw webp.raw webp.lmdb
+    "$PY" "$MKF" ref webps pilw.raw
+    run cmp webp.raw pilw.raw
+    assert_success
+    rn-prep -q --gray --encode raw webps webpg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw webpg.raw webpg.lmdb
+    "$PY" "$MKF" ref webps pilwg.raw --gray
+    run cmp webpg.raw pilwg.raw
+    assert_success
+    rn-prep -q --encode raw --resize 20 --threads 1 webps wr1.lmdb
+    rn-prep -q --encode raw --resize 20 --threads 3 webps wr3.lmdb
+    records() { mdb_dump "$1" | awk '/^ 5f5f696e666f5f5f$/ {skip = 2} skip > 0 {skip--; next} {print}'; }
+    run diff <(records wr1.lmdb) <(records wr3.lmdb)
+    assert_success
+}
+
+@test "broken, truncated, hostile and animated WebPs: skipped with the reason" {
+    have_format WebP || skip "this build reads no WebP (make deps installs libwebp-dev)"
+    run rn-prep -q --report wbad.txt webpbad wbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "webpbad/odd/truncated.webp: WebP decode: truncated data (libwebp)"
+    assert_output --partial "webpbad/odd/header_only.webp: WebP header: "
+    assert_output --partial "webpbad/odd/corrupt.webp: WebP "
+    assert_output --partial "webpbad/odd/huge.webp: 16384x16384 is 268.4 megapixels, over --max-pixels"
+    assert_output --partial "webpbad/odd/animated.webp: animated WebP: rn reads still images only"
+    run wc -l < wbad.txt
+    assert_output 5
+}
+
+@test "PPM/PGM (P6/P5, maxval 255 and 65535): the pixels of PIL's convert(\"RGB\") and convert(\"L\"), exactly" {
+    n=$(ls pnms/pnm | wc -l)
+    [ "$n" -ge 10 ]
+    run rn-prep -q --encode raw pnms pnm.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pnm.raw pnm.lmdb
+    "$PY" "$MKF" ref pnms pilp.raw
+    run cmp pnm.raw pilp.raw
+    assert_success
+    rn-prep -q --gray --encode raw pnms pnmg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw pnmg.raw pnmg.lmdb
+    "$PY" "$MKF" ref pnms pilpg.raw --gray
+    run cmp pnmg.raw pilpg.raw
+    assert_success
+}
+
+@test "PPM/PGM that rn does not read, truncated or huge: skipped with the reason" {
+    run rn-prep -q pnmbad pnmbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "pnmbad/odd/truncated.ppm: PPM/PGM: truncated (2393 bytes of samples, 4800 needed)"
+    assert_output --partial "pnmbad/odd/plain.ppm: PPM/PGM: only binary P5 (grey) and P6 (RGB) files are read, not P3"
+    assert_output --partial "pnmbad/odd/maxval1000.pgm: PPM/PGM: maxval 1000 (rn reads maxval 255 and 65535: convert it)"
+    assert_output --partial "pnmbad/odd/huge.pgm: 100000x100000 is 10000.0 megapixels, over --max-pixels"
+    assert_output --partial "pnmbad/odd/badsize.pgm: PPM/PGM header: bad number"
+}
+
+@test "BMP (1/4/8-bit palettes, 24/32 bits, bitfields, top-down, OS/2 and V5 headers): PIL's pixels, exactly" {
+    n=$(ls bmps/bmp | wc -l)
+    [ "$n" -ge 24 ]
+    run rn-prep -q --encode raw bmps bmp.lmdb
+    assert_success
+    assert_output --partial "wrote $n records"
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw bmp.raw bmp.lmdb
+    "$PY" "$MKF" ref bmps pilb.raw
+    run cmp bmp.raw pilb.raw
+    assert_success
+    rn-prep -q --gray --encode raw bmps bmpg.lmdb
+    rn-load -q --eval --exact --resize 0 --crop 29 --batch "$n" --batches 1 --raw bmpg.raw bmpg.lmdb
+    "$PY" "$MKF" ref bmps pilbg.raw --gray
+    run cmp bmpg.raw pilbg.raw
+    assert_success
+}
+
+@test "BMP that rn does not read (RLE, 16-bit), truncated or huge: skipped with the reason" {
+    run rn-prep -q bmpbad bmpbad.lmdb
+    assert_success
+    assert_output --partial "wrote 1 records"
+    assert_output --partial "bmpbad/odd/truncated.bmp: BMP: truncated (2373 bytes of pixels, 4800 needed)"
+    assert_output --partial "bmpbad/odd/header_only.bmp: BMP header: truncated"
+    assert_output --partial "bmpbad/odd/rle8.bmp: BMP: RLE compression (rn reads uncompressed BMPs: convert it)"
+    assert_output --partial "bmpbad/odd/bits16.bmp: BMP: 16 bits per pixel"
+    assert_output --partial "bmpbad/odd/bad_header_size.bmp: BMP: unsupported header size 99"
+    assert_output --partial "bmpbad/odd/huge.bmp: 100000x100000 is 10000.0 megapixels, over --max-pixels"
 }

@@ -8,17 +8,20 @@
 #include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
+#include "rn/imgfile.h"
 #include "rn/json.h"
 #include "rn/predict.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: rn-predict --ckpt MODEL.pb [options] IMAGE.jpg...\n"
+    fprintf(f, "usage: rn-predict --ckpt MODEL.pb [options] IMAGE...\n"
                "\n"
                "The most probable classes for each image, with the eval transform (shorter side to\n"
                "--resize, centre crop --crop, ImageNet normalisation) and the class names stored in\n"
                "the checkpoint (rn-train copies them from the training set). One line per class:\n"
                "  IMAGE<TAB>rank<TAB>probability<TAB>class index<TAB>class name\n"
                "An image that cannot be read is reported on stderr and skipped (exit 1 at the end).\n"
+               "This build reads %s files, with the pixels of PIL's Image.open(f).convert(\"RGB\")\n"
+               "(alpha dropped).\n"
                "\n"
                "  -c, --ckpt MODEL.pb   checkpoint\n"
                "  -k, --topk K          classes per image (default 5)\n"
@@ -32,7 +35,7 @@ static void usage(FILE *f) {
                "  -h, --help            this help\n"
                "  -V, --version         print the version\n"
                "\n"
-               "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n");
+               "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n", rn_imgfile_formats());
 }
 
 /* The flags that only make sense together, checked once every flag is read. */

@@ -1,4 +1,4 @@
-/* rn-prep: a folder of JPEGs (ImageFolder layout or a list file) to an rn dataset. */
+/* rn-prep: a folder of images (ImageFolder layout or a list file) to an rn dataset. */
 #include <getopt.h>
 #include <signal.h>
 #include <inttypes.h>
@@ -12,31 +12,38 @@
 #include "rn/dataset.h"
 #include "rn/err.h"
 #include "rn/fileio.h"
+#include "rn/imgfile.h"
 #include "rn/prep.h"
 
 static const char *usage_text =
     "usage: rn-prep [options] SRC OUT.lmdb\n"
-    "Decode JPEGs, optionally resize/crop/augment, and write an rn dataset (LMDB of Sample\n"
+    "Decode images, optionally resize/crop/augment, and write an rn dataset (LMDB of Sample\n"
     "records, keys %%08u, plus __info__ and OUT.lmdb/classes.txt).\n"
     "\n"
     "SRC is a folder in ImageFolder layout (SRC/<class>/<file>.jpg; labels are the sorted\n"
     "class names, as torchvision's ImageFolder) or a list file of 'relative/path label' lines.\n"
+    "This build reads %s files (by their content, whatever the name says). Pixels are\n"
+    "PIL's Image.open(f).convert(\"RGB\"): alpha and tRNS dropped (not composited), palettes\n"
+    "expanded, 16-bit colour to its high byte, 16-bit grey clipped to 0..255 (PIL's mode I).\n"
     "\n"
     "  --root DIR          list file paths are relative to DIR (default: the list's folder)\n"
     "  --classes FILE      take class names/labels from FILE (one per line) or a dataset\n"
     "                      (e.g. --classes train.lmdb so val labels match train)\n"
     "  --resize N          shorter side to N pixels, keeping aspect (default 0: keep)\n"
     "  --center-crop N     centre crop N x N after the resize (default: none)\n"
-    "  --encode jpeg|raw   store re-encoded JPEG (default) or raw u8 HWC pixels\n"
+    "  --encode jpeg|raw   store re-encoded JPEG (default) or raw u8 HWC pixels (lossless:\n"
+    "                      what a PNG dataset may prefer, at a larger size)\n"
     "  --quality Q         JPEG quality 1..100 (default %d)\n"
-    "  --gray              store 1 channel (luma) instead of RGB\n"
+    "  --gray              store 1 channel (luma) instead of RGB: the JPEG's Y channel, or\n"
+    "                      PIL's convert(\"L\") for other formats\n"
     "  --shuffle           shuffle the record order (seeded by --seed)\n"
     "  --seed S            seed for --shuffle and --augment (default 0)\n"
     "  --limit N           write at most N source images\n"
     "  --threads N         decoding threads (default: all cores; output identical for any N)\n"
     "  --augment K         write K RandomResizedCrop+flip variants per image (offline augmentation)\n"
     "  --crop S            size of the --augment variants (default %d)\n"
-    "  --max-pixels N      skip images over N pixels (default %llu)\n"
+    "  --max-pixels N      skip images over N pixels, read from the header before decoding\n"
+    "                      (default %llu)\n"
     "  --max-classes N     list files: labels must be below N (default %d)\n"
     "  --report FILE       write every skipped input and why to FILE (tab separated)\n"
     "  --strict            any bad input fails the run (exit 1, no output written)\n"
@@ -46,13 +53,15 @@ static const char *usage_text =
     "  -h, --help          this help\n"
     "      --version       print the version\n"
     "\n"
-    "Bad inputs (unreadable, empty, not JPEG, corrupt, truncated, too large) are skipped and\n"
-    "reported on stderr. A JPEG is corrupt when libjpeg reports anything wrong with its\n"
-    "data, warnings included (PIL decodes some of these with grey blocks; rn does not).\n"
+    "Bad inputs (unreadable, empty, in no format read, corrupt, truncated, too large) are\n"
+    "skipped and reported on stderr. A JPEG is corrupt when libjpeg reports anything wrong\n"
+    "with its data, warnings included (PIL decodes some of these with grey blocks; rn does\n"
+    "not); a PNG or WebP when libspng or libwebp does (a bad CRC, a cut stream). An\n"
+    "animated WebP is skipped (PIL would read its first frame).\n"
     "Exit status: 0 done, 1 failed, 2 bad usage.\n";
 
 static void usage(FILE *f) {
-    fprintf(f, usage_text, RN_PREP_QUALITY, RN_PREP_AUG_CROP, (unsigned long long)RN_PREP_MAX_PIXELS,
+    fprintf(f, usage_text, rn_imgfile_formats(), RN_PREP_QUALITY, RN_PREP_AUG_CROP, (unsigned long long)RN_PREP_MAX_PIXELS,
             RN_PREP_MAX_CLASSES);
 }
 

@@ -42,6 +42,8 @@ void rn_jpeg_destroy(rn_jpeg *j);
  * libjpeg no more working memory than such an image needs: the sizes in a header are
  * the file's word, and a 550-byte progressive file can ask for gigabytes. */
 void rn_jpeg_set_max_pixels(rn_jpeg *j, uint64_t max_pixels);
+/* The handle's limit (RN_JPEG_MAX_PIXELS or the last rn_jpeg_set_max_pixels). */
+uint64_t rn_jpeg_max_pixels(const rn_jpeg *j);
 
 /* Read the header of len bytes at data. Errors: RN_EDATA (not a JPEG, corrupt header,
  * or zero/absurd dimensions as the library sees them). */

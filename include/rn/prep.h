@@ -1,16 +1,18 @@
-/* rn/prep.h: build an rn dataset from a folder of JPEGs (what rn-prep runs).
+/* rn/prep.h: build an rn dataset from a folder of images (what rn-prep runs).
  *
  * Input: an ImageFolder tree (SRC/<class>/.../<file>, class names sorted, labels 0..K-1,
  * files sorted as torchvision's ImageFolder sorts them) or a list file of
  * "relative/path label" lines (Caffe's convention; the path is everything before the
- * last space) resolved against root. Files are decoded, optionally resized / centre
+ * last space) resolved against root. Files are decoded (JPEG by rn/jpeg.h, the other
+ * formats by rn/imgfile.h, told apart by their content), optionally resized / centre
  * cropped / augmented, re-encoded, and written in input order (after the optional
  * seeded shuffle) with keys 0, 1, 2, ...: the output is byte-identical for any thread
  * count. Memory is bounded by the in-flight window, never by the dataset size.
  *
- * Bad inputs (unreadable, empty, not JPEG, corrupt, truncated, over max_pixels, bad
- * list lines, empty class folders) are skipped and reported through on_skip; with
- * strict the first one fails the run and no output is left. */
+ * Bad inputs (unreadable, empty, in no format this build reads, corrupt, truncated, over
+ * max_pixels by their header, bad list lines, empty class folders) are skipped and
+ * reported through on_skip; with strict the first one fails the run and no output is
+ * left. */
 #ifndef RN_PREP_H
 #define RN_PREP_H
 

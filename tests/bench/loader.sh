@@ -2,7 +2,10 @@
 # make bench-loader: rn's loader against torchvision's DataLoader + ImageFolder + PIL on the
 # same folder of generated ImageNet-sized JPEGs (500x375), same transform
 # (RandomResizedCrop(224), flip, to float, normalise), same worker count, run side by side.
-# Also times rn-prep on that folder. Ends with "loader: rn=<img/s> peer=<img/s> ratio=<r>".
+# Also times rn-prep on that folder, and rn-prep on the same images as PNGs against
+# torchvision's ImageFolder + PIL decoding them ("prep-png: rn=... peer=... ratio=...": both
+# decode, Resize(256), CenterCrop(224), to u8 pixels, at $WORKERS threads/workers).
+# Ends with "loader: rn=<img/s> peer=<img/s> ratio=<r>".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -23,16 +26,60 @@ if [ "$(cat "$DIR/imgs.stamp" 2>/dev/null)" != "$per" ]; then
     echo "$per" > "$DIR/imgs.stamp"
 fi
 n=$((per * classes))
+if [ "$(cat "$DIR/pngs.stamp" 2>/dev/null)" != "$per" ]; then
+    echo "bench-loader: the same images as PNGs in $DIR/pngs (once)" >&2
+    rm -rf "$DIR/pngs"
+    "$PYTHON" - "$DIR/imgs" "$DIR/pngs" <<'PY'
+import os, sys
+from PIL import Image
+src, dst = sys.argv[1], sys.argv[2]
+for c in sorted(os.listdir(src)):
+    os.makedirs(os.path.join(dst, c))
+    for f in sorted(os.listdir(os.path.join(src, c))):
+        Image.open(os.path.join(src, c, f)).save(os.path.join(dst, c, f[:-4] + ".png"))
+PY
+    echo "$per" > "$DIR/pngs.stamp"
+fi
 echo "bench-loader: $n images, $(du -sh "$DIR/imgs" | cut -f1), $WORKERS workers, batch $BATCH, $(nproc) cores" >&2
+
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 
 prep_out=$("$BIN/rn-prep" -q --threads "$WORKERS" "$DIR/imgs" "$DIR/data.lmdb")
 echo "$prep_out" >&2
 prep_rate=$(sed -n 's/.*: \([0-9.]*\) img\/s$/\1/p' <<<"$prep_out")
 
+# PNG: rn-prep against ImageFolder + PIL doing the same work on the same files, best of 2
+png_rn=0 png_peer=0
+for round in 1 2; do
+    out=$("$BIN/rn-prep" -q --threads "$WORKERS" --resize 256 --center-crop 224 --encode raw "$DIR/pngs" \
+        "$DIR/png.lmdb")
+    echo "prep-png round $round: $out" >&2
+    png_rn=$(best "$png_rn" "$(sed -n 's/.*: \([0-9.]*\) img\/s$/\1/p' <<<"$out")")
+    out=$("$PYTHON" - "$DIR/pngs" "$WORKERS" <<'PY'
+import sys, time
+import torch
+import torchvision.datasets as D
+import torchvision.transforms as T
+from torch.utils.data import DataLoader
+root, workers = sys.argv[1], int(sys.argv[2])
+torch.set_num_threads(1)
+ds = D.ImageFolder(root, transform=T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()]))
+t0 = time.time()
+n = 0
+for x, y in DataLoader(ds, batch_size=64, num_workers=workers):
+    n += x.shape[0]
+dt = time.time() - t0
+print("peer: ImageFolder(PIL) PNG decode, Resize(256), CenterCrop(224): %d images in %.2f s: %.1f img/s" % (n, dt, n / dt))
+PY
+    )
+    echo "prep-png round $round: $out" >&2
+    png_peer=$(best "$png_peer" "$(sed -n 's/^peer: .*: \([0-9.]*\) img\/s$/\1/p' <<<"$out")")
+done
+rm -rf "$DIR/png.lmdb"
+
 # The two loaders run alternately, ROUNDS times each, and the best run of each counts:
 # on a shared machine that is the run least disturbed by other work.
 ROUNDS=${ROUNDS:-2}
-best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 rn_rate=0 peer_rate=0 rn_cpu=0 peer_cpu=0
 for round in $(seq "$ROUNDS"); do
     # rn: decode, RandomResizedCrop(224), flip, normalise to float; 2 epochs amortise start-up
@@ -75,4 +122,5 @@ echo "prep: rn-prep=$prep_rate img/s ($n 500x375 JPEGs, decode + re-encode at qu
 # images per CPU-second (all threads and worker processes): what each costs whatever else
 # the machine is doing; the wall-clock line below is the one the target refers to
 awk -v r="$rn_cpu" -v p="$peer_cpu" 'BEGIN { printf "loader-cpu: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
+awk -v r="$png_rn" -v p="$png_peer" 'BEGIN { printf "prep-png: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
 awk -v r="$rn_rate" -v p="$peer_rate" 'BEGIN { printf "loader: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
