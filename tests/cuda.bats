@@ -69,6 +69,7 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
 
 @test "bench-gpu's dry run on the CPU: every line in the summary form, rows rn cannot run say so with no number" {
     have_torch || skip "needs PyTorch for the peer"
+    mpi_no_leak_checks # its DDP row runs rn-train under mpirun
     # a stand-in NVML, so that the sampling and its windows run too
     cc -shared -fPIC -o "$BATS_TEST_TMPDIR/libnvidia-ml.so.1" "$BATS_TEST_DIRNAME/gpu/fake-nvml.c"
     run --separate-stderr env LD_LIBRARY_PATH="$BATS_TEST_TMPDIR" BENCH_GPU_DRY=1 BENCH_GPU_DIR="$BATS_TEST_TMPDIR/bg" \

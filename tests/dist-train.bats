@@ -19,11 +19,7 @@ setup() {
     # Open MPI refuses root without these; 3 ranks on 2 cores need --oversubscribe
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI="mpirun --oversubscribe"
-    # Open MPI's components are dlopen'ed and unloaded at MPI_Finalize with their
-    # allocations held (about 120 KB in 3,300 blocks, from "<unknown module>", so no
-    # suppression can name them): sanitizer builds check memory errors under mpirun,
-    # not leaks
-    [ -z "${RN_SANITIZE:-}" ] || export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    mpi_no_leak_checks
     A="--crop 32 --seed 3 --workers 1 --threads 1 --log-every 1"
 }
 

@@ -259,6 +259,7 @@ EOF
 @test "bench-dist's dry run: rn-train on 2 ranks and the DDP peer each give img/s, in the summary form" {
     command -v mpirun >/dev/null || skip "no mpirun"
     have_torch || skip "no torch/torchvision for $PYTHON"
+    mpi_no_leak_checks
     run env DRY=1 DIR="$PWD/bdist" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
         "$BATS_TEST_DIRNAME/bench/dist.sh"
     assert_success
