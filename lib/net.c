@@ -659,14 +659,15 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
     return loss_of(net, labels, n, label_smoothing, 1.0f, NULL, loss);
 }
 
-/* Backward of one conv+BN unit. dy (its BN output gradient) is consumed. dres receives
- * the gradient of the residual input (may alias dy). dx receives the gradient of the
- * unit's input (accumulate_dx adds to it); NULL skips it (the stem). */
+/* Backward of one conv+BN unit, its parameter gradients replacing the stored ones. dy
+ * (its BN output gradient) is consumed. dres receives the gradient of the residual input
+ * (may alias dy). dx receives the gradient of the unit's input (accumulate_dx adds to
+ * it); NULL skips it (the stem). */
 /* Under AMP a conv or fc weight's gradient comes out of its backward op in dtype (into
- * gh): add it, or copy it, into the fp32 master gradient at off, as autocast's cast back
- * to the fp32 parameter does in PyTorch. (In fp32 the ops write grads directly.) */
-static int fold_grad(rn_net *net, const void *gh, int64_t off, int64_t numel, int accumulate) {
-    return rn_cast(net->be, net->dtype, RN_F32, numel, gh, net->grads + off, accumulate);
+ * gh): copy it into the fp32 master gradient at off, as autocast's cast back to the fp32
+ * parameter does in PyTorch. (In fp32 the ops write grads directly.) */
+static int fold_grad(rn_net *net, const void *gh, int64_t off, int64_t numel) {
+    return rn_cast(net->be, net->dtype, RN_F32, numel, gh, net->grads + off, 0);
 }
 
 /* Synchronised BN backward of unit ui, after rn_bn_bwd_frozen on the global statistics
@@ -707,7 +708,7 @@ static int sync_bwd(rn_net *net, int ui, const rn_bn_desc *bd, void *dz) {
 }
 
 static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
-                    int relu, int accumulate, int accumulate_dx) {
+                    int relu, int accumulate_dx) {
     rn_conv_desc cd;
     rn_bn_desc bd;
     unit_rt *u = &net->u[ui];
@@ -717,22 +718,21 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     if (net->freeze_bn) {
         const float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
         rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, rm, rv, dz, net->grads + u->g_off,
-                              net->grads + u->b_off, dres, accumulate);
+                              net->grads + u->b_off, dres, 0);
     } else if (net->gather) {
-        /* sync_bwd reads this micro-batch's own sums: backward() never accumulates */
-        if (accumulate) return rn_errorf(RN_EINVAL, "synchronised BN backward into accumulated gradients");
+        /* (sync_bwd reads this micro-batch's own sums from grads: replaced, not added) */
         const float *gm = net->gstat + u->stat_off, *gv = gm + net->spec.units[ui].cout;
         rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, gm, gv, dz, net->grads + u->g_off,
                               net->grads + u->b_off, dres, 0);
         if (rc == RN_OK) rc = sync_bwd(net, ui, &bd, dz);
     } else {
         rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
-                       net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, accumulate);
+                       net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, 0);
     }
     if (rc) return rc;
-    if (!net->gh) rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, accumulate);
+    if (!net->gh) rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, 0);
     else if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->gh, 0)) == RN_OK)
-        rc = fold_grad(net, net->gh, u->w_off, (int64_t)cd.k * cd.kh * cd.kw * cd.c, accumulate);
+        rc = fold_grad(net, net->gh, u->w_off, (int64_t)cd.k * cd.kh * cd.kw * cd.c);
     if (rc) return rc;
     return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
@@ -757,14 +757,13 @@ int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoot
 /* The gradients of the last forward into net->grads (replacing them). */
 static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     float *loss) {
-    const int accumulate = 0;
     const rn_resnet *s = &net->spec;
     int rc = loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss);
     if (rc) return rc;
     rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
     if (!net->gh) {
         rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
-                       net->grads + net->fc_w, net->grads + net->fc_b, accumulate);
+                       net->grads + net->fc_w, net->grads + net->fc_b, 0);
     } else {
         int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = align16(nw);
         void *gb = elem(net, net->gh, bias_at);
@@ -772,9 +771,9 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
                           0)) ||
             (rc = rn_fc_bwd(net->be, &fd, net->feat, weight(net, net->fc_w), net->dlogits_h, net->dfeat, net->gh,
                             gb, 0)) ||
-            (rc = fold_grad(net, net->gh, net->fc_w, nw, accumulate)))
+            (rc = fold_grad(net, net->gh, net->fc_w, nw)))
             return rc;
-        rc = fold_grad(net, gb, net->fc_b, s->num_classes, accumulate);
+        rc = fold_grad(net, gb, net->fc_b, s->num_classes);
     }
     if (rc) return rc;
     void **G = net->g;
@@ -787,19 +786,19 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
         int j = blk->nconv - 1;
         const void *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
         void *dx_dst = j == 0 ? G[outi] : G[s2];
-        if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 1, accumulate, 0))) return rc;
+        if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 1, 0))) return rc;
         for (j = blk->nconv - 2; j >= 0; j--) {
             xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
             /* dy in G[s2]; BN backward in place into G[s2]; conv data gradient to G[s1] or out */
             void *dcur = G[s2];
             void *dnext = j == 0 ? G[outi] : G[s1];
-            if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 1, accumulate, 0))) return rc;
+            if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 1, 0))) return rc;
             int t = s1;
             s1 = s2;
             s2 = t;
         }
         if (blk->down >= 0) {
-            if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, accumulate, 1))) return rc;
+            if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, 1))) return rc;
         } else {
             int64_t elems = (int64_t)n * net->u[blk->conv[0]].h * net->u[blk->conv[0]].w * s->units[blk->conv[0]].cin;
             if ((rc = rn_add(net->be, net->dtype, elems, G[outi], G[dyi], G[outi], 0))) return rc;
@@ -812,7 +811,7 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
     if ((rc = pool_desc(net, n, &pd)) ||
         (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
         return rc;
-    return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, accumulate, 0);
+    return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, 0);
 }
 
 /* the SGD call over params[off, off+n): with the compute copy under AMP */
