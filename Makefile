@@ -134,10 +134,13 @@ CU_SRC :=
 BUILD_SUMMARY := no usable CUDA toolkit/cuDNN/cuBLAS under $(CUDA): CPU backend only
 endif
 
-PROTO_C := $(BUILD)/gen/rn.pb-c.c
-PROTO_H := $(BUILD)/gen/rn.pb-c.h
+# every message schema in proto/ (rn.proto: checkpoints; others: formats rn writes for
+# outside readers) compiles to $(BUILD)/gen/NAME.pb-c.[ch] and links into librn
+PROTOS := $(wildcard proto/*.proto)
+PROTO_C := $(PROTOS:proto/%.proto=$(BUILD)/gen/%.pb-c.c)
+PROTO_H := $(PROTOS:proto/%.proto=$(BUILD)/gen/%.pb-c.h)
 LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/rn.pb-c.o $(CU_SRC:lib/%.cu=$(BUILD)/obj/%.cu.o)
+LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/obj/%.o) $(PROTOS:proto/%.proto=$(BUILD)/obj/%.pb-c.o) $(CU_SRC:lib/%.cu=$(BUILD)/obj/%.cu.o)
 LIBRN := $(BUILD)/librn.a
 TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/rn-*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -154,11 +157,11 @@ all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
 summary:
 	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)$(IMG_SUMMARY)$(MPI_SUMMARY)"
 
-$(PROTO_C) $(PROTO_H): proto/rn.proto
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --c_out=$(BUILD)/gen --proto_path=proto proto/rn.proto
+	protoc-c --c_out=$(BUILD)/gen --proto_path=proto $<
 
-$(BUILD)/obj/rn.pb-c.o: $(PROTO_C)
+$(BUILD)/obj/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-extra -c $< -o $@
 
