@@ -216,7 +216,8 @@ static void bn_moments(rn_backend *be, int64_t m, int c, const float *x, double 
         for (int k = 0; k < 2 * c; k++) part[k] += part[ch * 2 * c + k];
 }
 
-/* Rows [r0, r1) of y = [relu](x*scale + shift [+ res]). */
+/* Rows [r0, r1) of y = [relu](x*scale + shift [+ res]). ReLU is torch's clamp_min(0):
+ * v < 0 ? 0 : v, so NaN (and -0) pass through; its backward masks where y <= 0. */
 RN_HOT static void bn_apply_rows(void *ctx, int64_t r0, int64_t r1) {
     const bn_job *jb = ctx;
     const int c = jb->c, relu = jb->relu;
@@ -230,7 +231,7 @@ RN_HOT static void bn_apply_rows(void *ctx, int64_t r0, int64_t r1) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 float v = xr[j] * scale[j] + shift[j] + rr[j];
-                yr[j] = v > 0 ? v : 0;
+                yr[j] = v < 0 ? 0 : v;
             }
         } else if (rr) {
 #pragma omp simd
@@ -239,7 +240,7 @@ RN_HOT static void bn_apply_rows(void *ctx, int64_t r0, int64_t r1) {
 #pragma omp simd
             for (int j = 0; j < c; j++) {
                 float v = xr[j] * scale[j] + shift[j];
-                yr[j] = v > 0 ? v : 0;
+                yr[j] = v < 0 ? 0 : v;
             }
         } else {
 #pragma omp simd
@@ -304,7 +305,7 @@ RN_HOT static void bn_infer_rows(void *ctx, int64_t r0, int64_t r1) {
         for (int k = 0; k < j->cb; k++) {
             float v = xr[k] * j->scale[k] + j->shift[k];
             if (rr) v += rr[k];
-            yr[k] = j->relu && !(v > 0) ? 0 : v;
+            yr[k] = j->relu && v < 0 ? 0 : v;
         }
     }
 }
@@ -353,7 +354,7 @@ static inline __attribute__((always_inline)) void bn_bwd_sums(int64_t r0, int64_
                     float *dr = dres + r * c;
 #pragma omp simd
                     for (int j = 0; j < c; j++) {
-                        float dz = yr[j] > 0 ? dyr[j] : 0.0f;
+                        float dz = yr[j] <= 0 ? 0.0f : dyr[j];
                         dr[j] = dz;
                         fa[j] += dz;
                         fb[j] += dz * (xr[j] - mean[j]);
@@ -361,7 +362,7 @@ static inline __attribute__((always_inline)) void bn_bwd_sums(int64_t r0, int64_
                 } else {
 #pragma omp simd
                     for (int j = 0; j < c; j++) {
-                        float dz = yr[j] > 0 ? dyr[j] : 0.0f;
+                        float dz = yr[j] <= 0 ? 0.0f : dyr[j];
                         fa[j] += dz;
                         fb[j] += dz * (xr[j] - mean[j]);
                     }
@@ -396,7 +397,7 @@ RN_HOT static void bn_bwd_dx(void *ctx, int64_t r0, int64_t r1) {
             const float *yr = y + r * c;
 #pragma omp simd
             for (int j = 0; j < c; j++) {
-                float dz = yr[j] > 0 ? dyr[j] : 0.0f;
+                float dz = yr[j] <= 0 ? 0.0f : dyr[j];
                 dxr[j] = ka[j] * dz - k0[j] - kb[j] * (xr[j] - mean[j]);
             }
         } else {
@@ -492,7 +493,7 @@ RN_HOT static void add_range(void *ctx, int64_t i0, int64_t i1) {
 #pragma omp simd
         for (int64_t i = i0; i < i1; i++) {
             float v = a[i] + b[i];
-            y[i] = v > 0 ? v : 0;
+            y[i] = v < 0 ? 0 : v;
         }
     } else {
 #pragma omp simd
@@ -511,7 +512,7 @@ static int cpu_add(rn_backend *be, int dtype, int64_t n, const void *av, const v
 RN_HOT static void relu_fwd_range(void *ctx, int64_t i0, int64_t i1) {
     const ew_job *j = ctx;
 #pragma omp simd
-    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] > 0 ? j->a[i] : 0;
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] < 0 ? 0 : j->a[i];
 }
 
 static int cpu_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *xv, void *yv) {
@@ -524,7 +525,7 @@ static int cpu_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *xv, vo
 RN_HOT static void relu_bwd_range(void *ctx, int64_t i0, int64_t i1) {
     const ew_job *j = ctx;
 #pragma omp simd
-    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] > 0 ? j->b[i] : 0;
+    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] <= 0 ? 0 : j->b[i];
 }
 
 static int cpu_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *yv, const void *dyv,
@@ -592,7 +593,9 @@ static int cpu_maxpool_fwd(rn_backend *be, const rn_pool_desc *d, const void *xv
 enum { POOL_CB = 64 };
 
 /* Jobs [job0, job1): one image and one block of POOL_CB channels each, because windows
- * overlap and a job must own what it adds to. */
+ * overlap and a job must own what it adds to. Each window's gradient goes where torch's
+ * max_pool2d puts its index: the first maximum, or the last NaN when the window holds one
+ * (its forward takes v when v > max || isnan(v)). */
 RN_HOT static void maxpool_bwd_jobs(void *ctx, int64_t job0, int64_t job1) {
     const ew_job *jb = ctx;
     const rn_pool_desc *d = jb->pd;
@@ -602,27 +605,33 @@ RN_HOT static void maxpool_bwd_jobs(void *ctx, int64_t job0, int64_t job1) {
     for (int64_t job = job0; job < job1; job++) {
         int ni = (int)(job / ncb), c0 = (int)(job % ncb) * POOL_CB;
         int cb = C - c0 < POOL_CB ? C - c0 : POOL_CB;
-        float done[POOL_CB];   /* 1 once a channel's maximum is found; float vectorises */
+        int sel[POOL_CB];   /* window position (i*kw + s) that receives the gradient, -1: none yet */
         for (int pi = 0; pi < d->p; pi++)
             for (int qi = 0; qi < d->q; qi++) {
                 int64_t o = ((((int64_t)ni * d->p) + pi) * d->q + qi) * C + c0;
-                for (int j = 0; j < cb; j++) done[j] = 0;
+                const float *yr = y + o, *dyr = dy + o;
+                for (int j = 0; j < cb; j++) sel[j] = -1;
                 for (int i = 0; i < d->kh; i++) {
                     int hi = pi * d->stride_h - d->pad_h + i;
                     if (hi < 0 || hi >= d->h) continue;
                     for (int s = 0; s < d->kw; s++) {
                         int wi = qi * d->stride_w - d->pad_w + s;
                         if (wi < 0 || wi >= d->w) continue;
-                        int64_t xi = (((int64_t)ni * d->h + hi) * d->w + wi) * C + c0;
-                        const float *xr = x + xi, *yr = y + o, *dyr = dy + o;
-                        float *dxr = dx + xi;
+                        const float *xr = x + (((int64_t)ni * d->h + hi) * d->w + wi) * C + c0;
+                        int k = i * d->kw + s;
 #pragma omp simd
                         for (int j = 0; j < cb; j++) {
-                            int hit = done[j] == 0 && xr[j] == yr[j];
-                            dxr[j] += hit ? dyr[j] : 0.0f;
-                            done[j] = hit ? 1.0f : done[j];
+                            int nan = yr[j] != yr[j];
+                            int hit = nan ? xr[j] != xr[j] : sel[j] < 0 && xr[j] == yr[j];
+                            sel[j] = hit ? k : sel[j];
                         }
                     }
+                }
+                for (int j = 0; j < cb; j++) {
+                    if (sel[j] < 0) continue;
+                    int hi = pi * d->stride_h - d->pad_h + sel[j] / d->kw;
+                    int wi = qi * d->stride_w - d->pad_w + sel[j] % d->kw;
+                    dx[(((int64_t)ni * d->h + hi) * d->w + wi) * C + c0 + j] += dyr[j];
                 }
             }
     }

@@ -573,7 +573,7 @@ __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, con
         int j = chan(i, c, n);
         float v = ld(x[i]) * scale[j] + shift[j];
         if (res) v += ld(res[i]);
-        y[i] = st<T>(relu && !(v > 0) ? 0.0f : v);
+        y[i] = st<T>(relu && v < 0 ? 0.0f : v);
     }
 }
 
@@ -599,7 +599,7 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
         for (int64_t r = r0 + threadIdx.y; r < r1; r += BN_TY) {
             int64_t i = r * c + j;
             float dz = ld(dy[i]);
-            if (relu && !(ld(y[i]) > 0)) dz = 0;
+            if (relu && ld(y[i]) <= 0) dz = 0;
             if (dres) dres[i] = st<T>(dz);
             a += dz;
             b += (double)dz * (double)(ld(x[i]) - mu);
@@ -641,7 +641,7 @@ __global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *d
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int j = chan(i, c, n);
         float dz = ld(dy[i]);
-        if (relu && !(ld(y[i]) > 0)) dz = 0;
+        if (relu && ld(y[i]) <= 0) dz = 0;
         dx[i] = st<T>(ka[j] * dz - k0[j] - kb[j] * (ld(x[i]) - mean[j]));
     }
 }
@@ -749,19 +749,19 @@ static int cuda_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x
 template <typename T> __global__ void add_k(int64_t n, const T *a, const T *b, T *y, int relu) {
     GRID_LOOP(i, n) {
         float v = ld(a[i]) + ld(b[i]);
-        y[i] = st<T>(relu && !(v > 0) ? 0.0f : v);
+        y[i] = st<T>(relu && v < 0 ? 0.0f : v);
     }
 }
 
 template <typename T> __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
     GRID_LOOP(i, n) {
         float v = ld(x[i]);
-        y[i] = st<T>(v > 0 ? v : 0.0f);
+        y[i] = st<T>(v < 0 ? 0.0f : v);
     }
 }
 
 template <typename T> __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy, T *dx) {
-    GRID_LOOP(i, n) dx[i] = st<T>(ld(y[i]) > 0 ? ld(dy[i]) : 0.0f);
+    GRID_LOOP(i, n) dx[i] = st<T>(ld(y[i]) <= 0 ? 0.0f : ld(dy[i]));
 }
 
 template <typename T>
@@ -870,21 +870,19 @@ template <typename T> __global__ void maxpool_bwd_k(rn_pool_desc d, const T *x, 
             for (int qi = q0; qi <= q1; qi++) {
                 int64_t o = (((int64_t)ni * d.p + pi) * d.q + qi) * d.c + j;
                 float yv = ld(y[o]);
-                int hit = 0, found = 0;
-                for (int i = 0; i < d.kh && !found; i++) {
+                int nan = yv != yv, shi = -1, swi = -1;
+                /* torch's index: the first maximum, or the last NaN of the window */
+                for (int i = 0; i < d.kh; i++) {
                     int hi = pi * d.stride_h - d.pad_h + i;
                     if (hi < 0 || hi >= d.h) continue;
                     for (int s = 0; s < d.kw; s++) {
                         int wi = qi * d.stride_w - d.pad_w + s;
                         if (wi < 0 || wi >= d.w) continue;
-                        if (ld(x[(((int64_t)ni * d.h + hi) * d.w + wi) * d.c + j]) == yv) {
-                            found = 1;
-                            hit = hi == hi0 && wi == wi0;
-                            break;
-                        }
+                        float xv = ld(x[(((int64_t)ni * d.h + hi) * d.w + wi) * d.c + j]);
+                        if (nan ? xv != xv : shi < 0 && xv == yv) shi = hi, swi = wi;
                     }
                 }
-                if (hit) gsum += ld(dy[o]);
+                if (shi == hi0 && swi == wi0) gsum += ld(dy[o]);
             }
         dx[e] = st<T>(gsum);
     }
@@ -1508,7 +1506,7 @@ static int ctx_open(cuda_ctx *g) {
     DNN(cudnnCreateTensorDescriptor(&g->bn_x));
     DNN(cudnnCreateTensorDescriptor(&g->bn_stat));
     DNN(cudnnCreateActivationDescriptor(&g->bn_relu));
-    DNN(cudnnSetActivationDescriptor(g->bn_relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    DNN(cudnnSetActivationDescriptor(g->bn_relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
     BLAS(cublasCreate(&g->blas));
     BLAS(cublasSetStream(g->blas, g->stream));
     BLAS(cublasSetMathMode(g->blas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));

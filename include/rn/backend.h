@@ -234,7 +234,8 @@ int rn_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const fl
                     const float *beta, const float *running_mean, const float *running_var,
                     const void *residual, void *y);
 /* Backward of rn_bn_fwd_train. Inputs: x and y of the forward (y is read only when
- * d->relu, for the mask y > 0 as torch's ReLU backward uses; else may be NULL), dy,
+ * d->relu, for torch's ReLU backward mask: dy where y > 0 or y is NaN, 0 where
+ * y <= 0; else may be NULL), dy,
  * gamma, save_mean, save_invstd. Outputs: dx (m, c); dgamma, dbeta (c), [+]= per
  * `accumulate`; dres (m, c) = the gradient reaching the residual input (dy masked by
  * the ReLU), or NULL when the forward had no residual. dx may alias dy; dres may alias

@@ -506,6 +506,37 @@ out:
     rn_net_destroy(b);
 }
 
+/* A non-finite value in the forward pass reaches the loss and the step is skipped, as in
+ * torch: ReLU and max-pool pass NaN on. In fp32, one NaN pixel; in fp16, a conv1 so large
+ * that its outputs overflow to inf (BN then makes NaN of them). Before ReLU passed NaN,
+ * both became zeros after the first ReLU and the step went ahead on a finite loss. */
+static void test_nonfinite_activation(rn_backend *cpu_be, rn_backend *emu_be) {
+    float loss;
+    int found = 0;
+    rn_net *f = make_net(cpu_be, RN_F32, BATCH / 2);
+    if (f) {
+        CHECK_OK(fill(cpu_be, f, 0, BATCH / 2));
+        ((float *)rn_net_input(f))[5] = NAN;
+        CHECK_OK(rn_net_forward(f, BATCH / 2, 1));
+        CHECK_OK(rn_net_backward(f, labels, BATCH / 2, 0.0f, 1.0f, 0, &loss));
+        CHECK(isnan(loss), "fp32: a NaN pixel gave the loss %g", loss);
+    }
+    rn_net_destroy(f);
+    rn_ptensor *w = rn_ckpt_find(init, "conv1.weight");
+    float *wf = w ? rn_ptensor_f32(w) : NULL;
+    CHECK(wf != NULL, "conv1.weight in the checkpoint");
+    if (!wf) return;
+    int64_t nw = (int64_t)(w->data.len / sizeof(float));
+    for (int64_t i = 0; i < nw; i++) wf[i] *= 1e6f;
+    rn_net *h = make_net(emu_be, RN_F16, BATCH / 2);
+    for (int64_t i = 0; i < nw; i++) wf[i] /= 1e6f;
+    if (!h) return;
+    step(emu_be, h, 1024.0f, &loss, &found);
+    CHECK(found == 1, "fp16 with conv1 outputs past 65504: the step was not skipped (loss %g)", loss);
+    CHECK(!isfinite(loss), "fp16 overflowed activations gave a finite loss %g", loss);
+    rn_net_destroy(h);
+}
+
 /* Activation memory (what grows with the batch) halves in fp16 and bf16. rn_net_plan
  * counts exactly what rn_net_create holds (this backend's workspace query is exact). */
 static void test_memory(void) {
@@ -562,6 +593,7 @@ int main(void) {
             test_trajectory(cpu_be, emu_be, &cases[i]);
         }
         test_overflow(emu_be);
+        test_nonfinite_activation(cpu_be, emu_be);
         test_memory();
     }
     rn_backend_destroy(cpu_be);

@@ -821,6 +821,45 @@ static void test_nonfinite(rn_backend *be) {
     free(x);
 }
 
+/* NaN and inf travel as in torch: ReLU is clamp_min(0) (NaN and -0 pass), its backward
+ * masks only where y <= 0, max-pool's window takes a NaN and its backward routes the
+ * gradient to the index torch returns (the last NaN of the window). */
+static void test_nan(rn_backend *be) {
+    float x[4] = {-0.0f, NAN, -1.0f, 2.0f}, y[4], dy[4] = {1, 2, 3, 4}, dx[4];
+    CHECK_OK(rn_relu_fwd(be, RN_F32, 4, x, y));
+    CHECK(y[0] == 0 && signbit(y[0]) && isnan(y[1]) && y[2] == 0 && !signbit(y[2]) && y[3] == 2,
+          "relu: %g %g %g %g", y[0], y[1], y[2], y[3]);
+    CHECK_OK(rn_relu_bwd(be, RN_F32, 4, y, dy, dx));
+    CHECK(dx[0] == 0 && dx[1] == 2 && dx[2] == 0 && dx[3] == 4, "relu_bwd: %g %g %g %g", dx[0], dx[1],
+          dx[2], dx[3]);
+    float one[4] = {1, 1, 1, 1};
+    CHECK_OK(rn_add(be, RN_F32, 4, x, one, y, 1));
+    CHECK(isnan(y[1]) && y[2] == 0 && y[3] == 3, "add relu: %g %g %g", y[1], y[2], y[3]);
+    /* BN in inference with the ReLU fused, one channel */
+    rn_bn_desc d;
+    CHECK_OK(rn_bn_desc_init(&d, 4, 1, 1));
+    const float g = 1, b = 0, rm = 0, rv = 1;
+    CHECK_OK(rn_bn_fwd_infer(be, &d, x, &g, &b, &rm, &rv, NULL, y));
+    CHECK(isnan(y[1]) && y[2] == 0 && y[3] > 1.9f, "bn relu: %g %g %g", y[1], y[2], y[3]);
+    /* a NaN in training statistics makes every output NaN, and the ReLU keeps them */
+    float mean, inv;
+    CHECK_OK(rn_bn_fwd_train(be, &d, x, &g, &b, NULL, y, &mean, &inv, NULL, NULL, NULL));
+    CHECK(isnan(y[0]) && isnan(y[2]) && isnan(y[3]), "bn train relu: %g %g %g", y[0], y[2], y[3]);
+    /* torch: max_pool2d([[1, nan], [nan, 0]], 2) = nan, index 2 */
+    rn_pool_desc pd;
+    CHECK_OK(rn_pool_desc_init(&pd, 1, 2, 2, 1, 2, 2, 0));
+    float px[4] = {1, NAN, NAN, 0}, py[1], pdy[1] = {5}, pdx[4];
+    CHECK_OK(rn_maxpool_fwd(be, &pd, px, py));
+    CHECK(isnan(py[0]), "maxpool of a NaN window: %g", py[0]);
+    CHECK_OK(rn_maxpool_bwd(be, &pd, px, py, pdy, pdx));
+    CHECK(pdx[0] == 0 && pdx[1] == 0 && pdx[2] == 5 && pdx[3] == 0, "maxpool_bwd NaN: %g %g %g %g",
+          pdx[0], pdx[1], pdx[2], pdx[3]);
+    float ix[4] = {1, INFINITY, 3, INFINITY}, iy[1];
+    CHECK_OK(rn_maxpool_fwd(be, &pd, ix, iy));
+    CHECK_OK(rn_maxpool_bwd(be, &pd, ix, iy, pdy, pdx));
+    CHECK(isinf(iy[0]) && pdx[1] == 5 && pdx[3] == 0, "maxpool inf: %g, dx %g %g", iy[0], pdx[1], pdx[3]);
+}
+
 /* ---- argument checks ---- */
 
 static void test_errors(rn_backend *be) {
@@ -911,6 +950,7 @@ int main(void) {
     test_sgd_copy(be);
     test_cast(be);
     test_nonfinite(be);
+    test_nan(be);
     test_errors(be);
     test_pool_threads();
     rn_backend_destroy(be);
