@@ -37,6 +37,7 @@
 #endif
 
 #include "rn/backend_impl.h"
+#include "rn/cudnn_status.h"
 extern "C" {
 #include "rn/err.h"
 #include "rn/tensor.h"
@@ -310,9 +311,11 @@ static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
        a new shape late in a run that filled the device) runs nothing */
 #define CHOOSE(find, get)                                                                       \
     do {                                                                                        \
-        cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_ALLOC_FAILED : (find);                   \
-        if (s_ == CUDNN_STATUS_ALLOC_FAILED) DNN(get);                                          \
-        else if (s_ != CUDNN_STATUS_SUCCESS)                                                    \
+        cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_SUCCESS : (find);                        \
+        if (g->heuristic || rn_dnn_find_falls_back(s_)) {                                       \
+            (void)cudaGetLastError(); /* a failed scratch allocation leaves its error */         \
+            DNN(get);                                                                           \
+        } else if (s_ != CUDNN_STATUS_SUCCESS)                                                  \
             return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #find, cudnnGetErrorString(s_)); \
     } while (0)
     CHOOSE(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
@@ -516,7 +519,7 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
-    if (st == CUDNN_STATUS_NOT_SUPPORTED) return RN_OK; /* ours, then */
+    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return RN_OK; /* ours, then (any NOT_SUPPORTED_*) */
     DNN(st);
     *done = 1;
     return RN_OK;

@@ -13,6 +13,9 @@
 #include "rn/err.h"
 #include "rn/rng.h"
 #include "rn/tensor.h"
+#ifdef RN_HAVE_CUDA
+#include "rn/cudnn_status.h"
+#endif
 
 static uint64_t seed = 20261202u;
 static uint64_t stream_no;
@@ -620,7 +623,38 @@ static void run_all(env *e) {
     }
 }
 
+/* cuDNN 9 statuses by category, as the backend reads them (no GPU needed): every
+ * not-supported detail gives way to another path, allocation failures let Find give way
+ * to the heuristic, a bad parameter never hides */
+static void test_status_classes(void) {
+#ifdef RN_HAVE_CUDA
+    static const struct { cudnnStatus_t s; int want, falls_back; } t[] = {
+        {CUDNN_STATUS_SUCCESS, RN_DNN_OK, 0},
+        {CUDNN_STATUS_NOT_SUPPORTED, RN_DNN_UNSUPPORTED, 1},
+        {CUDNN_STATUS_NOT_SUPPORTED_SHAPE, RN_DNN_UNSUPPORTED, 1},
+        {CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, RN_DNN_UNSUPPORTED, 1},
+        {CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT, RN_DNN_UNSUPPORTED, 1},
+        {CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, RN_DNN_RESOURCES, 1},
+        {CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED, RN_DNN_RESOURCES, 1},
+        {CUDNN_STATUS_ALLOC_FAILED, RN_DNN_RESOURCES, 1},
+        {CUDNN_STATUS_EXECUTION_FAILED_CUDART, RN_DNN_RESOURCES, 1},
+        {CUDNN_STATUS_EXECUTION_FAILED, RN_DNN_FATAL, 0},
+        {CUDNN_STATUS_INTERNAL_ERROR, RN_DNN_FATAL, 0},
+        {CUDNN_STATUS_BAD_PARAM, RN_DNN_FATAL, 0},
+        {CUDNN_STATUS_BAD_PARAM_NULL_POINTER, RN_DNN_FATAL, 0},
+        {CUDNN_STATUS_NOT_INITIALIZED, RN_DNN_FATAL, 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        CHECK(rn_dnn_status_class(t[i].s) == t[i].want, "cuDNN status %d: class %d, want %d", (int)t[i].s,
+              rn_dnn_status_class(t[i].s), t[i].want);
+        CHECK(rn_dnn_find_falls_back(t[i].s) == t[i].falls_back, "cuDNN status %d: Find falls back %d", (int)t[i].s,
+              rn_dnn_find_falls_back(t[i].s));
+    }
+#endif
+}
+
 int main(void) {
+    test_status_classes();
     const char *s = getenv("RN_TEST_SEED");
     if (s && *s) seed = strtoull(s, NULL, 10);
     /* RN_TEST_DEVICE=cpu runs the harness itself CPU against CPU (fp32 only): a check of
@@ -636,8 +670,9 @@ int main(void) {
     if (rc != RN_OK) {
         /* any failure to open a GPU (no CUDA in this build, no driver, no device, a driver
          * too old) means: skip, saying why */
-        printf("test_cuda_ops: SKIP (the CUDA ops were not tested): %s\n", rn_last_error());
-        return 0;
+        printf("test_cuda_ops: SKIP (the CUDA ops were not tested; %d cuDNN status checks passed): %s\n",
+               check_passed, rn_last_error());
+        return check_failed ? check_done("test_cuda_ops") : 0;
     }
     CHECK_OK(rn_backend_create("cpu", 0, NULL, &e.cpu));
     fprintf(stderr, "test_cuda_ops: %s against %s, seed %llu\n", rn_backend_name(e.gpu), rn_backend_name(e.cpu),
