@@ -175,7 +175,7 @@ int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh
         return rn_errorf(RN_EINVAL, "conv: kernel %dx%d larger than padded input %dx%d (pad %d)",
                          kh, kw, h, w, pad);
     *d = (rn_conv_desc){.dtype = RN_F32, .n = n, .h = h, .w = w, .c = c, .k = k, .kh = kh,
-                        .kw = kw, .stride_h = stride, .stride_w = stride, .pad_h = pad,
+                        .kw = kw, .stride_h = stride, .stride_w = stride, .pad_h = pad, .dirs = RN_CONV_ALL,
                         .pad_w = pad};
     d->p = out_size(h, pad, kh, stride);
     d->q = out_size(w, pad, kw, stride);
@@ -242,7 +242,9 @@ static int check_ws(rn_backend *be, const char *op, size_t need) {
     return RN_OK;
 }
 
-static int check_conv(rn_backend *be, const char *op, rn_conv_desc *d) {
+/* dir: the op's own direction; its workspace alone is checked (and on CUDA chosen) */
+static int check_conv(rn_backend *be, const char *op, rn_conv_desc *d, int dir) {
+    d->dirs = dir;
     int rc = check_dtype(be, op, &d->dtype);
     if (rc) return rc;
     if (d->n < 1 || d->h < 1 || d->w < 1 || d->c < 1 || d->k < 1 || d->kh < 1 || d->kw < 1 ||
@@ -257,12 +259,14 @@ static int check_conv(rn_backend *be, const char *op, rn_conv_desc *d) {
 }
 
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
-    return be->ops->conv_workspace(be, d);
+    rn_conv_desc dd = *d;
+    if (!(dd.dirs & RN_CONV_ALL)) dd.dirs = RN_CONV_ALL; /* a descriptor filled by hand */
+    return be->ops->conv_workspace(be, &dd);
 }
 
 int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
     rn_conv_desc dd = *d;
-    int rc = check_conv(be, "conv_fwd", &dd);
+    int rc = check_conv(be, "conv_fwd", &dd, RN_CONV_FWD);
     if (rc) return rc;
     NEED(x, "conv_fwd"); NEED(w, "conv_fwd"); NEED(y, "conv_fwd");
     return after(be, be->ops->conv_fwd(be, &dd, x, w, y));
@@ -271,7 +275,7 @@ int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void
 int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                      void *dx, int accumulate) {
     rn_conv_desc dd = *d;
-    int rc = check_conv(be, "conv_bwd_data", &dd);
+    int rc = check_conv(be, "conv_bwd_data", &dd, RN_CONV_BWD_DATA);
     if (rc) return rc;
     NEED(dy, "conv_bwd_data"); NEED(w, "conv_bwd_data"); NEED(dx, "conv_bwd_data");
     return after(be, be->ops->conv_bwd_data(be, &dd, dy, w, dx, accumulate != 0));
@@ -280,7 +284,7 @@ int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, cons
 int rn_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy,
                        void *dw, int accumulate) {
     rn_conv_desc dd = *d;
-    int rc = check_conv(be, "conv_bwd_filter", &dd);
+    int rc = check_conv(be, "conv_bwd_filter", &dd, RN_CONV_BWD_FILTER);
     if (rc) return rc;
     NEED(x, "conv_bwd_filter"); NEED(dy, "conv_bwd_filter"); NEED(dw, "conv_bwd_filter");
     return after(be, be->ops->conv_bwd_filter(be, &dd, x, dy, dw, accumulate != 0));

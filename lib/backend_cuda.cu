@@ -63,17 +63,20 @@ extern "C" {
 #define LAUNCHED(kernel) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
     return rn_errorf(RN_EGPU, "%s:%d: kernel %s: %s", __FILE__, __LINE__, kernel, cudaGetErrorString(e_)); } while (0)
 
-/* One convolution shape: descriptors and the algorithm chosen for each direction. */
+/* One convolution shape: descriptors and the algorithm chosen for each direction, each
+ * direction chosen on its first use (an inference network never searches backward
+ * algorithms; the stem, with no input gradient, never searches backward-data). */
 typedef struct {
     int key[12]; /* dtype n h w c k kh kw stride_h stride_w pad_h pad_w */
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
+    int have;    /* RN_CONV_* directions chosen so far */
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     cudnnMathType_t fwd_math, data_math, filter_math;
-    size_t ws; /* the largest of the three algorithms' workspaces */
+    size_t ws_fwd, ws_data, ws_filter; /* each chosen algorithm's workspace */
 } conv_plan;
 
 typedef struct {
@@ -280,12 +283,9 @@ static void plan_destroy(conv_plan *p) {
         (mem) = (perf)[i_].memory;                                                            \
     } while (0)
 
-static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
-    cuda_ctx *g = CTX(be);
+/* The descriptors of a new plan; no algorithm chosen yet. */
+static int plan_describe(const rn_conv_desc *d, conv_plan *p) {
     cudnnDataType_t t = dnn_type(d->dtype);
-    /* After a reservation exists, a new shape (a smaller last batch) must fit in it. */
-    size_t limit = g->ws_limit;
-    if (be->ws_bytes && be->ws_bytes < limit) limit = be->ws_bytes;
     DNN(cudnnCreateTensorDescriptor(&p->x));
     DNN(cudnnCreateTensorDescriptor(&p->y));
     DNN(cudnnCreateFilterDescriptor(&p->w));
@@ -295,20 +295,25 @@ static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
     DNN(cudnnSetFilter4dDescriptor(p->w, t, CUDNN_TENSOR_NHWC, d->k, d->c, d->kh, d->kw));
     DNN(cudnnSetConvolution2dDescriptor(p->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DNN(cudnnSetConvolutionMathType(p->conv, search_math(g, d->dtype)));
     int on, oh, ow, oc;
     DNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
     if (on != d->n || oc != d->k || oh != d->p || ow != d->q)
         return rn_errorf(RN_EGPU, "conv: cuDNN computes output %dx%dx%dx%d, rn expects %dx%dx%dx%d", on, oh, ow,
                          oc, d->n, d->p, d->q, d->k);
+    return RN_OK;
+}
 
-    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int nf = 0, nd = 0, nw = 0;
+/* Choose the algorithm of one direction (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER). */
+static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int dir) {
+    cuda_ctx *g = CTX(be);
+    /* After a reservation exists, a new shape (a smaller last batch) must fit in it. */
+    size_t limit = g->ws_limit;
+    if (be->ws_bytes && be->ws_bytes < limit) limit = be->ws_bytes;
+    DNN(cudnnSetConvolutionMathType(p->conv, search_math(g, d->dtype)));
     /* Find runs every algorithm on scratch memory it allocates itself; the heuristic
-       (RN_CUDA_CONV_ALGO=heuristic, or where Find's scratch does not fit in what is free:
-       a new shape late in a run that filled the device) runs nothing */
+       (RN_CUDA_CONV_ALGO=heuristic, or where Find cannot run: a shape it does not support,
+       or scratch that does not fit in what is free, as for a new shape late in a run that
+       filled the device) runs nothing */
 #define CHOOSE(find, get)                                                                       \
     do {                                                                                        \
         cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_SUCCESS : (find);                        \
@@ -318,75 +323,94 @@ static int plan_build(rn_backend *be, const rn_conv_desc *d, conv_plan *p) {
         } else if (s_ != CUDNN_STATUS_SUCCESS)                                                  \
             return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #find, cudnnGetErrorString(s_)); \
     } while (0)
-    CHOOSE(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                &nf, pf),
-           cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
-                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nf, pf));
-    CHOOSE(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
-                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd),
-           cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
-                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
-    CHOOSE(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
-                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw),
-           cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
-                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nw, pw));
+    int got = 0;
+    if (dir == RN_CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        CHOOSE(cudnnFindConvolutionForwardAlgorithm(g->dnn, p->x, p->w, p->conv, p->y,
+                                                    CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, pf),
+               cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y,
+                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, pf));
+        PICK(pf, got, p->fwd, p->fwd_math, p->ws_fwd, "forward");
+        /* the heuristic's memory figures are estimates: ask for the exact size */
+        DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+        DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &p->ws_fwd));
+    } else if (dir == RN_CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        CHOOSE(cudnnFindConvolutionBackwardDataAlgorithm(g->dnn, p->w, p->y, p->conv, p->x,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pd),
+               cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
+                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pd));
+        PICK(pd, got, p->bwd_data, p->data_math, p->ws_data, "backward-data");
+        DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x, p->bwd_data,
+                                                         &p->ws_data));
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        CHOOSE(cudnnFindConvolutionBackwardFilterAlgorithm(g->dnn, p->x, p->y, p->conv, p->w,
+                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pw),
+               cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
+                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pw));
+        PICK(pw, got, p->bwd_filter, p->filter_math, p->ws_filter, "backward-filter");
+        DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+        DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w, p->bwd_filter,
+                                                           &p->ws_filter));
+    }
 #undef CHOOSE
-    size_t mf = 0, md = 0, mw = 0;
-    PICK(pf, nf, p->fwd, p->fwd_math, mf, "forward");
-    PICK(pd, nd, p->bwd_data, p->data_math, md, "backward-data");
-    PICK(pw, nw, p->bwd_filter, p->filter_math, mw, "backward-filter");
-    /* the heuristic's memory figures are estimates: ask for the exact sizes */
-    DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
-    DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &mf));
-    DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
-    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x, p->bwd_data, &md));
-    DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
-    DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w, p->bwd_filter, &mw));
-    p->ws = mf > md ? mf : md;
-    if (mw > p->ws) p->ws = mw;
+    p->have |= dir;
     return RN_OK;
 }
 
-/* The cached plan for d, built on first use. */
-static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, conv_plan **out) {
+/* The cached plan for d's shape, with an algorithm chosen for every direction in dirs. */
+static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, conv_plan **out) {
     cuda_ctx *g = CTX(be);
     int key[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw,
                    d->stride_h, d->stride_w, d->pad_h, d->pad_w};
-    for (int i = 0; i < g->nplans; i++)
-        if (memcmp(g->plans[i].key, key, sizeof key) == 0) {
-            *out = &g->plans[i];
-            return RN_OK;
+    conv_plan *p = NULL;
+    for (int i = 0; i < g->nplans && !p; i++)
+        if (memcmp(g->plans[i].key, key, sizeof key) == 0) p = &g->plans[i];
+    if (!p) {
+        if (g->nplans == g->cap) {
+            int cap = g->cap ? 2 * g->cap : 32;
+            conv_plan *np = (conv_plan *)realloc(g->plans, sizeof(conv_plan) * (size_t)cap);
+            if (!np) return rn_errorf(RN_ENOMEM, "conv: out of host memory for %d algorithm plans", cap);
+            g->plans = np;
+            g->cap = cap;
         }
-    if (g->nplans == g->cap) {
-        int cap = g->cap ? 2 * g->cap : 32;
-        conv_plan *np = (conv_plan *)realloc(g->plans, sizeof(conv_plan) * (size_t)cap);
-        if (!np) return rn_errorf(RN_ENOMEM, "conv: out of host memory for %d algorithm plans", cap);
-        g->plans = np;
-        g->cap = cap;
+        conv_plan np;
+        memset(&np, 0, sizeof np);
+        memcpy(np.key, key, sizeof key);
+        int rc = plan_describe(d, &np);
+        if (rc != RN_OK) {
+            plan_destroy(&np);
+            return rn_error_context(rc, "cuda:%d: describing a convolution", g->dev);
+        }
+        g->plans[g->nplans] = np;
+        p = &g->plans[g->nplans++];
     }
-    conv_plan p;
-    memset(&p, 0, sizeof p);
-    memcpy(p.key, key, sizeof key);
-    int rc = plan_build(be, d, &p);
-    if (rc != RN_OK) {
-        plan_destroy(&p);
-        return rn_error_context(rc, "cuda:%d: choosing convolution algorithms", g->dev);
-    }
-    g->plans[g->nplans] = p;
-    *out = &g->plans[g->nplans++];
+    for (int dir = RN_CONV_FWD; dir <= RN_CONV_BWD_FILTER; dir <<= 1)
+        if ((dirs & dir) && !(p->have & dir)) {
+            int rc = plan_choose(be, d, p, dir);
+            if (rc != RN_OK) return rn_error_context(rc, "cuda:%d: choosing convolution algorithms", g->dev);
+        }
+    *out = p;
     return RN_OK;
 }
 
 /* No status to return here: a failure leaves 0 and the op itself reports it. */
 static size_t cuda_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     conv_plan *p;
-    return conv_plan_get(be, d, &p) == RN_OK ? p->ws : 0;
+    if (conv_plan_get(be, d, d->dirs, &p) != RN_OK) return 0;
+    size_t ws = 0;
+    if ((d->dirs & RN_CONV_FWD) && p->ws_fwd > ws) ws = p->ws_fwd;
+    if ((d->dirs & RN_CONV_BWD_DATA) && p->ws_data > ws) ws = p->ws_data;
+    if ((d->dirs & RN_CONV_BWD_FILTER) && p->ws_filter > ws) ws = p->ws_filter;
+    return ws;
 }
 
 static int cuda_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
     cuda_ctx *g = CTX(be);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, &p);
+    int rc = conv_plan_get(be, d, RN_CONV_FWD, &p);
     if (rc) return rc;
     const float one = 1, zero = 0;
     DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
@@ -399,7 +423,7 @@ static int cuda_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void 
                               int accumulate) {
     cuda_ctx *g = CTX(be);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, &p);
+    int rc = conv_plan_get(be, d, RN_CONV_BWD_DATA, &p);
     if (rc) return rc;
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
@@ -412,7 +436,7 @@ static int cuda_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const voi
                                 int accumulate) {
     cuda_ctx *g = CTX(be);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, &p);
+    int rc = conv_plan_get(be, d, RN_CONV_BWD_FILTER, &p);
     if (rc) return rc;
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));

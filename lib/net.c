@@ -117,6 +117,10 @@ static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     const unit_rt *u = &net->u[ui];
     int rc = rn_conv_desc_init(d, n, u->h, u->w, cb->cin, cb->cout, cb->k, cb->k, cb->stride, cb->pad);
     d->dtype = net->dtype;
+    /* the stem (unit 0) has no input gradient: its backward-data never runs */
+    d->dirs = net->mode != RN_NET_TRAIN ? RN_CONV_FWD
+            : ui == 0                   ? RN_CONV_FWD | RN_CONV_BWD_FILTER
+                                        : RN_CONV_ALL;
     return rc;
 }
 

@@ -172,15 +172,21 @@ typedef struct {
     int stride_h, stride_w;
     int pad_h, pad_w;         /* zero padding on each side */
     int p, q;                 /* output height and width (set by rn_conv_desc_init) */
+    int dirs;                 /* the directions this shape will run, RN_CONV_FWD | ...:
+                                 rn_conv_workspace counts only these, and CUDA chooses
+                                 algorithms only for them (rn_conv_desc_init: all three) */
 } rn_conv_desc;
+
+enum { RN_CONV_FWD = 1, RN_CONV_BWD_DATA = 2, RN_CONV_BWD_FILTER = 4, RN_CONV_ALL = 7 };
 
 /* Fill d for a square stride and padding (dtype RN_F32). Errors: RN_EINVAL for a
  * non-positive size, a kernel larger than the padded input, or sizes that overflow. */
 int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh, int kw,
                       int stride, int pad);
-/* Workspace bytes that each of the three conv ops below may take for d on this context
+/* Workspace bytes that each of the conv ops in d->dirs may take for d on this context
  * (on the CPU it grows with the thread count: one im2col tile per thread). On CUDA the
- * first query for a shape chooses its algorithms (then cached), within
+ * first query for a shape and direction chooses its algorithm (then cached; an op whose
+ * direction was never queried chooses on its first call), within
  * RN_CUDA_WORKSPACE_MB, and, when a reservation is already held, within it (so that a
  * shape first met during a run, a short last batch, fits the arena): query every shape
  * of a plan before rn_backend_reserve, or after rn_backend_unreserve. */
