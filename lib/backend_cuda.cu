@@ -160,8 +160,15 @@ static void cuda_free(rn_backend *be, void *p) {
     FREED(cudaFree(p));
 }
 
+/* From pageable memory cudaMemcpyAsync returns once the bytes are staged; from pinned
+ * memory it returns at once and reads src when the stream gets there, so a caller that
+ * refilled src (a loader slot's labels) would race it: wait for that copy. */
 static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
-    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, CTX(be)->stream));
+    cudaStream_t st = CTX(be)->stream;
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
+    cudaPointerAttributes at;
+    CU(cudaPointerGetAttributes(&at, src));
+    if (at.type == cudaMemoryTypeHost) CU(cudaStreamSynchronize(st));
     return RN_OK;
 }
 

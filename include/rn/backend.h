@@ -120,6 +120,10 @@ int rn_backend_has_dtype(const rn_backend *be, int dtype);
 int rn_backend_alloc(rn_backend *be, size_t bytes, void **out);
 /* Free memory from rn_backend_alloc. NULL is a no-op. */
 void rn_backend_free(rn_backend *be, void *p);
+/* Copy host memory to the context's memory, in order with the ops issued before and
+ * after it. host_src may be reused or freed as soon as this returns, even when it is
+ * pinned memory (rn_backend_host_alloc: e.g. labels read from a loader slot); the
+ * asynchronous path for pinned batches is rn_backend_upload_async. */
 int rn_backend_upload(rn_backend *be, void *dst, const void *host_src, size_t bytes);
 int rn_backend_download(rn_backend *be, void *host_dst, const void *src, size_t bytes);
 int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes);
