@@ -653,6 +653,24 @@ static void test_status_classes(void) {
 #endif
 }
 
+/* ResNet-50's training sizes at batch 256, so that grid-stride loops iterate, BN's
+ * chunking reaches its cap and backward-filter meets split-K algorithms (beta 1 on the
+ * accumulate pass). Only on a GPU: the CPU reference of these takes minutes on two
+ * cores. RN_TEST_REAL_SIZES=0 leaves them out. */
+static void run_real_sizes(env *e) {
+    const int64_t n = 256;
+    test_bn(e, n * 112 * 112, 64, 1, 0, 0);
+    test_bn(e, n * 56 * 56, 256, 1, 1, 0);
+    test_bn(e, n * 7 * 7, 2048, 1, 1, 1);
+    test_elementwise(e, n * 56 * 56 * 256);
+    test_maxpool(e, (int)n, 112, 112, 64);
+    test_xent(e, (int)n, 1000, 0.1f, 1024.0f);
+    test_conv(e, (int)n, 56, 56, 64, 64, 3, 1, 1);
+    test_conv(e, (int)n, 7, 7, 2048, 512, 1, 1, 0);
+    test_gap(e, (int)n, 49, 2048);
+    test_fc(e, (int)n, 2048, 1000);
+}
+
 int main(void) {
     test_status_classes();
     const char *s = getenv("RN_TEST_SEED");
@@ -690,6 +708,14 @@ int main(void) {
         e.dtype = dtypes[i];
         run_all(&e);
         fprintf(stderr, "test_cuda_ops: %s: %s\n", rn_dtype_name(e.dtype),
+                check_failed == before ? "all ops match the CPU" : "MISMATCHES above");
+    }
+    const char *rs = getenv("RN_TEST_REAL_SIZES");
+    for (int i = 0; ndt == 3 && !(rs && strcmp(rs, "0") == 0) && i < 2; i++) {
+        int before = check_failed;
+        e.dtype = i == 0 ? RN_F16 : RN_F32;
+        run_real_sizes(&e);
+        fprintf(stderr, "test_cuda_ops: %s at ResNet-50 batch-256 sizes: %s\n", rn_dtype_name(e.dtype),
                 check_failed == before ? "all ops match the CPU" : "MISMATCHES above");
     }
     rn_backend_destroy(e.gpu);
