@@ -119,14 +119,14 @@ else
     grep -E 'FAIL|mismatch|SKIP|Error|error' "$OUT/ops.txt" | head -n 40
     row "ops: GPU vs CPU (fp32, fp16, bf16)" FAIL "$(tail -n 1 "$OUT/ops.txt" | cut -c1-200), seed $seed; see ops.txt"
 fi
-grep -E '^test_cuda_ops: (F32|F16|BF16|cuda)' "$OUT/ops.txt"
+grep -E '^test_cuda_ops: (F32|F16|BF16|cuda|pinned)' "$OUT/ops.txt"
 
 # 3b. optional: the op test under compute-sanitizer (slow: heuristic algorithms, no Find)
 if [ "${GPU_CHECK_MEMCHECK:-0}" = 1 ]; then
     CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     if [ -x "$CS" ]; then
         say "op test under compute-sanitizer memcheck"
-        if RN_CUDA_CONV_ALGO=heuristic RN_TEST_SEED=$seed timeout 600 "$CS" --tool memcheck --error-exitcode 9 \
+        if RN_TEST_REAL_SIZES=0 RN_CUDA_CONV_ALGO=heuristic RN_TEST_SEED=$seed timeout 600 "$CS" --tool memcheck --error-exitcode 9 \
             "$TESTS/test_cuda_ops" >"$WORK/memcheck.txt" 2>&1; then
             row "ops under compute-sanitizer memcheck" ok "$(tail -n 1 "$WORK/memcheck.txt")"
         else
