@@ -16,6 +16,9 @@
  *                         applies (fp16, channels a multiple of 4; see there), else ours
  *   cuda_conv_heuristic   take cuDNN's heuristic choice without running anything, instead
  *                         of benchmarking every algorithm once per shape
+ *   cuda_algo_cache       a file of Find's choices per (device, cuDNN version, shape,
+ *                         dtype, direction, TF32/deterministic, workspace limit), read at
+ *                         start and appended to, so later processes skip the search
  *
  * One context uses one device and one stream for its ops, plus a copy stream for
  * rn_backend_upload_async (so the next batch's pixels cross the bus while this batch
@@ -39,6 +42,7 @@
 #include "rn/backend_impl.h"
 #include "rn/cudnn_status.h"
 extern "C" {
+#include "rn/algocache.h"
 #include "rn/err.h"
 #include "rn/tensor.h"
 }
@@ -90,6 +94,8 @@ typedef struct {
     cublasHandle_t blas;
     int tf32, deterministic, heuristic;
     size_t ws_limit; /* bytes */
+    rn_algocache *algos; /* Find's earlier choices (opts.cuda_algo_cache), or NULL */
+    char devid[96];      /* the device in the cache's keys: name and compute capability */
     conv_plan *plans;
     int nplans, cap;
     int bn_cudnn; /* RN_CUDA_BN=cudnn: training forward through cuDNN where it applies */
@@ -310,12 +316,50 @@ static int plan_describe(const rn_conv_desc *d, conv_plan *p) {
     return RN_OK;
 }
 
+/* Take a choice from the algorithm cache when cuDNN still accepts it for this shape
+ * within limit (an entry from another cuDNN build, or edited by hand, is searched again);
+ * 1 when taken. */
+static int plan_cached(cuda_ctx *g, conv_plan *p, int dir, const rn_algo_val *v, size_t limit) {
+    size_t ws = 0;
+    cudnnMathType_t m = (cudnnMathType_t)v->math;
+    if (cudnnSetConvolutionMathType(p->conv, m) != CUDNN_STATUS_SUCCESS) return 0;
+    cudnnStatus_t st;
+    if (dir == RN_CONV_FWD)
+        st = cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y,
+                                                     (cudnnConvolutionFwdAlgo_t)v->algo, &ws);
+    else if (dir == RN_CONV_BWD_DATA)
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x,
+                                                          (cudnnConvolutionBwdDataAlgo_t)v->algo, &ws);
+    else
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w,
+                                                            (cudnnConvolutionBwdFilterAlgo_t)v->algo, &ws);
+    if (st != CUDNN_STATUS_SUCCESS || ws > limit) return 0;
+    if (dir == RN_CONV_FWD) p->fwd = (cudnnConvolutionFwdAlgo_t)v->algo, p->fwd_math = m, p->ws_fwd = ws;
+    else if (dir == RN_CONV_BWD_DATA) p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)v->algo, p->data_math = m, p->ws_data = ws;
+    else p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)v->algo, p->filter_math = m, p->ws_filter = ws;
+    p->have |= dir;
+    return 1;
+}
+
 /* Choose the algorithm of one direction (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER). */
 static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int dir) {
     cuda_ctx *g = CTX(be);
     /* After a reservation exists, a new shape (a smaller last batch) must fit in it. */
     size_t limit = g->ws_limit;
     if (be->ws_bytes && be->ws_bytes < limit) limit = be->ws_bytes;
+    rn_algo_key ck;
+    rn_algo_val cv;
+    if (g->algos && !g->heuristic) {
+        memset(&ck, 0, sizeof ck);
+        memcpy(ck.device, g->devid, sizeof ck.device);
+        ck.cudnn = (int)cudnnGetVersion();
+        memcpy(ck.shape, p->key, sizeof ck.shape);
+        ck.dir = dir;
+        ck.flags = (g->tf32 ? 1 : 0) | (g->deterministic ? 2 : 0);
+        ck.ws_limit = limit;
+        if (rn_algocache_get(g->algos, &ck, &cv) && plan_cached(g, p, dir, &cv, limit)) return RN_OK;
+    }
+    int timed = 0; /* Find ran (not the heuristic): worth keeping */
     DNN(cudnnSetConvolutionMathType(p->conv, search_math(g, d->dtype)));
     /* Find runs every algorithm on scratch memory it allocates itself; the heuristic
        (RN_CUDA_CONV_ALGO=heuristic, or where Find cannot run: a shape it does not support,
@@ -329,6 +373,7 @@ static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int 
             DNN(get);                                                                           \
         } else if (s_ != CUDNN_STATUS_SUCCESS)                                                  \
             return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #find, cudnnGetErrorString(s_)); \
+        else timed = 1;                                                                         \
     } while (0)
     int got = 0;
     if (dir == RN_CONV_FWD) {
@@ -364,6 +409,13 @@ static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int 
     }
 #undef CHOOSE
     p->have |= dir;
+    if (g->algos && timed) {
+        cv.algo = dir == RN_CONV_FWD ? (int)p->fwd : dir == RN_CONV_BWD_DATA ? (int)p->bwd_data : (int)p->bwd_filter;
+        cv.math = (int)(dir == RN_CONV_FWD ? p->fwd_math : dir == RN_CONV_BWD_DATA ? p->data_math : p->filter_math);
+        cv.ws = dir == RN_CONV_FWD ? p->ws_fwd : dir == RN_CONV_BWD_DATA ? p->ws_data : p->ws_filter;
+        /* a file that cannot be written only loses the speed-up (the note says why) */
+        (void)rn_algocache_put(g->algos, &ck, &cv);
+    }
     return RN_OK;
 }
 
@@ -1435,6 +1487,7 @@ static void comm_close(cuda_ctx *g) {
 
 static void ctx_free(cuda_ctx *g) {
     if (!g) return;
+    rn_algocache_free(g->algos);
 #ifdef RN_HAVE_NCCL
     /* before the stream its operations run on goes */
     comm_close(g);
@@ -1568,6 +1621,13 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     g->bn_cudnn = be->opts.cuda_bn_cudnn;
     g->heuristic = be->opts.cuda_conv_heuristic;
     g->ws_limit = be->opts.cuda_workspace;
+    snprintf(g->devid, sizeof g->devid, "%s_sm%d%d", prop.name, prop.major, prop.minor);
+    for (char *c = g->devid; *c; c++)
+        if (*c == ' ' || *c == '\t') *c = '_';
+    if (be->opts.cuda_algo_cache[0] && !g->heuristic && rn_algocache_open(be->opts.cuda_algo_cache, &g->algos) != RN_OK) {
+        ctx_free(g);
+        return rn_error_context(RN_ENOMEM, "cuda:%d: the algorithm cache", index);
+    }
     int rc = ctx_open(g);
     if (rc != RN_OK) {
         ctx_free(g);
@@ -1580,13 +1640,17 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     size_t cv = cudnnGetVersion();
     int bv = 0;
     cublasGetVersion(g->blas, &bv);
-    char name[512];
+    char name[1024];
     snprintf(name, sizeof name,
              "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "
              "TF32 %s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
              cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, (long)(g->ws_limit >> 20), g->tf32 ? "on" : "off",
              g->deterministic ? ", deterministic" : "", g->heuristic ? ", heuristic algorithms" : "",
              g->bn_cudnn ? ", cuDNN BN" : "");
+    if (g->algos) {
+        size_t nl = strlen(name);
+        snprintf(name + nl, sizeof name - nl, "; %s", rn_algocache_note(g->algos));
+    }
     size_t len = strlen(name);
     if (len >= sizeof be->name) len = sizeof be->name - 1;
     memcpy(be->name, name, len);

@@ -242,6 +242,21 @@ int rn_cli_backend_env(rn_backend_opts *o) {
         if ((rc = rn_cli_i64("RN_CUDA_WORKSPACE_MB", s, 0, (int64_t)1 << 30, &mb)) != RN_OK) goto fail;
         o->cuda_workspace = (size_t)mb << 20;
     }
+    /* Find's choices are kept per user, as other tools keep theirs (XDG cache folder) */
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n = 0;
+    if ((s = getenv("RN_CUDA_ALGO_CACHE")) && *s)
+        n = strcmp(s, "off") == 0 ? 0 : snprintf(o->cuda_algo_cache, sizeof o->cuda_algo_cache, "%s", s);
+    else if (xdg && *xdg == '/')
+        n = snprintf(o->cuda_algo_cache, sizeof o->cuda_algo_cache, "%s/rn/cudnn-algos.txt", xdg);
+    else if (home && *home == '/')
+        n = snprintf(o->cuda_algo_cache, sizeof o->cuda_algo_cache, "%s/.cache/rn/cudnn-algos.txt", home);
+    if (n <= 0) o->cuda_algo_cache[0] = 0;
+    if (n >= (int)sizeof o->cuda_algo_cache) {
+        rc = rn_errorf(RN_EINVAL, "RN_CUDA_ALGO_CACHE: the path is longer than %zu bytes (set a shorter one, or off)",
+                       sizeof o->cuda_algo_cache - 1);
+        goto fail;
+    }
 fail:
     return rc;
 }

@@ -89,6 +89,8 @@ typedef struct {
                                  applies (RN_CUDA_BN=cudnn; default: rn's kernels) */
     size_t cuda_workspace;    /* conv workspace one algorithm may use, bytes
                                  (RN_CUDA_WORKSPACE_MB; default RN_CUDA_WORKSPACE_DEFAULT) */
+    char cuda_algo_cache[1024]; /* file that keeps Find's conv algorithm choices for later
+                                 processes (rn/algocache.h); "" none (RN_CUDA_ALGO_CACHE) */
 } rn_backend_opts;
 
 void rn_backend_opts_init(rn_backend_opts *o);

@@ -107,7 +107,7 @@ struct rn_backend {
     void *impl;            /* backend-private state */
     size_t mem_cap;        /* CPU: opts.cpu_memory, an emulated device size (0: none) */
     size_t mem_held;       /* CPU: bytes rn_backend_alloc holds, counted under mem_cap */
-    char name[160];        /* rn_backend_name() */
+    char name[640];        /* rn_backend_name() */
 };
 
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads and be->opts

@@ -22,6 +22,7 @@
 #      within 1e-5; with one GPU skipped, saying why (NCCL allows one rank per GPU)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
+#   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
@@ -330,6 +331,9 @@ esac
 #    learns on the CPU (two classes of stripes), --device as a user gives it
 say "rn-train and rn-eval --device $DEV on the toy dataset"
 tools_ok=0
+# (5b below) Find's choices go to a fresh cache file that a later process reads
+export RN_CUDA_ALGO_CACHE=$WORK/algos.txt
+rm -f "$RN_CUDA_ALGO_CACHE"
 if (cd "$WORK" && rm -rf toy && "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/train 64 1 &&
     "$PYTHON" "$OLDPWD/tests/data/toy.py" toy/val 32 2 &&
     "$BIN/rn-prep" -q toy/train toy/train.lmdb && "$BIN/rn-prep" -q --classes toy/train.lmdb toy/val toy/val.lmdb &&
@@ -349,6 +353,31 @@ else
     tail -n 20 "$WORK/tools.txt"
     row "rn-train/rn-eval --device $DEV, toy data, 8 epochs" FAIL "top1 ${top1:-none}; see gpu-check.log"
 fi
+
+# 5b. the algorithm cache: rn-train and rn-eval above searched and wrote their choices; a
+#     second rn-train on the same shapes must start from them (its start-up line counts
+#     them) and search nothing new (the file does not grow)
+name="algorithm cache (RN_CUDA_ALGO_CACHE)"
+if [ "$DEV" != cuda ]; then
+    row "$name" "not run" "needs a GPU (the CPU backend has no algorithms to choose)"
+elif [ $tools_ok = 1 ] && [ -s "$RN_CUDA_ALGO_CACHE" ]; then
+    lines=$(wc -l <"$RN_CUDA_ALGO_CACHE")
+    (cd "$WORK" && "$BIN/rn-train" --device cuda --data toy/train.lmdb --in toy/e5.pb --out toy/e6.pb \
+        --epochs 1 --batch 16 --crop 32 --workers 2 --lr 0.05 >toy/again.out 2>&1)
+    rc=$?
+    seen=$(grep -o 'algorithm cache [^;]*: [0-9]* choices*' "$WORK/toy/again.out" | head -n 1)
+    after=$(wc -l <"$RN_CUDA_ALGO_CACHE")
+    if [ $rc = 0 ] && [ "${seen##*: }" = "$lines choices" ] && [ "$after" = "$lines" ]; then
+        row "$name" ok "$lines choices written; the next rn-train read them all and searched nothing new"
+    else
+        failed=1
+        row "$name" FAIL "$lines lines, then $after; second rn-train exit $rc, said '${seen:-no cache line}'"
+    fi
+else
+    failed=1
+    row "$name" FAIL "no cache file written at $RN_CUDA_ALGO_CACHE"
+fi
+unset RN_CUDA_ALGO_CACHE
 
 row "not run" - "the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
 echo

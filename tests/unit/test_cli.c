@@ -169,7 +169,9 @@ static void test_lists(void) {
  * backends read no variable themselves. */
 static void test_backend_env(void) {
     const char *vars[] = {"RN_SYNC", "RN_CPU_MEMORY", "RN_CUDA_TF32", "RN_CUDA_DETERMINISTIC", "RN_CUDA_CONV_ALGO",
-                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB"};
+                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB", "RN_CUDA_ALGO_CACHE", "XDG_CACHE_HOME", "HOME"};
+    const char *h = getenv("HOME");
+    char *home = h ? strdup(h) : NULL;
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     rn_backend_opts o, d;
     rn_backend_opts_init(&d);
@@ -196,7 +198,28 @@ static void test_backend_env(void) {
               bad[i][0], bad[i][1], rn_last_error());
         unsetenv(bad[i][0]);
     }
+    /* the algorithm cache: the user's XDG cache folder unless told otherwise */
+    setenv("HOME", "/home/u", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(strcmp(o.cuda_algo_cache, "/home/u/.cache/rn/cudnn-algos.txt") == 0, "HOME: %s", o.cuda_algo_cache);
+    setenv("XDG_CACHE_HOME", "/var/cache/u", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(strcmp(o.cuda_algo_cache, "/var/cache/u/rn/cudnn-algos.txt") == 0, "XDG: %s", o.cuda_algo_cache);
+    setenv("RN_CUDA_ALGO_CACHE", "/tmp/a.txt", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(strcmp(o.cuda_algo_cache, "/tmp/a.txt") == 0, "RN_CUDA_ALGO_CACHE: %s", o.cuda_algo_cache);
+    setenv("RN_CUDA_ALGO_CACHE", "off", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(o.cuda_algo_cache[0] == 0, "off: %s", o.cuda_algo_cache);
+    char longp[2000];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = 0;
+    setenv("RN_CUDA_ALGO_CACHE", longp, 1);
+    CHECK(rn_cli_backend_env(&o) == RN_EINVAL && strstr(rn_last_error(), "RN_CUDA_ALGO_CACHE"), "a long path: %s",
+          rn_last_error());
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    if (home) setenv("HOME", home, 1);
+    free(home);
 }
 
 int main(void) {
