@@ -258,6 +258,11 @@ static int check_conv(rn_backend *be, const char *op, rn_conv_desc *d, int dir) 
     return check_ws(be, op, be->ops->conv_workspace(be, d));
 }
 
+const char *rn_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
+    const char *a = be->ops->conv_algo ? be->ops->conv_algo(be, d, dir) : NULL;
+    return a ? a : "not chosen yet";
+}
+
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     rn_conv_desc dd = *d;
     if (!(dd.dirs & RN_CONV_ALL)) dd.dirs = RN_CONV_ALL; /* a descriptor filled by hand */

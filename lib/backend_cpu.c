@@ -854,6 +854,7 @@ static const rn_backend_ops cpu_ops = {
     .upload_async = cpu_copy,
     .upload_wait = cpu_upload_wait,
     .conv_workspace = rn_cpu_conv_workspace,
+    .conv_algo = rn_cpu_conv_algo,
     .conv_fwd = rn_cpu_conv_fwd,
     .conv_bwd_data = rn_cpu_conv_bwd_data,
     .conv_bwd_filter = rn_cpu_conv_bwd_filter,

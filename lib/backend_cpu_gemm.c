@@ -161,6 +161,11 @@ size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     return (size_t)be->nthreads * tile_stride(d) * sizeof(float);
 }
 
+const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
+    (void)be, (void)dir;
+    return pointwise(d) ? "GEMM (pointwise)" : "im2col + GEMM";
+}
+
 /* cblas takes int sizes; refuse what would overflow them rather than wrap. */
 static int check_int(const rn_conv_desc *d, const char *op) {
     int64_t m = rows_total(d), in = (int64_t)d->n * d->h * d->w;

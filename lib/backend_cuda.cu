@@ -455,6 +455,31 @@ static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, conv_p
     return RN_OK;
 }
 
+static const char *algo_name(int dir, int a) {
+    static const char *fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *filt[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+    const char **t = dir == RN_CONV_FWD ? fwd : dir == RN_CONV_BWD_DATA ? data : filt;
+    int n = dir == RN_CONV_FWD ? 8 : dir == RN_CONV_BWD_DATA ? 6 : 7;
+    return a >= 0 && a < n ? t[a] : "unknown";
+}
+
+static const char *cuda_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
+    static __thread char buf[64];
+    cuda_ctx *g = CTX(be);
+    int key[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw,
+                   d->stride_h, d->stride_w, d->pad_h, d->pad_w};
+    for (int i = 0; i < g->nplans; i++) {
+        const conv_plan *p = &g->plans[i];
+        if (memcmp(p->key, key, sizeof key) != 0 || !(p->have & dir)) continue;
+        int a = dir == RN_CONV_FWD ? (int)p->fwd : dir == RN_CONV_BWD_DATA ? (int)p->bwd_data : (int)p->bwd_filter;
+        snprintf(buf, sizeof buf, "cuDNN %s", algo_name(dir, a));
+        return buf;
+    }
+    return NULL;
+}
+
 /* No status to return here: a failure leaves 0 and the op itself reports it. */
 static size_t cuda_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     conv_plan *p;
@@ -1534,6 +1559,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->zero = cuda_zero;
     o->sync = cuda_sync;
     o->conv_workspace = cuda_conv_workspace;
+    o->conv_algo = cuda_conv_algo;
     o->conv_fwd = cuda_conv_fwd;
     o->conv_bwd_data = cuda_conv_bwd_data;
     o->conv_bwd_filter = cuda_conv_bwd_filter;

@@ -197,6 +197,10 @@ int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh
  * shape first met during a run, a short last batch, fits the arena): query every shape
  * of a plan before rn_backend_reserve, or after rn_backend_unreserve. */
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
+/* The name of the algorithm direction dir (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER) of d's
+ * shape runs with on this context, e.g. "cuDNN WINOGRAD_NONFUSED" or "im2col + GEMM";
+ * "not chosen yet" before its first use on CUDA. Static storage. */
+const char *rn_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);
 /* y = conv(x, w). */
 int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
 /* dx (n, h, w, c) [+]= dL/dx given dy (n, p, q, k). */

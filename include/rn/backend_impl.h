@@ -36,6 +36,8 @@ typedef struct rn_backend_ops {
     int (*upload_wait)(rn_backend *be);
 
     size_t (*conv_workspace)(rn_backend *be, const rn_conv_desc *d);
+    /* optional: the algorithm d's direction dir (RN_CONV_*) runs with, NULL if none chosen */
+    const char *(*conv_algo)(rn_backend *be, const rn_conv_desc *d, int dir);
     int (*conv_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
     int (*conv_bwd_data)(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                          void *dx, int accumulate);
@@ -120,6 +122,7 @@ int rn_backend_cuda_init(rn_backend *be, int index);
 /* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the
  * CPU table. */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d);
+const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
                     void *y);
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
