@@ -591,17 +591,23 @@ static void test_staging(env *e) {
     CHECK_OK(rn_backend_alloc(e->gpu, (size_t)mbig * 3, &gbig));
     CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)mbig * 3, &gbig_y));
     CHECK_OK(rn_backend_zero(e->gpu, gbig, (size_t)mbig * 3));
-    for (int r = 0; r < ROUNDS && host[0] && host[1] && dev[0] && dev[1] && gbig && gbig_y; r++) {
+    /* every buffer before the loop: an allocation inside it (cudaMalloc synchronises the
+       device) would serialise the streams and hide a race */
+    int have_out = 1;
+    for (int r = 0; r < ROUNDS; r++) {
+        CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)m * 3, &out[r]));
+        have_out &= out[r] != NULL;
+    }
+    CHECK_OK(rn_backend_sync(e->gpu));
+    for (int r = 0; r < ROUNDS && have_out && host[0] && host[1] && dev[0] && dev[1] && gbig && gbig_y; r++) {
         uint8_t *h = host[r % 2];
         staged_pattern(h, bytes, r);
         CHECK_OK(rn_input_normalize(e->gpu, RN_F32, mbig, 3, gbig, mean, std, gbig_y));
         CHECK_OK(rn_backend_upload_async(e->gpu, dev[r % 2], h, bytes));
-        CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float) * (size_t)m * 3, &out[r]));
-        if (out[r]) CHECK_OK(rn_input_normalize(e->gpu, RN_F32, m, 3, dev[r % 2], mean, std, out[r]));
+        CHECK_OK(rn_input_normalize(e->gpu, RN_F32, m, 3, dev[r % 2], mean, std, out[r]));
         CHECK_OK(rn_backend_upload_wait(e->gpu)); /* h may be refilled two rounds on */
     }
-    for (int r = 0; r < ROUNDS; r++) {
-        if (!out[r]) continue;
+    for (int r = 0; r < ROUNDS && have_out; r++) {
         uint8_t *h = malloc(bytes);
         staged_pattern(h, bytes, r);
         CHECK_OK(rn_input_normalize(e->cpu, RN_F32, m, 3, h, mean, std, want));
@@ -609,8 +615,8 @@ static void test_staging(env *e) {
         snprintf(what, sizeof what, "staged batch %d", r);
         cmp_dev(e, what, out[r], RN_F32, want, m * 3);
         free(h);
-        rn_backend_free(e->gpu, out[r]);
     }
+    for (int r = 0; r < ROUNDS; r++) rn_backend_free(e->gpu, out[r]);
     for (int i = 0; i < 2; i++) {
         rn_backend_host_free(e->gpu, host[i]);
         rn_backend_free(e->gpu, dev[i]);
