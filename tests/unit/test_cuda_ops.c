@@ -19,7 +19,8 @@
 
 static uint64_t seed = 20261202u;
 static uint64_t stream_no;
-static const char *variant = ""; /* names the BN variant in messages */
+static const char *variant = ""; /* names the BN or conv mode variant in messages */
+static int tf32_on;                /* the GPU context allows TF32 for fp32 */
 
 typedef struct {
     rn_backend *cpu, *gpu;
@@ -129,6 +130,8 @@ static void reserve_both(env *e, size_t cpu_bytes, size_t gpu_bytes) {
  * of F(4x4,3x3) in fp32 is ~1e-5 of the data's scale, against ~1e-6 for GEMM): 1e-3.
  * Find may pick them in fp32, as PyTorch's cudnn.benchmark does. */
 static double conv_tol(int dtype, const char *algo) {
+    /* TF32 rounds each input to 10 mantissa bits (2^-11 relative): ~30x fp32's bound */
+    if (dtype == RN_F32 && tf32_on) return 3e-3;
     if (dtype == RN_F32 && (strstr(algo, "WINOGRAD") || strstr(algo, "FFT"))) return 1e-3;
     return tol_for(dtype);
 }
@@ -162,7 +165,7 @@ static void test_conv(env *e, int n, int h, int w, int c, int k, int ks, int str
     void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, wt, nw), *gy = up(e->gpu, e->dtype, y, ny);
     void *gdy = up(e->gpu, e->dtype, dy, ny), *gdx = up(e->gpu, e->dtype, dx0, nx), *gdw = up(e->gpu, e->dtype, dw0, nw);
     char what[160];
-    snprintf(what, sizeof what, "conv %dx%dx%dx%d k%d %dx%d s%d p%d", n, h, w, c, k, ks, ks, stride, pad);
+    snprintf(what, sizeof what, "%sconv %dx%dx%dx%d k%d %dx%d s%d p%d", variant, n, h, w, c, k, ks, ks, stride, pad);
     CHECK_OK(rn_conv_fwd(e->gpu, &dg, gx, gw, gy));
     char t[200];
     snprintf(t, sizeof t, "%s fwd", what);
@@ -625,6 +628,39 @@ static void test_staging(env *e) {
     free(want);
 }
 
+/* A shape first met while a reservation is held (a short last batch): its algorithms are
+ * chosen within the reservation, and it computes what the CPU does. */
+static void test_conv_reserved(env *e) {
+    rn_conv_desc a, b, bg;
+    CHECK_OK(rn_conv_desc_init(&a, 8, 14, 14, 32, 64, 3, 3, 1, 1));
+    CHECK_OK(rn_conv_desc_init(&b, 5, 14, 14, 32, 64, 3, 3, 1, 1));
+    a.dtype = e->dtype;
+    bg = b;
+    bg.dtype = e->dtype;
+    rn_backend_unreserve(e->gpu);
+    CHECK_OK(rn_backend_reserve(e->gpu, rn_conv_workspace(e->gpu, &a)));
+    size_t held = rn_backend_reserved(e->gpu), need = rn_conv_workspace(e->gpu, &bg);
+    CHECK(need <= held, "a new shape under a reservation of %zu bytes chose algorithms needing %zu", held, need);
+    int64_t nx = (int64_t)5 * 14 * 14 * 32, nw = (int64_t)64 * 9 * 32, ny = (int64_t)5 * 14 * 14 * 64;
+    float *x = randn(nx, 0, 1), *wt = randn(nw, 0, 0.5f), *y = malloc(sizeof(float) * ny);
+    round_all(e->dtype, x, nx), round_all(e->dtype, wt, nw);
+    CHECK_OK(rn_backend_reserve(e->cpu, rn_conv_workspace(e->cpu, &b)));
+    CHECK_OK(rn_conv_fwd(e->cpu, &b, x, wt, y));
+    void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, wt, nw), *gy = up(e->gpu, e->dtype, y, ny);
+    CHECK_OK(rn_conv_fwd(e->gpu, &bg, gx, gw, gy));
+    cmp_conv(e, "conv first met under a reservation, fwd", &bg, RN_CONV_FWD, gy, y, ny);
+    rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gw), rn_backend_free(e->gpu, gy);
+    free(x), free(wt), free(y);
+}
+
+/* the convolutions again in another algorithm mode of the context */
+static void run_conv_mode(env *e) {
+    test_conv(e, 2, 9, 7, 8, 16, 3, 1, 1);
+    test_conv(e, 4, 14, 14, 32, 64, 3, 2, 1);
+    test_conv(e, 8, 7, 7, 64, 256, 1, 1, 0);
+    test_conv(e, 2, 16, 16, 3, 64, 7, 2, 3);
+}
+
 static void run_all(env *e) {
     int half = e->dtype != RN_F32;
     if (!half) {
@@ -639,6 +675,7 @@ static void run_all(env *e) {
     test_conv(e, 8, 7, 7, 64, 256, 1, 1, 0);
     /* the ResNet stem as rn-train --amp runs it: 3 input channels in half precision too */
     test_conv(e, 2, 16, 16, 3, 64, 7, 2, 3);
+    test_conv_reserved(e);
     run_bn(e);
     test_elementwise(e, 3 * 1000 + 3);
     test_maxpool(e, 2, 9, 9, 8);
@@ -754,6 +791,33 @@ int main(void) {
     }
     rn_backend_destroy(e.gpu);
     e.gpu = NULL;
+    /* the convolutions in the context's other modes: TF32 on (fp32), cuDNN's heuristic
+       instead of Find, deterministic algorithms only */
+    static const char *modes[] = {"RN_CUDA_TF32=1 ", "RN_CUDA_CONV_ALGO=heuristic ", "RN_CUDA_DETERMINISTIC=1 "};
+    for (int m = 0; ndt == 3 && m < 3; m++) {
+        rn_backend_opts mo = bo;
+        mo.cuda_tf32 = m == 0;
+        mo.cuda_conv_heuristic = m >= 1;
+        mo.cuda_deterministic = m == 2;
+        mo.cuda_algo_cache[0] = 0;
+        if (rn_backend_create(dev, 0, &mo, &e.gpu) != RN_OK) {
+            CHECK(0, "%scontext: %s", modes[m], rn_last_error());
+            continue;
+        }
+        variant = modes[m];
+        tf32_on = m == 0;
+        for (int i = 0; i < (m == 0 ? 1 : 3); i++) {
+            int before = check_failed;
+            e.dtype = dtypes[i];
+            run_conv_mode(&e);
+            fprintf(stderr, "test_cuda_ops: %s convolutions with %s: %s\n", rn_dtype_name(e.dtype), modes[m],
+                    check_failed == before ? "match the CPU" : "MISMATCHES above");
+        }
+        tf32_on = 0;
+        rn_backend_destroy(e.gpu);
+        e.gpu = NULL;
+    }
+    variant = "";
     /* the BN training forward again through cuDNN's fused variant (RN_CUDA_BN=cudnn) */
     bo.cuda_bn_cudnn = 1;
     if (ndt == 3) CHECK_OK(rn_backend_create(dev, 0, &bo, &e.gpu));
