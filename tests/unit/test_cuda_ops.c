@@ -755,6 +755,7 @@ int main(void) {
     rn_backend_opts bo;
     rn_backend_opts_init(&bo);
     int rc = rn_cli_backend_env(&bo);
+    bo.cuda_algo_cache[0] = 0; /* every choice searched here, none taken from earlier runs */
     if (rc == RN_OK) rc = rn_backend_create(dev, 0, &bo, &e.gpu);
     if (rc != RN_OK) {
         /* any failure to open a GPU (no CUDA in this build, no driver, no device, a driver
