@@ -81,6 +81,7 @@ void rn_backend_destroy(rn_backend *be) {
 }
 
 const char *rn_backend_name(const rn_backend *be) { return be->name; }
+int64_t rn_backend_launches(const rn_backend *be) { return be->launches; }
 int rn_backend_is_host(const rn_backend *be) { return be->ops->is_host; }
 int rn_backend_threads(const rn_backend *be) { return be->nthreads; }
 int rn_backend_has_dtype(const rn_backend *be, int dtype) {
@@ -230,6 +231,7 @@ static int check_dtype(rn_backend *be, const char *op, int *dtype) {
 #define NEED(ptr, op) do { if (!(ptr)) return rn_errorf(RN_EINVAL, "%s: %s is NULL", op, #ptr); } while (0)
 
 static int after(rn_backend *be, int rc) {
+    if (rn_backend_is_host(be)) be->launches++; /* CUDA counts its own, finer */
     if (rc == RN_OK && be->opts.sync_each_op) rc = be->ops->sync(be);
     return rc;
 }

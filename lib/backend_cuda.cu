@@ -64,7 +64,7 @@ extern "C" {
     return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); } while (0)
 /* after a kernel launch: a bad configuration shows here, a fault at the next sync
  * (RN_SYNC=1 makes that the same op) */
-#define LAUNCHED(kernel) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
+#define LAUNCHED(kernel) do { be->launches++; cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
     return rn_errorf(RN_EGPU, "%s:%d: kernel %s: %s", __FILE__, __LINE__, kernel, cudaGetErrorString(e_)); } while (0)
 
 /* One convolution shape: descriptors and the algorithm chosen for each direction, each
@@ -171,6 +171,7 @@ static void cuda_free(rn_backend *be, void *p) {
  * refilled src (a loader slot's labels) would race it: wait for that copy. */
 static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
     cudaStream_t st = CTX(be)->stream;
+    be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
     cudaPointerAttributes at;
     CU(cudaPointerGetAttributes(&at, src));
@@ -179,17 +180,20 @@ static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes)
 }
 
 static int cuda_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CTX(be)->stream));
     CU(cudaStreamSynchronize(CTX(be)->stream));
     return RN_OK;
 }
 
 static int cuda_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, CTX(be)->stream));
     return RN_OK;
 }
 
 static int cuda_zero(rn_backend *be, void *dst, size_t bytes) {
+    be->launches++;
     CU(cudaMemsetAsync(dst, 0, bytes, CTX(be)->stream));
     return RN_OK;
 }
@@ -221,6 +225,7 @@ static void cuda_host_free(rn_backend *be, void *p) {
 static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *g = CTX(be);
     CU(cudaStreamWaitEvent(g->copy, g->consumed, 0));
+    be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->copy));
     CU(cudaEventRecord(g->copied, g->copy));
     CU(cudaEventRecord(g->consumed, g->stream));
@@ -498,6 +503,7 @@ static int cuda_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, c
     if (rc) return rc;
     const float one = 1, zero = 0;
     DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
+    be->launches++;
     DNN(cudnnConvolutionForward(g->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, be->ws, be->ws_bytes, &zero,
                                 p->y, y));
     return RN_OK;
@@ -511,6 +517,7 @@ static int cuda_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void 
     if (rc) return rc;
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
+    be->launches++;
     DNN(cudnnConvolutionBackwardData(g->dnn, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, be->ws,
                                      be->ws_bytes, &beta, p->x, dx));
     return RN_OK;
@@ -524,6 +531,7 @@ static int cuda_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const voi
     if (rc) return rc;
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
+    be->launches++;
     DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter, be->ws,
                                        be->ws_bytes, &beta, p->w, dw));
     return RN_OK;
@@ -628,6 +636,7 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
     if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return RN_OK; /* ours, then (any NOT_SUPPORTED_*) */
+    be->launches++;
     DNN(st);
     *done = 1;
     return RN_OK;
@@ -1098,6 +1107,7 @@ static int fc_fwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const vo
         beta = 1;
     }
     cudaDataType_t t = blas_type(d->dtype);
+    be->launches++;
     BLAS(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, w, t, d->in, x, t, d->in, &beta,
                       y, t, d->out, blas_compute(g, d->dtype), CUBLAS_GEMM_DEFAULT));
     return RN_OK;
@@ -1113,10 +1123,13 @@ static int fc_bwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const vo
     cudaDataType_t t = blas_type(d->dtype);
     cublasComputeType_t ct = blas_compute(g, d->dtype);
     float one = 1, zero = 0, beta = accumulate ? 1.0f : 0.0f;
-    if (dx) /* dx^T (in, n) = w^T (in, out) dy^T (out, n) */
+    if (dx) { /* dx^T (in, n) = w^T (in, out) dy^T (out, n) */
+        be->launches++;
         BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, w, t, d->in, dy, t, d->out,
                           &zero, dx, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
+    }
     /* dw^T (in, out) [+]= x^T (in, n) dy (n, out) */
+    be->launches++;
     BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, x, t, d->in, dy, t, d->out,
                       &beta, dw, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
     if (db) {

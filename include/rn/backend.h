@@ -130,6 +130,11 @@ int rn_backend_upload(rn_backend *be, void *dst, const void *host_src, size_t by
 int rn_backend_download(rn_backend *be, void *host_dst, const void *src, size_t bytes);
 int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes);
 int rn_backend_zero(rn_backend *be, void *dst, size_t bytes);
+/* Work issued on this context since it was created: on CUDA every kernel, cuDNN/cuBLAS
+ * compute call, copy and memset put on its streams; on the CPU every op. Differences over
+ * a training step give the launches per step the benchmark reports (what a CUDA graph
+ * would save). */
+int64_t rn_backend_launches(const rn_backend *be);
 /* Wait until every op issued on this context has finished; reports deferred errors. */
 int rn_backend_sync(rn_backend *be);
 

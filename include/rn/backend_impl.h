@@ -110,6 +110,7 @@ struct rn_backend {
     size_t mem_cap;        /* CPU: opts.cpu_memory, an emulated device size (0: none) */
     size_t mem_held;       /* CPU: bytes rn_backend_alloc holds, counted under mem_cap */
     char name[640];        /* rn_backend_name() */
+    int64_t launches;      /* rn_backend_launches() */
 };
 
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads and be->opts

@@ -164,6 +164,7 @@ for p in $PRECISIONS; do
     case ${R[$p]} in
         "not run"*) echo "gpu-train-$p: ${R[$p]} (peer: $(field img/s <<<"${P[$p]}" | grep . || echo -) img/s)"; continue ;;
     esac
+    note "rn $p: $(field launches_per_step <<<"${R[$p]}") launches per step (kernels, cuDNN/cuBLAS calls, copies, memsets)"
     line "gpu-train-$p" "$(field img/s <<<"${R[$p]}")" "$(field img/s <<<"${P[$p]}")"
     line "gpu-busy-$p" "$(field busy_pct <<<"${R[$p]}")" "$(field busy_pct <<<"${P[$p]}")"
     line_inv "gpu-peak-mib-$p" "$(field net_mib <<<"${R[$p]}")" "$(field peak_mib <<<"${P[$p]}")"

@@ -178,14 +178,17 @@ int main(int argc, char **argv) {
         TRY(step(&st, labels, batch));
     int64_t skipped0 = st.skipped;
     TRY(rn_backend_sync(be));
+    int64_t l0 = rn_backend_launches(be);
     double w0 = wall(), t0 = mono();
     for (int s = 0; s < steps; s++)
         TRY(step(&st, labels, batch));
     TRY(rn_backend_sync(be));
     double dt = mono() - t0, w1 = wall();
-    printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f loss=%.6g loss_scale=%g skipped=%lld\n",
+    double lps = (double)(rn_backend_launches(be) - l0) / steps;
+    printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f loss=%.6g loss_scale=%g skipped=%lld "
+           "launches_per_step=%.1f\n",
            steps * batch / dt, 1e3 * dt / steps, rn_net_bytes(net) / 1048576.0, w0, w1, st.loss,
-           st.scaled ? st.sc.scale : 1.0f, (long long)(st.skipped - skipped0));
+           st.scaled ? st.sc.scale : 1.0f, (long long)(st.skipped - skipped0), lps);
     fprintf(stderr, "bench_gpu_step: %s %dx%d batch %d %s, %d warm-up + %d timed steps on %s\n", argv[1], size, size,
             batch, prec, warmup, steps, rn_backend_name(be));
     ret = 0;

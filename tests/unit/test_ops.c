@@ -826,12 +826,14 @@ static void test_nonfinite(rn_backend *be) {
  * gradient to the index torch returns (the last NaN of the window). */
 static void test_nan(rn_backend *be) {
     float x[4] = {-0.0f, NAN, -1.0f, 2.0f}, y[4], dy[4] = {1, 2, 3, 4}, dx[4];
+    int64_t l0 = rn_backend_launches(be);
     CHECK_OK(rn_relu_fwd(be, RN_F32, 4, x, y));
     CHECK(y[0] == 0 && signbit(y[0]) && isnan(y[1]) && y[2] == 0 && !signbit(y[2]) && y[3] == 2,
           "relu: %g %g %g %g", y[0], y[1], y[2], y[3]);
     CHECK_OK(rn_relu_bwd(be, RN_F32, 4, y, dy, dx));
     CHECK(dx[0] == 0 && dx[1] == 2 && dx[2] == 0 && dx[3] == 4, "relu_bwd: %g %g %g %g", dx[0], dx[1],
           dx[2], dx[3]);
+    CHECK(rn_backend_launches(be) - l0 == 2, "two ops counted as %lld launches", (long long)(rn_backend_launches(be) - l0));
     float one[4] = {1, 1, 1, 1};
     CHECK_OK(rn_add(be, RN_F32, 4, x, one, y, 1));
     CHECK(isnan(y[1]) && y[2] == 0 && y[3] == 3, "add relu: %g %g %g", y[1], y[2], y[3]);
