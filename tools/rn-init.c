@@ -9,6 +9,7 @@
 #include "rn/cli.h"
 #include "rn/convert.h"
 #include "rn/err.h"
+#include "rn/pth.h"
 
 #define DEFAULT_ARCH "resnet50"
 #define DEFAULT_CLASSES 1000
@@ -93,7 +94,7 @@ int main(int argc, char **argv) {
     rn_resnet net;
     if (from) {
         rn_safetensors *st = NULL;
-        rc = rn_st_read(from, &st);
+        rc = rn_weights_read(from, &st);
         if (rc == RN_OK) {
             rc = rn_ckpt_from_safetensors(st, arch, reset_fc, (uint64_t)seed, &ck);
             if (rc != RN_OK) rn_error_context(rc, "%s", from);
