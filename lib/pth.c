@@ -212,8 +212,8 @@ typedef struct {
     size_t sp, capstack;
     size_t *marks;
     size_t nmarks, capmarks;
-    int32_t *memo;
-    size_t nmemo;
+    int32_t *memo; /* -1: not set */
+    size_t nmemo, memo_set; /* memo_set: indices set, MEMOIZE's next index */
     storage *stor;
     size_t nstor, capstor;
     tensor *tens;
@@ -312,6 +312,7 @@ static int memo_put(unpickler *u, uint64_t idx) {
         for (size_t i = u->nmemo; i < n; i++) u->memo[i] = -1;
         u->nmemo = n;
     }
+    if (u->memo[idx] < 0) u->memo_set++;
     u->memo[idx] = u->stack[u->sp - 1];
     return RN_OK;
 }
@@ -598,7 +599,7 @@ static int run(unpickler *u, int32_t *result) {
         case 'r':
             if ((rc = need(u, 4)) == RN_OK) rc = memo_put(u, rd32(a)), u->pos += 4;
             break;
-        case 0x94: rc = memo_put(u, u->nmemo); break; /* MEMOIZE */
+        case 0x94: rc = memo_put(u, u->memo_set); break; /* MEMOIZE */
         case 'h':
             if ((rc = need(u, 1)) == RN_OK) rc = memo_get(u, a[0]), u->pos += 1;
             break;
