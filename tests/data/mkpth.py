@@ -3,6 +3,7 @@
 of the same weights (contiguous, through tests/parity/rnst.py) where one applies:
 
   mkpth.py good DIR      r18, r50 (fp32), r18h, r50h (.half()), r18b (.bfloat16()),
+                         r18p4 (pickle protocol 4),
                          strided (non-contiguous views, shared storages, nn.Parameter):
                          NAME.pth and NAME.safetensors; torchvision models, seed 0, 10 classes
                          for resnet18 and 1000 for resnet50
@@ -24,8 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import rnst  # noqa: E402
 
 
-def both(d, name, sd):
-    torch.save(sd, f"{d}/{name}.pth")
+def both(d, name, sd, **kw):
+    torch.save(sd, f"{d}/{name}.pth", **kw)
     rnst.save(f"{d}/{name}.safetensors", {k: v.detach().contiguous() for k, v in sd.items()})
 
 
@@ -45,6 +46,7 @@ def good(d):
     both(d, "r18h", cast(r18, torch.float16))
     both(d, "r50h", cast(r50, torch.float16))
     both(d, "r18b", cast(r18, torch.bfloat16))
+    both(d, "r18p4", r18, pickle_protocol=4)
     s = dict(r18)
     # a transposed view, a permuted one, a slice with a storage offset and a step
     s["fc.weight"] = r18["fc.weight"].t().contiguous().t()
