@@ -13,6 +13,9 @@
 #define MAX_OBJECTS (1 << 21)
 #define MAX_STACK (1 << 20)
 #define MAX_MEMO (1 << 20)
+/* bytes the strided views of a file of n bytes may gather: each storage viewed twice, plus
+   room for small expanded views */
+#define MAX_GATHER(n) (2 * (size_t)(n) + ((size_t)256 << 20))
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -29,6 +32,7 @@ typedef struct {
 
 typedef struct {
     const char *path;
+    size_t len; /* the file's bytes */
     zentry *e; /* sorted by name */
     size_t n;
     const char *prefix; /* the archive folder: "<prefix>/data.pkl" */
@@ -80,6 +84,7 @@ static int zip64_extra(const uint8_t *x, size_t xlen, uint64_t *usize, uint64_t 
 static int zip_open(const char *path, const uint8_t *b, size_t len, zipdir *z) {
     memset(z, 0, sizeof *z);
     z->path = path;
+    z->len = len;
     if (len < 22) return rn_errorf(RN_ECORRUPT, "%s: %zu bytes: too short for a .pth (zip) file", path, len);
     size_t eocd = 0;
     int found = 0;
@@ -711,7 +716,14 @@ static int collect(unpickler *u, int32_t dict, rn_safetensors *st) {
                                  s->key, (unsigned long long)s->numel);
             int copy = numel > 0 && !contiguous(t);
             if (pass == 0) {
-                if (copy) gathered += (size_t)numel * es; /* numel <= storage numel: no overflow */
+                /* an expanded view (stride 0) gathers more than its storage holds: a few
+                   bytes of file must not ask for terabytes */
+                size_t bytes;
+                if (copy && (__builtin_mul_overflow((size_t)numel, es, &bytes) ||
+                             __builtin_add_overflow(gathered, bytes, &gathered) || gathered > MAX_GATHER(u->z->len)))
+                    return rn_errorf(RN_ECORRUPT, "%s: tensor %.*s: its strided views gather more than %zu MB from a "
+                                     "%zu-byte file (expanded views?): refused; save the tensors .contiguous()",
+                                     u->path, kl, k->s, MAX_GATHER(u->z->len) >> 20, u->z->len);
                 continue;
             }
             rn_st_tensor *o = &st->t[st->n];

@@ -9,6 +9,7 @@
   legacy.pth   the pre-1.6 format (refused)
 and hostile ones, each refused with a message: evil.pth (os.system through REDUCE),
 huge.pth (sizes whose product overflows), past.pth (an offset past the storage),
+expandbomb.pth (a 2^40-element expanded view of 4 floats),
 memo.pth (a memo index never set), bigmemo.pth (memo index 2^32-1), nokey.pth (a storage
 with no zip entry), cut.pth (tiny.pth cut short), f64.pth (a float64 storage)
 
@@ -66,6 +67,7 @@ def tensor(offset, sizes, strides, key=b"0"):
 zip_pickle("evil.pth", pickle.dumps({"conv1.weight": Evil()}, protocol=2))
 zip_pickle("huge.pth", tensor(0, [1 << 62, 1 << 62], [1, 1]), {"data/0": b"\0" * 16})
 zip_pickle("past.pth", tensor(3, [2], [1]), {"data/0": b"\0" * 16})
+zip_pickle("expandbomb.pth", tensor(0, [1 << 20, 1 << 20], [0, 0]), {"data/0": b"\0" * 16})
 zip_pickle("nokey.pth", tensor(0, [2], [1], b"7"), {"data/0": b"\0" * 16})
 zip_pickle("memo.pth", b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x07s.")
 zip_pickle("bigmemo.pth", b"\x80\x02}r\xff\xff\xff\xffX\x01\x00\x00\x00aj\xff\xff\xff\xffs.")
