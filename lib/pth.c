@@ -18,7 +18,9 @@
 #define MAX_GATHER(n) (2 * (size_t)(n) + ((size_t)256 << 20))
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
 /* ---- the zip container: the central directory, stored entries only ---- */
@@ -33,7 +35,7 @@ typedef struct {
 typedef struct {
     const char *path;
     size_t len; /* the file's bytes */
-    zentry *e; /* sorted by name */
+    zentry *e;  /* sorted by name */
     size_t n;
     const char *prefix; /* the archive folder: "<prefix>/data.pkl" */
     size_t plen;
@@ -95,8 +97,10 @@ static int zip_open(const char *path, const uint8_t *b, size_t len, zipdir *z) {
             break;
         }
     if (!found)
-        return rn_errorf(RN_ECORRUPT, "%s: no zip end-of-directory record: the file is truncated or not a .pth "
-                         "written by torch.save", path);
+        return rn_errorf(RN_ECORRUPT,
+                         "%s: no zip end-of-directory record: the file is truncated or not a .pth "
+                         "written by torch.save",
+                         path);
     uint64_t count = rd16(b + eocd + 10), cdsize = rd32(b + eocd + 12), cdoff = rd32(b + eocd + 16);
     /* torch (miniz) writes the zip64 records whatever the size; they are the ones to trust */
     if (eocd >= 20 && rd32(b + eocd - 20) == 0x07064b50u) {
@@ -108,8 +112,10 @@ static int zip_open(const char *path, const uint8_t *b, size_t len, zipdir *z) {
         cdoff = rd64(b + at + 48);
     }
     if (cdoff > len || cdsize > len - cdoff)
-        return rn_errorf(RN_ECORRUPT, "%s: the zip directory (%llu bytes at %llu) lies past the end of the %zu-byte "
-                         "file (truncated?)", path, (unsigned long long)cdsize, (unsigned long long)cdoff, len);
+        return rn_errorf(RN_ECORRUPT,
+                         "%s: the zip directory (%llu bytes at %llu) lies past the end of the %zu-byte "
+                         "file (truncated?)",
+                         path, (unsigned long long)cdsize, (unsigned long long)cdoff, len);
     if (count > cdsize / 46)
         return rn_errorf(RN_ECORRUPT, "%s: the zip directory says %llu entries in %llu bytes", path,
                          (unsigned long long)count, (unsigned long long)cdsize);
@@ -134,20 +140,23 @@ static int zip_open(const char *path, const uint8_t *b, size_t len, zipdir *z) {
             return rn_errorf(RN_ECORRUPT, "%s: entry %.*s is encrypted: not a file torch.save wrote", path, (int)nlen,
                              e->name);
         if (method != 0)
-            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s is compressed (zip method %u); rn reads the stored "
+            return rn_errorf(RN_ECORRUPT,
+                             "%s: entry %.*s is compressed (zip method %u); rn reads the stored "
                              "(uncompressed) entries torch.save writes: load and torch.save it again, or unzip and "
-                             "re-zip with 'zip -0'", path, (int)nlen, e->name, method);
+                             "re-zip with 'zip -0'",
+                             path, (int)nlen, e->name, method);
         if (csize != usize)
-            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s: stored, yet %llu bytes hold %llu", path, (int)nlen,
-                             e->name, (unsigned long long)csize, (unsigned long long)usize);
+            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s: stored, yet %llu bytes hold %llu", path, (int)nlen, e->name,
+                             (unsigned long long)csize, (unsigned long long)usize);
         if (off > len || len - off < 30 || rd32(b + off) != 0x04034b50u)
-            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s: no local header at byte %llu (truncated?)", path,
-                             (int)nlen, e->name, (unsigned long long)off);
+            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s: no local header at byte %llu (truncated?)", path, (int)nlen,
+                             e->name, (unsigned long long)off);
         uint64_t data = off + 30 + rd16(b + off + 26) + rd16(b + off + 28);
         if (data > len || usize > len - data)
-            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s: %llu bytes at %llu lie past the end of the %zu-byte file "
-                             "(truncated?)", path, (int)nlen, e->name, (unsigned long long)usize,
-                             (unsigned long long)data, len);
+            return rn_errorf(RN_ECORRUPT,
+                             "%s: entry %.*s: %llu bytes at %llu lie past the end of the %zu-byte file "
+                             "(truncated?)",
+                             path, (int)nlen, e->name, (unsigned long long)usize, (unsigned long long)data, len);
         e->data = b + data;
         e->size = usize;
         p += 46 + (size_t)nlen + xlen + clen;
@@ -167,27 +176,27 @@ static int zip_open(const char *path, const uint8_t *b, size_t len, zipdir *z) {
     qsort(z->e, z->n, sizeof *z->e, by_zname);
     for (size_t i = 1; i < z->n; i++)
         if (by_zname(&z->e[i - 1], &z->e[i]) == 0)
-            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s appears twice in the zip directory", path,
-                             (int)z->e[i].nlen, z->e[i].name);
+            return rn_errorf(RN_ECORRUPT, "%s: entry %.*s appears twice in the zip directory", path, (int)z->e[i].nlen,
+                             z->e[i].name);
     return RN_OK;
 }
 
 /* ---- the restricted unpickler ---- */
 
 enum { V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_TUPLE, V_LIST, V_DICT, V_GLOBAL, V_STORAGE, V_TENSOR };
-static const char *const KIND[] = {"None", "bool", "int", "float", "str", "tuple", "list", "dict",
-                                   "global", "storage", "tensor"};
+static const char *const KIND[] = {"None", "bool", "int",    "float",   "str",   "tuple",
+                                   "list", "dict", "global", "storage", "tensor"};
 
 /* the callables a state_dict's pickle may name */
 enum { G_ODICT = 1, G_REBUILD, G_PARAM, G_STORAGE };
 
 typedef struct {
     int kind;
-    int64_t i;          /* BOOL, INT; GLOBAL: G_*; STORAGE, TENSOR: index in stor[] / tens[] */
-    int dtype;          /* GLOBAL G_STORAGE: the storage's rn_dtype */
-    const char *s;      /* STR: points into data.pkl, not NUL-terminated */
+    int64_t i;     /* BOOL, INT; GLOBAL: G_*; STORAGE, TENSOR: index in stor[] / tens[] */
+    int dtype;     /* GLOBAL G_STORAGE: the storage's rn_dtype */
+    const char *s; /* STR: points into data.pkl, not NUL-terminated */
     size_t slen;
-    int32_t *items;     /* TUPLE, LIST; DICT: key, value, key, value... */
+    int32_t *items; /* TUPLE, LIST; DICT: key, value, key, value... */
     size_t n, cap;
 } val;
 
@@ -217,7 +226,7 @@ typedef struct {
     size_t sp, capstack;
     size_t *marks;
     size_t nmarks, capmarks;
-    int32_t *memo; /* -1: not set */
+    int32_t *memo;          /* -1: not set */
     size_t nmemo, memo_set; /* memo_set: indices set, MEMOIZE's next index */
     storage *stor;
     size_t nstor, capstor;
@@ -229,7 +238,8 @@ typedef struct {
 static int grow(void *p, size_t *cap, size_t need, size_t sz) {
     if (need <= *cap) return RN_OK;
     size_t nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     void *q = realloc(*(void **)p, nc * sz);
     if (!q) return rn_errorf(RN_ENOMEM, "out of memory reading a .pth (%zu items)", nc);
     *(void **)p = q;
@@ -314,7 +324,8 @@ static int memo_put(unpickler *u, uint64_t idx) {
     if (idx >= u->nmemo) {
         size_t n = u->nmemo;
         if (grow(&u->memo, &n, (size_t)idx + 1, sizeof *u->memo)) return RN_ENOMEM;
-        for (size_t i = u->nmemo; i < n; i++) u->memo[i] = -1;
+        for (size_t i = u->nmemo; i < n; i++)
+            u->memo[i] = -1;
         u->nmemo = n;
     }
     if (u->memo[idx] < 0) u->memo_set++;
@@ -338,8 +349,9 @@ static int streq(const val *v, const char *s) {
 /* path with its .pth or .pt ending replaced by suffix: the output a suggested command writes */
 static void renamed(const char *path, const char *suffix, char *out, size_t cap) {
     size_t pl = strlen(path);
-    size_t stem = pl > 4 && strcmp(path + pl - 4, ".pth") == 0 ? pl - 4
-                  : pl > 3 && strcmp(path + pl - 3, ".pt") == 0 ? pl - 3 : pl;
+    size_t stem = pl > 4 && strcmp(path + pl - 4, ".pth") == 0  ? pl - 4
+                  : pl > 3 && strcmp(path + pl - 3, ".pt") == 0 ? pl - 3
+                                                                : pl;
     snprintf(out, cap, "%.*s%s", (int)(stem < 200 ? stem : 200), path, suffix);
 }
 
@@ -348,11 +360,13 @@ static int whole_model(unpickler *u, const char *what, const char *mod, size_t m
     char out[256];
     renamed(u->path, ".sd.pth", out, sizeof out);
     if (mlen >= 9 && memcmp(mod, "__torch__", 9) == 0)
-        return rn_errorf(RN_ECORRUPT, "%s: a TorchScript archive (torch.jit.save; it names %.*s.%.*s), not a state_dict. "
+        return rn_errorf(RN_ECORRUPT,
+                         "%s: a TorchScript archive (torch.jit.save; it names %.*s.%.*s), not a state_dict. "
                          "Save its state_dict: python3 -c \"import torch; torch.save(torch.jit.load('%s', "
-                         "map_location='cpu').state_dict(), '%s')\"", u->path, (int)mlen, mod, (int)nlen, name,
-                         u->path, out);
-    return rn_errorf(RN_ECORRUPT, "%s: %s (it names the class %.*s.%.*s), not a state_dict. Save its state_dict: "
+                         "map_location='cpu').state_dict(), '%s')\"",
+                         u->path, (int)mlen, mod, (int)nlen, name, u->path, out);
+    return rn_errorf(RN_ECORRUPT,
+                     "%s: %s (it names the class %.*s.%.*s), not a state_dict. Save its state_dict: "
                      "python3 -c \"import torch; torch.save(torch.load('%s', map_location='cpu', weights_only=False)"
                      ".state_dict(), '%s')\" (this runs the file's pickle: only for a file you trust)",
                      u->path, what, (int)mlen, mod, (int)nlen, name, u->path, out);
@@ -364,24 +378,33 @@ static int global(unpickler *u, const char *mod, size_t mlen, const char *name, 
     static const struct {
         const char *name;
         int dtype;
-    } st[] = {{"FloatStorage", RN_F32}, {"HalfStorage", RN_F16}, {"BFloat16Storage", RN_BF16},
-              {"LongStorage", RN_I64},  {"IntStorage", RN_I32}};
+    } st[] = {{"FloatStorage", RN_F32},
+              {"HalfStorage", RN_F16},
+              {"BFloat16Storage", RN_BF16},
+              {"LongStorage", RN_I64},
+              {"IntStorage", RN_I32}};
     int g = 0, dtype = 0;
-    if (is(mod, mlen, "collections") && is(name, nlen, "OrderedDict")) g = G_ODICT;
-    else if (is(mod, mlen, "torch._utils") && is(name, nlen, "_rebuild_tensor_v2")) g = G_REBUILD;
-    else if (is(mod, mlen, "torch._utils") && is(name, nlen, "_rebuild_parameter")) g = G_PARAM;
+    if (is(mod, mlen, "collections") && is(name, nlen, "OrderedDict"))
+        g = G_ODICT;
+    else if (is(mod, mlen, "torch._utils") && is(name, nlen, "_rebuild_tensor_v2"))
+        g = G_REBUILD;
+    else if (is(mod, mlen, "torch._utils") && is(name, nlen, "_rebuild_parameter"))
+        g = G_PARAM;
     else if (is(mod, mlen, "torch"))
         for (size_t i = 0; i < sizeof st / sizeof *st; i++)
             if (is(name, nlen, st[i].name)) g = G_STORAGE, dtype = st[i].dtype;
     if (!g && is(mod, mlen, "torch") && nlen > 7 && memcmp(name + nlen - 7, "Storage", 7) == 0)
-        return rn_errorf(RN_ECORRUPT, "%s: data.pkl byte %zu: storage type torch.%.*s is not one rn reads (float32, "
+        return rn_errorf(RN_ECORRUPT,
+                         "%s: data.pkl byte %zu: storage type torch.%.*s is not one rn reads (float32, "
                          "float16, bfloat16, int64, int32): convert the tensors with .float() and save again",
                          u->path, u->op, (int)nlen, name);
-    if (!g && ((mlen >= 12 && memcmp(mod, "torchvision.", 12) == 0) || (mlen >= 9 && memcmp(mod, "torch.nn.", 9) == 0) ||
-               (mlen >= 9 && memcmp(mod, "__torch__", 9) == 0) || is(mod, mlen, "__main__")))
+    if (!g &&
+        ((mlen >= 12 && memcmp(mod, "torchvision.", 12) == 0) || (mlen >= 9 && memcmp(mod, "torch.nn.", 9) == 0) ||
+         (mlen >= 9 && memcmp(mod, "__torch__", 9) == 0) || is(mod, mlen, "__main__")))
         return whole_model(u, "a whole model saved with torch.save(model)", mod, mlen, name, nlen);
     if (!g)
-        return rn_errorf(RN_ECORRUPT, "%s: data.pkl byte %zu: global %.*s.%.*s is not allowed in a state_dict; "
+        return rn_errorf(RN_ECORRUPT,
+                         "%s: data.pkl byte %zu: global %.*s.%.*s is not allowed in a state_dict; "
                          "refused (rn reads only tensors, storages and OrderedDict, and never runs code from a pickle)",
                          u->path, u->op, (int)(mlen < 100 ? mlen : 100), mod, (int)(nlen < 100 ? nlen : 100), name);
     int rc = push_new(u, V_GLOBAL, g);
@@ -489,7 +512,8 @@ static int run(unpickler *u, int32_t *result) {
             if ((rc = pop(u, result))) break;
             return RN_OK;
         case '(': /* MARK */
-            if (u->nmarks >= MAX_STACK) rc = bad(u, "too many MARKs");
+            if (u->nmarks >= MAX_STACK)
+                rc = bad(u, "too many MARKs");
             else if ((rc = grow(&u->marks, &u->capmarks, u->nmarks + 1, sizeof *u->marks)) == RN_OK)
                 u->marks[u->nmarks++] = u->sp;
             break;
@@ -514,7 +538,8 @@ static int run(unpickler *u, int32_t *result) {
             }
             if ((rc = need(u, 1 + n))) break;
             uint64_t v = 0;
-            for (size_t i = 0; i < n; i++) v |= (uint64_t)a[1 + i] << (8 * i);
+            for (size_t i = 0; i < n; i++)
+                v |= (uint64_t)a[1 + i] << (8 * i);
             if (n > 0 && n < 8 && (a[n] & 0x80)) v |= ~(uint64_t)0 << (8 * n);
             rc = push_new(u, V_INT, (int64_t)v);
             u->pos += 1 + n;
@@ -550,8 +575,10 @@ static int run(unpickler *u, int32_t *result) {
         }
         case 0x93: /* STACK_GLOBAL (protocol 4) */
             if ((rc = pop(u, &y)) || (rc = pop(u, &x))) break;
-            if (u->v[x].kind != V_STR || u->v[y].kind != V_STR) rc = bad(u, "STACK_GLOBAL of non-strings");
-            else rc = global(u, u->v[x].s, u->v[x].slen, u->v[y].s, u->v[y].slen);
+            if (u->v[x].kind != V_STR || u->v[y].kind != V_STR)
+                rc = bad(u, "STACK_GLOBAL of non-strings");
+            else
+                rc = global(u, u->v[x].s, u->v[x].slen, u->v[y].s, u->v[y].slen);
             break;
         case ')': rc = push_new(u, V_TUPLE, 0); break;
         case ']': rc = push_new(u, V_LIST, 0); break;
@@ -563,13 +590,15 @@ static int run(unpickler *u, int32_t *result) {
         case 0x86:
         case 0x87: {
             size_t n = (size_t)(op - 0x84);
-            if (u->sp < floor_of(u) + n) rc = bad(u, "TUPLE of more items than the stack holds");
-            else rc = make_tuple(u, u->sp - n);
+            if (u->sp < floor_of(u) + n)
+                rc = bad(u, "TUPLE of more items than the stack holds");
+            else
+                rc = make_tuple(u, u->sp - n);
             break;
         }
-        case 'a': /* APPEND */
-        case 's': /* SETITEM */
-        case 'e': /* APPENDS */
+        case 'a':   /* APPEND */
+        case 's':   /* SETITEM */
+        case 'e':   /* APPENDS */
         case 'u': { /* SETITEMS */
             int dict = op == 's' || op == 'u';
             if (op == 'a' || op == 's') {
@@ -615,8 +644,10 @@ static int run(unpickler *u, int32_t *result) {
         case 'R': rc = reduce(u); break;
         case 'b': /* BUILD: a state_dict's _metadata, or a parameter's state: kept out */
             if ((rc = pop(u, &y)) || (rc = pop(u, &x))) break;
-            if (u->v[x].kind != V_DICT && u->v[x].kind != V_TENSOR) rc = bad(u, "BUILD on something not a dict or tensor");
-            else rc = push(u, x);
+            if (u->v[x].kind != V_DICT && u->v[x].kind != V_TENSOR)
+                rc = bad(u, "BUILD on something not a dict or tensor");
+            else
+                rc = push(u, x);
             break;
         default: {
             char m[128];
@@ -631,7 +662,8 @@ static int run(unpickler *u, int32_t *result) {
 }
 
 static void unpickler_free(unpickler *u) {
-    for (size_t i = 0; i < u->nv; i++) free(u->v[i].items);
+    for (size_t i = 0; i < u->nv; i++)
+        free(u->v[i].items);
     free(u->v);
     free(u->stack);
     free(u->marks);
@@ -711,9 +743,11 @@ static int collect(unpickler *u, int32_t dict, rn_safetensors *st) {
             size_t es = rn_dtype_size(s->dtype);
             int64_t numel = 0, last = 0;
             if (extent(t, &numel, &last) || (numel > 0 && (uint64_t)last >= s->numel))
-                return rn_errorf(RN_ECORRUPT, "%s: tensor %.*s: its offset, sizes and strides reach past its storage "
-                                 "'%.*s' of %llu elements", u->path, kl, k->s, (int)(s->klen < 64 ? s->klen : 64),
-                                 s->key, (unsigned long long)s->numel);
+                return rn_errorf(RN_ECORRUPT,
+                                 "%s: tensor %.*s: its offset, sizes and strides reach past its storage "
+                                 "'%.*s' of %llu elements",
+                                 u->path, kl, k->s, (int)(s->klen < 64 ? s->klen : 64), s->key,
+                                 (unsigned long long)s->numel);
             int copy = numel > 0 && !contiguous(t);
             if (pass == 0) {
                 /* an expanded view (stride 0) gathers more than its storage holds: a few
@@ -721,7 +755,8 @@ static int collect(unpickler *u, int32_t dict, rn_safetensors *st) {
                 size_t bytes;
                 if (copy && (__builtin_mul_overflow((size_t)numel, es, &bytes) ||
                              __builtin_add_overflow(gathered, bytes, &gathered) || gathered > MAX_GATHER(u->z->len)))
-                    return rn_errorf(RN_ECORRUPT, "%s: tensor %.*s: its strided views gather more than %zu MB from a "
+                    return rn_errorf(RN_ECORRUPT,
+                                     "%s: tensor %.*s: its strided views gather more than %zu MB from a "
                                      "%zu-byte file (expanded views?): refused; save the tensors .contiguous()",
                                      u->path, kl, k->s, MAX_GATHER(u->z->len) >> 20, u->z->len);
                 continue;
@@ -736,7 +771,8 @@ static int collect(unpickler *u, int32_t dict, rn_safetensors *st) {
             o->ndim = t->ndim;
             memcpy(o->shape, t->size, sizeof(int64_t) * (size_t)t->ndim);
             o->nbytes = (size_t)numel * es;
-            if (!copy) o->data = numel > 0 ? s->data + (size_t)t->offset * es : s->data;
+            if (!copy)
+                o->data = numel > 0 ? s->data + (size_t)t->offset * es : s->data;
             else {
                 gather(t, s->data, es, st->owned + at, numel);
                 o->data = st->owned + at;
@@ -749,7 +785,8 @@ static int collect(unpickler *u, int32_t dict, rn_safetensors *st) {
     const rn_st_tensor **v = malloc(sizeof *v * (size_t)st->n);
     if (!v) return rn_errorf(RN_ENOMEM, "out of memory");
     int rc = RN_OK;
-    for (int i = 0; i < st->n; i++) v[i] = &st->t[i];
+    for (int i = 0; i < st->n; i++)
+        v[i] = &st->t[i];
     qsort(v, (size_t)st->n, sizeof *v, by_tname);
     for (int i = 1; i < st->n && rc == RN_OK; i++)
         if (strcmp(v[i - 1]->name, v[i]->name) == 0)
@@ -770,7 +807,8 @@ static int32_t state_dict_of(const unpickler *u, int32_t top) {
     return top;
 }
 
-static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+static const uint8_t LEGACY_MAGIC[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                       0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
 int rn_pth_parse(const char *path, uint8_t *buf, size_t len, rn_safetensors **out) {
     zipdir z = {0};
@@ -786,17 +824,20 @@ int rn_pth_parse(const char *path, uint8_t *buf, size_t len, rn_safetensors **ou
     if (len >= sizeof LEGACY_MAGIC && memcmp(buf, LEGACY_MAGIC, sizeof LEGACY_MAGIC) == 0) {
         char re[256];
         renamed(path, ".zip.pth", re, sizeof re);
-        rc = rn_errorf(RN_ECORRUPT, "%s: the legacy torch.save format of torch < 1.6, which rn does not read. Save it "
+        rc = rn_errorf(RN_ECORRUPT,
+                       "%s: the legacy torch.save format of torch < 1.6, which rn does not read. Save it "
                        "again in the zip format (torch >= 1.6): python3 -c \"import torch; torch.save(torch.load('%s', "
-                       "map_location='cpu'), '%s')\"", path, path, re);
+                       "map_location='cpu'), '%s')\"",
+                       path, path, re);
         goto fail;
     }
     if ((rc = zip_open(path, buf, len, &z))) goto fail;
     const zentry *bo = zfind(&z, "byteorder", 9);
     if (bo && !(bo->size == 6 && memcmp(bo->data, "little", 6) == 0)) {
-        rc = rn_errorf(RN_ECORRUPT, "%s: saved on a big-endian machine (byteorder '%.*s'); rn reads little-endian "
-                       "files: load and save it again on a little-endian one", path,
-                       (int)(bo->size < 16 ? bo->size : 16), (const char *)bo->data);
+        rc = rn_errorf(RN_ECORRUPT,
+                       "%s: saved on a big-endian machine (byteorder '%.*s'); rn reads little-endian "
+                       "files: load and save it again on a little-endian one",
+                       path, (int)(bo->size < 16 ? bo->size : 16), (const char *)bo->data);
         goto fail;
     }
     const zentry *pk = zfind(&z, "data.pkl", 8);

@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* touch every byte of every tensor, so a range past the file shows under ASan */
     unsigned sum = 0;
     for (int i = 0; i < st->n; i++)
-        for (size_t k = 0; k < st->t[i].nbytes; k++) sum += st->t[i].data[k];
+        for (size_t k = 0; k < st->t[i].nbytes; k++)
+            sum += st->t[i].data[k];
     (void)sum;
     char arch[16];
     rn_guess_arch(st, arch);
