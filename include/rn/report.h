@@ -26,6 +26,7 @@ typedef struct {
     const char *arch;        /* "resnet50" */
     const char *device;      /* rn_backend_name */
     int64_t steps_per_epoch;
+    int64_t step;            /* optimiser steps the checkpoint had taken: the run's first is step + 1 */
     int batch, accum, micro; /* batch = accum x micro images per optimiser step */
     double net_bytes;        /* rn_net_bytes */
     int amp;                 /* RN_F32, RN_F16 or RN_BF16 */
