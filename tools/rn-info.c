@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
     if (is_dir && rn_tb_list(path, &files, &n_files) == RN_OK) rn_tb_list_free(files, n_files);
     if (strstr(base, RN_TB_NAME) || n_files) {
         if (json || tensors) {
-            fprintf(stderr, "rn-info: %s: --json and --tensors are for checkpoints, not event files\n", path);
+            fprintf(stderr, "rn-info: %s: --json and --tensors are for checkpoints and datasets, not event files\n", path);
             return 2;
         }
         return print_events(path, is_dir);
