@@ -163,3 +163,34 @@ PY
     assert_success
     assert_line "train/lr 2 0.00999999978"
 }
+
+@test "pipelines: TENSORBOARD=DIR gives every epoch's rn-train --tensorboard DIR, one curve across the epochs" {
+    mkdir -p pipe
+    cat > pipe/Makefile <<MK
+ARCH = resnet18
+EPOCHS = 2
+BATCH = 16
+CROP = 32
+WORKERS = 2
+THREADS = 2
+LOG_EVERY = 2
+TRAIN_LMDB = ../train.lmdb
+VAL_LMDB = ../val.lmdb
+RUN = run
+include $BATS_TEST_DIRNAME/../pipelines/train.mk
+MK
+    run make -n -C pipe train RN_BIN="$RN_BIN"
+    assert_success
+    refute_output --partial "--tensorboard"
+    run make -C pipe train RN_BIN="$RN_BIN" TENSORBOARD=run/tb
+    assert_success
+    assert_equal "$(grep -c -- '--tensorboard run/tb' pipe/run/commands.sh)" 2
+    assert_equal "$(ls pipe/run/tb | wc -l)" 2
+    run grep '^TENSORBOARD=run/tb$' pipe/run/run.txt
+    assert_success
+    run rn-info pipe/run/tb
+    assert_success
+    assert_equal "$(grep -c '^train/loss ' <<<"$output")" 4
+    assert_line --regexp '^val/top1 4 '
+    assert_line --regexp '^val/top1 8 '
+}
