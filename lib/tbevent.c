@@ -136,7 +136,7 @@ static int visit(const Tensorboard__Event *ev, int64_t index, int (*fn)(void *, 
                    strcmp(v->metadata->plugin_data->plugin_name, "text") == 0) {
             /* bytes are not 0-terminated */
             if (!(copy = rn_malloc(t->string_val[0].len + 1))) return RN_ENOMEM;
-            memcpy(copy, t->string_val[0].data, t->string_val[0].len);
+            if (t->string_val[0].len) memcpy(copy, t->string_val[0].data, t->string_val[0].len);
             copy[t->string_val[0].len] = 0;
             it.kind = RN_TB_TEXT;
             it.text = copy;
@@ -157,7 +157,8 @@ int rn_tb_read(const char *path, int tail_ok, int (*fn)(void *ctx, const rn_tb_i
     for (int64_t index = 0;; index++) {
         size_t got = fread(head, 1, sizeof head, f);
         if (got == 0 && !ferror(f)) {
-            if (index == 0) rc = rn_errorf(RN_ECORRUPT, "%s: empty: not an event file", path);
+            /* (an empty file is one its writer has just made) */
+            if (index == 0 && !tail_ok) rc = rn_errorf(RN_ECORRUPT, "%s: empty: not an event file", path);
             break;
         }
         if (got < sizeof head) {
@@ -389,7 +390,10 @@ int rn_tb_open(const char *dir, rn_tb_writer **out) {
     return RN_OK;
 fail:
     rn_tb_list_free(old, n_old);
-    if (w->f) fclose(w->f);
+    if (w->f) {
+        fclose(w->f);
+        unlink(w->path); /* made here, holding nothing whole */
+    }
     writer_free(w);
     return rc;
 }

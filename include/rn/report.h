@@ -3,11 +3,12 @@
  * rn_train (rn/train.h) emits four events: begin (once, the run's shape), step (every
  * log_every optimiser steps and at each epoch's last), epoch (after each epoch and its
  * validation) and end (once, before the final save). Each goes to every sink of an
- * rn_report, in the order they were added. Two sinks come with the library: the
- * progress lines on stderr (rn_report_progress) and the JSONL log
- * (rn_report_jsonl). Another sink (a profiler, a logger that only rank 0 keeps) is an
- * rn_reporter with its own callbacks; a callback left NULL is not called. Sinks do not
- * fail the run: an output that cannot be written is the sink's own business.
+ * rn_report, in the order they were added. Three sinks come with the library: the
+ * progress lines on stderr (rn_report_progress), the JSONL log (rn_report_jsonl) and
+ * TensorBoard event files (rn_report_tensorboard, in rn/tbevent.h). Another sink (a
+ * profiler, a logger that only rank 0 keeps) is an rn_reporter with its own callbacks;
+ * a callback left NULL is not called. Sinks do not fail the run: an output that cannot
+ * be written is the sink's own business.
  *
  *   rn_report rep = {0};
  *   rn_reporter s;

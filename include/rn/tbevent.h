@@ -82,8 +82,9 @@ typedef struct {
 /* Read the event file at path, checking both CRCs of every record and decoding each,
  * and call fn for the file_version and for each value of a summary, in file order; a
  * non-zero return from fn stops the read and is returned. The first record must be a
- * file_version "brain.Event:...". tail_ok: a truncated last record (a writer killed
- * mid-write, or a file still being written) ends the file quietly instead of failing.
+ * file_version "brain.Event:...". tail_ok: a truncated last record or an empty file (a
+ * writer killed mid-write, or a file still being written) ends the file quietly instead
+ * of failing.
  * Errors: RN_EIO (unreadable), RN_ECORRUPT (a CRC mismatch, a record that does not
  * decode, a truncated record: the message names the file, the record and its byte
  * offset), RN_ENOMEM. */

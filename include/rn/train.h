@@ -54,8 +54,8 @@
  *
  * Output: progress lines on o->progress, the JSONL log at o->log_path and the event file
  * in o->tensorboard (rank 0 only, opened before the first step) are the sinks of an
- * rn_report (rn/report.h, rn/tbevent.h); evaluation with --val is rn_eval_run (rn/eval.h); the
- * learning rate is rn_lr_at (rn/schedule.h). */
+ * rn_report (rn/report.h, rn/tbevent.h); evaluation with --val is rn_eval_run
+ * (rn/eval.h); the learning rate is rn_lr_at (rn/schedule.h). */
 #ifndef RN_TRAIN_H
 #define RN_TRAIN_H
 
