@@ -194,3 +194,28 @@ MK
     assert_line --regexp '^val/top1 4 '
     assert_line --regexp '^val/top1 8 '
 }
+
+@test "a disk that fills mid-run: said once on stderr, training goes on, the cut file does not stop the next run" {
+    [ "$(id -u)" = 0 ] || skip "needs root to mount a tmpfs"
+    mkdir -p full
+    mount -t tmpfs -o size=4k tmpfs full 2> /dev/null || skip "cannot mount a tmpfs here"
+    # 24 log lines of about 200 bytes each: past the 4 KiB disk within the run
+    run rn-train --data train.lmdb --in init.pb --out full-run.pb --batch 16 --crop 32 --workers 2 --threads 2 \
+        --max-steps 24 --log-every 1 --tensorboard full/tb
+    train_status=$status train_out=$output
+    cp full/tb/* full-cut.tfevents
+    umount full
+    assert_equal "$train_status" 0
+    assert_equal "$(grep -c 'no more events are written' <<<"$train_out")" 1
+    [[ "$train_out" == *"rn-train: --tensorboard full/tb/events.out.tfevents."*": cannot write: No space left on device; no more events are written (training goes on)"* ]]
+    run rn-info --json full-run.pb
+    assert_output --partial '"step":24,'
+    mkdir -p cut
+    cp full-cut.tfevents cut/
+    run rn-train --data train.lmdb --in full-run.pb --out full-more.pb --batch 16 --crop 32 --workers 2 --threads 2 \
+        --max-steps 2 --log-every 1 --tensorboard cut
+    assert_success
+    run rn-info "$(ls cut/events.out.* | tail -n 1)"
+    assert_success
+    assert_line --regexp '^train/loss 26 '
+}
