@@ -152,7 +152,7 @@ int rn_tb_read(const char *path, int tail_ok, int (*fn)(void *ctx, const rn_tb_i
     FILE *f = fopen(path, "rb");
     if (!f) return rn_errorf(RN_EIO, "%s: %s", path, strerror(errno));
     int rc = RN_OK;
-    uint8_t head[12], tail[4], *data = NULL;
+    uint8_t head[12] = {0}, tail[4] = {0}, *data = NULL;
     uint64_t off = 0;
     for (int64_t index = 0;; index++) {
         size_t got = fread(head, 1, sizeof head, f);
@@ -190,8 +190,8 @@ int rn_tb_read(const char *path, int tail_ok, int (*fn)(void *ctx, const rn_tb_i
             if (ferror(f)) rc = rn_errorf(RN_EIO, "%s: %s", path, strerror(errno));
             else if (!tail_ok)
                 rc = rn_errorf(RN_ECORRUPT, "%s: record %lld at byte %llu: truncated (%llu of its %llu bytes)", path,
-                               (long long)index, (unsigned long long)off, (unsigned long long)(got + 12),
-                               (unsigned long long)(len + 16));
+                               (long long)index, (unsigned long long)off, (unsigned long long)got + 12,
+                               (unsigned long long)len + 16);
             break;
         }
         if (rn_tb_mask(rn_crc32c(0, data, len)) != get_u32(tail)) {
@@ -392,7 +392,7 @@ fail:
     rn_tb_list_free(old, n_old);
     if (w->f) {
         fclose(w->f);
-        unlink(w->path); /* made here, holding nothing whole */
+        if (w->path) unlink(w->path); /* made here, holding nothing whole */
     }
     writer_free(w);
     return rc;
