@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
     const char *in = argv[optind], *out = argv[optind + 1];
     int ext = ends_with(out, ".onnx") ? FMT_ONNX : ends_with(out, ".safetensors") ? FMT_SAFETENSORS : FMT_NONE;
     if (fmt != FMT_NONE && ext != FMT_NONE && fmt != ext) {
-        fprintf(stderr, "rn-export: --format %s but %s names a %s file (rename OUT or drop --format)\n",
+        fprintf(stderr, "rn-export: --format %s, but %s ends in .%s (rename OUT or drop --format)\n",
                 fmt == FMT_ONNX ? "onnx" : "safetensors", out, ext == FMT_ONNX ? "onnx" : "safetensors");
         return 2;
     }
