@@ -26,6 +26,7 @@ typedef struct {
     size_t nnode, capnode;
     Onnx__TensorProto **init;
     size_t ninit, capinit;
+    const rn_onnx_ranges *q; /* int8 model: the activation ranges; NULL: float */
 } builder;
 
 static int grow(void ***arr, size_t *cap, size_t need) {
@@ -160,8 +161,9 @@ static int ckpt_init(builder *b, const rn_ckpt *c, const char *module, const cha
                        p->data.len);
 }
 
-/* BN of unit u folded into its conv: <conv>.weight and <conv>.bias (rn/onnx.h) */
-static int folded_init(builder *b, const rn_ckpt *c, const rn_convbn *u) {
+/* BN of unit u folded into its conv (rn/onnx.h): *w (cout, cin, k, k) and *bias (cout),
+ * owned by the builder */
+static int fold(builder *b, const rn_ckpt *c, const rn_convbn *u, float **w, float **bias) {
     const char *what[5] = {"weight", "weight", "bias", "running_mean", "running_var"};
     const float *v[5];
     for (int i = 0; i < 5; i++) {
@@ -172,29 +174,94 @@ static int folded_init(builder *b, const rn_ckpt *c, const rn_convbn *u) {
         v[i] = rn_ptensor_f32(p);
     }
     size_t per = (size_t)u->cin * u->k * u->k;
-    float *w = bcalloc(b, (size_t)u->cout * per * sizeof(float));
-    float *bias = bcalloc(b, (size_t)u->cout * sizeof(float));
-    if (!w || !bias) return RN_ENOMEM;
+    *w = bcalloc(b, (size_t)u->cout * per * sizeof(float));
+    *bias = bcalloc(b, (size_t)u->cout * sizeof(float));
+    if (!*w || !*bias) return RN_ENOMEM;
     for (int o = 0; o < u->cout; o++) {
         double s = (double)v[1][o] / sqrt((double)v[4][o] + BN_EPS);
-        for (size_t i = 0; i < per; i++) w[o * per + i] = (float)(v[0][o * per + i] * s);
-        bias[o] = (float)(v[2][o] - v[3][o] * s);
+        for (size_t i = 0; i < per; i++) (*w)[o * per + i] = (float)(v[0][o * per + i] * s);
+        (*bias)[o] = (float)(v[2][o] - v[3][o] * s);
     }
-    char name[128];
-    int64_t wd[4] = {u->cout, u->cin, u->k, u->k}, bd[1] = {u->cout};
-    snprintf(name, sizeof name, "%s.weight", u->conv);
-    int rc = initializer(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, wd, w, (size_t)u->cout * per * 4);
-    if (rc) return rc;
-    snprintf(name, sizeof name, "%s.bias", u->conv);
-    return initializer(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, bd, bias, (size_t)u->cout * 4);
+    return RN_OK;
+}
+
+/* A weight (rows, ...) as int8, symmetric per row (output channel): initializers
+ * NAME_quantized, NAME_scale (max|row|/127, 1 for an all-zero row) and NAME_zero_point
+ * (zeros), and the DequantizeLinear (axis 0) whose output value is NAME. */
+static int quant_weight(builder *b, const char *name, const float *w, int ndim, const int64_t *dims) {
+    int64_t rows = dims[0];
+    size_t per = 1;
+    for (int i = 1; i < ndim; i++) per *= (size_t)dims[i];
+    int8_t *q = bcalloc(b, (size_t)rows * per);
+    float *scale = bcalloc(b, (size_t)rows * sizeof(float));
+    int8_t *zp = bcalloc(b, (size_t)rows);
+    char *qn = bstr(b, "%s_quantized", name), *sn = bstr(b, "%s_scale", name), *zn = bstr(b, "%s_zero_point", name);
+    if (!q || !scale || !zp || !qn || !sn || !zn) return RN_ENOMEM;
+    for (int64_t o = 0; o < rows; o++) {
+        const float *r = w + (size_t)o * per;
+        float m = 0;
+        for (size_t i = 0; i < per; i++)
+            if (fabsf(r[i]) > m) m = fabsf(r[i]);
+        scale[o] = m > 0 ? m / 127.0f : 1.0f;
+        for (size_t i = 0; i < per; i++) {
+            float v = nearbyintf(r[i] / scale[o]);
+            q[(size_t)o * per + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+    int rc;
+    if ((rc = initializer(b, qn, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, ndim, dims, q, (size_t)rows * per))) return rc;
+    if ((rc = initializer(b, sn, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &rows, scale, (size_t)rows * 4))) return rc;
+    if ((rc = initializer(b, zn, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, 1, &rows, zp, (size_t)rows))) return rc;
+    Onnx__NodeProto *n = node(b, "DequantizeLinear", name, 3, qn, sn, zn);
+    if (!n) return RN_ENOMEM;
+    return attr_int(b, n, "axis", 0);
+}
+
+/* An activation x through QuantizeLinear and DequantizeLinear, per tensor: int8
+ * symmetric (scale range/127) when it may be negative, else uint8 with zero point 0
+ * (scale range/255). A float model (no ranges) passes x through. */
+static int qdq(builder *b, char *x, float range, int is_signed, char **y) {
+    if (!b->q) {
+        *y = x;
+        return RN_OK;
+    }
+    float *scale = bcalloc(b, sizeof(float));
+    uint8_t *zp = bcalloc(b, 1);
+    char *sn = bstr(b, "%s.scale", x), *zn = bstr(b, "%s.zero_point", x);
+    char *qn = bstr(b, "%s.quantized", x), *dn = bstr(b, "%s.dequantized", x);
+    if (!scale || !zp || !sn || !zn || !qn || !dn) return RN_ENOMEM;
+    *scale = range > 0 && isfinite(range) ? range / (is_signed ? 127.0f : 255.0f) : 1.0f;
+    int64_t none = 0;
+    int rc;
+    if ((rc = initializer(b, sn, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, &none, scale, 4))) return rc;
+    if ((rc = initializer(b, zn, is_signed ? ONNX__TENSOR_PROTO__DATA_TYPE__INT8 : ONNX__TENSOR_PROTO__DATA_TYPE__UINT8,
+                          0, &none, zp, 1)))
+        return rc;
+    Onnx__NodeProto *qz = node(b, "QuantizeLinear", qn, 3, x, sn, zn);
+    Onnx__NodeProto *dq = qz ? node(b, "DequantizeLinear", dn, 3, qz->output[0], sn, zn) : NULL;
+    if (!dq) return RN_ENOMEM;
+    *y = dq->output[0];
+    return RN_OK;
 }
 
 /* conv (+ BN) of unit u on value x; its output value in *y */
-static int convbn(builder *b, const rn_ckpt *c, const rn_convbn *u, char *x, int fold, char **y) {
+static int convbn(builder *b, const rn_ckpt *c, const rn_convbn *u, char *x, int folded, char **y) {
     int rc;
     char *wname = bstr(b, "%s.weight", u->conv), *bname = bstr(b, "%s.bias", u->conv);
     if (!wname || !bname) return RN_ENOMEM;
-    Onnx__NodeProto *n = fold ? node(b, "Conv", u->conv, 3, x, wname, bname) : node(b, "Conv", u->conv, 2, x, wname);
+    /* weights first: a DequantizeLinear feeding the Conv must come before it */
+    if (folded) {
+        float *w = NULL, *bias = NULL;
+        int64_t wd[4] = {u->cout, u->cin, u->k, u->k}, bd[1] = {u->cout};
+        if ((rc = fold(b, c, u, &w, &bias))) return rc;
+        if (b->q) rc = quant_weight(b, wname, w, 4, wd);
+        else
+            rc = initializer(b, wname, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, wd, w,
+                             (size_t)u->cout * u->cin * u->k * u->k * sizeof(float));
+        if (rc) return rc;
+        if ((rc = initializer(b, bname, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, bd, bias, (size_t)u->cout * 4))) return rc;
+    }
+    Onnx__NodeProto *n = folded ? node(b, "Conv", u->conv, 3, x, wname, bname) : node(b, "Conv", u->conv, 2, x, wname);
     if (!n) return RN_ENOMEM;
     int64_t k[2] = {u->k, u->k}, s[2] = {u->stride, u->stride}, d[2] = {1, 1};
     int64_t p[4] = {u->pad, u->pad, u->pad, u->pad};
@@ -203,8 +270,7 @@ static int convbn(builder *b, const rn_ckpt *c, const rn_convbn *u, char *x, int
     if ((rc = attr_ints(b, n, "pads", 4, p))) return rc;
     if ((rc = attr_ints(b, n, "dilations", 2, d))) return rc;
     if ((rc = attr_int(b, n, "group", 1))) return rc;
-    if (fold) {
-        if ((rc = folded_init(b, c, u))) return rc;
+    if (folded) {
         *y = n->output[0];
         return RN_OK;
     }
@@ -272,6 +338,7 @@ static int block(builder *b, const rn_ckpt *c, const rn_resnet *net, int k, char
             char name[64];
             snprintf(name, sizeof name, "%s.relu%d", prefix, i + 1);
             if ((rc = unary(b, "Relu", name, h, &h))) return rc;
+            if ((rc = qdq(b, h, b->q ? b->q->unit[blk->conv[i]] : 0, 0, &h))) return rc;
         }
     }
     if (blk->down >= 0 && (rc = convbn(b, c, &net->units[blk->down], x, fold, &sc))) return rc;
@@ -280,7 +347,8 @@ static int block(builder *b, const rn_ckpt *c, const rn_resnet *net, int k, char
     Onnx__NodeProto *add = node(b, "Add", name, 2, h, sc);
     if (!add) return RN_ENOMEM;
     snprintf(name, sizeof name, "%s.relu", prefix);
-    return unary(b, "Relu", name, add->output[0], y);
+    if ((rc = unary(b, "Relu", name, add->output[0], y))) return rc;
+    return qdq(b, *y, b->q ? b->q->unit[blk->conv[blk->nconv - 1]] : 0, 0, y);
 }
 
 /* a value's type: elem (N, d1, d2, d3...), a dim < 0 symbolic with the name in sym */
@@ -341,7 +409,7 @@ static char *class_json(builder *b, const rn_ckpt *c) {
 }
 
 static int metadata(builder *b, Onnx__ModelProto *m, const rn_ckpt *c, const rn_resnet *net, int pre) {
-    const char *keys[] = {"arch", "num_classes", "class_names", "input", "producer", "rn_version"};
+    const char *keys[] = {"arch", "num_classes", "class_names", "input", "producer", "rn_version", "quantization"};
     enum { NKEYS = sizeof keys / sizeof keys[0] };
     char *vals[NKEYS];
     vals[0] = bstr(b, "%s", net->arch);
@@ -357,6 +425,9 @@ static int metadata(builder *b, Onnx__ModelProto *m, const rn_ckpt *c, const rn_
                          RN_IMAGENET_STD[1], RN_IMAGENET_STD[2]);
     vals[4] = bstr(b, "rn-export");
     vals[5] = bstr(b, "%s", RN_VERSION);
+    vals[6] = bstr(b, "%s", b->q ? "int8 QDQ: weights int8 symmetric per output channel; activations per tensor "
+                                   "(input int8 symmetric, ReLU outputs uint8), scales from calibration"
+                                 : "none (float32)");
     m->metadata_props = bcalloc(b, NKEYS * sizeof *m->metadata_props);
     if (!m->metadata_props) return RN_ENOMEM;
     for (int i = 0; i < NKEYS; i++) {
@@ -376,7 +447,8 @@ int rn_onnx_build(const rn_ckpt *c, const rn_onnx_opts *o, uint8_t **out, size_t
     rn_resnet net;
     int rc = rn_ckpt_net(c, &net);
     if (rc) return rc;
-    builder b = {0};
+    builder b = {.q = o->int8};
+    int folded = o->fold_bn || o->int8;
     Onnx__ModelProto m;
     Onnx__GraphProto g;
     Onnx__OperatorSetIdProto opset;
@@ -420,7 +492,8 @@ int rn_onnx_build(const rn_ckpt *c, const rn_onnx_opts *o, uint8_t **out, size_t
     g.output = &vout;
     g.n_output = 1;
 
-    if ((rc = convbn(&b, c, &net.units[0], x, o->fold_bn, &x))) goto fail;
+    if ((rc = qdq(&b, x, b.q ? b.q->input : 0, 1, &x))) goto fail;
+    if ((rc = convbn(&b, c, &net.units[0], x, folded, &x))) goto fail;
     if ((rc = unary(&b, "Relu", "relu", x, &x))) goto fail;
     Onnx__NodeProto *pool = node(&b, "MaxPool", "maxpool", 1, x);
     if (!pool) {
@@ -431,17 +504,26 @@ int rn_onnx_build(const rn_ckpt *c, const rn_onnx_opts *o, uint8_t **out, size_t
     if ((rc = attr_ints(&b, pool, "kernel_shape", 2, k3))) goto fail;
     if ((rc = attr_ints(&b, pool, "strides", 2, s2))) goto fail;
     if ((rc = attr_ints(&b, pool, "pads", 4, p1))) goto fail;
-    x = pool->output[0];
+    if ((rc = qdq(&b, pool->output[0], b.q ? b.q->unit[0] : 0, 0, &x))) goto fail;
     for (int k = 0; k < net.nblocks; k++)
-        if ((rc = block(&b, c, &net, k, x, o->fold_bn, &x))) goto fail;
+        if ((rc = block(&b, c, &net, k, x, folded, &x))) goto fail;
     if ((rc = unary(&b, "GlobalAveragePool", "avgpool", x, &x))) goto fail;
+    if ((rc = qdq(&b, x, b.q ? b.q->pooled : 0, 0, &x))) goto fail;
     Onnx__NodeProto *flat = node(&b, "Flatten", "flatten", 1, x);
     if (!flat) {
         rc = RN_ENOMEM;
         goto fail;
     }
     if ((rc = attr_int(&b, flat, "axis", 1))) goto fail;
-    if ((rc = ckpt_init(&b, c, "fc", "weight", NULL))) goto fail;
+    const rn_ptensor *fcw = NULL;
+    if (b.q) {
+        if (!(fcw = rn_ckpt_find(c, "fc.weight")) || !rn_ptensor_f32(fcw) || fcw->n_shape != 2) {
+            rc = rn_errorf(RN_ECORRUPT, "checkpoint lacks F32 tensor fc.weight");
+            goto fail;
+        }
+        rc = quant_weight(&b, "fc.weight", rn_ptensor_f32(fcw), 2, fcw->shape);
+    } else rc = ckpt_init(&b, c, "fc", "weight", NULL);
+    if (rc) goto fail;
     if ((rc = ckpt_init(&b, c, "fc", "bias", NULL))) goto fail;
     Onnx__NodeProto *fc = node(&b, "Gemm", "fc", 3, flat->output[0], "fc.weight", "fc.bias");
     if (!fc) {

@@ -9,6 +9,13 @@
 #include "rn/err.h"
 #include "rn/onnx.h"
 
+/* calibration defaults, each next to its flag in the usage */
+#define DEF_CALIB_BATCHES 10
+#define DEF_PERCENTILE 99.99
+#define DEF_BATCH 32
+#define DEF_CROP 224
+#define DEF_WORKERS 4
+
 static void usage(FILE *f) {
     fprintf(f, "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess] IN.pb OUT\n"
                "\n"
@@ -34,10 +41,23 @@ static void usage(FILE *f) {
                "      --preprocess  onnx: input is uint8 (N, H, W, 3), the RGB pixels rn's\n"
                "                  loader makes; the graph normalises them itself (Cast, Div 255,\n"
                "                  Sub mean, Div std, Transpose), so logits equal rn-eval's\n"
+               "      --int8      onnx: a static int8 QDQ model (BN folded): weights int8 per\n"
+               "                  output channel, activations per tensor with scales from\n"
+               "                  running the checkpoint over --calib (rn-eval's transform)\n"
+               "      --calib DATA.lmdb  --int8: the calibration images (an rn-prep dataset)\n"
+               "      --calib-batches N  batches of --batch images from its start (default %d)\n"
+               "      --calib-method M   minmax (the largest magnitude, default) or percentile\n"
+               "                  (the --percentile share of the magnitudes)\n"
+               "      --percentile P     for --calib-method percentile (default %g)\n"
+               "  -b, --batch N   calibration images per forward (default %d)\n"
+               "      --crop S    calibration crop, as rn-eval's (default %d)\n"
+               "  -w, --workers N calibration loader threads (default %d)\n"
+               "  -t, --threads N calibration compute threads (default: all cores)\n"
                "  -h, --help      this help\n"
                "  -V, --version   print the version\n"
                "\n"
-               "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n");
+               "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
+            DEF_CALIB_BATCHES, DEF_PERCENTILE, DEF_BATCH, DEF_CROP, DEF_WORKERS);
 }
 
 enum { FMT_NONE, FMT_SAFETENSORS, FMT_ONNX };
@@ -48,17 +68,44 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_FOLD = 256, OPT_PRE };
+    enum { OPT_FOLD = 256, OPT_PRE, OPT_INT8, OPT_CALIB, OPT_CBATCHES, OPT_METHOD, OPT_PCT, OPT_CROP };
     static const struct option opts[] = {{"format", required_argument, 0, 'f'},
                                          {"fold-bn", no_argument, 0, OPT_FOLD},
                                          {"preprocess", no_argument, 0, OPT_PRE},
+                                         {"int8", no_argument, 0, OPT_INT8},
+                                         {"calib", required_argument, 0, OPT_CALIB},
+                                         {"calib-batches", required_argument, 0, OPT_CBATCHES},
+                                         {"calib-method", required_argument, 0, OPT_METHOD},
+                                         {"percentile", required_argument, 0, OPT_PCT},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"crop", required_argument, 0, OPT_CROP},
+                                         {"workers", required_argument, 0, 'w'},
+                                         {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
     rn_onnx_opts oo = {0};
-    int fmt = FMT_NONE, c;
-    while ((c = getopt_long(argc, argv, "f:hV", opts, NULL)) != -1) {
+    rn_onnx_calib_opts co = {.batches = DEF_CALIB_BATCHES, .batch = DEF_BATCH, .crop = DEF_CROP,
+                             .workers = DEF_WORKERS, .method = RN_CALIB_MINMAX, .percentile = DEF_PERCENTILE};
+    int fmt = FMT_NONE, c, int8 = 0, bad = 0;
+    while ((c = getopt_long(argc, argv, "f:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
+        case OPT_INT8: int8 = 1; break;
+        case OPT_CALIB: co.data = optarg; break;
+        case OPT_CBATCHES: bad = rn_cli_int("--calib-batches", optarg, 1, 1 << 20, &co.batches); break;
+        case OPT_PCT: bad = rn_cli_float("--percentile", optarg, 1e-9, 100, &co.percentile); break;
+        case 'b': bad = rn_cli_int("--batch", optarg, 1, 1 << 16, &co.batch); break;
+        case OPT_CROP: bad = rn_cli_int("--crop", optarg, 1, 1 << 14, &co.crop); break;
+        case 'w': bad = rn_cli_int("--workers", optarg, 0, 1024, &co.workers); break;
+        case 't': bad = rn_cli_int("--threads", optarg, 0, 1024, &co.threads); break;
+        case OPT_METHOD:
+            if (strcmp(optarg, "minmax") == 0) co.method = RN_CALIB_MINMAX;
+            else if (strcmp(optarg, "percentile") == 0) co.method = RN_CALIB_PERCENTILE;
+            else {
+                fprintf(stderr, "rn-export: --calib-method: unknown method '%s': want minmax or percentile\n", optarg);
+                return 2;
+            }
+            break;
         case 'f':
             if (strcmp(optarg, "safetensors") == 0) fmt = FMT_SAFETENSORS;
             else if (strcmp(optarg, "onnx") == 0) fmt = FMT_ONNX;
@@ -73,6 +120,10 @@ int main(int argc, char **argv) {
         case 'V': printf("rn-export %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-export: see 'rn-export --help'\n"); return 2;
         }
+        if (bad) {
+            fprintf(stderr, "rn-export: %s\n", rn_last_error());
+            return 2;
+        }
     }
     if (argc - optind != 2) {
         fprintf(stderr, "rn-export: expected IN.pb OUT (see --help)\n");
@@ -86,14 +137,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (fmt == FMT_NONE) fmt = ext == FMT_ONNX ? FMT_ONNX : FMT_SAFETENSORS;
-    if (fmt != FMT_ONNX && (oo.fold_bn || oo.preprocess)) {
+    if (fmt != FMT_ONNX && (oo.fold_bn || oo.preprocess || int8)) {
         fprintf(stderr, "rn-export: %s is for ONNX output (give OUT.onnx or --format onnx)\n",
-                oo.fold_bn ? "--fold-bn" : "--preprocess");
+                oo.fold_bn ? "--fold-bn" : oo.preprocess ? "--preprocess" : "--int8");
+        return 2;
+    }
+    if (int8 != (co.data != NULL)) {
+        fprintf(stderr, "rn-export: %s\n", int8 ? "--int8 needs --calib DATA.lmdb (images to measure the activations on)"
+                                                 : "--calib is for --int8");
         return 2;
     }
     rn_ckpt *ck = NULL;
     int rc = rn_cli_output("rn-export", out, stderr);
     if (rc == RN_OK) rc = rn_ckpt_read(in, &ck);
+    rn_onnx_ranges ranges;
+    if (rc == RN_OK && int8 && (rc = rn_onnx_calibrate(ck, &co, &ranges)) == RN_OK) oo.int8 = &ranges;
     if (rc == RN_OK)
         rc = fmt == FMT_ONNX ? rn_onnx_export(ck, &oo, out) : rn_ckpt_export_safetensors(ck, out);
     rn_ckpt_free(ck);

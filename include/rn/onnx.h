@@ -33,14 +33,47 @@
 #include <stdint.h>
 
 #include "rn/ckpt.h"
+#include "rn/resnet.h"
 
 #define RN_ONNX_OPSET 17
 #define RN_ONNX_IR_VERSION 8
 
+/* Activation ranges for an int8 model, from rn_onnx_calibrate: the largest magnitude
+ * (minmax) or a percentile of the magnitudes of each tensor that feeds a Conv or the
+ * Gemm, over the calibration images. */
+typedef struct {
+    float input;                 /* the normalised input (signed: int8 symmetric) */
+    float unit[RN_MAX_CONVS];    /* unit i's output after its ReLU (a block's last unit:
+                                    after the add and ReLU); downsample units unused */
+    float pooled;                /* GlobalAveragePool's output */
+} rn_onnx_ranges;
+
+enum { RN_CALIB_MINMAX = 0, RN_CALIB_PERCENTILE = 1 };
+
+typedef struct {
+    const char *data;   /* an rn dataset (rn-prep), read with rn-eval's transform */
+    int batches;        /* batches of `batch` images from the start (fewer if it ends) */
+    int batch, crop, workers, threads;
+    int method;         /* RN_CALIB_MINMAX or RN_CALIB_PERCENTILE */
+    double percentile;  /* e.g. 99.99: the range covers this share of the magnitudes */
+} rn_onnx_calib_opts;
+
 typedef struct {
     int fold_bn;    /* fold BatchNormalization into the convs */
     int preprocess; /* uint8 NHWC input, normalised inside the graph */
+    /* non-NULL: static int8 QDQ model (BN folded whatever fold_bn says): weights int8
+       symmetric per output channel (DequantizeLinear axis 0, scale max|w|/127), the
+       input int8 symmetric (scale range/127), ReLU outputs and the pooled features
+       uint8 with zero point 0 (scale range/255), each through QuantizeLinear and
+       DequantizeLinear before the Conv or Gemm that reads it; biases, Add and the
+       pooling stay float. The stem's MaxPool output takes the stem's scale. */
+    const rn_onnx_ranges *int8;
 } rn_onnx_opts;
+
+/* Run c in inference (running BN statistics) on o->batches batches of o->data on the
+ * CPU and measure the ranges an int8 model quantises with. Errors: those of the loader
+ * and the network (RN_EDATA, RN_EIO, RN_ENOMEM), RN_EINVAL (bad options). */
+int rn_onnx_calibrate(const rn_ckpt *c, const rn_onnx_calib_opts *o, rn_onnx_ranges *out);
 
 /* The serialized ModelProto of checkpoint c (validated, as from rn_ckpt_read) into a
  * malloc'ed buffer *out of *len bytes (caller frees). Errors: RN_ECORRUPT (a tensor
