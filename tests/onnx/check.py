@@ -1,11 +1,14 @@
 """Helpers for tests/export-onnx.bats.
 usage: check.py nchw RAW.u8 N S OUT.f32      rn-load's u8 NHWC batch, normalised as rn
                                               does, to float32 NCHW
-       check.py compare RN.safetensors ORT.f32 TOL
+       check.py compare RN.safetensors ORT.f32 TOL [MIN]
                                               max relative difference of onnxruntime's
                                               logits against rn-eval's; exit 1 over TOL
+                                              (or under MIN: an int8 model that is not
+                                              quantised)
        check.py checker MODEL.onnx            onnx.checker full_check; prints the
-                                              metadata_props as key=value lines"""
+                                              metadata_props as key=value lines, and the
+                                              count of each op as op:Name=N"""
 import json
 import struct
 import sys
@@ -39,12 +42,16 @@ def main():
         ref = read_safetensors(sys.argv[2]).astype(np.float64)
         got = np.fromfile(sys.argv[3], dtype="<f4").astype(np.float64).reshape(ref.shape)
         tol = float(sys.argv[4])
+        least = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
         # relative to the larger of the element and the largest logit of its row: a
         # logit near 0 would make a pure element-wise relative error meaningless
         scale = np.maximum(np.abs(ref), np.abs(ref).max(axis=1, keepdims=True))
         rel = np.abs(got - ref) / np.maximum(scale, 1e-30)
         worst = float(rel.max())
         print(f"n={ref.shape[0]} classes={ref.shape[1]} max_rel={worst:.3g} tol={tol:g}")
+        if worst < least:
+            print(f"max_rel {worst:.3g} under {least:g}: the model computes in float")
+            sys.exit(1)
         if not np.isfinite(got).all() or worst > tol:
             i = np.unravel_index(int(np.argmax(rel)), rel.shape)
             print(f"worst at {tuple(int(v) for v in i)}: rn {ref[i]!r} onnxruntime {got[i]!r}")
@@ -55,6 +62,16 @@ def main():
         onnx.checker.check_model(m, full_check=True)
         for p in m.metadata_props:
             print(f"{p.key}={p.value}")
+        ops = {}
+        for n in m.graph.node:
+            ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        for k in sorted(ops):
+            print(f"op:{k}={ops[k]}")
+        kinds = {}
+        for t in m.graph.initializer:
+            kinds[t.data_type] = kinds.get(t.data_type, 0) + 1
+        for k in sorted(kinds):
+            print(f"initializers:{onnx.TensorProto.DataType.Name(k)}={kinds[k]}")
     else:
         sys.exit(f"check.py: unknown command {cmd}")
 
