@@ -17,7 +17,8 @@
 #define DEF_WORKERS 4
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess] IN.pb OUT\n"
+    fprintf(f, "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess]\n"
+               "                 [--int8 --calib DATA.lmdb [calibration options]] IN.pb OUT\n"
                "\n"
                "safetensors (default; OUT.safetensors): the parameters and BN buffers of a\n"
                "checkpoint with torchvision's names and layouts, in state_dict order, the model\n"

@@ -25,7 +25,8 @@
  *
  * metadata_props: "arch" (resnet50), "num_classes" (decimal), "class_names" (a JSON
  * array of strings, index = class; [] when the checkpoint has none), "input" (the
- * input's layout and normalisation in words), "producer" "rn-export", "rn_version". */
+ * input's layout and normalisation in words), "producer" "rn-export", "rn_version",
+ * "quantization" ("none (float32)" or the int8 scheme in words). */
 #ifndef RN_ONNX_H
 #define RN_ONNX_H
 
