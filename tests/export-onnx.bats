@@ -44,10 +44,17 @@ setup_file() {
 
 setup() { cd "$BATS_FILE_TMPDIR"; }
 
+# why make onnxruntime did not install onnxruntime-node: npm's fetch error, else the first line
+ort_missing_why() {
+    local log=$ORT_DIR/install.log
+    [ -f "$log" ] || { echo "never installed"; return; }
+    grep -m 1 -E 'FetchError|no npm' "$log" || head -n 1 "$log"
+}
+
 need_ort() {
     command -v node > /dev/null || skip "no node (apt-get install nodejs npm) to run onnxruntime-node"
     [ -f "$ORT_DIR/node_modules/onnxruntime-node/package.json" ] ||
-        skip "onnxruntime-node is not in $ORT_DIR ($(tail -n 1 "$ORT_DIR/install.log" 2> /dev/null || echo 'never installed')): make onnxruntime installs it with npm from the npm registry"
+        skip "onnxruntime-node is not in $ORT_DIR ($(ort_missing_why)): make onnxruntime installs it with npm from the npm registry"
 }
 
 need_onnx() {
