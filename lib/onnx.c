@@ -62,7 +62,8 @@ static char *bstr(builder *b, const char *fmt, ...) {
 }
 
 static void builder_free(builder *b) {
-    for (size_t i = 0; i < b->nmem; i++) free(b->mem[i]);
+    for (size_t i = 0; i < b->nmem; i++)
+        free(b->mem[i]);
     free(b->mem);
     free(b->node);
     free(b->init);
@@ -84,7 +85,8 @@ static Onnx__NodeProto *node(builder *b, const char *op, const char *out, int ni
     n->output[0] = n->name;
     va_list ap;
     va_start(ap, nin);
-    for (int i = 0; i < nin; i++) n->input[n->n_input++] = va_arg(ap, char *);
+    for (int i = 0; i < nin; i++)
+        n->input[n->n_input++] = va_arg(ap, char *);
     va_end(ap);
     if (grow((void ***)&b->node, &b->capnode, b->nnode + 1)) return NULL;
     b->node[b->nnode++] = n;
@@ -179,7 +181,8 @@ static int fold(builder *b, const rn_ckpt *c, const rn_convbn *u, float **w, flo
     if (!*w || !*bias) return RN_ENOMEM;
     for (int o = 0; o < u->cout; o++) {
         double s = (double)v[1][o] / sqrt((double)v[4][o] + BN_EPS);
-        for (size_t i = 0; i < per; i++) (*w)[o * per + i] = (float)(v[0][o * per + i] * s);
+        for (size_t i = 0; i < per; i++)
+            (*w)[o * per + i] = (float)(v[0][o * per + i] * s);
         (*bias)[o] = (float)(v[2][o] - v[3][o] * s);
     }
     return RN_OK;
@@ -191,7 +194,8 @@ static int fold(builder *b, const rn_ckpt *c, const rn_convbn *u, float **w, flo
 static int quant_weight(builder *b, const char *name, const float *w, int ndim, const int64_t *dims) {
     int64_t rows = dims[0];
     size_t per = 1;
-    for (int i = 1; i < ndim; i++) per *= (size_t)dims[i];
+    for (int i = 1; i < ndim; i++)
+        per *= (size_t)dims[i];
     int8_t *q = bcalloc(b, (size_t)rows * per);
     float *scale = bcalloc(b, (size_t)rows * sizeof(float));
     int8_t *zp = bcalloc(b, (size_t)rows);
@@ -254,12 +258,14 @@ static int convbn(builder *b, const rn_ckpt *c, const rn_convbn *u, char *x, int
         float *w = NULL, *bias = NULL;
         int64_t wd[4] = {u->cout, u->cin, u->k, u->k}, bd[1] = {u->cout};
         if ((rc = fold(b, c, u, &w, &bias))) return rc;
-        if (b->q) rc = quant_weight(b, wname, w, 4, wd);
+        if (b->q)
+            rc = quant_weight(b, wname, w, 4, wd);
         else
             rc = initializer(b, wname, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, wd, w,
                              (size_t)u->cout * u->cin * u->k * u->k * sizeof(float));
         if (rc) return rc;
-        if ((rc = initializer(b, bname, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, bd, bias, (size_t)u->cout * 4))) return rc;
+        if ((rc = initializer(b, bname, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, bd, bias, (size_t)u->cout * 4)))
+            return rc;
     }
     Onnx__NodeProto *n = folded ? node(b, "Conv", u->conv, 3, x, wname, bname) : node(b, "Conv", u->conv, 2, x, wname);
     if (!n) return RN_ENOMEM;
@@ -311,10 +317,10 @@ static int preprocess(builder *b, char *x, char **y) {
     if (!cast) return RN_ENOMEM;
     if ((rc = attr_int(b, cast, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT))) return rc;
     Onnx__NodeProto *div = node(b, "Div", "preprocess.div_255", 2, cast->output[0], b->init[b->ninit - 3]->name);
-    Onnx__NodeProto *sub = div ? node(b, "Sub", "preprocess.sub_mean", 2, div->output[0], b->init[b->ninit - 2]->name)
-                               : NULL;
-    Onnx__NodeProto *dstd = sub ? node(b, "Div", "preprocess.div_std", 2, sub->output[0], b->init[b->ninit - 1]->name)
-                                : NULL;
+    Onnx__NodeProto *sub =
+        div ? node(b, "Sub", "preprocess.sub_mean", 2, div->output[0], b->init[b->ninit - 2]->name) : NULL;
+    Onnx__NodeProto *dstd =
+        sub ? node(b, "Div", "preprocess.div_std", 2, sub->output[0], b->init[b->ninit - 1]->name) : NULL;
     Onnx__NodeProto *tr = dstd ? node(b, "Transpose", "preprocess.nchw", 1, dstd->output[0]) : NULL;
     if (!tr) return RN_ENOMEM;
     int64_t perm[4] = {0, 3, 1, 2};
@@ -415,19 +421,22 @@ static int metadata(builder *b, Onnx__ModelProto *m, const rn_ckpt *c, const rn_
     vals[0] = bstr(b, "%s", net->arch);
     vals[1] = bstr(b, "%d", net->num_classes);
     vals[2] = class_json(b, c);
-    vals[3] = pre ? bstr(b, "uint8 (N, H, W, 3) RGB pixels as rn's loader makes them; normalised inside: "
-                            "(x/255 - mean) / std, mean %.3f %.3f %.3f, std %.3f %.3f %.3f",
+    vals[3] = pre ? bstr(b,
+                         "uint8 (N, H, W, 3) RGB pixels as rn's loader makes them; normalised inside: "
+                         "(x/255 - mean) / std, mean %.3f %.3f %.3f, std %.3f %.3f %.3f",
                          RN_IMAGENET_MEAN[0], RN_IMAGENET_MEAN[1], RN_IMAGENET_MEAN[2], RN_IMAGENET_STD[0],
                          RN_IMAGENET_STD[1], RN_IMAGENET_STD[2])
-                  : bstr(b, "float (N, 3, H, W) RGB, normalised: (x/255 - mean) / std, mean %.3f %.3f %.3f, "
-                            "std %.3f %.3f %.3f",
+                  : bstr(b,
+                         "float (N, 3, H, W) RGB, normalised: (x/255 - mean) / std, mean %.3f %.3f %.3f, "
+                         "std %.3f %.3f %.3f",
                          RN_IMAGENET_MEAN[0], RN_IMAGENET_MEAN[1], RN_IMAGENET_MEAN[2], RN_IMAGENET_STD[0],
                          RN_IMAGENET_STD[1], RN_IMAGENET_STD[2]);
     vals[4] = bstr(b, "rn-export");
     vals[5] = bstr(b, "%s", RN_VERSION);
-    vals[6] = bstr(b, "%s", b->q ? "int8 QDQ: weights int8 symmetric per output channel; activations per tensor "
-                                   "(input int8 symmetric, ReLU outputs uint8), scales from calibration"
-                                 : "none (float32)");
+    vals[6] = bstr(b, "%s",
+                   b->q ? "int8 QDQ: weights int8 symmetric per output channel; activations per tensor "
+                          "(input int8 symmetric, ReLU outputs uint8), scales from calibration"
+                        : "none (float32)");
     m->metadata_props = bcalloc(b, NKEYS * sizeof *m->metadata_props);
     if (!m->metadata_props) return RN_ENOMEM;
     for (int i = 0; i < NKEYS; i++) {
@@ -522,7 +531,8 @@ int rn_onnx_build(const rn_ckpt *c, const rn_onnx_opts *o, uint8_t **out, size_t
             goto fail;
         }
         rc = quant_weight(&b, "fc.weight", rn_ptensor_f32(fcw), 2, fcw->shape);
-    } else rc = ckpt_init(&b, c, "fc", "weight", NULL);
+    } else
+        rc = ckpt_init(&b, c, "fc", "weight", NULL);
     if (rc) goto fail;
     if ((rc = ckpt_init(&b, c, "fc", "bias", NULL))) goto fail;
     Onnx__NodeProto *fc = node(&b, "Gemm", "fc", 3, flat->output[0], "fc.weight", "fc.bias");

@@ -28,7 +28,8 @@ static void hist_add(hist *h, const float *x, size_t n) {
     if (m > h->max) h->max = m;
     if (h->hi == 0) h->hi = m > 0 ? m : 1;
     while (m >= h->hi) {
-        for (int i = 0; i < NBINS / 2; i++) h->bins[i] = h->bins[2 * i] + h->bins[2 * i + 1];
+        for (int i = 0; i < NBINS / 2; i++)
+            h->bins[i] = h->bins[2 * i] + h->bins[2 * i + 1];
         memset(h->bins + NBINS / 2, 0, sizeof(uint64_t) * NBINS / 2);
         h->hi *= 2;
     }
@@ -52,6 +53,50 @@ static float hist_range(const hist *h, int method, double p) {
         }
     }
     return h->max;
+}
+
+/* One batch through the network: its normalised input and every unit's output (the
+ * pooled features after unit `last`) into the histograms h; *buf (of *cap floats) grows
+ * to the largest output. */
+static int observe(rn_runner *r, const rn_batch *b, const rn_resnet *spec, int last, hist *h, float **buf, size_t *cap,
+                   float *pooled) {
+    int rc = rn_runner_stage(r, b);
+    if (rc) goto fail;
+    if ((rc = rn_runner_input(r, b, 0, b->n))) goto fail;
+    rn_loader_normalize(b, *buf, RN_IMAGENET_MEAN, RN_IMAGENET_STD);
+    hist_add(&h[0], *buf, (size_t)b->n * b->h * b->w * b->c);
+    if ((rc = rn_net_forward(r->net, b->n, 1))) goto fail;
+    for (int i = 0; i < spec->nunits; i++) {
+        int64_t sh[4];
+        if ((rc = rn_net_unit_output(r->net, i, NULL, sh))) goto fail;
+        size_t n = (size_t)(sh[0] * sh[1] * sh[2] * sh[3]);
+        if (n > *cap) {
+            float *p = realloc(*buf, n * sizeof(float));
+            if (!p) {
+                rc = rn_errorf(RN_ENOMEM, "%zu bytes for unit %d's output", n * sizeof(float), i);
+                goto fail;
+            }
+            *buf = p;
+            *cap = n;
+        }
+        if ((rc = rn_net_unit_output(r->net, i, *buf, sh))) goto fail;
+        hist_add(&h[1 + i], *buf, n);
+        if (i != last) continue;
+        /* GlobalAveragePool of the last block's output (NHWC), in double per channel */
+        size_t hw = (size_t)(sh[1] * sh[2]), ch = (size_t)sh[3];
+        for (int64_t m = 0; m < sh[0]; m++)
+            for (size_t j = 0; j < ch; j++) {
+                double s = 0;
+                for (size_t p = 0; p < hw; p++)
+                    s += (*buf)[((size_t)m * hw + p) * ch + j];
+                pooled[(size_t)m * ch + j] = (float)(s / (double)hw);
+            }
+        hist_add(&h[1 + spec->nunits], pooled, (size_t)sh[0] * ch);
+    }
+fail:;
+    /* the pixels stay the loader's until the upload is done, error or not */
+    int wrc = rn_backend_upload_wait(r->be);
+    return rc ? rc : wrc;
 }
 
 int rn_onnx_calibrate(const rn_ckpt *c, const rn_onnx_calib_opts *o, rn_onnx_ranges *out) {
@@ -86,49 +131,15 @@ int rn_onnx_calibrate(const rn_ckpt *c, const rn_onnx_calib_opts *o, rn_onnx_ran
     for (int k = 0; k < o->batches; k++) {
         rn_batch b;
         if ((rc = rn_loader_next(l, &b))) goto fail;
-        rc = rn_runner_stage(&r, &b);
-        if (rc == RN_OK) rc = rn_runner_input(&r, &b, 0, b.n);
-        int wrc = rn_backend_upload_wait(r.be);
-        if (rc == RN_OK) rc = wrc;
-        if (rc == RN_OK) {
-            rn_loader_normalize(&b, buf, RN_IMAGENET_MEAN, RN_IMAGENET_STD);
-            hist_add(&h[0], buf, (size_t)b.n * b.h * b.w * b.c);
-            rc = rn_net_forward(r.net, b.n, 1);
-        }
         int end = b.last;
+        rc = observe(&r, &b, &spec, last, h, &buf, &cap, pooled);
         rn_loader_release(l, &b);
         if (rc) goto fail;
-        for (int i = 0; i < spec.nunits; i++) {
-            int64_t sh[4];
-            if ((rc = rn_net_unit_output(r.net, i, NULL, sh))) goto fail;
-            size_t n = (size_t)(sh[0] * sh[1] * sh[2] * sh[3]);
-            if (n > cap) {
-                float *p = realloc(buf, n * sizeof(float));
-                if (!p) {
-                    rc = rn_errorf(RN_ENOMEM, "calibration: %zu bytes for unit %d's output", n * sizeof(float), i);
-                    goto fail;
-                }
-                buf = p;
-                cap = n;
-            }
-            if ((rc = rn_net_unit_output(r.net, i, buf, sh))) goto fail;
-            hist_add(&h[1 + i], buf, n);
-            if (i == last) {
-                /* GlobalAveragePool of the last block's output, NHWC: in double per channel */
-                size_t hw = (size_t)(sh[1] * sh[2]), ch = (size_t)sh[3];
-                for (int64_t m = 0; m < sh[0]; m++)
-                    for (size_t j = 0; j < ch; j++) {
-                        double s = 0;
-                        for (size_t p = 0; p < hw; p++) s += buf[((size_t)m * hw + p) * ch + j];
-                        pooled[(size_t)m * ch + j] = (float)(s / (double)hw);
-                    }
-                hist_add(&h[1 + spec.nunits], pooled, (size_t)sh[0] * ch);
-            }
-        }
         if (end) break;
     }
     out->input = hist_range(&h[0], o->method, o->percentile);
-    for (int i = 0; i < spec.nunits; i++) out->unit[i] = hist_range(&h[1 + i], o->method, o->percentile);
+    for (int i = 0; i < spec.nunits; i++)
+        out->unit[i] = hist_range(&h[1 + i], o->method, o->percentile);
     out->pooled = hist_range(&h[1 + spec.nunits], o->method, o->percentile);
 fail:
     rn_loader_destroy(l);

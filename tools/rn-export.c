@@ -17,47 +17,48 @@
 #define DEF_WORKERS 4
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess]\n"
-               "                 [--int8 --calib DATA.lmdb [calibration options]] IN.pb OUT\n"
-               "\n"
-               "safetensors (default; OUT.safetensors): the parameters and BN buffers of a\n"
-               "checkpoint with torchvision's names and layouts, in state_dict order, the model\n"
-               "spec (arch, num_classes, zero_init_residual) in its metadata. In Python:\n"
-               "  from safetensors.torch import load_file   # or any safetensors reader\n"
-               "  torchvision.models.resnet50(num_classes=N).load_state_dict(load_file(OUT), strict=True)\n"
-               "\n"
-               "onnx (--format onnx, or OUT ending in .onnx): the inference graph, opset 17:\n"
-               "Conv, BatchNormalization, Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm,\n"
-               "initializers in torchvision's names. Input \"input\": float (N, 3, H, W),\n"
-               "normalised as rn does ((x/255 - mean) / std, ImageNet mean/std); N, H, W free.\n"
-               "Output \"logits\": float (N, num_classes). metadata_props: arch, num_classes,\n"
-               "class_names (a JSON array of strings), input (the input's layout in words).\n"
-               "\n"
-               "IN may be \"-\" (stdin), OUT may be \"-\" (stdout); OUT is written atomically.\n"
-               "\n"
-               "  -f, --format F  safetensors or onnx (default: onnx for OUT.onnx, else\n"
-               "                  safetensors); contradicting OUT's extension is an error\n"
-               "      --fold-bn   onnx: BN folded into the convs (conv weight and a bias per\n"
-               "                  conv, <conv>.weight and <conv>.bias); no BatchNormalization\n"
-               "      --preprocess  onnx: input is uint8 (N, H, W, 3), the RGB pixels rn's\n"
-               "                  loader makes; the graph normalises them itself (Cast, Div 255,\n"
-               "                  Sub mean, Div std, Transpose), so logits equal rn-eval's\n"
-               "      --int8      onnx: a static int8 QDQ model (BN folded): weights int8 per\n"
-               "                  output channel, activations per tensor with scales from\n"
-               "                  running the checkpoint over --calib (rn-eval's transform)\n"
-               "      --calib DATA.lmdb  --int8: the calibration images (an rn-prep dataset)\n"
-               "      --calib-batches N  batches of --batch images from its start (default %d)\n"
-               "      --calib-method M   minmax (the largest magnitude, default) or percentile\n"
-               "                  (the --percentile share of the magnitudes)\n"
-               "      --percentile P     for --calib-method percentile (default %g)\n"
-               "  -b, --batch N   calibration images per forward (default %d)\n"
-               "      --crop S    calibration crop, as rn-eval's (default %d)\n"
-               "  -w, --workers N calibration loader threads (default %d)\n"
-               "  -t, --threads N calibration compute threads (default: all cores)\n"
-               "  -h, --help      this help\n"
-               "  -V, --version   print the version\n"
-               "\n"
-               "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
+    fprintf(f,
+            "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess]\n"
+            "                 [--int8 --calib DATA.lmdb [calibration options]] IN.pb OUT\n"
+            "\n"
+            "safetensors (default; OUT.safetensors): the parameters and BN buffers of a\n"
+            "checkpoint with torchvision's names and layouts, in state_dict order, the model\n"
+            "spec (arch, num_classes, zero_init_residual) in its metadata. In Python:\n"
+            "  from safetensors.torch import load_file   # or any safetensors reader\n"
+            "  torchvision.models.resnet50(num_classes=N).load_state_dict(load_file(OUT), strict=True)\n"
+            "\n"
+            "onnx (--format onnx, or OUT ending in .onnx): the inference graph, opset 17:\n"
+            "Conv, BatchNormalization, Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm,\n"
+            "initializers in torchvision's names. Input \"input\": float (N, 3, H, W),\n"
+            "normalised as rn does ((x/255 - mean) / std, ImageNet mean/std); N, H, W free.\n"
+            "Output \"logits\": float (N, num_classes). metadata_props: arch, num_classes,\n"
+            "class_names (a JSON array of strings), input (the input's layout in words).\n"
+            "\n"
+            "IN may be \"-\" (stdin), OUT may be \"-\" (stdout); OUT is written atomically.\n"
+            "\n"
+            "  -f, --format F  safetensors or onnx (default: onnx for OUT.onnx, else\n"
+            "                  safetensors); contradicting OUT's extension is an error\n"
+            "      --fold-bn   onnx: BN folded into the convs (conv weight and a bias per\n"
+            "                  conv, <conv>.weight and <conv>.bias); no BatchNormalization\n"
+            "      --preprocess  onnx: input is uint8 (N, H, W, 3), the RGB pixels rn's\n"
+            "                  loader makes; the graph normalises them itself (Cast, Div 255,\n"
+            "                  Sub mean, Div std, Transpose), so logits equal rn-eval's\n"
+            "      --int8      onnx: a static int8 QDQ model (BN folded): weights int8 per\n"
+            "                  output channel, activations per tensor with scales from\n"
+            "                  running the checkpoint over --calib (rn-eval's transform)\n"
+            "      --calib DATA.lmdb  --int8: the calibration images (an rn-prep dataset)\n"
+            "      --calib-batches N  batches of --batch images from its start (default %d)\n"
+            "      --calib-method M   minmax (the largest magnitude, default) or percentile\n"
+            "                  (the --percentile share of the magnitudes)\n"
+            "      --percentile P     for --calib-method percentile (default %g)\n"
+            "  -b, --batch N   calibration images per forward (default %d)\n"
+            "      --crop S    calibration crop, as rn-eval's (default %d)\n"
+            "  -w, --workers N calibration loader threads (default %d)\n"
+            "  -t, --threads N calibration compute threads (default: all cores)\n"
+            "  -h, --help      this help\n"
+            "  -V, --version   print the version\n"
+            "\n"
+            "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
             DEF_CALIB_BATCHES, DEF_PERCENTILE, DEF_BATCH, DEF_CROP, DEF_WORKERS);
 }
 
@@ -86,8 +87,12 @@ int main(int argc, char **argv) {
                                          {"version", no_argument, 0, 'V'},
                                          {0, 0, 0, 0}};
     rn_onnx_opts oo = {0};
-    rn_onnx_calib_opts co = {.batches = DEF_CALIB_BATCHES, .batch = DEF_BATCH, .crop = DEF_CROP,
-                             .workers = DEF_WORKERS, .method = RN_CALIB_MINMAX, .percentile = DEF_PERCENTILE};
+    rn_onnx_calib_opts co = {.batches = DEF_CALIB_BATCHES,
+                             .batch = DEF_BATCH,
+                             .crop = DEF_CROP,
+                             .workers = DEF_WORKERS,
+                             .method = RN_CALIB_MINMAX,
+                             .percentile = DEF_PERCENTILE};
     int fmt = FMT_NONE, c, int8 = 0, bad = 0;
     while ((c = getopt_long(argc, argv, "f:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -100,16 +105,20 @@ int main(int argc, char **argv) {
         case 'w': bad = rn_cli_int("--workers", optarg, 0, 1024, &co.workers); break;
         case 't': bad = rn_cli_int("--threads", optarg, 0, 1024, &co.threads); break;
         case OPT_METHOD:
-            if (strcmp(optarg, "minmax") == 0) co.method = RN_CALIB_MINMAX;
-            else if (strcmp(optarg, "percentile") == 0) co.method = RN_CALIB_PERCENTILE;
+            if (strcmp(optarg, "minmax") == 0)
+                co.method = RN_CALIB_MINMAX;
+            else if (strcmp(optarg, "percentile") == 0)
+                co.method = RN_CALIB_PERCENTILE;
             else {
                 fprintf(stderr, "rn-export: --calib-method: unknown method '%s': want minmax or percentile\n", optarg);
                 return 2;
             }
             break;
         case 'f':
-            if (strcmp(optarg, "safetensors") == 0) fmt = FMT_SAFETENSORS;
-            else if (strcmp(optarg, "onnx") == 0) fmt = FMT_ONNX;
+            if (strcmp(optarg, "safetensors") == 0)
+                fmt = FMT_SAFETENSORS;
+            else if (strcmp(optarg, "onnx") == 0)
+                fmt = FMT_ONNX;
             else {
                 fprintf(stderr, "rn-export: --format: unknown format '%s': want safetensors or onnx\n", optarg);
                 return 2;
@@ -140,21 +149,28 @@ int main(int argc, char **argv) {
     if (fmt == FMT_NONE) fmt = ext == FMT_ONNX ? FMT_ONNX : FMT_SAFETENSORS;
     if (fmt != FMT_ONNX && (oo.fold_bn || oo.preprocess || int8)) {
         fprintf(stderr, "rn-export: %s is for ONNX output (give OUT.onnx or --format onnx)\n",
-                oo.fold_bn ? "--fold-bn" : oo.preprocess ? "--preprocess" : "--int8");
+                oo.fold_bn      ? "--fold-bn"
+                : oo.preprocess ? "--preprocess"
+                                : "--int8");
         return 2;
     }
     if (int8 != (co.data != NULL)) {
-        fprintf(stderr, "rn-export: %s\n", int8 ? "--int8 needs --calib DATA.lmdb (images to measure the activations on)"
-                                                 : "--calib is for --int8");
+        fprintf(stderr, "rn-export: %s\n",
+                int8 ? "--int8 needs --calib DATA.lmdb (images to measure the activations on)"
+                     : "--calib is for --int8");
         return 2;
     }
     rn_ckpt *ck = NULL;
-    int rc = rn_cli_output("rn-export", out, stderr);
-    if (rc == RN_OK) rc = rn_ckpt_read(in, &ck);
     rn_onnx_ranges ranges;
-    if (rc == RN_OK && int8 && (rc = rn_onnx_calibrate(ck, &co, &ranges)) == RN_OK) oo.int8 = &ranges;
-    if (rc == RN_OK)
-        rc = fmt == FMT_ONNX ? rn_onnx_export(ck, &oo, out) : rn_ckpt_export_safetensors(ck, out);
+    int rc;
+    if ((rc = rn_cli_output("rn-export", out, stderr))) goto fail;
+    if ((rc = rn_ckpt_read(in, &ck))) goto fail;
+    if (int8) {
+        if ((rc = rn_onnx_calibrate(ck, &co, &ranges))) goto fail;
+        oo.int8 = &ranges;
+    }
+    rc = fmt == FMT_ONNX ? rn_onnx_export(ck, &oo, out) : rn_ckpt_export_safetensors(ck, out);
+fail:
     rn_ckpt_free(ck);
     if (rc != RN_OK) {
         fprintf(stderr, "rn-export: %s\n", rn_last_error());

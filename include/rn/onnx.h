@@ -43,20 +43,20 @@
  * (minmax) or a percentile of the magnitudes of each tensor that feeds a Conv or the
  * Gemm, over the calibration images. */
 typedef struct {
-    float input;                 /* the normalised input (signed: int8 symmetric) */
-    float unit[RN_MAX_CONVS];    /* unit i's output after its ReLU (a block's last unit:
-                                    after the add and ReLU); downsample units unused */
-    float pooled;                /* GlobalAveragePool's output */
+    float input;              /* the normalised input (signed: int8 symmetric) */
+    float unit[RN_MAX_CONVS]; /* unit i's output after its ReLU (a block's last unit:
+                                 after the add and ReLU); downsample units unused */
+    float pooled;             /* GlobalAveragePool's output */
 } rn_onnx_ranges;
 
 enum { RN_CALIB_MINMAX = 0, RN_CALIB_PERCENTILE = 1 };
 
 typedef struct {
-    const char *data;   /* an rn dataset (rn-prep), read with rn-eval's transform */
-    int batches;        /* batches of `batch` images from the start (fewer if it ends) */
+    const char *data; /* an rn dataset (rn-prep), read with rn-eval's transform */
+    int batches;      /* batches of `batch` images from the start (fewer if it ends) */
     int batch, crop, workers, threads;
-    int method;         /* RN_CALIB_MINMAX or RN_CALIB_PERCENTILE */
-    double percentile;  /* e.g. 99.99: the range covers this share of the magnitudes */
+    int method;        /* RN_CALIB_MINMAX or RN_CALIB_PERCENTILE */
+    double percentile; /* e.g. 99.99: the range covers this share of the magnitudes */
 } rn_onnx_calib_opts;
 
 typedef struct {
