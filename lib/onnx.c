@@ -29,19 +29,34 @@ typedef struct {
     const rn_onnx_ranges *q; /* int8 model: the activation ranges; NULL: float */
 } builder;
 
-static int grow(void ***arr, size_t *cap, size_t need) {
-    if (need <= *cap) return RN_OK;
-    size_t n = *cap ? 2 * *cap : 64;
-    void **p = realloc(*arr, n * sizeof *p);
-    if (!p) return rn_errorf(RN_ENOMEM, "out of memory building the ONNX graph");
-    *arr = p;
-    *cap = n;
+/* room for one more entry in an array of cap entries (doubling); one per element type,
+ * so that each realloc'ed array is only ever accessed through its own type */
+#define GROW(arr, n, cap)                                                                                              \
+    do {                                                                                                               \
+        if ((n) < (cap)) break;                                                                                        \
+        size_t c_ = (cap) ? 2 * (cap) : 64;                                                                            \
+        void *p_ = realloc((arr), c_ * sizeof *(arr));                                                                 \
+        if (!p_) return rn_errorf(RN_ENOMEM, "out of memory building the ONNX graph");                                 \
+        (arr) = p_;                                                                                                    \
+        (cap) = c_;                                                                                                    \
+    } while (0)
+
+static int grow_mem(builder *b) {
+    GROW(b->mem, b->nmem, b->capmem);
+    return RN_OK;
+}
+static int grow_node(builder *b) {
+    GROW(b->node, b->nnode, b->capnode);
+    return RN_OK;
+}
+static int grow_init(builder *b) {
+    GROW(b->init, b->ninit, b->capinit);
     return RN_OK;
 }
 
 /* zeroed memory owned by the builder, or NULL (RN_ENOMEM recorded) */
 static void *bcalloc(builder *b, size_t n) {
-    if (grow(&b->mem, &b->capmem, b->nmem + 1)) return NULL;
+    if (grow_mem(b)) return NULL;
     void *p = rn_calloc(1, n ? n : 1);
     if (p) b->mem[b->nmem++] = p;
     return p;
@@ -88,7 +103,7 @@ static Onnx__NodeProto *node(builder *b, const char *op, const char *out, int ni
     for (int i = 0; i < nin; i++)
         n->input[n->n_input++] = va_arg(ap, char *);
     va_end(ap);
-    if (grow((void ***)&b->node, &b->capnode, b->nnode + 1)) return NULL;
+    if (grow_node(b)) return NULL;
     b->node[b->nnode++] = n;
     return n;
 }
@@ -147,7 +162,7 @@ static int initializer(builder *b, const char *name, int dtype, int ndim, const 
     t->has_raw_data = 1;
     t->raw_data.data = (uint8_t *)data;
     t->raw_data.len = nbytes;
-    if (grow((void ***)&b->init, &b->capinit, b->ninit + 1)) return RN_ENOMEM;
+    if (grow_init(b)) return RN_ENOMEM;
     b->init[b->ninit++] = t;
     return RN_OK;
 }
