@@ -38,7 +38,13 @@
 
 typedef struct rn_net rn_net;
 
-enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1 };
+/* RN_NET_INFER: inference with BatchNorm folded into the convolutions (scaled weights and
+ * a bias, computed in double at rn_net_load) and bias, residual and ReLU applied by the
+ * conv itself on backends that have rn_conv_bias_fwd (the CPU; elsewhere it is
+ * RN_NET_INFER_EXACT). Its logits differ from the exact path's by rounding only.
+ * RN_NET_INFER_EXACT: inference through the training ops (conv, then BN with the running
+ * statistics), what a training net's evaluation forward computes. */
+enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1, RN_NET_INFER_EXACT = 2 };
 
 /* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns),
  * computing in dtype: RN_F32, or RN_F16 or RN_BF16 for mixed precision. mode
