@@ -12,7 +12,9 @@
  * and the BN output (the next conv's input), plus the stem's max-pool output: exactly
  * what backward reads. Gradients flow through four scratch buffers of the largest
  * activation size. An inference net keeps no activations for backward: it rotates five
- * buffers and runs BN in place, so its memory is a fraction of training's.
+ * buffers and runs BN in place, so its memory is a fraction of training's; with the
+ * folded BN (RN_NET_INFER on the CPU) it also holds a second copy of the parameters, the
+ * folded weights and biases.
  * rn_net_bytes() reports the total.
  *
  * Mixed precision (rn_net_create with RN_F16 or RN_BF16, the CUDA backend only):
