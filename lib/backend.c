@@ -279,6 +279,20 @@ int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void
     return after(be, be->ops->conv_fwd(be, &dd, x, w, y));
 }
 
+int rn_backend_has_conv_bias(const rn_backend *be) { return be->ops->conv_bias_fwd != NULL; }
+
+int rn_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
+                     const float *bias, const void *residual, int relu, void *y) {
+    if (!be->ops->conv_bias_fwd)
+        return rn_errorf(RN_ENOTSUP, "conv_bias_fwd: the %s backend has no fused conv", be->ops->kind);
+    rn_conv_desc dd = *d;
+    int rc = check_conv(be, "conv_bias_fwd", &dd);
+    if (rc) return rc;
+    if (dd.dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "conv_bias_fwd: F32 only, not %s", rn_dtype_name(dd.dtype));
+    NEED(x, "conv_bias_fwd"); NEED(w, "conv_bias_fwd"); NEED(bias, "conv_bias_fwd"); NEED(y, "conv_bias_fwd");
+    return after(be, be->ops->conv_bias_fwd(be, &dd, x, w, bias, residual, relu, y));
+}
+
 int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                      void *dx, int accumulate) {
     rn_conv_desc dd = *d;

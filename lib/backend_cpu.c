@@ -856,6 +856,7 @@ static const rn_backend_ops cpu_ops = {
     .conv_workspace = rn_cpu_conv_workspace,
     .conv_algo = rn_cpu_conv_algo,
     .conv_fwd = rn_cpu_conv_fwd,
+    .conv_bias_fwd = rn_cpu_conv_bias_fwd,
     .conv_bwd_data = rn_cpu_conv_bwd_data,
     .conv_bwd_filter = rn_cpu_conv_bwd_filter,
     .bn_workspace = cpu_bn_workspace,

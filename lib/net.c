@@ -39,6 +39,9 @@ struct rn_net {
     pref *prefs;        /* every parameter, state_dict order */
     int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
     float *params, *grads, *mom, *bufs; /* fp32 always: the master weights under AMP */
+    float *fold;        /* RN_NET_INFER with rn_conv_bias_fwd: (nparams) in params' layout,
+                           conv weights with their BN folded in and each BN's beta slot
+                           holding the folded bias (made by rn_net_load); else NULL */
     float *spare;       /* training: (nparams) a micro-batch's own gradients before they are
                            added to grads; rn_net_spare's scratch between steps */
     float *capt;        /* training: (nstats) the batch statistics of the last forward, in
@@ -111,6 +114,7 @@ static int nzero(rn_net *net, void *p, size_t bytes) {
 }
 
 static int bn_update(rn_net *net, const float *stats, int nslices);
+static int fold_bn(rn_net *net);
 
 static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     const rn_convbn *cb = &net->spec.units[ui];
@@ -162,7 +166,7 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
+    void *bufs[] = {net->params, net->fold, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
                     net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
                     net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
@@ -333,6 +337,10 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->logits_h))))
         goto fail;
     if ((rc = nzero(net, net->params, (size_t)net->nparams * fl))) goto fail;
+    if (mode == RN_NET_INFER && !amp && rn_backend_has_conv_bias(be)) {
+        if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->fold))) goto fail;
+        if ((rc = nzero(net, net->fold, (size_t)net->nparams * fl))) goto fail;
+    }
     if (amp && (rc = nzero(net, net->wc, (size_t)net->nparams * es))) goto fail;
     if (mode == RN_NET_TRAIN) {
         /* gh holds the largest weight, or the fc weight and then its bias */
@@ -476,7 +484,40 @@ int rn_net_load(rn_net *net, const rn_ckpt *c) {
     int rc = exchange_bn(net, c, 1);
     if (rc) return rc;
     net->have_mom = with_mom;
+    if (net->fold && (rc = fold_bn(net))) return rc;
     return net->wc ? rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0) : RN_OK;
+}
+
+/* net->fold from params and the running statistics: per output channel
+ * s = gamma / sqrt(var + eps), w' = w * s and bias = beta - mean * s, in double, each
+ * rounded once to float. */
+static int fold_bn(rn_net *net) {
+    int rc = RN_OK;
+    float *p = rn_malloc((size_t)net->nparams * sizeof(float)), *st = rn_malloc((size_t)net->nstats * sizeof(float));
+    if (!p || !st) {
+        rc = RN_ENOMEM;
+        goto fail;
+    }
+    if ((rc = rn_backend_download(net->be, p, net->params, (size_t)net->nparams * sizeof(float))) ||
+        (rc = rn_backend_download(net->be, st, net->bufs, (size_t)net->nstats * sizeof(float))))
+        goto fail;
+    for (int i = 0; i < net->spec.nunits; i++) {
+        const rn_convbn *cb = &net->spec.units[i];
+        const unit_rt *u = &net->u[i];
+        const int64_t per = (int64_t)cb->cin * cb->k * cb->k;
+        const float *mean = st + u->stat_off, *var = mean + cb->cout;
+        float *w = p + u->w_off, *gamma = p + u->g_off, *beta = p + u->b_off;
+        for (int k = 0; k < cb->cout; k++) {
+            double s = (double)gamma[k] / sqrt((double)var[k] + (double)RN_BN_EPS);
+            for (int64_t e = 0; e < per; e++) w[k * per + e] = (float)((double)w[k * per + e] * s);
+            beta[k] = (float)((double)beta[k] - (double)mean[k] * s);
+        }
+    }
+    rc = rn_backend_upload(net->be, net->fold, p, (size_t)net->nparams * sizeof(float));
+fail:
+    free(p);
+    free(st);
+    return rc;
 }
 
 int rn_net_store(rn_net *net, rn_ckpt *c) {
@@ -547,6 +588,8 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
     unit_rt *u = &net->u[ui];
     int rc;
     if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    if (!train && net->fold)
+        return rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, relu, y);
     if ((rc = rn_conv_fwd(net->be, &cd, x, weight(net, u->w_off), z))) return rc;
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The network against torchvision: training-mode logits, loss, every gradient, BN
 # running stats and weights after two SGD steps, and eval-mode logits (see
-# tests/parity/train_parity.py for the criterion).
+# tests/parity/train_parity.py for the criterion); the inference path (BN folded into the
+# convs) against the exact path and torchvision (tests/parity/infer_parity.py).
 load helper
 
 setup() {
@@ -16,6 +17,13 @@ parity() {
     assert_output --regexp "tensors, 0 failed"
 }
 
+infer_parity() {
+    run "$PYTHON" infer_parity.py "$@"
+    echo "$output"
+    assert_success
+    assert_output --regexp ": 0 failed;"
+}
+
 @test "resnet18 32x32 batch 4 matches torchvision" { parity resnet18 32; }
 @test "resnet18 64x64 batch 4 matches torchvision" { parity resnet18 64; }
 @test "resnet50 32x32 batch 4 matches torchvision" {
@@ -25,4 +33,12 @@ parity() {
 @test "resnet50 64x64 batch 4 matches torchvision" {
     [ -n "${RN_SANITIZE:-}" ] && skip "resnet50 under the sanitizers is too slow; covered by the plain build"
     parity resnet50 64
+}
+
+@test "inference path (BN folded, fused conv): resnet18 48x48 batch 3 matches the exact path and torchvision, same bits at 1, 2 and 3 threads" {
+    infer_parity resnet18 48 3
+}
+@test "inference path (BN folded, fused conv): resnet50 64x64 batch 2 matches the exact path and torchvision, same bits at 1, 2 and 3 threads" {
+    [ -n "${RN_SANITIZE:-}" ] && skip "resnet50 under the sanitizers is too slow; covered by the plain build"
+    infer_parity resnet50 64 2
 }

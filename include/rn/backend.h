@@ -208,6 +208,16 @@ size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 const char *rn_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);
 /* y = conv(x, w). */
 int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
+/* y = [relu](conv(x, w) + bias [+ residual]), the inference path's conv with BatchNorm
+ * folded into w and bias: bias (k) fp32 in backend memory, residual (n, p, q, k) or
+ * NULL; y must not overlap x or residual. The sum is formed as conv + (bias + residual),
+ * ReLU as v < 0 ? 0 : v (NaN passes, as in PyTorch). F32 only. The workspace is
+ * rn_conv_workspace's. Errors: RN_ENOTSUP where the backend has no such op
+ * (rn_backend_has_conv_bias), those of rn_conv_fwd. */
+int rn_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
+                     const float *bias, const void *residual, int relu, void *y);
+/* 1 when be has rn_conv_bias_fwd (the CPU backend), else 0. */
+int rn_backend_has_conv_bias(const rn_backend *be);
 /* dx (n, h, w, c) [+]= dL/dx given dy (n, p, q, k). */
 int rn_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                      void *dx, int accumulate);

@@ -39,6 +39,9 @@ typedef struct rn_backend_ops {
     /* optional: the algorithm d's direction dir (RN_CONV_*) runs with, NULL if none chosen */
     const char *(*conv_algo)(rn_backend *be, const rn_conv_desc *d, int dir);
     int (*conv_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
+    /* rn_conv_bias_fwd; NULL where the backend has none (rn_backend_has_conv_bias) */
+    int (*conv_bias_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
+                         const float *bias, const void *residual, int relu, void *y);
     int (*conv_bwd_data)(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                          void *dx, int accumulate);
     int (*conv_bwd_filter)(rn_backend *be, const rn_conv_desc *d, const void *x,
@@ -126,6 +129,8 @@ size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
                     void *y);
+int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
+                         const float *bias, const void *residual, int relu, void *y);
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                          void *dx, int accumulate);
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x,

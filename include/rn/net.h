@@ -12,7 +12,9 @@
  * and the BN output (the next conv's input), plus the stem's max-pool output: exactly
  * what backward reads. Gradients flow through four scratch buffers of the largest
  * activation size. An inference net keeps no activations for backward: it rotates five
- * buffers and runs BN in place, so its memory is a fraction of training's.
+ * buffers and runs BN in place, so its memory is a fraction of training's; with the
+ * folded BN (RN_NET_INFER on the CPU) it also holds a second copy of the parameters, the
+ * folded weights and biases.
  * rn_net_bytes() reports the total.
  *
  * Mixed precision (rn_net_create with RN_F16 or RN_BF16, the CUDA backend only):
@@ -38,7 +40,13 @@
 
 typedef struct rn_net rn_net;
 
-enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1 };
+/* RN_NET_INFER: inference with BatchNorm folded into the convolutions (scaled weights and
+ * a bias, computed in double at rn_net_load) and bias, residual and ReLU applied by the
+ * conv itself on backends that have rn_conv_bias_fwd (the CPU; elsewhere it is
+ * RN_NET_INFER_EXACT). Its logits differ from the exact path's by rounding only.
+ * RN_NET_INFER_EXACT: inference through the training ops (conv, then BN with the running
+ * statistics), what a training net's evaluation forward computes. */
+enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1, RN_NET_INFER_EXACT = 2 };
 
 /* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns),
  * computing in dtype: RN_F32, or RN_F16 or RN_BF16 for mixed precision. mode

@@ -183,6 +183,47 @@ static void test_conv(rn_backend *be) {
     test_conv_case(be, 2, 4, 4, 256, 128, 1, 2, 0, 0);
 }
 
+/* rn_conv_bias_fwd against the naive conv in double plus bias [+ residual], [ReLU]; the
+ * large cases take the tiled path, the small ones the whole-matrix one. */
+static void test_conv_bias_case(rn_backend *be, int n, int h, int w, int c, int k, int ks, int stride, int pad,
+                                int residual, int relu) {
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, n, h, w, c, k, ks, ks, stride, pad));
+    int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)k * ks * ks * c, ny = (int64_t)n * d.p * d.q * k;
+    float *x = randn(40, nx, 0, 1), *wt = randn(41, nw, 0, 0.2f), *bias = randn(42, k, 0, 1);
+    float *res = residual ? randn(43, ny, 0, 1) : NULL, *y = zeros(ny);
+    double *ref = malloc(sizeof(double) * (size_t)ny);
+    conv_naive_fwd(&d, x, wt, ref);
+    for (int64_t i = 0; i < ny; i++) {
+        ref[i] += (double)bias[i % k] + (res ? (double)res[i] : 0.0);
+        if (relu && ref[i] < 0) ref[i] = 0;
+    }
+    reserve(be, rn_conv_workspace(be, &d));
+    CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
+    char what[96];
+    snprintf(what, sizeof what, "conv_bias %dx%dx%dx%d k%d %dx%d/%d res %d relu %d", n, h, w, c, k, ks, ks, stride,
+             residual, relu);
+    CHECK_CLOSE(what, y, ref, ny, 1e-5);
+    /* a NaN bias stays NaN through the ReLU, as in PyTorch */
+    bias[0] = NAN;
+    CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
+    int nan_kept = 1;
+    for (int64_t i = 0; i < ny; i += k) nan_kept &= isnan(y[i]);
+    CHECK(nan_kept, "%s: NaN bias not propagated through ReLU", what);
+    free(x), free(wt), free(bias), free(res), free(y), free(ref);
+}
+
+static void test_conv_bias(rn_backend *be) {
+    test_conv_bias_case(be, 2, 5, 7, 3, 5, 3, 1, 1, 1, 1);
+    test_conv_bias_case(be, 2, 7, 5, 3, 5, 7, 2, 3, 0, 1);
+    test_conv_bias_case(be, 2, 16, 15, 64, 16, 1, 2, 0, 0, 0);
+    test_conv_bias_case(be, 2, 4, 4, 512, 256, 1, 1, 0, 1, 1);
+    /* tiled: KC = 576 makes a tile ~1820 rows of 2048; 512 channels ~2048 of 3200 */
+    test_conv_bias_case(be, 2, 32, 32, 64, 16, 3, 1, 1, 1, 1);
+    test_conv_bias_case(be, 2, 40, 40, 512, 16, 1, 1, 0, 1, 1);
+    test_conv_bias_case(be, 2, 40, 40, 512, 16, 1, 1, 0, 0, 0);
+}
+
 /* ---- batch norm ---- */
 
 typedef struct {
@@ -943,6 +984,7 @@ int main(void) {
     CHECK_OK(rn_backend_create("cpu", 2, NULL, &be));
     if (!be) return check_done("test_ops");
     test_conv(be);
+    test_conv_bias(be);
     test_bn(be);
     test_elementwise(be);
     test_pool(be);

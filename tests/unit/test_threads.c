@@ -53,29 +53,30 @@ static void conv_case_run(const conv_case *cc) {
                                cc->pad));
     int64_t nx = (int64_t)d.n * d.h * d.w * d.c, nw = (int64_t)d.k * d.kh * d.kw * d.c,
             ny = (int64_t)d.n * d.p * d.q * d.k;
-    float *x = randn(1, nx, 1), *w = randn(2, nw, 0.05f), *dy = randn(3, ny, 1);
-    float *y[NT + 1], *dx[NT + 1], *dw[NT + 1], *dwa[NT + 1];
+    float *x = randn(1, nx, 1), *w = randn(2, nw, 0.05f), *dy = randn(3, ny, 1), *bias = randn(5, d.k, 1);
+    float *y[NT + 1], *dx[NT + 1], *dw[NT + 1], *dwa[NT + 1], *yb[NT + 1];
     char what[160];
     for (int t = 1; t <= NT; t++) {
-        y[t] = zeros(ny), dx[t] = zeros(nx), dw[t] = zeros(nw), dwa[t] = randn(4, nw, 1);
+        y[t] = zeros(ny), dx[t] = zeros(nx), dw[t] = zeros(nw), dwa[t] = randn(4, nw, 1), yb[t] = zeros(ny);
         CHECK_OK(rn_backend_reserve(be[t], rn_conv_workspace(be[t], &d)));
         CHECK_OK(rn_conv_fwd(be[t], &d, x, w, y[t]));
+        CHECK_OK(rn_conv_bias_fwd(be[t], &d, x, w, bias, dy, 1, yb[t]));
         CHECK_OK(rn_conv_bwd_data(be[t], &d, dy, w, dx[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dw[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dwa[t], 1));
     }
     for (int t = 2; t <= NT; t++) {
-        const char *dir[] = {"fwd", "bwd_data", "bwd_filter", "bwd_filter accumulate"};
-        float **out[] = {y, dx, dw, dwa};
-        int64_t len[] = {ny, nx, nw, nw};
-        for (int i = 0; i < 4; i++) {
+        const char *dir[] = {"fwd", "bwd_data", "bwd_filter", "bwd_filter accumulate", "bias_fwd"};
+        float **out[] = {y, dx, dw, dwa, yb};
+        int64_t len[] = {ny, nx, nw, nw, ny};
+        for (int i = 0; i < 5; i++) {
             snprintf(what, sizeof what, "conv n%d %dx%dx%d k%d %dx%d/%d (%s) %s", d.n, d.h, d.w,
                      d.c, d.k, d.kh, d.kw, cc->stride, cc->why, dir[i]);
             same(what, t, out[i][1], out[i][t], len[i]);
         }
     }
-    for (int t = 1; t <= NT; t++) free(y[t]), free(dx[t]), free(dw[t]), free(dwa[t]);
-    free(x), free(w), free(dy);
+    for (int t = 1; t <= NT; t++) free(y[t]), free(dx[t]), free(dw[t]), free(dwa[t]), free(yb[t]);
+    free(x), free(w), free(dy), free(bias);
 }
 
 static void fc_case_run(int n, int in, int out) {
