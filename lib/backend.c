@@ -286,7 +286,7 @@ int rn_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const
     if (!be->ops->conv_bias_fwd)
         return rn_errorf(RN_ENOTSUP, "conv_bias_fwd: the %s backend has no fused conv", be->ops->kind);
     rn_conv_desc dd = *d;
-    int rc = check_conv(be, "conv_bias_fwd", &dd);
+    int rc = check_conv(be, "conv_bias_fwd", &dd, RN_CONV_FWD);
     if (rc) return rc;
     if (dd.dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "conv_bias_fwd: F32 only, not %s", rn_dtype_name(dd.dtype));
     NEED(x, "conv_bias_fwd"); NEED(w, "conv_bias_fwd"); NEED(bias, "conv_bias_fwd"); NEED(y, "conv_bias_fwd");
