@@ -52,3 +52,65 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     assert_output --partial "rn-train: --overfit-batches 9: train.lmdb holds 8 batches of 16: overfitting all 8"
     assert_output --regexp "loss [0-9.e+-]+ -> [0-9.e+-]+ after 2 steps over 8 batches: fewer than two passes over the batches, nothing to compare"
 }
+
+@test "rn-lrfind: the suggested lr trains the toy set; JSONL geometric in lr; the checkpoint untouched" {
+    cp init.pb orig.pb
+    run rn-lrfind --data train.lmdb --in init.pb --out sweep.jsonl --plot sweep.png $T
+    assert_success
+    assert_line --regexp '^suggested lr: [0-9.e+-]+ \(steepest descent of the smoothed loss at step [0-9]+\)$'
+    cmp init.pb orig.pb
+    [ ! -e init.pb.tmp ]
+    lr=$(sed -n 's/^suggested lr: \([^ ]*\) .*/\1/p' <<<"$output")
+    echo "suggested lr $lr"
+    # the JSONL: one line per step from 0, lr from 1e-7 growing by one ratio, smoothed
+    # bias-corrected (the first equals the first loss); the suggestion lies before the
+    # smoothed loss's minimum
+    run "$PYTHON" - "$lr" <<'PY'
+import json, math, sys
+P = [json.loads(l) for l in open("sweep.jsonl")]
+assert 20 <= len(P) <= 100, len(P)
+assert [p["step"] for p in P] == list(range(len(P)))
+assert all(set(p) == {"step", "lr", "loss", "smoothed"} for p in P), P[0]
+assert abs(P[0]["lr"] - 1e-7) < 1e-13, P[0]
+ratio = (10 / 1e-7) ** (1 / 99)
+assert all(abs(b["lr"] / a["lr"] / ratio - 1) < 1e-6 for a, b in zip(P, P[1:])), "not geometric"
+assert P[0]["smoothed"] == P[0]["loss"], P[0]
+lr, best = float(sys.argv[1]), min(P, key=lambda p: p["smoothed"])
+assert 1e-6 < lr < best["lr"], (lr, best)
+print(len(P), "steps; suggested", lr, "best smoothed", best["smoothed"], "at lr", best["lr"])
+PY
+    assert_success
+    [ -s sweep.png ]
+    # training with it: 4 epochs lower the training loss and learn the validation set
+    run rn-train --data train.lmdb --in init.pb --out lr.pb --epochs 4 $T --lr "$lr" --log lr.jsonl
+    assert_success
+    run "$PYTHON" -c 'import json; E=[l["train_loss"] for l in map(json.loads, open("lr.jsonl")) if l["kind"]=="epoch"]; assert len(E)==4 and E[-1] < E[0]/2, E; print(E)'
+    assert_success
+    run rn-eval --data val.lmdb --ckpt lr.pb --crop 32 --json
+    assert_success
+    echo "$output" | "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["top1"]>=0.9, d; print(d)'
+}
+
+@test "rn-lrfind: help, version, bad flags refused with exit 2" {
+    run rn-lrfind --help
+    assert_success
+    assert_output --partial "usage: rn-lrfind"
+    run rn-lrfind --version
+    assert_success
+    run rn-lrfind --bogus
+    assert_failure 2
+    run rn-lrfind --data train.lmdb --in init.pb
+    assert_failure 2
+    assert_output --partial "required"
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --lr-min 1 --lr-max 0.1
+    assert_failure 2
+    assert_output --partial "--lr-min 1 is not below --lr-max 0.1"
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --lr-min -1
+    assert_failure 2
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --steps 2
+    assert_failure 2
+    assert_output --partial "--steps: '2'"
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --augment random
+    assert_failure 2
+    [ ! -e x.jsonl ]
+}
