@@ -57,7 +57,8 @@ int rn_lrfind_run(const rn_lrfind_opts *o, rn_ckpt *ck, rn_lrfind_point *pts, in
     lo.seed = o->seed_given ? o->seed : st.seed;
     if ((rc = rn_loader_create(o->data, &lo, &l))) goto fail;
     if ((rc = rn_runner_check_data(o->data, rn_loader_info(l), ck))) goto fail;
-    if ((rc = rn_runner_net(&r, ck, o->batch, o->batch, 0, o->crop, RN_NET_TRAIN, RN_F32))) goto fail;
+    if ((rc = rn_runner_net(&r, ck, o->batch, o->micro_batch, 0, o->crop, RN_NET_TRAIN, RN_F32))) goto fail;
+    int accum = o->batch / r.micro;
     double avg = 0, best = INFINITY;
     for (int i = 0; i < o->steps; i++) {
         rn_batch b;
@@ -65,9 +66,15 @@ int rn_lrfind_run(const rn_lrfind_opts *o, rn_ckpt *ck, rn_lrfind_point *pts, in
         double lr = rn_lrfind_lr(o->lr_min, o->lr_max, o->steps, i);
         if ((rc = rn_loader_next(l, &b))) goto fail;
         rc = rn_runner_stage(&r, &b);
-        if (rc == RN_OK) rc = rn_runner_input(&r, &b, 0, b.n);
-        if (rc == RN_OK) rc = rn_net_forward(r.net, b.n, 1);
-        if (rc == RN_OK) rc = rn_net_backward(r.net, b.labels, b.n, 0.0f, 1.0f, 0, &loss);
+        /* micro-batches: the loss and gradients of the whole batch, as rn-train --accum */
+        for (int k = 0; k < accum && rc == RN_OK; k++) {
+            float part = 0;
+            if ((rc = rn_runner_input(&r, &b, k * r.micro, r.micro))) break;
+            if ((rc = rn_net_forward(r.net, r.micro, 1))) break;
+            if ((rc = rn_net_backward(r.net, b.labels + k * r.micro, r.micro, 0.0f, 1.0f / accum, k > 0, &part)))
+                break;
+            loss += part / accum;
+        }
         int wrc = rn_backend_upload_wait(r.be);
         if (rc == RN_OK) rc = wrc;
         rn_loader_release(l, &b);

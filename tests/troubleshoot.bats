@@ -112,5 +112,15 @@ PY
     assert_output --partial "--steps: '2'"
     run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --augment random
     assert_failure 2
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --batch 16 --micro-batch 5
+    assert_failure 2
+    assert_output --partial "--batch 16 is not a multiple of --micro-batch 5"
+    cp init.pb keep.pb
+    run rn-lrfind --data train.lmdb --in init.pb --out ./init.pb
+    assert_failure 2
+    assert_output --partial "is the checkpoint --in: rn-lrfind never writes it"
+    run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --plot init.pb
+    assert_failure 2
+    cmp init.pb keep.pb
     [ ! -e x.jsonl ]
 }

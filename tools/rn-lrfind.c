@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rn/ckpt.h"
@@ -34,6 +35,8 @@ static void usage(FILE *f) {
             "      --lr-max X          lr of the last step (default %g)\n"
             "      --steps N           steps of the sweep (default %d)\n"
             "  -b, --batch N           images per step (default %d); use the batch you train with\n"
+            "      --micro-batch M     images per forward, a divisor of N (gradients accumulated,\n"
+            "                          as rn-train); default: the largest divisor that fits in memory\n"
             "      --crop S            training crop (default %d)\n"
             "      --augment MODE      standard or none, as rn-train (default standard)\n"
             "      --momentum X        (default %g)\n"
@@ -62,6 +65,12 @@ static int have_gnuplot(void) {
         path += len + (path[len] == ':');
     }
     return 0;
+}
+
+/* Whether path names the file in is (so writing it would replace the checkpoint). */
+static int same_file(const char *path, const char *in) {
+    struct stat a, b;
+    return path && stat(path, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* The PNG through gnuplot, written to PATH.tmp and renamed. */
@@ -99,7 +108,7 @@ static int write_jsonl(const char *path, const rn_lrfind_point *p, int n) {
     return rc;
 }
 
-enum { O_PLOT = 256, O_LRMIN, O_LRMAX, O_STEPS, O_CROP, O_AUG, O_MOM, O_WD, O_NEST, O_SEED, O_DEVICE };
+enum { O_PLOT = 256, O_LRMIN, O_LRMAX, O_STEPS, O_CROP, O_AUG, O_MOM, O_WD, O_NEST, O_SEED, O_DEVICE, O_MICRO };
 
 int main(int argc, char **argv) {
     static const struct option opts[] = {
@@ -107,7 +116,7 @@ int main(int argc, char **argv) {
         {"out", required_argument, 0, 'o'},         {"plot", required_argument, 0, O_PLOT},
         {"lr-min", required_argument, 0, O_LRMIN},  {"lr-max", required_argument, 0, O_LRMAX},
         {"steps", required_argument, 0, O_STEPS},   {"batch", required_argument, 0, 'b'},
-        {"crop", required_argument, 0, O_CROP},     {"augment", required_argument, 0, O_AUG},
+        {"micro-batch", required_argument, 0, O_MICRO}, {"crop", required_argument, 0, O_CROP},     {"augment", required_argument, 0, O_AUG},
         {"momentum", required_argument, 0, O_MOM},  {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},       {"seed", required_argument, 0, O_SEED},
         {"workers", required_argument, 0, 'w'},     {"threads", required_argument, 0, 't'},
@@ -128,6 +137,7 @@ int main(int argc, char **argv) {
         case O_LRMAX: rc = rn_cli_float("--lr-max", optarg, 1e-30, 1e6, &o.lr_max); break;
         case O_STEPS: rc = rn_cli_int("--steps", optarg, 5, 1000000, &o.steps); break;
         case 'b': rc = rn_cli_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
+        case O_MICRO: rc = rn_cli_int("--micro-batch", optarg, 1, 1 << 20, &o.micro_batch); break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_AUG:
             if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
@@ -151,6 +161,11 @@ int main(int argc, char **argv) {
         rc = rn_errorf(RN_EINVAL, "--data, --in and --out are required (see --help)");
     if (rc == RN_OK && !(o.lr_min < o.lr_max))
         rc = rn_errorf(RN_EINVAL, "--lr-min %g is not below --lr-max %g", o.lr_min, o.lr_max);
+    if (rc == RN_OK && o.micro_batch && o.batch % o.micro_batch)
+        rc = rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --micro-batch %d", o.batch, o.micro_batch);
+    if (rc == RN_OK && (same_file(out, in) || same_file(png, in)))
+        rc = rn_errorf(RN_EINVAL, "--out/--plot %s is the checkpoint --in: rn-lrfind never writes it (name another file)",
+                       same_file(out, in) ? out : png);
     if (rc == RN_OK && png && !have_gnuplot())
         rc = rn_errorf(RN_EINVAL, "--plot: gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
     if (rc != RN_OK) {

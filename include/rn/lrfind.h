@@ -32,6 +32,9 @@ typedef struct {
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     rn_backend_opts backend;
     int threads, workers, batch, crop;
+    int micro_batch;        /* images per forward, a divisor of batch (gradients accumulated
+                               over batch/micro_batch forwards, as rn-train --micro-batch);
+                               0: the largest divisor that fits in memory (rn/runner.h) */
     int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
     double lr_min, lr_max;  /* 0 < lr_min < lr_max */
     int steps;              /* >= 2 */
