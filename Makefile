@@ -150,7 +150,7 @@ PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tes
 FUZZ_REPLAY_BIN := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/tests/fuzzreplay_%,$(wildcard tests/fuzz/fuzz_*.c))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/bench/*.c))
 
-.PHONY: all summary fuzz deps test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
+.PHONY: all summary fuzz deps onnxruntime test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
 
 all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
 
@@ -210,7 +210,7 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
   libjpeg62-turbo-dev libspng-dev libwebp-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
-  python3-numpy python3-pil dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
+  python3-numpy python3-pil python3-onnx dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all $(words $(DEB_PKGS)) Debian packages present"; \
@@ -219,8 +219,20 @@ deps:
 	else echo "deps: missing packages; run as root:"; echo "  apt-get update && apt-get install -y $$missing"; exit 1; fi
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all onnxruntime
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) RN_SANITIZE=$(SANITIZE:0=) tests/run.sh
+
+# onnxruntime's Node.js binding (npm; its Linux x64 CPU library ships in the package)
+# in $(BUILD)/node: the outside runtime tests/export-onnx.bats runs rn-export's ONNX
+# files on. Never fails the build: without npm or the registry those tests skip, saying so.
+ORT_DIR := $(BUILD)/node
+onnxruntime:
+	@if [ -f $(ORT_DIR)/node_modules/onnxruntime-node/package.json ]; then echo "onnxruntime: onnxruntime-node present in $(ORT_DIR)"; \
+	elif ! command -v npm >/dev/null; then mkdir -p $(ORT_DIR); echo "no npm (apt-get install npm)" > $(ORT_DIR)/install.log; \
+	  echo "onnxruntime: no npm; the ONNX runtime tests will skip"; \
+	elif mkdir -p $(ORT_DIR) && timeout 300 npm install --ignore-scripts --no-audit --no-fund --prefix $(ORT_DIR) onnxruntime-node > $(ORT_DIR)/install.log 2>&1; then \
+	  echo "onnxruntime: onnxruntime-node installed in $(ORT_DIR)"; \
+	else echo "onnxruntime: npm install onnxruntime-node failed (see $(ORT_DIR)/install.log); the ONNX runtime tests will skip"; fi
 
 demo: deps
 	@$(MAKE) --no-print-directory all

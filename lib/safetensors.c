@@ -173,6 +173,7 @@ void rn_st_free(rn_safetensors *st) {
     free(st->meta_key);
     free(st->meta_val);
     free(st->file);
+    free(st->owned);
     free(st);
 }
 
@@ -233,13 +234,22 @@ static int check_unique(const char *path, rn_safetensors *st) {
 }
 
 int rn_st_read(const char *path, rn_safetensors **out) {
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = rn_file_read(path, &buf, &len);
+    if (rc != RN_OK) return rc;
+    return rn_st_parse(path, buf, len, out);
+}
+
+int rn_st_parse(const char *path, uint8_t *buf, size_t len, rn_safetensors **out) {
     rn_safetensors *st = rn_calloc(1, sizeof *st);
-    if (!st) return RN_ENOMEM;
-    int rc = rn_file_read(path, &st->file, &st->len);
-    if (rc != RN_OK) {
-        free(st);
-        return rc;
+    if (!st) {
+        free(buf);
+        return RN_ENOMEM;
     }
+    st->file = buf;
+    st->len = len;
+    int rc = RN_OK;
     uint64_t hlen = 0;
     if (st->len < 8) {
         rc = rn_errorf(RN_ECORRUPT, "%s: %zu bytes: too short for a safetensors file", path, st->len);

@@ -16,6 +16,7 @@
 #include "rn/runner.h"
 #include "rn/safetensors.h"
 #include "rn/state.h"
+#include "rn/tbevent.h"
 #include "rn/tensor.h"
 
 void rn_train_defaults(rn_train_opts *o) {
@@ -205,7 +206,7 @@ static int setup_net(run *t) {
     return RN_OK;
 }
 
-/* The sinks of o: the JSONL log, then progress lines. */
+/* The sinks of o: the JSONL log, the TensorBoard event file, then progress lines. */
 static int setup_report(run *t) {
     const rn_train_opts *o = t->o;
     rn_reporter s;
@@ -216,12 +217,19 @@ static int setup_report(run *t) {
         if ((rc = rn_report_jsonl(f, &s))) return rc;
         if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
+    if (t->rank == 0 && o->tensorboard) {
+        rn_tb_writer *w;
+        if ((rc = rn_tb_open(o->tensorboard, &w))) return rn_error_context(rc, "--tensorboard");
+        if ((rc = rn_report_tensorboard(w, "rn-train", o->argc, o->argv, o->progress ? o->progress : stderr, &s)))
+            return rc;
+        if ((rc = rn_report_add(&t->rep, &s))) return rc;
+    }
     if (t->rank == 0 && o->progress) {
         if ((rc = rn_report_progress(o->progress, o->progress_tty, &s))) return rc;
         if ((rc = rn_report_add(&t->rep, &s))) return rc;
     }
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
-                        .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
+                        .step = t->st.step, .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
                         .net_bytes = (double)rn_net_bytes(t->r.net), .amp = o->amp,
                         .loss_scale = t->scaled ? t->sc.scale : 1.0, .workers = o->workers};
     rn_report_begin(&t->rep, &info);

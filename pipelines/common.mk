@@ -37,6 +37,9 @@
 #               then resumes inside the epoch (see train.mk)
 #   TRAIN_VAL   dataset rn-train evaluates after each epoch, for the logs and the
 #               checkpoint history (default VAL_LMDB; empty: none)
+#   TENSORBOARD folder for TensorBoard event files (rn-train --tensorboard; default: none),
+#               e.g. $(RUN)/tb: every epoch's rn-train adds its file there, the val/ curves
+#               come from TRAIN_VAL; watch with tensorboard --logdir $(RUN)/tb
 #   INIT_FLAGS  how rn-init makes epoch-000.pb (default --arch $(ARCH) --classes $(CLASSES));
 #               e.g. --from weights.safetensors --reset-fc 10 to fine-tune
 #   TRAIN_FLAGS, EVAL_FLAGS, PREP_FLAGS   more flags for rn-train, rn-eval, rn-prep
@@ -80,6 +83,7 @@ RESIZE ?=
 SEED ?= 0
 SAVE_EVERY ?=
 TRAIN_VAL ?= $(VAL_LMDB)
+TENSORBOARD ?=
 INIT_FLAGS ?= --arch $(ARCH) --classes $(RN_CLASSES)
 TRAIN_FLAGS ?=
 EVAL_FLAGS ?=

@@ -3,6 +3,9 @@
 #   $(RUN)/epoch-000.pb                rn-init $(INIT_FLAGS) --seed $(SEED)
 #   $(RUN)/epoch-NNN.pb                rn-train --in epoch-(NNN-1).pb --epochs 1 ...
 #   $(RUN)/epoch-NNN.jsonl             that epoch's log (rn-train --log): "step" and "epoch" lines
+#   $(TENSORBOARD)/events.out.tfevents.*  with TENSORBOARD set: one TensorBoard event file per
+#                                      rn-train, the same values as the logs (a resumed or
+#                                      repeated epoch adds no step twice: see rn-train(1))
 #   $(RUN)/commands.sh                 every command run, as run, with the time
 #   $(RUN)/run.txt                     when and where the run started, the rn version, the settings
 #   $(RUN)/train-data.json             the training set's identity (rn-info --json: count,
@@ -10,7 +13,7 @@
 #
 # Variables (see common.mk): RN_BIN DATA TRAIN_LMDB VAL_LMDB RUN ARCH CLASSES EPOCHS BATCH
 # ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES AMP DEVICE WORKERS THREADS NPROC MPIRUN
-# MPIFLAGS CROP RESIZE SEED SAVE_EVERY TRAIN_VAL INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per
+# MPIFLAGS CROP RESIZE SEED SAVE_EVERY TRAIN_VAL TENSORBOARD INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per
 # log line, default 20). NPROC > 1 runs rn-train as $(MPIRUN) -np $(NPROC) $(MPIFLAGS) rn-train.
 # Targets: train (the last epoch), $(RUN)/epoch-NNN.pb.
 #
@@ -38,7 +41,8 @@ RN_TRAIN_FLAGS = --batch $(BATCH) $(if $(filter-out 1,$(ACCUM)),--accum $(ACCUM)
   $(if $(filter multistep,$(LR_SCHEDULE)),--lr-milestones $(LR_MILESTONES) --lr-gamma $(LR_GAMMA)) \
   $(if $(filter cosine,$(LR_SCHEDULE)),--lr-epochs $(EPOCHS)) \
   $(if $(AMP),--amp $(AMP)) --seed $(SEED) $(if $(SAVE_EVERY),--save-every $(SAVE_EVERY)) \
-  $(if $(TRAIN_VAL),--val $(TRAIN_VAL)) --log-every $(LOG_EVERY) $(RN_EVAL_T) $(TRAIN_FLAGS)
+  $(if $(TRAIN_VAL),--val $(TRAIN_VAL)) --log-every $(LOG_EVERY) $(if $(TENSORBOARD),--tensorboard $(TENSORBOARD)) \
+  $(RN_EVAL_T) $(TRAIN_FLAGS)
 
 # the top-level "epoch" of a checkpoint (the history's come later in the JSON)
 rn_epoch_of = $(RN)rn-info --json $(1) | grep -o '"epoch":[0-9]*' | head -n 1 | cut -d: -f2
@@ -53,7 +57,7 @@ else echo "$(RUN): $(2) is not the dataset this run started with (compare $(RUN)
 endef
 
 RN_RECORD_VARS := ARCH CLASSES EPOCHS BATCH ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES \
-  AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL \
+  AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL TENSORBOARD \
   INIT_FLAGS TRAIN_FLAGS EVAL_FLAGS RN_BIN
 
 .PHONY: train

@@ -279,6 +279,23 @@ EOF
     [ -L qs/run/best.pb ]
 }
 
+@test "examples/finetune with PTH: rn-init reads torch.save's file itself, no Python step" {
+    have_torch || skip "no torch/torchvision for $PYTHON"
+    "$PYTHON" -c "import torch, torchvision; torch.manual_seed(0); torch.save(torchvision.models.resnet18().state_dict(), 'r18.pth')"
+    run make -C "$BATS_TEST_DIRNAME/../examples/finetune" RN_BIN="$RN_BIN" PYTHON=/nonexistent/python OUT="$PWD/ft" \
+        PTH="$PWD/r18.pth" ARCH=resnet18 EPOCHS=1 BATCH=8 PER_CLASS=8 VAL_PER_CLASS=4 CROP=16 THREADS=2
+    assert_success
+    assert_output --regexp "finetune: resnet18 from .*/r18.pth, 1 epochs: top1="
+    refute_output --partial "save_torchvision.py"
+    [ ! -e ft/weights.safetensors ]
+    grep -q -- "--from $PWD/r18.pth --reset-fc 3 " ft/run/commands.sh
+    run rn-info --json ft/run/epoch-000.pb
+    assert_output --partial '"arch":"resnet18","num_classes":3,'
+    rn-init --from r18.pth --reset-fc 3 --seed 0 -o direct.pb
+    diff <(rn-info -t direct.pb | grep -A999 '^tensors:' | grep -v '^  fc\.') \
+         <(rn-info -t ft/run/epoch-000.pb | grep -A999 '^tensors:' | grep -v '^  fc\.')
+}
+
 @test "examples/finetune: torchvision weights as safetensors, rn-init --from --reset-fc, training" {
     have_torch || skip "no torch/torchvision for $PYTHON"
     run make -C "$BATS_TEST_DIRNAME/../examples/finetune" RN_BIN="$RN_BIN" PYTHON="$PYTHON" OUT="$PWD/ft" \

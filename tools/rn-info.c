@@ -1,4 +1,5 @@
-/* rn-info: what is inside an rn checkpoint (.pb) or an rn dataset (.lmdb folder). */
+/* rn-info: what is inside an rn checkpoint (.pb), an rn dataset (.lmdb folder) or a
+ * TensorBoard event file (rn-train --tensorboard). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "rn/dataset.h"
 #include "rn/err.h"
 #include "rn/json.h"
+#include "rn/tbevent.h"
 #include "rn/tensor.h"
 
 static void usage(FILE *f) {
@@ -18,6 +20,10 @@ static void usage(FILE *f) {
                "history. The file is fully validated first (names, shapes, checksums).\n"
                "FILE may be \"-\" (stdin). A dataset folder (DATA.lmdb, made by rn-prep) is\n"
                "described instead: count, classes with counts, sizes, encoding, mean/std, command.\n"
+               "A TensorBoard event file (a name holding \"tfevents\", rn-train --tensorboard), or a\n"
+               "folder of them read in name order as TensorBoard reads them, is checked record by\n"
+               "record (both CRC32Cs, the Event message) and printed: a line '# FILE: VERSION' per\n"
+               "file, then 'TAG STEP VALUE' per scalar and 'TAG STEP \"TEXT\"' per text (JSON-quoted).\n"
                "\n"
                "  -j, --json     machine-readable output (one JSON object)\n"
                "  -t, --tensors  list every tensor (parameters, BN buffers, SGD momentum): name,\n"
@@ -26,6 +32,39 @@ static void usage(FILE *f) {
                "  -V, --version  print the version\n"
                "\n"
                "Exit status: 0 success, 1 failure (unreadable or invalid file), 2 bad usage.\n");
+}
+
+static int print_item(void *ctx, const rn_tb_item *it) {
+    const char *path = ctx;
+    if (it->kind == RN_TB_VERSION) printf("# %s: %s\n", path, it->text);
+    else if (it->kind == RN_TB_SCALAR) printf("%s %lld %.9g\n", it->tag, (long long)it->step, it->value);
+    else if (it->kind == RN_TB_TEXT) {
+        printf("%s %lld ", it->tag, (long long)it->step);
+        rn_json_string(stdout, it->text);
+        putchar('\n');
+    }
+    return 0;
+}
+
+/* an event file, or a folder of them: 0, or 1 at the first bad record */
+static int print_events(const char *path, int is_dir) {
+    char **files = NULL, *one[1] = {(char *)path};
+    int n = 1, rc = RN_OK;
+    if (is_dir && (rc = rn_tb_list(path, &files, &n)) != RN_OK) {
+        fprintf(stderr, "rn-info: %s\n", rn_last_error());
+        return 1;
+    }
+    for (int i = 0; i < n && rc == RN_OK; i++) {
+        char *file = is_dir ? files[i] : one[0];
+        rc = rn_tb_read(file, 0, print_item, file);
+    }
+    if (is_dir) rn_tb_list_free(files, n);
+    if (rc != RN_OK) {
+        fflush(stdout);
+        fprintf(stderr, "rn-info: %s\n", rn_last_error());
+        return 1;
+    }
+    return 0;
 }
 
 static void shape_str(const rn_ptensor *t, char *buf, size_t cap) {
@@ -229,6 +268,18 @@ int main(int argc, char **argv) {
             return 1;
         }
         return 0;
+    }
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    char **files = NULL;
+    int n_files = 0;
+    if (is_dir && rn_tb_list(path, &files, &n_files) == RN_OK) rn_tb_list_free(files, n_files);
+    if (strstr(base, RN_TB_NAME) || n_files) {
+        if (json || tensors) {
+            fprintf(stderr, "rn-info: %s: --json and --tensors are for checkpoints and datasets, not event files\n", path);
+            return 2;
+        }
+        return print_events(path, is_dir);
     }
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(path, &ck) != RN_OK) {

@@ -1,5 +1,5 @@
 /* rn-init: create a checkpoint with torchvision's initialisation, or import
- * torchvision-named weights from a safetensors file. */
+ * torchvision-named weights from a safetensors file or a torch.save'd .pth. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include "rn/cli.h"
 #include "rn/convert.h"
 #include "rn/err.h"
+#include "rn/pth.h"
 
 #define DEFAULT_ARCH "resnet50"
 #define DEFAULT_CLASSES 1000
@@ -17,18 +18,25 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: rn-init [--arch A] [--classes N] [--seed S] [--zero-init-residual] -o OUT.pb\n"
-            "       rn-init --from WEIGHTS.safetensors [--arch A] [--reset-fc N] [--seed S] -o OUT.pb\n"
+            "       rn-init --from WEIGHTS.pth|WEIGHTS.safetensors [--arch A] [--reset-fc N] [--seed S] -o OUT.pb\n"
             "\n"
             "Create a ResNet checkpoint initialised as torchvision does (conv kaiming-normal fan_out,\n"
             "BN weight 1 bias 0, fc uniform +-1/sqrt(fan_in)), or import pretrained weights that use\n"
             "torchvision's names (F32, F16 or BF16; num_batches_tracked I64).\n"
+            "\n"
+            "--from reads a state_dict saved with torch.save (the zip format of torch >= 1.6, as\n"
+            "torchvision's resnet50-*.pth) or safetensors, told apart by the file's first bytes. A .pth\n"
+            "is read by rn's own restricted unpickler: tensors, storages and OrderedDict only, nothing\n"
+            "in it is run; a whole model (torch.save(model)) or the legacy format is refused with the\n"
+            "python3 line that re-saves it.\n"
             "\n"
             "  -a, --arch A              resnet18|resnet34|resnet50|resnet101|resnet152 (default %s;\n"
             "                            with --from: the file's metadata, else guessed from its names)\n"
             "  -c, --classes N           number of classes (default %d)\n"
             "  -s, --seed S              random seed (default %d); the same seed gives identical bytes\n"
             "  -z, --zero-init-residual  zero the last BN weight of each residual block\n"
-            "  -f, --from FILE           import a torchvision state_dict saved as safetensors\n"
+            "  -f, --from FILE           import a torchvision state_dict: a .pth (torch.save) or\n"
+            "                            safetensors file\n"
             "  -r, --reset-fc N          with --from: replace the classifier by a new N-class one\n"
             "                            (fine-tuning); its weights come from --seed\n"
             "  -o, --output OUT.pb       where to write the checkpoint (\"-\" for stdout); written\n"
@@ -47,7 +55,7 @@ static int check_flags(const char *out, const char *from, int have_classes, int 
     if (!out) return rn_errorf(RN_EINVAL, "no output given: add -o OUT.pb");
     if (from && (have_classes || zero_init))
         return rn_errorf(RN_EINVAL, "--classes and --zero-init-residual do not apply to --from (use --reset-fc N)");
-    if (!from && reset_fc) return rn_errorf(RN_EINVAL, "--reset-fc needs --from WEIGHTS.safetensors");
+    if (!from && reset_fc) return rn_errorf(RN_EINVAL, "--reset-fc needs --from WEIGHTS.pth or WEIGHTS.safetensors");
     return RN_OK;
 }
 
@@ -93,7 +101,7 @@ int main(int argc, char **argv) {
     rn_resnet net;
     if (from) {
         rn_safetensors *st = NULL;
-        rc = rn_st_read(from, &st);
+        rc = rn_weights_read(from, &st);
         if (rc == RN_OK) {
             rc = rn_ckpt_from_safetensors(st, arch, reset_fc, (uint64_t)seed, &ck);
             if (rc != RN_OK) rn_error_context(rc, "%s", from);

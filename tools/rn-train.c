@@ -75,7 +75,7 @@ static void usage(FILE *f) {
             "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
             "  --accum P. --device cuda and auto take the GPU of the process's local rank; on\n"
             "  the CPU the cores are shared among a node's processes unless --threads is given.\n"
-            "  Rank 0 writes OUT and the log; a run resumes on any number of processes.\n"
+            "  Rank 0 writes OUT, the log and the events; a run resumes on any number of processes.\n"
             "  SIGUSR1 to mpirun reaches every rank: all save at the same step and exit 0.\n"
             "  (This build: %s.)\n"
             "      --dist-timeout S    a collective that waits S seconds for the others (a rank\n"
@@ -115,6 +115,13 @@ static void usage(FILE *f) {
             "      --save-every N      also write OUT every N steps\n"
             "      --log FILE.jsonl    append one JSON object per log interval and per epoch\n"
             "      --log-every N       steps between log lines (default %d)\n"
+            "      --tensorboard DIR   also write the log as a TensorBoard event file in DIR (made\n"
+            "                          if missing; watch with tensorboard --logdir DIR): train/loss,\n"
+            "                          train/lr, train/img_s, train/data_wait, train/loss_scale\n"
+            "                          (fp16) at each log line, val/top1, val/top5, val/loss per\n"
+            "                          epoch with --val, the command line as text (run/flags); a\n"
+            "                          new file per run, each tag written only at steps above\n"
+            "                          those DIR already holds, so resumed runs add no duplicates\n"
             "      --dump-grads FILE   write this run's first step's gradients and batch\n"
             "                          as safetensors (torchvision names and layouts)\n"
             "  -h, --help              this help\n"
@@ -164,7 +171,7 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT
 };
 
@@ -202,6 +209,7 @@ int main(int argc, char **argv) {
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
         {"warmup-epochs", required_argument, 0, O_WARM}, {"save-every", required_argument, 0, O_SAVE},
         {"log", required_argument, 0, O_LOG},      {"log-every", required_argument, 0, O_LOGEVERY},
+        {"tensorboard", required_argument, 0, O_TB},
         {"dump-grads", required_argument, 0, O_DUMP}, {"amp", required_argument, 0, O_AMP},
         {"loss-scale", required_argument, 0, O_SCALE},
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
@@ -271,6 +279,7 @@ int main(int argc, char **argv) {
         case O_WARM: rc = rn_cli_int("--warmup-epochs", optarg, 0, 1000000, &o.lr.warmup_epochs); break;
         case O_SAVE: rc = rn_cli_i64("--save-every", optarg, 1, MAX_STEPS, &o.save_every); break;
         case O_LOG: o.log_path = optarg; break;
+        case O_TB: o.tensorboard = optarg; break;
         case O_LOGEVERY: rc = rn_cli_int("--log-every", optarg, 1, 1000000000, &o.log_every); break;
         case O_DUMP: o.dump_grads = optarg; break;
         case O_AMP:

@@ -1,5 +1,9 @@
 #!/usr/bin/python3
-"""Save torchvision ResNet weights as safetensors, the file rn-init --from reads.
+"""Save torchvision ResNet weights as safetensors, a file rn-init --from reads.
+
+rn-init --from also reads a torch.save'd .pth itself (the finetune example hands it PTH
+directly); this script is for torchvision's weights by name, a random model, or a
+state_dict to check against torchvision (strict=True) before it is imported.
 
 usage:
   save_torchvision.py --arch resnet50 --pth resnet50-11ad3fa6.pth OUT.safetensors

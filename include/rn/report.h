@@ -3,11 +3,12 @@
  * rn_train (rn/train.h) emits four events: begin (once, the run's shape), step (every
  * log_every optimiser steps and at each epoch's last), epoch (after each epoch and its
  * validation) and end (once, before the final save). Each goes to every sink of an
- * rn_report, in the order they were added. Two sinks come with the library: the
- * progress lines on stderr (rn_report_progress) and the JSONL log
- * (rn_report_jsonl). Another sink (a profiler, a logger that only rank 0 keeps) is an
- * rn_reporter with its own callbacks; a callback left NULL is not called. Sinks do not
- * fail the run: an output that cannot be written is the sink's own business.
+ * rn_report, in the order they were added. Three sinks come with the library: the
+ * progress lines on stderr (rn_report_progress), the JSONL log (rn_report_jsonl) and
+ * TensorBoard event files (rn_report_tensorboard, in rn/tbevent.h). Another sink (a
+ * profiler, a logger that only rank 0 keeps) is an rn_reporter with its own callbacks;
+ * a callback left NULL is not called. Sinks do not fail the run: an output that cannot
+ * be written is the sink's own business.
  *
  *   rn_report rep = {0};
  *   rn_reporter s;
@@ -26,6 +27,7 @@ typedef struct {
     const char *arch;        /* "resnet50" */
     const char *device;      /* rn_backend_name */
     int64_t steps_per_epoch;
+    int64_t step;            /* optimiser steps the checkpoint had taken: the run's first is step + 1 */
     int batch, accum, micro; /* batch = accum x micro images per optimiser step */
     double net_bytes;        /* rn_net_bytes */
     int amp;                 /* RN_F32, RN_F16 or RN_BF16 */

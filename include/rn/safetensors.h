@@ -22,6 +22,7 @@ typedef struct {
 typedef struct {
     uint8_t *file; /* whole file, owned */
     size_t len;
+    uint8_t *owned; /* tensors copied out of the file (a .pth's strided views, rn/pth.h), owned; or NULL */
     int n;
     rn_st_tensor *t; /* in header order */
     int nmeta;
@@ -35,6 +36,9 @@ typedef struct {
  * overlapping. Errors: RN_EIO, RN_ECORRUPT (message names the file and the tensor),
  * RN_ENOMEM. */
 int rn_st_read(const char *path, rn_safetensors **out);
+/* The same on a file already read: takes buf (malloc'ed, len bytes) and frees it on
+ * failure; path only names the file in messages. */
+int rn_st_parse(const char *path, uint8_t *buf, size_t len, rn_safetensors **out);
 void rn_st_free(rn_safetensors *st);
 const rn_st_tensor *rn_st_find(const rn_safetensors *st, const char *name);
 /* Metadata value for key, or NULL. */

@@ -52,9 +52,10 @@
  * The checkpoint records accum as the per-rank accum, the micro-batches BN saw. In a
  * world of one sync_bn changes nothing; with freeze_bn there are no batch statistics.
  *
- * Output: progress lines on o->progress and the JSONL log at o->log_path are the sinks
- * of an rn_report (rn/report.h); evaluation with --val is rn_eval_run (rn/eval.h); the
- * learning rate is rn_lr_at (rn/schedule.h). */
+ * Output: progress lines on o->progress, the JSONL log at o->log_path and the event file
+ * in o->tensorboard (rank 0 only, opened before the first step) are the sinks of an
+ * rn_report (rn/report.h, rn/tbevent.h); evaluation with --val is rn_eval_run
+ * (rn/eval.h); the learning rate is rn_lr_at (rn/schedule.h). */
 #ifndef RN_TRAIN_H
 #define RN_TRAIN_H
 
@@ -87,6 +88,7 @@ typedef struct {
     const char *val;        /* validation dataset evaluated after each epoch, or NULL */
     const char *out;        /* checkpoint written at save points and at the end */
     const char *log_path;   /* JSONL log, or NULL */
+    const char *tensorboard;/* folder of TensorBoard event files (rn/tbevent.h), or NULL */
     const char *dump_grads; /* safetensors of this run's first step's gradients (and its batch), or NULL */
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     rn_backend_opts backend;/* the backend's settings (rn_train_defaults: the defaults) */

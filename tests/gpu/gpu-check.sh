@@ -23,6 +23,9 @@
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 #   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new
+#   6. rn-train --tensorboard, two epochs in two runs (--amp fp16), loaded by tensorboard's
+#      own EventAccumulator (tests/gpu/tb_check.py): the same scalars as rn-info reads and
+#      the log holds, the flags in the text plugin; skipped without the tensorboard package
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
@@ -378,6 +381,47 @@ else
     row "$name" FAIL "no cache file written at $RN_CUDA_ALGO_CACHE"
 fi
 unset RN_CUDA_ALGO_CACHE
+
+# 6. rn-train --tensorboard as TensorBoard itself reads it: two invocations, epoch by epoch
+#    as the pipelines run them (--amp fp16 on the GPU, so the loss scale is logged too), on
+#    step 5's toy dataset into one folder, loaded with tensorboard's EventAccumulator
+#    (tests/gpu/tb_check.py) and compared with rn-info's reading and the JSONL log: the
+#    same tags, steps and float32 values, steps strictly increasing, run/flags in the text
+#    plugin. Skipped, saying so, where this python has no tensorboard package. Seconds.
+name="tensorboard: EventAccumulator reads rn-train --tensorboard"
+say "$name"
+TB=$WORK/tb
+tb_amp=() tb_scale=0
+[ $DEV = cuda ] && tb_amp=(--amp fp16) tb_scale=1
+tb_runs() {
+    local e in=$WORK/toy/init.pb
+    for e in 1 2; do
+        "$BIN/rn-train" --device $DEV "${tb_amp[@]}" --data "$WORK/toy/train.lmdb" --val "$WORK/toy/val.lmdb" \
+            --in "$in" --out "$TB/e$e.pb" --epochs 1 --batch 16 --crop 32 --workers 2 --log-every 2 \
+            --log "$TB/train.jsonl" --tensorboard "$TB/events" || return 1
+        in=$TB/e$e.pb
+    done
+    "$BIN/rn-info" "$TB/events" >"$TB/rn-info.txt"
+}
+rm -rf "$TB" && mkdir -p "$TB"
+if [ ! -d "$WORK/toy/train.lmdb" ] || [ ! -f "$WORK/toy/init.pb" ]; then
+    failed=1
+    row "$name" FAIL "step 5's toy dataset is missing"
+elif ! tb_runs >"$TB/train.txt" 2>&1; then
+    failed=1
+    tail -n 10 "$TB/train.txt"
+    row "$name" FAIL "rn-train or rn-info failed: $(tail -n 1 "$TB/train.txt" | cut -c1-200)"
+else
+    "$PYTHON" tests/gpu/tb_check.py "$TB/events" "$TB/rn-info.txt" "$TB/train.jsonl" $tb_scale >"$TB/check.txt" 2>"$TB/check.err"
+    cat "$TB/check.txt"
+    v=$(tail -n 1 "$TB/check.txt")
+    [ -n "$v" ] || v="FAIL tb_check.py printed nothing: $(tail -n 1 "$TB/check.err" | cut -c1-200)"
+    case $v in
+        ok\ * | skipped\ *) row "$name" "${v%% *}" "${v#* }; $(ls "$TB/events" | wc -l) files, $(cat "$TB"/events/* | wc -c) bytes" ;;
+        *) failed=1; row "$name" FAIL "${v#FAIL }; see work/tb/check.txt" ;;
+    esac
+    say "tensorboard: $v"
+fi
 
 row "not run" - "the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
 echo
