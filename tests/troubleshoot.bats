@@ -75,6 +75,13 @@ assert abs(P[0]["lr"] - 1e-7) < 1e-13, P[0]
 ratio = (10 / 1e-7) ** (1 / 99)
 assert all(abs(b["lr"] / a["lr"] / ratio - 1) < 1e-6 for a, b in zip(P, P[1:])), "not geometric"
 assert P[0]["smoothed"] == P[0]["loss"], P[0]
+avg = 0
+for i, p in enumerate(P):  # fastai's smoothing: beta 0.98, divided by 1 - beta^(i+1)
+    avg = 0.98 * avg + 0.02 * p["loss"]
+    assert abs(avg / (1 - 0.98 ** (i + 1)) - p["smoothed"]) <= 1e-6 * abs(p["smoothed"]), (i, p)
+# it stopped early only at 4x the best smoothed loss before
+if len(P) < 100:
+    assert P[-1]["smoothed"] > 4 * min(p["smoothed"] for p in P[:-1]), P[-1]
 lr, best = float(sys.argv[1]), min(P, key=lambda p: p["smoothed"])
 assert 1e-6 < lr < best["lr"], (lr, best)
 print(len(P), "steps; suggested", lr, "best smoothed", best["smoothed"], "at lr", best["lr"])
