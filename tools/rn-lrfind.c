@@ -70,7 +70,7 @@ static int have_gnuplot(void) {
 /* Whether path names the file in is (so writing it would replace the checkpoint). */
 static int same_file(const char *path, const char *in) {
     struct stat a, b;
-    return path && stat(path, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return path && in && stat(path, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* The PNG through gnuplot, written to PATH.tmp and renamed. */
