@@ -122,6 +122,10 @@ PY
     run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --batch 16 --micro-batch 5
     assert_failure 2
     assert_output --partial "--batch 16 is not a multiple of --micro-batch 5"
+    # no gnuplot on PATH: --plot refused before the sweep
+    run env PATH="$RN_BIN" "$RN_BIN/rn-lrfind" --data train.lmdb --in init.pb --out x.jsonl --plot x.png
+    assert_failure 2
+    assert_output --partial "--plot: gnuplot is not installed"
     cp init.pb keep.pb
     run rn-lrfind --data train.lmdb --in init.pb --out ./init.pb
     assert_failure 2
