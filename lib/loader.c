@@ -89,10 +89,17 @@ static void *def_alloc(size_t n, void *ctx) {
 }
 static void def_free(void *p, void *ctx) { free(p); }
 
+/* records an epoch visits: all, or the first epoch_batches batches' */
+static uint64_t epoch_end(const rn_loader *l) {
+    uint64_t k = (uint64_t)l->o.epoch_batches * (uint64_t)l->o.batch;
+    return l->o.epoch_batches > 0 && k < l->count ? k : l->count;
+}
+
 /* normalise a position: past the end of an epoch (or, with drop_last, too few records
  * left for a batch) is the start of the next one */
 static void norm_pos(const rn_loader *l, int64_t *e, int64_t *i) {
-    if ((uint64_t)*i >= l->count || (l->o.drop_last && l->count - (uint64_t)*i < (uint64_t)l->o.batch)) {
+    uint64_t end = epoch_end(l);
+    if ((uint64_t)*i >= end || (l->o.drop_last && end - (uint64_t)*i < (uint64_t)l->o.batch)) {
         ++*e;
         *i = 0;
     }
@@ -118,8 +125,9 @@ static void make_perm(rn_loader *l, int64_t epoch) {
 /* assign the next batch (from the fill cursor) to slot s; called with mu held */
 static void plan(rn_loader *l, slot *s, int64_t seq) {
     int64_t e = l->fill_epoch, i = l->fill_index;
-    if (e != l->perm_epoch) make_perm(l, e);
-    int64_t left = (int64_t)l->count - i;
+    int64_t pe = l->o.epoch_batches > 0 ? 0 : e; /* epoch_batches: epoch 0's order, every epoch */
+    if (pe != l->perm_epoch) make_perm(l, pe);
+    int64_t left = (int64_t)epoch_end(l) - i;
     int total = left < l->o.batch ? (int)left : l->o.batch, P = l->o.parts > 1 ? l->o.parts : 1,
         p = P > 1 ? l->o.part : 0;
     int64_t u = l->o.unit > 1 ? l->o.unit : 1, U = (total + u - 1) / u;
@@ -250,7 +258,7 @@ static void *work(void *arg) {
             l->task_chunk = 0;
         }
         l->active++;
-        int64_t epoch = s->epoch;
+        int64_t epoch = l->o.epoch_batches > 0 ? 0 : s->epoch; /* epoch_batches: epoch 0's draws */
         pthread_mutex_unlock(&l->mu);
 
         int k0 = chunk * CHUNK, k1 = k0 + CHUNK < s->n ? k0 + CHUNK : s->n, err = 0;
@@ -433,8 +441,8 @@ int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index) {
 }
 
 int64_t rn_loader_batches_per_epoch(const rn_loader *l) {
-    uint64_t b = (uint64_t)l->o.batch;
-    return (int64_t)(l->o.drop_last ? l->count / b : (l->count + b - 1) / b);
+    uint64_t b = (uint64_t)l->o.batch, n = epoch_end(l);
+    return (int64_t)(l->o.drop_last ? n / b : (n + b - 1) / b);
 }
 
 const rn_dataset_info *rn_loader_info(const rn_loader *l) { return rn_dataset_get_info(l->ds); }

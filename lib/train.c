@@ -132,6 +132,7 @@ static int setup_data(run *t) {
     lo.shuffle = o->shuffle;
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
     lo.seed = t->st.seed;
+    lo.epoch_batches = o->overfit_batches;
     lo.part = t->rank; /* this rank's slice of every global batch */
     lo.parts = t->world;
     int rc = rn_loader_create(o->data, &lo, &t->l);
@@ -149,6 +150,9 @@ static int setup_data(run *t) {
         return rn_errorf(RN_EDATA, "%s: %llu images do not fill one batch of %d (lower --batch)", o->data,
                          (unsigned long long)info->count, o->batch);
     t->st.steps_per_epoch = t->spe;
+    if (o->overfit_batches > t->spe && t->rank == 0 && o->progress)
+        fprintf(o->progress, "rn-train: --overfit-batches %lld: %s holds %lld batches of %d: overfitting all %lld\n",
+                (long long)o->overfit_batches, o->data, (long long)t->spe, o->batch, (long long)t->spe);
     return RN_OK;
 }
 
@@ -484,6 +488,8 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     int target_epoch = t.st.epoch + o->epochs;
     int64_t run_steps = 0;
     window w, ep;
+    double first_pass = NAN, last_pass = NAN; /* mean loss of an epoch: the overfit check */
+    int64_t passes = 0;
     window_reset(&w);
     window_reset(&ep);
     int sig = 0;
@@ -504,13 +510,21 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             window_reset(&w);
         }
         if (s.last) {
+            last_pass = ep.loss / ep.steps;
+            if (passes++ == 0) first_pass = last_pass;
             if ((rc = end_epoch(&t, &ep, s.lr))) goto out;
             window_reset(&ep);
         }
         if (o->save_every && t.st.step % o->save_every == 0 && (rc = save(&t))) goto out;
     }
     rn_report_end(&t.rep, w.steps);
+    if (!passes && ep.steps) first_pass = last_pass = ep.loss / ep.steps; /* not one whole pass */
     rc = save(&t);
+    if (rc == RN_OK && o->overfit_batches && t.rank == 0 && o->progress && !isnan(last_pass)) {
+        char verdict[512];
+        rn_train_overfit_verdict(first_pass, last_pass, passes, run_steps, t.spe, verdict, sizeof verdict);
+        fprintf(o->progress, "rn-train: overfit check: %s\n", verdict);
+    }
     if (sig) *o->stop = sig; /* the signal every rank agreed on */
     if (rc == RN_OK && sig)
         rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from", sig,

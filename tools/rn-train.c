@@ -55,6 +55,13 @@ static void usage(FILE *f) {
             "      --augment MODE      standard (RandomResizedCrop + flip) or none (resize + centre\n"
             "                          crop, for debugging and parity) (default standard)\n"
             "      --no-shuffle        visit the records in order\n"
+            "      --overfit-batches K train on the first K batches of epoch 0 only, the same images\n"
+            "                          and crops (epoch 0's draws of --augment) every epoch of K\n"
+            "                          steps, with a constant --lr unless --lr-schedule is given;\n"
+            "                          at the end say whether the loss fell towards 0 (the first\n"
+            "                          check when the loss does not fall). K over the dataset's\n"
+            "                          batches: all of them, with a message. Default length %d\n"
+            "                          steps; not with --val\n"
             "      --seed S            data order and augmentation seed (default: IN's, else 0)\n"
             "  -w, --workers N         loader threads (default %d)\n"
             "  -t, --threads N         compute threads on the CPU (default: all cores); the\n"
@@ -123,7 +130,7 @@ static void usage(FILE *f) {
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
-            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_WORKERS,
+            RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
             RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
@@ -152,6 +159,9 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
     if (o->sync_bn && o->freeze_bn)
         return rn_errorf(RN_EINVAL, "--sync-bn and --freeze-bn: frozen BatchNorm has no batch statistics to "
                                     "synchronise (give one)");
+    if (o->overfit_batches && o->val)
+        return rn_errorf(RN_EINVAL, "--overfit-batches and --val: the overfit check reports the training loss "
+                                    "(evaluate its checkpoint afterwards with rn-eval)");
     if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
         return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
                          rn_amp_name(o->amp));
@@ -161,7 +171,8 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
 enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
-    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN
+    O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
+    O_OVERFIT
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -203,7 +214,7 @@ int main(int argc, char **argv) {
         {"loss-scale", required_argument, 0, O_SCALE},
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
-        {"sync-bn", no_argument, 0, O_SYNCBN},
+        {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -211,7 +222,7 @@ int main(int argc, char **argv) {
     /* the documented RN_* overrides first, so that flags win */
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *in = NULL;
-    int c, rc = env_rc, have_epochs = 0;
+    int c, rc = env_rc, have_epochs = 0, have_schedule = 0;
     double dist_timeout = RN_DIST_TIMEOUT, bucket_mb = RN_DIST_BUCKET_MB;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -236,6 +247,7 @@ int main(int argc, char **argv) {
             else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not standard or none", optarg);
             break;
         case O_NOSHUF: o.shuffle = 0; break;
+        case O_OVERFIT: rc = rn_cli_i64("--overfit-batches", optarg, 1, 1 << 30, &o.overfit_batches); break;
         case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT32_MAX, &o.seed); o.seed_given = 1; break;
         case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
         case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
@@ -253,6 +265,7 @@ int main(int argc, char **argv) {
         case O_SYNCBN: o.sync_bn = 1; break;
         case O_LS: rc = rn_cli_float("--label-smoothing", optarg, 0, 1, &o.label_smoothing); break;
         case O_SCHED:
+            have_schedule = 1;
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)
                 rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine or constant", optarg);
             break;
@@ -288,6 +301,11 @@ int main(int argc, char **argv) {
     if (rc != RN_OK) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());
         return 2;
+    }
+    if (o.overfit_batches) {
+        /* a decay every few epochs of K steps would stall the check: a constant lr unless asked */
+        if (!have_schedule) o.lr.schedule = RN_LR_CONSTANT;
+        if (!have_epochs && !o.max_steps) o.max_steps = RN_TRAIN_OVERFIT_STEPS;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
     /* the processes of the run (before any thread starts) */

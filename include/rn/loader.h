@@ -75,6 +75,10 @@ typedef struct {
     int drop_last;  /* drop the incomplete last batch of each epoch */
     int exact;      /* decode JPEGs at full size (no DCT scaling) */
     uint64_t seed;
+    int64_t epoch_batches; /* > 0: every epoch is only the first N batches of epoch 0, in
+                       epoch 0's order with epoch 0's augmentation draws: the same images,
+                       crops and flips every epoch (rn-train --overfit-batches); 0: whole
+                       epochs */
     int part, parts;/* parts > 1: deliver only slice `part` of each batch (data-parallel
                        ranks): of a batch of n, images [part*n/parts, (part+1)*n/parts);
                        the order, the augmentation and the position stay the whole

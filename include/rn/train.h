@@ -80,6 +80,8 @@
 #define RN_TRAIN_CROP 224
 #define RN_TRAIN_WORKERS 4
 #define RN_TRAIN_LOG_EVERY 20
+#define RN_TRAIN_OVERFIT_STEPS 200 /* --overfit-batches without --epochs or --max-steps */
+#define RN_TRAIN_OVERFIT_FIT 0.05  /* a final pass below this loss: the model fits the batches */
 
 typedef struct {
     const char *data;       /* training dataset */
@@ -100,6 +102,11 @@ typedef struct {
                                centre crop; -1: round(crop*256/224); 0: no resize */
     int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
     int shuffle;            /* 1 or 0 */
+    int64_t overfit_batches;/* > 0: every epoch is the first N batches of epoch 0, the same
+                               images and crops each time (rn_loader_opts.epoch_batches; N
+                               over the dataset's batches: all of them, said on progress);
+                               at the end the first and last epochs' losses are compared
+                               (rn_train_overfit_verdict) on progress */
     int epochs;             /* epochs to run, counted from the checkpoint's epoch */
     int64_t max_steps;      /* stop after this many optimiser steps in this run (0: no limit) */
     int64_t save_every;     /* also save every N steps (0: only at the end) */
@@ -131,5 +138,13 @@ void rn_train_defaults(rn_train_opts *o);
  * RN_EINTR (stopped by *o->stop after saving), RN_ENUMERIC (non-finite loss: nothing
  * saved after the last good save point), or another error. */
 int rn_train(const rn_train_opts *o, rn_ckpt *ck);
+
+/* The overfit check's verdict: the mean loss of the first and of the last of `passes`
+ * whole passes over the `batches` batches, after `steps` steps, as one line (no newline)
+ * into buf: whether the loss fell towards zero (below RN_TRAIN_OVERFIT_FIT) and, if not,
+ * what to try (fewer than two, nothing to compare: more steps). Returns 1 when the model
+ * fits the batches, else 0. */
+int rn_train_overfit_verdict(double first, double last, int64_t passes, int64_t steps, int64_t batches, char *buf,
+                             size_t cap);
 
 #endif
