@@ -13,6 +13,7 @@
 # int8 (--int8 --calib): the same images calibrate and are compared; the logits stay
 # within 0.2 of the row's largest fp32 logit (measured 0.05 to 0.12 on these two-class
 # networks) and differ from fp32 by more than 1e-3 (the model does compute in int8).
+# --resize changes the calibration images as rn-eval's does.
 #
 # Skips: without node or onnxruntime-node in $RN_BUILD/node (make onnxruntime installs
 # it with npm from the npm registry; make test runs it) the runtime tests skip with the
@@ -253,6 +254,9 @@ PY
     run rn-export --int8 --calib val.lmdb --percentile 101 resnet18.pb q.onnx
     assert_failure 2
     assert_output --partial "--percentile: '101'"
+    run rn-export --int8 --calib val.lmdb --resize -1 resnet18.pb q.onnx
+    assert_failure 2
+    assert_output --partial "--resize: '-1'"
     [ ! -e q.onnx ]
     [ ! -e q.safetensors ]
 }
@@ -264,6 +268,15 @@ PY
     assert_failure 1
     assert_output --partial "rn-export: calibration: nothere.lmdb"
     assert_equal "$(md5sum < keep8.onnx)" "$before"
+}
+
+@test "--int8 --resize: calibration resizes as rn-eval --resize does (default round(S*256/224), 0: none)" {
+    rn-export --int8 --calib val.lmdb --crop $S --batch 4 --calib-batches 2 resnet18.pb r-default.onnx
+    rn-export --int8 --calib val.lmdb --crop $S --resize 37 --batch 4 --calib-batches 2 resnet18.pb r-37.onnx
+    rn-export --int8 --calib val.lmdb --crop $S --resize 0 --batch 4 --calib-batches 2 resnet18.pb r-0.onnx
+    cmp r-default.onnx r-37.onnx
+    run cmp -s r-default.onnx r-0.onnx
+    assert_failure
 }
 
 # int8_matches ARCH METHOD [options]: an int8 model calibrated on the images, checked,
@@ -306,3 +319,4 @@ int8_matches() {
     int8_matches resnet50 minmax
     int8_matches resnet50 percentile --preprocess
 }
+
