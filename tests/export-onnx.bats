@@ -332,7 +332,7 @@ int8_matches() {
         TRAIN_N=200 TEST_N=100 EPOCHS=1 BATCH=50 CALIB_BATCHES=2 int8
     assert_success
     assert_line --regexp '^model=fp32 runtime=onnxruntime top1=[01]\.[0-9]{4} correct=[0-9]+ n=100 bytes=[0-9]+$'
-    assert_line --regexp '^model=int8 runtime=onnxruntime top1=[01]\.[0-9]{4} correct=[0-9]+ n=100 bytes=[0-9]+ calib=2x32 method=percentile$'
+    assert_line --regexp '^model=int8 runtime=onnxruntime top1=[01]\.[0-9]{4} correct=[0-9]+ n=100 bytes=[0-9]+ calib=2x32 method=minmax$'
     assert_line --regexp '^model=fp32 runtime=rn-eval top1=[01]\.[0-9]+ n=100 checkpoint=epoch-001\.pb$'
     assert_line --regexp '^int8-fp32 points=[-+][0-9]+\.[0-9]{2} size=0\.[0-9]{3}$'
     [ "$(cat fm/int8.txt)" = "$(grep -E '^(model|int8-fp32)' <<< "$output")" ]
