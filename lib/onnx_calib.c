@@ -115,7 +115,7 @@ int rn_onnx_calibrate(const rn_ckpt *c, const rn_onnx_calib_opts *o, rn_onnx_ran
     hist *h = rn_calloc((size_t)spec.nunits + 2, sizeof *h);
     if (!h) return RN_ENOMEM;
     if ((rc = rn_runner_open(&r, "cpu", o->threads, NULL))) goto fail_open;
-    if ((rc = rn_eval_loader_open(o->data, o->batch, o->crop, -1, o->workers, NULL, r.be, &l))) goto fail;
+    if ((rc = rn_eval_loader_open(o->data, o->batch, o->crop, o->resize, o->workers, NULL, r.be, &l))) goto fail;
     if ((rc = rn_runner_check_data(o->data, rn_loader_info(l), c))) goto fail;
     /* a training net keeps every unit's output; frozen BN makes its forward an inference */
     if ((rc = rn_runner_net(&r, c, o->batch, o->batch, 0, o->crop, RN_NET_TRAIN, RN_F32))) goto fail;

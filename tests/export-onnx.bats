@@ -13,10 +13,15 @@
 # int8 (--int8 --calib): the same images calibrate and are compared; the logits stay
 # within 0.2 of the row's largest fp32 logit (measured 0.05 to 0.12 on these two-class
 # networks) and differ from fp32 by more than 1e-3 (the model does compute in int8).
+# --resize changes the calibration images as rn-eval's does. make -C examples/fashion-mnist
+# int8 on a tiny slice (200/100 images, 1 epoch): its report's format, fp32's top-1 through
+# onnxruntime equal to rn-eval's, every test image scored by both, the int8 file under 0.35
+# of fp32's; without onnxruntime it says how to get it and fails before training.
 #
 # Skips: without node or onnxruntime-node in $RN_BUILD/node (make onnxruntime installs
 # it with npm from the npm registry; make test runs it) the runtime tests skip with the
-# reason; without python3-onnx the checker test skips; without torchvision the name test.
+# reason; without python3-onnx the checker test skips; without torchvision the name test;
+# without Debian's dataset-fashion-mnist the example's test.
 load helper
 
 ORT_DIR=${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/node
@@ -253,6 +258,9 @@ PY
     run rn-export --int8 --calib val.lmdb --percentile 101 resnet18.pb q.onnx
     assert_failure 2
     assert_output --partial "--percentile: '101'"
+    run rn-export --int8 --calib val.lmdb --resize -1 resnet18.pb q.onnx
+    assert_failure 2
+    assert_output --partial "--resize: '-1'"
     [ ! -e q.onnx ]
     [ ! -e q.safetensors ]
 }
@@ -264,6 +272,15 @@ PY
     assert_failure 1
     assert_output --partial "rn-export: calibration: nothere.lmdb"
     assert_equal "$(md5sum < keep8.onnx)" "$before"
+}
+
+@test "--int8 --resize: calibration resizes as rn-eval --resize does (default round(S*256/224), 0: none)" {
+    rn-export --int8 --calib val.lmdb --crop $S --batch 4 --calib-batches 2 resnet18.pb r-default.onnx
+    rn-export --int8 --calib val.lmdb --crop $S --resize 37 --batch 4 --calib-batches 2 resnet18.pb r-37.onnx
+    rn-export --int8 --calib val.lmdb --crop $S --resize 0 --batch 4 --calib-batches 2 resnet18.pb r-0.onnx
+    cmp r-default.onnx r-37.onnx
+    run cmp -s r-default.onnx r-0.onnx
+    assert_failure
 }
 
 # int8_matches ARCH METHOD [options]: an int8 model calibrated on the images, checked,
@@ -305,4 +322,33 @@ int8_matches() {
     need_ort
     int8_matches resnet50 minmax
     int8_matches resnet50 percentile --preprocess
+}
+
+@test "examples/fashion-mnist int8: fp32 and int8 top-1 through onnxruntime on every test image, the int8 file under 0.35 of fp32's" {
+    need_ort
+    [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] ||
+        skip "no Fashion-MNIST IDX files (apt-get install dataset-fashion-mnist)"
+    run make -C "$BATS_TEST_DIRNAME/../examples/fashion-mnist" RN_BIN="$RN_BIN" ORT_DIR="$ORT_DIR" OUT="$PWD/fm" \
+        TRAIN_N=200 TEST_N=100 EPOCHS=1 BATCH=50 CALIB_BATCHES=2 int8
+    assert_success
+    assert_line --regexp '^model=fp32 runtime=onnxruntime top1=[01]\.[0-9]{4} correct=[0-9]+ n=100 bytes=[0-9]+$'
+    assert_line --regexp '^model=int8 runtime=onnxruntime top1=[01]\.[0-9]{4} correct=[0-9]+ n=100 bytes=[0-9]+ calib=2x32 method=minmax$'
+    assert_line --regexp '^model=fp32 runtime=rn-eval top1=[01]\.[0-9]+ n=100 checkpoint=epoch-001\.pb$'
+    assert_line --regexp '^int8-fp32 points=[-+][0-9]+\.[0-9]{2} size=0\.[0-9]{3}$'
+    [ "$(cat fm/int8.txt)" = "$(grep -E '^(model|int8-fp32)' <<< "$output")" ]
+    # top-1 in [0, 1] for both; the same correct count as the rn-eval line gives
+    awk '/runtime=onnxruntime/ { split($3, t, "="); if (t[2] < 0 || t[2] > 1) exit 1 }' fm/int8.txt
+    fp32=$(awk '$1 == "model=fp32" && $2 == "runtime=onnxruntime" { sub(/top1=/, "", $3); print $3 }' fm/int8.txt)
+    ref=$(awk '$2 == "runtime=rn-eval" { sub(/top1=/, "", $3); print $3 }' fm/int8.txt)
+    awk -v a="$fp32" -v b="$ref" 'BEGIN { exit !((a - b) ^ 2 < 1e-8) }'
+    size=$(awk '$1 == "int8-fp32" { sub(/size=/, "", $3); print $3 }' fm/int8.txt)
+    awk -v s="$size" 'BEGIN { exit !(s > 0 && s < 0.35) }'
+}
+
+@test "examples/fashion-mnist int8 without onnxruntime: says how to get it, exit 1, nothing trained" {
+    run make -C "$BATS_TEST_DIRNAME/../examples/fashion-mnist" RN_BIN="$RN_BIN" ORT_DIR="$PWD/no-ort" OUT="$PWD/fm-none" \
+        TRAIN_N=200 TEST_N=100 EPOCHS=1 int8
+    assert_failure
+    assert_output --regexp "onnxruntime-node is not in .*/no-ort: run make onnxruntime at the top of rn|no node to run onnxruntime-node"
+    [ ! -e fm-none/epoch-001.pb ]
 }

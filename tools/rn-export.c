@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "      --percentile P     for --calib-method percentile (default %g)\n"
             "  -b, --batch N   calibration images per forward (default %d)\n"
             "      --crop S    calibration crop, as rn-eval's (default %d)\n"
+            "      --resize N  calibration resize of the shorter side, as rn-eval's\n"
+            "                  (default round(S*256/224); 0: none)\n"
             "  -w, --workers N calibration loader threads (default %d)\n"
             "  -t, --threads N calibration compute threads (default: all cores)\n"
             "  -h, --help      this help\n"
@@ -70,7 +72,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_FOLD = 256, OPT_PRE, OPT_INT8, OPT_CALIB, OPT_CBATCHES, OPT_METHOD, OPT_PCT, OPT_CROP };
+    enum { OPT_FOLD = 256, OPT_PRE, OPT_INT8, OPT_CALIB, OPT_CBATCHES, OPT_METHOD, OPT_PCT, OPT_CROP, OPT_RESIZE };
     static const struct option opts[] = {{"format", required_argument, 0, 'f'},
                                          {"fold-bn", no_argument, 0, OPT_FOLD},
                                          {"preprocess", no_argument, 0, OPT_PRE},
@@ -81,6 +83,7 @@ int main(int argc, char **argv) {
                                          {"percentile", required_argument, 0, OPT_PCT},
                                          {"batch", required_argument, 0, 'b'},
                                          {"crop", required_argument, 0, OPT_CROP},
+                                         {"resize", required_argument, 0, OPT_RESIZE},
                                          {"workers", required_argument, 0, 'w'},
                                          {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
@@ -90,6 +93,7 @@ int main(int argc, char **argv) {
     rn_onnx_calib_opts co = {.batches = DEF_CALIB_BATCHES,
                              .batch = DEF_BATCH,
                              .crop = DEF_CROP,
+                             .resize = -1,
                              .workers = DEF_WORKERS,
                              .method = RN_CALIB_MINMAX,
                              .percentile = DEF_PERCENTILE};
@@ -102,6 +106,7 @@ int main(int argc, char **argv) {
         case OPT_PCT: bad = rn_cli_float("--percentile", optarg, 1e-9, 100, &co.percentile); break;
         case 'b': bad = rn_cli_int("--batch", optarg, 1, 1 << 16, &co.batch); break;
         case OPT_CROP: bad = rn_cli_int("--crop", optarg, 1, 1 << 14, &co.crop); break;
+        case OPT_RESIZE: bad = rn_cli_int("--resize", optarg, 0, 16384, &co.resize); break;
         case 'w': bad = rn_cli_int("--workers", optarg, 0, 1024, &co.workers); break;
         case 't': bad = rn_cli_int("--threads", optarg, 0, 1024, &co.threads); break;
         case OPT_METHOD:

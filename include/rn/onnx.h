@@ -55,6 +55,8 @@ typedef struct {
     const char *data; /* an rn dataset (rn-prep), read with rn-eval's transform */
     int batches;      /* batches of `batch` images from the start (fewer if it ends) */
     int batch, crop, workers, threads;
+    int resize;        /* shorter side before the crop, as rn-eval's --resize (-1: rn's
+                          default round(crop*256/224); 0: none) */
     int method;        /* RN_CALIB_MINMAX or RN_CALIB_PERCENTILE */
     double percentile; /* e.g. 99.99: the range covers this share of the magnitudes */
 } rn_onnx_calib_opts;
