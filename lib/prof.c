@@ -93,7 +93,8 @@ int rn_prof_step_end(rn_prof *p) {
 
 void rn_prof_totals(const rn_prof *p, int64_t *steps, double *wall, double *spans) {
     double sum = 0;
-    for (int64_t i = 0; i < p->n; i++) sum += p->s[i].t1 - p->s[i].t0;
+    for (int64_t i = 0; i < p->n; i++)
+        sum += p->s[i].t1 - p->s[i].t0;
     *steps = p->steps, *wall = p->wall, *spans = sum;
 }
 
@@ -130,7 +131,8 @@ static int write_table(const rn_prof *p, const char *title, const char *path) {
     for (int64_t i = 0; i < p->n; i++) {
         const span *s = &p->s[i];
         int64_t j = 0;
-        while (j < nr && (r[j].dir != s->dir || strcmp(r[j].name, s->name))) j++;
+        while (j < nr && (r[j].dir != s->dir || strcmp(r[j].name, s->name)))
+            j++;
         if (j == nr) r[nr++] = (row){.name = s->name, .dir = s->dir};
         r[j].calls++;
         r[j].sec += s->t1 - s->t0;
@@ -146,21 +148,22 @@ static int write_table(const rn_prof *p, const char *title, const char *path) {
         return rn_errorf(RN_ENOMEM, "%s: building the table", path);
     }
     double steps = p->steps ? (double)p->steps : 1, sum = 0;
-    for (int64_t j = 0; j < nr; j++) sum += r[j].sec;
+    for (int64_t j = 0; j < nr; j++)
+        sum += r[j].sec;
     fprintf(f, "# %s\n", title);
     fprintf(f, "# %lld profiled steps; per step: ms (mean), share of the step's wall time, calls, FLOPs and bytes\n",
             (long long)p->steps);
-    fprintf(f, "%-28s %-8s %10s %7s %6s %9s %8s %12s %12s\n", "name", "dir", "ms", "share", "calls", "GFLOP/s",
-            "GB/s", "flops", "bytes");
+    fprintf(f, "%-28s %-8s %10s %7s %6s %9s %8s %12s %12s\n", "name", "dir", "ms", "share", "calls", "GFLOP/s", "GB/s",
+            "flops", "bytes");
     for (int64_t j = 0; j < nr; j++) {
         const row *x = &r[j];
         double gf = x->sec > 0 ? x->flops / x->sec / 1e9 : 0, gb = x->sec > 0 ? x->bytes / x->sec / 1e9 : 0;
         fprintf(f, "%-28s %-8s %10.3f %6.2f%% %6lld %9.2f %8.2f %12.4g %12.4g\n", x->name, dir_name[x->dir],
-                1e3 * x->sec / steps, p->wall > 0 ? 100 * x->sec / p->wall : 0, (long long)(x->calls / p->steps),
-                gf, gb, x->flops / steps, x->bytes / steps);
+                1e3 * x->sec / steps, p->wall > 0 ? 100 * x->sec / p->wall : 0, (long long)(x->calls / p->steps), gf,
+                gb, x->flops / steps, x->bytes / steps);
     }
-    fprintf(f, "# rows sum to %.3f ms per step; measured step %.3f ms (%.2f%% of it in the rows)\n",
-            1e3 * sum / steps, 1e3 * p->wall / steps, p->wall > 0 ? 100 * sum / p->wall : 0);
+    fprintf(f, "# rows sum to %.3f ms per step; measured step %.3f ms (%.2f%% of it in the rows)\n", 1e3 * sum / steps,
+            1e3 * p->wall / steps, p->wall > 0 ? 100 * sum / p->wall : 0);
     free(r);
     return write_buf(path, f, &buf, &len);
 }
@@ -185,8 +188,8 @@ static int write_trace(const rn_prof *p, const char *path) {
                 ",\n{\"name\":\"%s%s%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                 "\"args\":{\"layer\":\"%s\",\"dir\":\"%s\",\"step\":%lld,\"flops\":%.0f,\"bytes\":%.0f}}",
                 s->name, s->dir == RN_PROF_STEP ? "" : " ", s->dir == RN_PROF_STEP ? "" : dir_name[s->dir],
-                dir_name[s->dir], s->track, 1e6 * (s->t0 - p->origin),
-                1e6 * (s->t1 - s->t0), s->name, dir_name[s->dir], (long long)s->step, s->flops, s->bytes);
+                dir_name[s->dir], s->track, 1e6 * (s->t0 - p->origin), 1e6 * (s->t1 - s->t0), s->name, dir_name[s->dir],
+                (long long)s->step, s->flops, s->bytes);
     }
     fprintf(f, "\n]}\n");
     return write_buf(path, f, &buf, &len);
