@@ -146,3 +146,38 @@ PY
     [ ! -e bad.pb ]
     [ ! -e bad.txt ]
 }
+
+@test "rn-eval --profile: one forward row per conv (BN folded in) and pool, the stages, a valid trace; no result printed" {
+    run rn-eval --data train.lmdb --ckpt init.pb --batch 32 --crop 32 --threads 2 --workers 2 --profile ev.txt --profile-warmup 1 --profile-steps 2
+    assert_success
+    assert_line --regexp '^rn-eval: profiled 2 batches after 1 warm-up batches: [0-9.]+ ms per batch, [0-9.]+% of it in the rows; table in ev.txt, trace in ev.txt.json$'
+    refute_output --partial "top1="
+    run "$PYTHON" - <<'PY'
+import collections, json, re
+want = {("conv1", "forward"), ("maxpool", "forward"), ("avgpool", "forward"), ("fc", "forward")}
+for l in range(1, 5):
+    for b in range(2):
+        want |= {(f"layer{l}.{b}.conv{i}", "forward") for i in (1, 2)}
+    if l > 1:
+        want.add((f"layer{l}.0.downsample.0", "forward"))
+want |= {(s, "step") for s in ("data-wait", "input", "logits", "h2d-wait")}
+rows = [l.split() for l in open("ev.txt") if not l.startswith("#")][1:]
+got = [(r[0], r[1]) for r in rows]
+assert sorted(got) == sorted(want), set(got) ^ want
+m = re.search(r"rows sum to ([0-9.]+) ms per step; measured step ([0-9.]+) ms", open("ev.txt").read())
+assert 0.95 * float(m[2]) <= float(m[1]) <= 1.001 * float(m[2]), m.group(0)
+X = [e for e in json.load(open("ev.txt.json"))["traceEvents"] if e["ph"] == "X"]
+count = collections.Counter((e["args"]["layer"], e["args"]["dir"]) for e in X)
+assert set(count) == want, set(count) ^ want
+assert all(c == (4 if k[0] == "input" else 2) for k, c in count.items()), count
+PY
+    assert_success
+    for v in 0 x; do
+        run rn-eval --data train.lmdb --ckpt init.pb --profile bad.txt --profile-steps $v
+        assert_failure 2
+        assert_output --partial "rn-eval: --profile-steps: '$v'"
+    done
+    run rn-eval --data train.lmdb --ckpt init.pb --profile -
+    assert_failure 2
+    assert_output --partial "--profile must be a file"
+}
