@@ -181,3 +181,17 @@ PY
     assert_failure 2
     assert_output --partial "--profile must be a file"
 }
+
+@test "--profile with 2 processes: rank 0 writes the profile, with the gradient sum as a row" {
+    command -v mpirun >/dev/null || skip "mpirun not installed (make deps installs openmpi-bin)"
+    rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi_no_leak_checks
+    run mpirun --oversubscribe -np 2 rn-train --data train.lmdb --in init.pb --out dist.pb --batch 16 --crop 32 --workers 1 --threads 1 --profile dist.txt --profile-warmup 1 --profile-steps 2
+    assert_success
+    assert_output --partial "rn-train: profiled 2 steps after 1 warm-up steps"
+    [ ! -e dist.pb ]
+    run cat dist.txt
+    assert_line --regexp '^grad-sum +step +[0-9.]+ +[0-9.]+% +1 '
+    assert_line --regexp '^layer4\.1\.conv2 +backward +[0-9.]+ +[0-9.]+% +1 '
+}
