@@ -159,7 +159,7 @@ static const void *weight(const rn_net *net, int64_t off) {
 
 void rn_net_set_prof(rn_net *net, rn_prof *prof) { net->prof = prof; }
 
-/* Profiling (rn/prof.h): pbeg before a layer's op, an pend_* with the op's status after;
+/* Profiling (rn/prof.h): pbeg before a layer's op, a pend_* with the op's status after;
  * with profiling off each is one branch. The FLOP and byte estimates are rn-train(1)'s. */
 static double pbeg(rn_net *net, const char *name) { return net->prof ? rn_prof_begin(net->prof, name) : 0; }
 
@@ -933,8 +933,8 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
                   loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss));
     if (rc) return rc;
     t0 = pbeg(net, "fc");
-    if ((rc = pend(net, t0, "fc", RN_PROF_BWD, 4 * n * c * k + n * k, es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k),
-                   fc_bwd(net, n))))
+    double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);
+    if ((rc = pend(net, t0, "fc", RN_PROF_BWD, 4 * n * c * k + n * k, fc_bytes, fc_bwd(net, n))))
         return rc;
     void **G = net->g;
     int dyi = 0, s1 = 1, s2 = 2, outi = 3;
@@ -979,7 +979,8 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
     rn_pool_desc pd;
     if ((rc = pool_desc(net, n, &pd))) return rc;
     t0 = pbeg(net, "maxpool");
-    if ((rc = pend_pool(net, t0, n, RN_PROF_BWD, rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1]))))
+    if ((rc = pend_pool(net, t0, n, RN_PROF_BWD,
+                        rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1]))))
         return rc;
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, 0);
 }

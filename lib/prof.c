@@ -9,11 +9,9 @@
 #include "rn/fileio.h"
 #include "rn/report.h"
 
-#if defined(RN_HAVE_CUDA) && defined(__has_include)
-#if __has_include(<nvtx3/nvToolsExt.h>)
+#ifdef RN_HAVE_NVTX /* the CUDA build, with the toolkit's nvtx3 headers (Makefile) */
 #include <nvtx3/nvToolsExt.h>
 #define RN_NVTX 1
-#endif
 #endif
 
 typedef struct {
@@ -131,7 +129,7 @@ static int write_table(const rn_prof *p, const char *title, const char *path) {
     for (int64_t i = 0; i < p->n; i++) {
         const span *s = &p->s[i];
         int64_t j = 0;
-        while (j < nr && (r[j].dir != s->dir || strcmp(r[j].name, s->name)))
+        while (j < nr && (r[j].dir != s->dir || strcmp(r[j].name, s->name) != 0))
             j++;
         if (j == nr) r[nr++] = (row){.name = s->name, .dir = s->dir};
         r[j].calls++;
@@ -159,8 +157,8 @@ static int write_table(const rn_prof *p, const char *title, const char *path) {
         const row *x = &r[j];
         double gf = x->sec > 0 ? x->flops / x->sec / 1e9 : 0, gb = x->sec > 0 ? x->bytes / x->sec / 1e9 : 0;
         fprintf(f, "%-28s %-8s %10.3f %6.2f%% %6lld %9.2f %8.2f %12.4g %12.4g\n", x->name, dir_name[x->dir],
-                1e3 * x->sec / steps, p->wall > 0 ? 100 * x->sec / p->wall : 0, (long long)(x->calls / p->steps), gf,
-                gb, x->flops / steps, x->bytes / steps);
+                1e3 * x->sec / steps, p->wall > 0 ? 100 * x->sec / p->wall : 0, (long long)((double)x->calls / steps),
+                gf, gb, x->flops / steps, x->bytes / steps);
     }
     fprintf(f, "# rows sum to %.3f ms per step; measured step %.3f ms (%.2f%% of it in the rows)\n", 1e3 * sum / steps,
             1e3 * p->wall / steps, p->wall > 0 ? 100 * sum / p->wall : 0);

@@ -344,8 +344,8 @@ int main(int argc, char **argv) {
     o.threads = rn_cli_dist_threads(o.threads, rn_dist_local_world(d)); /* the node's cores, shared */
     /* outputs checked now, not after hours of training (by rank 0, which writes them) */
     if (rn_dist_rank(d) == 0 &&
-        (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK ||
-         rn_cli_output("rn-train", o.profile, stderr) != RN_OK))
+        (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK
+         || rn_cli_output("rn-train", o.profile, stderr) != RN_OK))
         return fail(d, 1);
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(in, &ck) != RN_OK) return fail(d, 1);
