@@ -593,7 +593,10 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         fprintf(o->progress, "rn-train: overfit check: %s\n", verdict);
     }
     if (sig) *o->stop = sig; /* the signal every rank agreed on */
-    if (rc == RN_OK && sig)
+    if (rc == RN_OK && sig && t.prof)
+        rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the profile of the steps before it "
+                       "(no checkpoint written)", sig, (long long)t.st.step, o->profile);
+    else if (rc == RN_OK && sig)
         rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from", sig,
                        (long long)t.st.step, o->out);
 out:
