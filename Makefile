@@ -121,6 +121,10 @@ NVCCFLAGS := -O2 -std=c++17 -Iinclude -I$(BUILD)/gen -DRN_HAVE_CUDA=1 \
   $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 LDLIBS += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+# NVTX v3 is header-only (ranges for rn-train --profile); in the toolkit since CUDA 10
+ifneq ($(wildcard $(CUDA)/include/nvtx3/nvToolsExt.h),)
+CPPFLAGS += -DRN_HAVE_NVTX=1
+endif
 ifeq ($(USE_NCCL),1)
 NVCCFLAGS += -DRN_HAVE_NCCL=1
 CPPFLAGS += -DRN_HAVE_NCCL=1

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/net.h"
+#include "rn/prof.h"
 #include "rn/report.h"
 #include "rn/safetensors.h"
 #include "rn/tensor.h"
@@ -20,6 +22,8 @@ void rn_eval_defaults(rn_eval_opts *o) {
     o->resize = -1;
     o->topk = RN_EVAL_TOPK;
     o->progress = stderr;
+    o->profile_warmup = RN_EVAL_PROFILE_WARMUP;
+    o->profile_steps = RN_EVAL_PROFILE_STEPS;
 }
 
 /* One image's result: what counting it takes (a few numbers, never its logits), so
@@ -232,6 +236,74 @@ int rn_eval_loader_open(const char *path, int batch, int crop, int resize, int w
     return rn_loader_create(path, &lo, l);
 }
 
+/* One batch of --profile: the loader, the input, the forwards and the logits' download
+ * (the evaluation's work less the scoring), each a span of p when p is given. */
+static int profile_batch(rn_runner *r, rn_loader *l, rn_prof *p, float *out) {
+    rn_batch b;
+    double t0 = p ? rn_prof_begin(p, "data-wait") : 0;
+    int rc = rn_loader_next(l, &b);
+    if (p) rc = rn_prof_end(p, t0, "data-wait", RN_PROF_STEP, RN_PROF_HOST, 0, 0, rc);
+    if (rc) return rc;
+    double px = (double)b.h * b.w * b.c, k = r->classes;
+    t0 = p ? rn_prof_begin(p, "input") : 0;
+    rc = rn_runner_stage(r, &b);
+    if (p) rc = rn_prof_end(p, t0, "input", RN_PROF_STEP, RN_PROF_COMPUTE, 0, px * b.n, rc);
+    for (int off = 0, m; rc == RN_OK && off < b.n; off += m) {
+        m = b.n - off < r->micro ? b.n - off : r->micro;
+        t0 = p ? rn_prof_begin(p, "input") : 0;
+        rc = rn_runner_input(r, &b, off, m);
+        if (p) rc = rn_prof_end(p, t0, "input", RN_PROF_STEP, RN_PROF_COMPUTE, 2 * px * m, 5 * px * m, rc);
+        if (rc == RN_OK) rc = rn_net_forward(r->net, m, 0);
+        if (rc) break;
+        t0 = p ? rn_prof_begin(p, "logits") : 0;
+        rc = rn_backend_download(r->be, out, rn_net_logits(r->net), sizeof(float) * (size_t)m * r->classes);
+        if (p) rc = rn_prof_end(p, t0, "logits", RN_PROF_STEP, RN_PROF_HOST, 0, 4 * k * m, rc);
+    }
+    t0 = p ? rn_prof_begin(p, "h2d-wait") : 0;
+    int wrc = rn_backend_upload_wait(r->be);
+    if (p) wrc = rn_prof_end(p, t0, "h2d-wait", RN_PROF_STEP, RN_PROF_HOST, 0, 0, wrc);
+    if (rc == RN_OK) rc = wrc;
+    int last = b.last;
+    rn_loader_release(l, &b);
+    /* a dataset shorter than the profile: from its start again */
+    if (rc == RN_OK && last) rc = rn_loader_seek(l, 0, 0);
+    return rc;
+}
+
+/* rn-eval --profile: o->profile_warmup batches, then o->profile_steps profiled ones. */
+static int profile_run(rn_runner *r, rn_loader *l, const rn_eval_opts *o, const rn_ckpt *ck) {
+    rn_prof *p = NULL;
+    float *out = rn_malloc(sizeof(float) * (size_t)r->classes * (size_t)r->micro);
+    int rc = out ? rn_prof_create(r->be, &p) : RN_ENOMEM;
+    for (int i = 0; rc == RN_OK && i < o->profile_warmup + o->profile_steps; i++) {
+        rn_prof *on = i >= o->profile_warmup ? p : NULL;
+        rn_net_set_prof(r->net, on);
+        if (on && (rc = rn_prof_step_begin(p))) break;
+        if ((rc = profile_batch(r, l, on, out))) break;
+        if (on) rc = rn_prof_step_end(p);
+    }
+    rn_net_set_prof(r->net, NULL);
+    char title[256], trace[4096];
+    snprintf(title, sizeof title, "rn-eval --profile: %s on %s, batches of %d, crop %d, %s", ck->model->arch,
+             rn_backend_name(r->be), r->micro, o->crop,
+             rn_net_dtype(r->net) == RN_F32 ? "fp32" : "half precision");
+    snprintf(trace, sizeof trace, "%s.json", o->profile);
+    if (rc == RN_OK && (rc = rn_prof_write(p, title, o->profile, trace))) rc = rn_error_context(rc, "--profile");
+    if (rc == RN_OK && o->progress) {
+        int64_t steps;
+        double wall, spans;
+        rn_prof_totals(p, &steps, &wall, &spans);
+        fprintf(o->progress,
+                "rn-eval: profiled %lld batches after %d warm-up batches: %.1f ms per batch, %.1f%% of it in the "
+                "rows; table in %s, trace in %s\n",
+                (long long)steps, o->profile_warmup, 1e3 * wall / (double)steps, wall > 0 ? 100 * spans / wall : 0,
+                o->profile, trace);
+    }
+    rn_prof_destroy(p);
+    free(out);
+    return rc;
+}
+
 int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
     memset(res, 0, sizeof *res);
     rn_loader *l = NULL;
@@ -254,6 +326,10 @@ int rn_eval(const rn_eval_opts *o, const rn_ckpt *ck, rn_eval_result *res) {
         rc = RN_ENOMEM;
 agree: /* no rank starts the collectives of the run while another has stopped */
     if ((rc = rn_dist_agree(o->dist, rc, "eval: setting up"))) goto fail;
+    if (o->profile) {
+        rc = profile_run(&r, l, o, ck);
+        goto fail;
+    }
     if ((rc = rn_eval_run(&r, l, o->topk, res, dump, o->progress, o->progress_tty))) goto fail;
     if (dump) {
         rn_st_tensor t = {.name = "logits", .dtype = RN_F32, .ndim = 2, .shape = {res->n, classes},

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "rn/err.h"
+#include "rn/prof.h"
 #include "rn/state.h"
 #include "rn/tensor.h"
 
@@ -93,6 +94,7 @@ struct rn_net {
     size_t bytes;
     int plan;           /* rn_net_plan: count bytes, allocate nothing */
     int last_n;
+    rn_prof *prof;      /* rn_net_set_prof: every layer and direction timed; NULL: off */
 };
 
 static int nalloc(rn_net *net, size_t bytes, void *out) {
@@ -153,6 +155,45 @@ static void *elem(const rn_net *net, const void *base, int64_t off) {
 /* the conv or fc weight at off as the layers read it: the fp32 master, or its AMP copy */
 static const void *weight(const rn_net *net, int64_t off) {
     return net->wc ? elem(net, net->wc, off) : (const void *)(net->params + off);
+}
+
+void rn_net_set_prof(rn_net *net, rn_prof *prof) { net->prof = prof; }
+
+/* Profiling (rn/prof.h): pbeg before a layer's op, a pend_* with the op's status after;
+ * with profiling off each is one branch. The FLOP and byte estimates are rn-train(1)'s. */
+static double pbeg(rn_net *net, const char *name) { return net->prof ? rn_prof_begin(net->prof, name) : 0; }
+
+static int pend(rn_net *net, double t0, const char *name, int dir, double flops, double bytes, int rc) {
+    return net->prof ? rn_prof_end(net->prof, t0, name, dir, RN_PROF_COMPUTE, flops, bytes, rc) : rc;
+}
+
+/* a conv: 2 x MACs forward, twice that backward (data and filter; the stem has no data
+ * gradient); bytes: input, weight and output once, the weight gradient in fp32 */
+static int pend_conv(rn_net *net, double t0, int ui, int n, int dir, int rc) {
+    if (!net->prof) return rc;
+    const rn_convbn *cb = &net->spec.units[ui];
+    const unit_rt *u = &net->u[ui];
+    double x = (double)n * u->h * u->w * cb->cin, y = (double)n * u->p * u->q * cb->cout;
+    double w = (double)cb->cout * cb->cin * cb->k * cb->k, es = (double)net->es;
+    double f = 2 * y * cb->cin * cb->k * cb->k, b = es * (x + y + w);
+    if (dir == RN_PROF_BWD) {
+        int dx = ui != 0;
+        f *= 1 + dx;
+        b = es * (x + y + w + (dx ? x : 0)) + 4 * w;
+    }
+    return rn_prof_end(net->prof, t0, cb->conv, dir, RN_PROF_COMPUTE, f, b, rc);
+}
+
+/* a BN (with its ReLU and residual add): 8 FLOPs per element forward (statistics 3,
+ * normalise and affine 4, ReLU 1; +1 for a residual), 12 backward; bytes: each tensor
+ * read or written once (forward z, y [, residual]; backward z, y, dy, dz [, dres]) */
+static int pend_bn(rn_net *net, double t0, int ui, int n, int dir, int res, int rc) {
+    if (!net->prof) return rc;
+    const rn_convbn *cb = &net->spec.units[ui];
+    double e = (double)n * net->u[ui].p * net->u[ui].q * cb->cout, es = (double)net->es;
+    double f = dir == RN_PROF_FWD ? (8 + res) * e : 12 * e;
+    double b = dir == RN_PROF_FWD ? es * e * (2 + res) : es * e * (4 + res);
+    return rn_prof_end(net->prof, t0, cb->bn, dir, RN_PROF_COMPUTE, f, b, rc);
 }
 
 void rn_net_destroy(rn_net *net) {
@@ -580,17 +621,10 @@ static int sync_fwd(rn_net *net, int ui, const rn_bn_desc *bd, const void *z, co
     return rn_bn_fwd_infer(net->be, bd, z, gamma, beta, gm, gv, res, y);
 }
 
-/* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
-static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res,
-                    int relu) {
-    rn_conv_desc cd;
-    rn_bn_desc bd;
+/* The BN part of a unit forward: z -> y (BN [+ residual] [ReLU]). */
+static int bn_fwd(rn_net *net, int ui, int train, const rn_bn_desc *bdp, const void *z, void *y, const void *res) {
+    rn_bn_desc bd = *bdp;
     unit_rt *u = &net->u[ui];
-    int rc;
-    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
-    if (!train && net->fold)
-        return rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, relu, y);
-    if ((rc = rn_conv_fwd(net->be, &cd, x, weight(net, u->w_off), z))) return rc;
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
     if (train && !net->freeze_bn) {
@@ -609,22 +643,62 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
     return rn_bn_fwd_infer(net->be, &bd, z, gamma, beta, rm, rv, res, y);
 }
 
-static int head_fwd(rn_net *net, int n, const void *x) {
-    int rc = rn_avgpool_global_fwd(net->be, net->dtype, n, net->fin_hw, net->spec.fc_in, x, net->feat);
-    if (rc) return rc;
+/* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
+static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res,
+                    int relu) {
+    rn_conv_desc cd;
+    rn_bn_desc bd;
+    unit_rt *u = &net->u[ui];
+    const rn_convbn *cb = &net->spec.units[ui];
+    int rc;
+    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    double t0 = pbeg(net, cb->conv);
+    /* (the folded path's row is the conv's: its BN, residual and ReLU are in it) */
+    if (!train && net->fold)
+        return pend_conv(net, t0, ui, n, RN_PROF_FWD,
+                         rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, relu, y));
+    if ((rc = pend_conv(net, t0, ui, n, RN_PROF_FWD, rn_conv_fwd(net->be, &cd, x, weight(net, u->w_off), z))))
+        return rc;
+    t0 = pbeg(net, cb->bn);
+    return pend_bn(net, t0, ui, n, RN_PROF_FWD, res != NULL, bn_fwd(net, ui, train, &bd, z, y, res));
+}
+
+static int fc_fwd(rn_net *net, int n) {
     rn_fc_desc fd = {net->dtype, n, net->spec.fc_in, net->spec.num_classes};
     if (!net->wc)
         return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
-    if ((rc = rn_fc_fwd(net->be, &fd, net->feat, weight(net, net->fc_w), weight(net, net->fc_b), net->logits_h)))
-        return rc;
+    int rc = rn_fc_fwd(net->be, &fd, net->feat, weight(net, net->fc_w), weight(net, net->fc_b), net->logits_h);
+    if (rc) return rc;
     return rn_cast(net->be, net->dtype, RN_F32, (int64_t)n * net->spec.num_classes, net->logits_h, net->logits, 0);
+}
+
+static int head_fwd(rn_net *net, int n, const void *x) {
+    double c = net->spec.fc_in, k = net->spec.num_classes, es = (double)net->es, hw = net->fin_hw;
+    double t0 = pbeg(net, "avgpool");
+    int rc = pend(net, t0, "avgpool", RN_PROF_FWD, n * hw * c, es * n * c * (hw + 1),
+                  rn_avgpool_global_fwd(net->be, net->dtype, n, net->fin_hw, net->spec.fc_in, x, net->feat));
+    if (rc) return rc;
+    t0 = pbeg(net, "fc");
+    return pend(net, t0, "fc", RN_PROF_FWD, 2 * n * c * k + n * k, es * (n * c + c * k + n * k) + 4 * k,
+                fc_fwd(net, n));
+}
+
+/* the stem's max pool: 9 compares per output forward, one per output backward */
+static int pend_pool(rn_net *net, double t0, int n, int dir, int rc) {
+    if (!net->prof) return rc;
+    double in = (double)n * net->u[0].p * net->u[0].q * 64, out = (double)n * net->pool_h * net->pool_w * 64;
+    double es = (double)net->es;
+    return rn_prof_end(net->prof, t0, "maxpool", dir, RN_PROF_COMPUTE, dir == RN_PROF_FWD ? 9 * out : out,
+                       es * (dir == RN_PROF_FWD ? in + out : 2 * in + 2 * out), rc);
 }
 
 static int forward_train(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
     int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL, 1);
     rn_pool_desc pd;
-    if (rc || (rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max)))
+    if (rc || (rc = pool_desc(net, n, &pd))) return rc;
+    double t0 = pbeg(net, "maxpool");
+    if ((rc = pend_pool(net, t0, n, RN_PROF_FWD, rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max))))
         return rc;
     const void *x = net->pooled_max;
     for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
@@ -654,7 +728,9 @@ static int forward_infer(rn_net *net, int n) {
     void **B = net->mode == RN_NET_TRAIN ? net->g : net->pool5;
     int rc = unit_fwd(net, 0, n, 0, net->input, B[0], B[0], NULL, 1);
     rn_pool_desc pd;
-    if (rc || (rc = pool_desc(net, n, &pd)) || (rc = rn_maxpool_fwd(net->be, &pd, B[0], B[1]))) return rc;
+    if (rc || (rc = pool_desc(net, n, &pd))) return rc;
+    double t0 = pbeg(net, "maxpool");
+    if ((rc = pend_pool(net, t0, n, RN_PROF_FWD, rn_maxpool_fwd(net->be, &pd, B[0], B[1])))) return rc;
     int xi = 1;
     for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
         const rn_block *blk = &s->blocks[b];
@@ -754,34 +830,50 @@ static int sync_bwd(rn_net *net, int ui, const rn_bn_desc *bd, void *dz) {
     return rn_bn_fwd_infer(net->be, &d, u->z, net->gcoef, net->gcoef + c, gm, gv, dz, dz);
 }
 
+/* The BN part of a unit backward: dy -> dz (and dres), BN's parameter gradients. */
+static int bn_bwd(rn_net *net, int ui, const rn_bn_desc *bd, void *dy, void *dz, void *dres) {
+    unit_rt *u = &net->u[ui];
+    float *gamma = net->params + u->g_off;
+    int rc;
+    if (net->freeze_bn) {
+        const float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
+        return rn_bn_bwd_frozen(net->be, bd, u->z, u->a, dy, gamma, rm, rv, dz, net->grads + u->g_off,
+                                net->grads + u->b_off, dres, 0);
+    }
+    if (net->gather) {
+        /* (sync_bwd reads this micro-batch's own sums from grads: replaced, not added) */
+        const float *gm = net->gstat + u->stat_off, *gv = gm + net->spec.units[ui].cout;
+        rc = rn_bn_bwd_frozen(net->be, bd, u->z, u->a, dy, gamma, gm, gv, dz, net->grads + u->g_off,
+                              net->grads + u->b_off, dres, 0);
+        return rc ? rc : sync_bwd(net, ui, bd, dz);
+    }
+    return rn_bn_bwd(net->be, bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz, net->grads + u->g_off,
+                     net->grads + u->b_off, dres, u->reserve, 0);
+}
+
+/* The conv part of a unit backward: its weight gradient, then dx unless NULL. */
+static int conv_bwd(rn_net *net, int ui, const rn_conv_desc *cd, const void *x, const void *dz, void *dx,
+                    int accumulate_dx) {
+    unit_rt *u = &net->u[ui];
+    int rc;
+    if (!net->gh) rc = rn_conv_bwd_filter(net->be, cd, x, dz, net->grads + u->w_off, 0);
+    else if ((rc = rn_conv_bwd_filter(net->be, cd, x, dz, net->gh, 0)) == RN_OK)
+        rc = fold_grad(net, net->gh, u->w_off, (int64_t)cd->k * cd->kh * cd->kw * cd->c);
+    if (rc) return rc;
+    return dx ? rn_conv_bwd_data(net->be, cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
+}
+
 static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
                     int relu, int accumulate_dx) {
     rn_conv_desc cd;
     rn_bn_desc bd;
-    unit_rt *u = &net->u[ui];
+    const rn_convbn *cb = &net->spec.units[ui];
     int rc;
     if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
-    float *gamma = net->params + u->g_off;
-    if (net->freeze_bn) {
-        const float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
-        rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, rm, rv, dz, net->grads + u->g_off,
-                              net->grads + u->b_off, dres, 0);
-    } else if (net->gather) {
-        /* (sync_bwd reads this micro-batch's own sums from grads: replaced, not added) */
-        const float *gm = net->gstat + u->stat_off, *gv = gm + net->spec.units[ui].cout;
-        rc = rn_bn_bwd_frozen(net->be, &bd, u->z, u->a, dy, gamma, gm, gv, dz, net->grads + u->g_off,
-                              net->grads + u->b_off, dres, 0);
-        if (rc == RN_OK) rc = sync_bwd(net, ui, &bd, dz);
-    } else {
-        rc = rn_bn_bwd(net->be, &bd, u->z, u->a, dy, gamma, u->save_mean, u->save_invstd, dz,
-                       net->grads + u->g_off, net->grads + u->b_off, dres, u->reserve, 0);
-    }
-    if (rc) return rc;
-    if (!net->gh) rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->grads + u->w_off, 0);
-    else if ((rc = rn_conv_bwd_filter(net->be, &cd, x, dz, net->gh, 0)) == RN_OK)
-        rc = fold_grad(net, net->gh, u->w_off, (int64_t)cd.k * cd.kh * cd.kw * cd.c);
-    if (rc) return rc;
-    return dx ? rn_conv_bwd_data(net->be, &cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
+    double t0 = pbeg(net, cb->bn);
+    if ((rc = pend_bn(net, t0, ui, n, RN_PROF_BWD, dres != NULL, bn_bwd(net, ui, &bd, dy, dz, dres)))) return rc;
+    t0 = pbeg(net, cb->conv);
+    return pend_conv(net, t0, ui, n, RN_PROF_BWD, conv_bwd(net, ui, &cd, x, dz, dx, accumulate_dx));
 }
 
 static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
@@ -798,34 +890,58 @@ int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoot
     net->grads = net->spare;
     int rc = backward(net, labels, n, label_smoothing, grad_scale, loss);
     net->grads = sum;
-    return rc ? rc : rn_add(net->be, RN_F32, net->nparams, sum, net->spare, sum, 0);
+    if (rc) return rc;
+    double t0 = pbeg(net, "grad-accumulate"), np = (double)net->nparams;
+    return pend(net, t0, "grad-accumulate", RN_PROF_BWD, np, 12 * np,
+                rn_add(net->be, RN_F32, net->nparams, sum, net->spare, sum, 0));
+}
+
+/* the fc layer's backward: dfeat and the fc's gradients (under AMP through gh) */
+static int fc_bwd(rn_net *net, int n) {
+    const rn_resnet *s = &net->spec;
+    rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
+    int rc;
+    if (!net->gh)
+        return rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
+                         net->grads + net->fc_w, net->grads + net->fc_b, 0);
+    int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = align16(nw);
+    void *gb = elem(net, net->gh, bias_at);
+    if ((rc = rn_cast(net->be, RN_F32, net->dtype, (int64_t)n * s->num_classes, net->dlogits, net->dlogits_h, 0)) ||
+        (rc = rn_fc_bwd(net->be, &fd, net->feat, weight(net, net->fc_w), net->dlogits_h, net->dfeat, net->gh, gb,
+                        0)) ||
+        (rc = fold_grad(net, net->gh, net->fc_w, nw)))
+        return rc;
+    return fold_grad(net, gb, net->fc_b, s->num_classes);
+}
+
+/* torchvision's name of block b ("layer2.0"): its first conv's name less the last part */
+static void block_name(const rn_resnet *s, int b, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", s->units[s->blocks[b].conv[0]].conv);
+    char *dot = strrchr(buf, '.');
+    if (dot) *dot = 0;
 }
 
 /* The gradients of the last forward into net->grads (replacing them). */
 static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     float *loss) {
     const rn_resnet *s = &net->spec;
-    int rc = loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss);
+    double k = s->num_classes, c = s->fc_in, es = (double)net->es, hw = net->fin_hw;
+    /* the softmax cross-entropy and its gradient: 6 FLOPs per logit, the logits read and
+       their gradient written in fp32 */
+    double t0 = pbeg(net, "loss");
+    int rc = pend(net, t0, "loss", RN_PROF_BWD, 6 * n * k, 8 * n * k,
+                  loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss));
     if (rc) return rc;
-    rn_fc_desc fd = {net->dtype, n, s->fc_in, s->num_classes};
-    if (!net->gh) {
-        rc = rn_fc_bwd(net->be, &fd, net->feat, net->params + net->fc_w, net->dlogits, net->dfeat,
-                       net->grads + net->fc_w, net->grads + net->fc_b, 0);
-    } else {
-        int64_t nw = (int64_t)s->fc_in * s->num_classes, bias_at = align16(nw);
-        void *gb = elem(net, net->gh, bias_at);
-        if ((rc = rn_cast(net->be, RN_F32, net->dtype, (int64_t)n * s->num_classes, net->dlogits, net->dlogits_h,
-                          0)) ||
-            (rc = rn_fc_bwd(net->be, &fd, net->feat, weight(net, net->fc_w), net->dlogits_h, net->dfeat, net->gh,
-                            gb, 0)) ||
-            (rc = fold_grad(net, net->gh, net->fc_w, nw)))
-            return rc;
-        rc = fold_grad(net, gb, net->fc_b, s->num_classes);
-    }
-    if (rc) return rc;
+    t0 = pbeg(net, "fc");
+    double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);
+    if ((rc = pend(net, t0, "fc", RN_PROF_BWD, 4 * n * c * k + n * k, fc_bytes, fc_bwd(net, n))))
+        return rc;
     void **G = net->g;
     int dyi = 0, s1 = 1, s2 = 2, outi = 3;
-    if ((rc = rn_avgpool_global_bwd(net->be, net->dtype, n, net->fin_hw, s->fc_in, net->dfeat, G[dyi]))) return rc;
+    t0 = pbeg(net, "avgpool");
+    if ((rc = pend(net, t0, "avgpool", RN_PROF_BWD, n * hw * c, es * n * c * (hw + 1),
+                   rn_avgpool_global_bwd(net->be, net->dtype, n, net->fin_hw, s->fc_in, net->dfeat, G[dyi]))))
+        return rc;
     for (int b = s->nblocks - 1; b >= 0; b--) {
         const rn_block *blk = &s->blocks[b];
         const void *bin = b == 0 ? net->pooled_max : net->u[s->blocks[b - 1].conv[s->blocks[b - 1].nconv - 1]].a;
@@ -848,15 +964,23 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
             if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, 1))) return rc;
         } else {
             int64_t elems = (int64_t)n * net->u[blk->conv[0]].h * net->u[blk->conv[0]].w * s->units[blk->conv[0]].cin;
-            if ((rc = rn_add(net->be, net->dtype, elems, G[outi], G[dyi], G[outi], 0))) return rc;
+            /* the identity shortcut's gradient: a row named after the block ("layer1.1") */
+            char name[48] = "";
+            if (net->prof) block_name(s, b, name, sizeof name);
+            t0 = pbeg(net, name);
+            if ((rc = pend(net, t0, name, RN_PROF_BWD, (double)elems, 3 * es * (double)elems,
+                           rn_add(net->be, net->dtype, elems, G[outi], G[dyi], G[outi], 0))))
+                return rc;
         }
         int t = dyi;
         dyi = outi;
         outi = t;
     }
     rn_pool_desc pd;
-    if ((rc = pool_desc(net, n, &pd)) ||
-        (rc = rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1])))
+    if ((rc = pool_desc(net, n, &pd))) return rc;
+    t0 = pbeg(net, "maxpool");
+    if ((rc = pend_pool(net, t0, n, RN_PROF_BWD,
+                        rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1]))))
         return rc;
     return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, 0);
 }

@@ -12,6 +12,7 @@
 #include "rn/err.h"
 #include "rn/loader.h"
 #include "rn/net.h"
+#include "rn/prof.h"
 #include "rn/report.h"
 #include "rn/runner.h"
 #include "rn/safetensors.h"
@@ -42,6 +43,8 @@ void rn_train_defaults(rn_train_opts *o) {
     o->loss_scale = RN_SCALER_INIT;
     o->scale_growth_interval = RN_SCALER_INTERVAL;
     o->progress = stderr;
+    o->profile_warmup = RN_TRAIN_PROFILE_WARMUP;
+    o->profile_steps = RN_TRAIN_PROFILE_STEPS;
 }
 
 /* The first step's gradients (unscaled: times `unscale`, 1/loss_scale under fp16 AMP),
@@ -97,7 +100,16 @@ typedef struct {
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
     int64_t nstats;
+    rn_prof *prof;        /* o->profile: the profile; NULL: off */
+    int profiling;        /* this step is profiled */
 } run;
+
+/* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
+static double tbeg(run *t, const char *name) { return t->profiling ? rn_prof_begin(t->prof, name) : 0; }
+
+static int tend(run *t, double t0, const char *name, int track, double flops, double bytes, int rc) {
+    return t->profiling ? rn_prof_end(t->prof, t0, name, RN_PROF_STEP, track, flops, bytes, rc) : rc;
+}
 
 /* What one optimiser step did. */
 typedef struct {
@@ -287,6 +299,7 @@ static int setup(run *t) {
     t->r.dist = o->dist;
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
+    if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     return setup_report(t);
 }
 
@@ -311,6 +324,8 @@ static int save(run *t) {
 }
 
 static void finish(run *t) {
+    if (t->r.net) rn_net_set_prof(t->r.net, NULL);
+    rn_prof_destroy(t->prof);
     free(t->stats);
     free(t->all_stats);
     rn_report_close(&t->rep);
@@ -349,17 +364,22 @@ static int combine(run *t, step_result *s) {
 static int accumulate(run *t, int first, step_result *s) {
     const rn_train_opts *o = t->o;
     rn_batch b;
-    double tw = rn_report_clock();
-    int rc = rn_loader_next(t->l, &b);
+    double t0 = tbeg(t, "data-wait"), tw = rn_report_clock();
+    int rc = tend(t, t0, "data-wait", RN_PROF_HOST, 0, 0, rn_loader_next(t->l, &b));
     if (rc) return rc;
     s->waited = rn_report_clock() - tw;
     /* every micro-batch's gradient is scaled by the same loss scale: they add up in
        fp32 and are checked and unscaled once, at the step */
     float grad_scale = t->scaled ? (float)((double)t->sc.scale / t->steps) : 1.0f / t->steps;
-    rc = rn_runner_stage(&t->r, &b);
+    /* the input: u8 pixels read, the net's input written; 2 FLOPs (subtract, scale) each */
+    double px = (double)b.h * b.w * b.c, es = rn_net_dtype(t->r.net) == RN_F32 ? 4 : 2;
+    t0 = tbeg(t, "input");
+    rc = tend(t, t0, "input", RN_PROF_COMPUTE, 0, px * b.n, rn_runner_stage(&t->r, &b));
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         float loss;
-        if ((rc = rn_runner_input(&t->r, &b, k * t->micro, t->micro)) ||
+        t0 = tbeg(t, "input");
+        if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
+                       rn_runner_input(&t->r, &b, k * t->micro, t->micro))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
             (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
@@ -368,12 +388,19 @@ static int accumulate(run *t, int first, step_result *s) {
         s->loss += loss / t->steps;
     }
     s->last = b.last;
-    if (rc == RN_OK && t->world > 1) rc = combine(t, s);
+    if (rc == RN_OK && t->world > 1) {
+        int64_t np = 0;
+        rn_net_grads(t->r.net, &np);
+        t0 = tbeg(t, "grad-sum");
+        rc = tend(t, t0, "grad-sum", RN_PROF_HOST, (double)np * (t->world - 1), 8.0 * (double)np * t->world,
+                  combine(t, s));
+    }
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
     if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
         rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
-    int wrc = rn_backend_upload_wait(t->r.be);
+    t0 = tbeg(t, "h2d-wait");
+    int wrc = tend(t, t0, "h2d-wait", RN_PROF_HOST, 0, 0, rn_backend_upload_wait(t->r.be));
     if (rc == RN_OK) rc = wrc;
     rn_loader_release(t->l, &b);
     return rc;
@@ -384,7 +411,8 @@ static int train_step(run *t, int first, step_result *s) {
     const rn_train_opts *o = t->o;
     rn_run_state *ts = &t->st;
     *s = (step_result){0};
-    int rc = accumulate(t, first, s);
+    int rc = t->profiling ? rn_prof_step_begin(t->prof) : RN_OK;
+    if (rc == RN_OK) rc = accumulate(t, first, s);
     if (rc) return rc;
     if (!isfinite(s->loss))
         /* (the forward does not depend on the loss scale: skipping would not help) */
@@ -395,9 +423,16 @@ static int train_step(run *t, int first, step_result *s) {
                          o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
                          o->out);
     s->lr = rn_lr_at(&o->lr, ts->step, t->spe);
-    if ((rc = rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
-                          (float)o->weight_decay, o->nesterov, o->no_wd_bn, &s->skipped)))
+    /* SGD with momentum: 5 FLOPs per parameter; weights, gradients and momentum read,
+       weights and momentum written, in fp32 */
+    int64_t np = 0;
+    rn_net_grads(t->r.net, &np);
+    double t0 = tbeg(t, "sgd");
+    if ((rc = tend(t, t0, "sgd", RN_PROF_COMPUTE, 5.0 * (double)np, 20.0 * (double)np,
+                   rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
+                               (float)o->weight_decay, o->nesterov, o->no_wd_bn, &s->skipped))))
         return rc;
+    if (t->profiling && (rc = rn_prof_step_end(t->prof))) return rc;
     if (t->scaled) {
         ts->skipped_steps += s->skipped;
         ts->loss_scale = t->sc.scale;
@@ -481,6 +516,32 @@ static int stop_now(run *t, int *sig, int *rc) {
     return v != 0;
 }
 
+/* The profile's table and trace, and a line on progress saying where they are. */
+static int write_profile(run *t) {
+    const rn_train_opts *o = t->o;
+    if (t->rank != 0) return RN_OK;
+    int64_t steps;
+    double wall, spans;
+    rn_prof_totals(t->prof, &steps, &wall, &spans);
+    if (steps < 1)
+        return rn_errorf(RN_EINVAL, "--profile %s: the run ended before the first profiled step (after %d warm-up "
+                         "steps)", o->profile, o->profile_warmup);
+    char title[256], trace[4096];
+    snprintf(title, sizeof title, "rn-train --profile: %s on %s, batch %d in micro-batches of %d, crop %d, %s",
+             t->ck->model->arch, rn_backend_name(t->r.be), o->batch, t->micro, o->crop,
+             o->amp == RN_F16 ? "fp16" : o->amp == RN_BF16 ? "bf16" : "fp32");
+    snprintf(trace, sizeof trace, "%s.json", o->profile);
+    int rc = rn_prof_write(t->prof, title, o->profile, trace);
+    if (rc) return rn_error_context(rc, "--profile");
+    if (o->progress)
+        fprintf(o->progress,
+                "rn-train: profiled %lld steps after %d warm-up steps: %.1f ms per step, %.1f%% of it in the rows; "
+                "table in %s, trace in %s; no checkpoint written\n",
+                (long long)steps, o->profile_warmup, 1e3 * wall / (double)steps, wall > 0 ? 100 * spans / wall : 0,
+                o->profile, trace);
+    return RN_OK;
+}
+
 int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     run t = {.o = o, .ck = ck};
     int rc = setup(&t);
@@ -499,7 +560,13 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             break;
         }
         step_result s;
-        if ((rc = train_step(&t, run_steps == 0, &s))) goto out;
+        /* (the layers are timed only inside a profiled step: not in --val's evaluation) */
+        t.profiling = t.prof && run_steps >= o->profile_warmup;
+        if (t.profiling) rn_net_set_prof(t.r.net, t.prof);
+        rc = train_step(&t, run_steps == 0, &s);
+        if (t.profiling) rn_net_set_prof(t.r.net, NULL);
+        t.profiling = 0;
+        if (rc) goto out;
         run_steps++;
         w.steps++, ep.steps++;
         w.wait += s.waited;
@@ -519,14 +586,17 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     }
     rn_report_end(&t.rep, w.steps);
     if (!passes && ep.steps) first_pass = last_pass = ep.loss / ep.steps; /* not one whole pass */
-    rc = save(&t);
+    rc = t.prof ? write_profile(&t) : save(&t);
     if (rc == RN_OK && o->overfit_batches && t.rank == 0 && o->progress && !isnan(last_pass)) {
         char verdict[512];
         rn_train_overfit_verdict(first_pass, last_pass, passes, run_steps, t.spe, verdict, sizeof verdict);
         fprintf(o->progress, "rn-train: overfit check: %s\n", verdict);
     }
     if (sig) *o->stop = sig; /* the signal every rank agreed on */
-    if (rc == RN_OK && sig)
+    if (rc == RN_OK && sig && t.prof)
+        rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the profile of the steps before it "
+                       "(no checkpoint written)", sig, (long long)t.st.step, o->profile);
+    else if (rc == RN_OK && sig)
         rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from", sig,
                        (long long)t.st.step, o->out);
 out:

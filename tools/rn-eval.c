@@ -44,6 +44,12 @@ static void usage(FILE *f) {
                "                            same way in every process (results repeat bit for bit)\n"
                "      --dist-timeout S      many processes: seconds a rank waits for the others\n"
                "                            before it gives up (default %.0f)\n"
+               "      --profile FILE        instead of evaluating: forward --profile-warmup batches,\n"
+               "                            then --profile-steps batches with every layer timed,\n"
+               "                            write the table to FILE and a Chrome trace to FILE.json\n"
+               "                            (as rn-train --profile); prints no result. One process\n"
+               "      --profile-steps N     batches profiled (default %d)\n"
+               "      --profile-warmup N    batches forwarded before them (default %d)\n"
                "  -h, --help                this help\n"
                "  -V, --version             print the version\n"
                "\n"
@@ -57,7 +63,7 @@ static void usage(FILE *f) {
                "  the job exits non-zero.\n"
                "\n"
                "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
-            RN_DIST_TIMEOUT);
+            RN_DIST_TIMEOUT, RN_EVAL_PROFILE_STEPS, RN_EVAL_PROFILE_WARMUP);
 }
 
 /* The flags that only make sense together, checked once every flag is read. */
@@ -66,6 +72,10 @@ static int check_flags(const rn_eval_opts *o, const char *ckpt, int nargs, char 
     if (!o->data || !ckpt) return rn_errorf(RN_EINVAL, "--data and --ckpt are required (see --help)");
     if (rn_dist_world(o->dist) > 1 && strcmp(ckpt, "-") == 0)
         return rn_errorf(RN_EINVAL, "--ckpt -: under mpirun only rank 0 reads stdin; give the checkpoint's path");
+    if (o->profile && strcmp(o->profile, "-") == 0)
+        return rn_errorf(RN_EINVAL, "--profile must be a file: the trace is written next to it as FILE.json");
+    if (o->profile && rn_dist_world(o->dist) > 1)
+        return rn_errorf(RN_EINVAL, "--profile times one process: run it without mpirun");
     return RN_OK;
 }
 
@@ -114,7 +124,8 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
 }
 
 int main(int argc, char **argv) {
-    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT };
+    enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT,
+           O_PROFILE, O_PROFSTEPS, O_PROFWARM };
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},     {"ckpt", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},           {"per-class", no_argument, 0, O_PERCLASS},
@@ -124,6 +135,8 @@ int main(int argc, char **argv) {
         {"resize", required_argument, 0, O_RESIZE}, {"dump-logits", required_argument, 0, O_DUMP},
         {"workers", required_argument, 0, 'w'},  {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"dist-timeout", required_argument, 0, O_DISTTIMEOUT},
+        {"profile", required_argument, 0, O_PROFILE}, {"profile-steps", required_argument, 0, O_PROFSTEPS},
+        {"profile-warmup", required_argument, 0, O_PROFWARM},
         {"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
@@ -155,6 +168,9 @@ int main(int argc, char **argv) {
             o.backend.cuda_conv_heuristic = 1;
             break;
         case O_DISTTIMEOUT: rc = rn_cli_float("--dist-timeout", optarg, 1e-3, 1e9, &dist_timeout); break;
+        case O_PROFILE: o.profile = optarg; break;
+        case O_PROFSTEPS: rc = rn_cli_int("--profile-steps", optarg, 1, 1000000, &o.profile_steps); break;
+        case O_PROFWARM: rc = rn_cli_int("--profile-warmup", optarg, 0, 1000000, &o.profile_warmup); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-eval %s\n", RN_VERSION); return 0;
         default: fprintf(stderr, "rn-eval: see 'rn-eval --help'\n"); return 2;
@@ -183,13 +199,14 @@ int main(int argc, char **argv) {
     /* rank 0 writes the files */
     if (root && (rc = rn_cli_output("rn-eval", confusion, stderr)) != RN_OK) goto agree;
     if (root && (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK) goto agree;
+    if (root && (rc = rn_cli_output("rn-eval", o.profile, stderr)) != RN_OK) goto agree;
     rc = rn_ckpt_read(ckpt, &ck);
 agree:
     if ((rc = rn_dist_agree(d, rc, "starting")) != RN_OK) goto out;
     if ((rc = rn_eval(&o, ck, &r)) != RN_OK) goto out;
     if (root && confusion && (rc = write_confusion(confusion, &r, ck)) != RN_OK) goto out;
     status = 0;
-    if (!root) goto out;
+    if (!root || o.profile) goto out;
     int K = r.n_classes;
     if (json) {
         printf("{\"top1\":");

@@ -124,6 +124,15 @@ static void usage(FILE *f) {
             "                          those DIR already holds, so resumed runs add no duplicates\n"
             "      --dump-grads FILE   write this run's first step's gradients and batch\n"
             "                          as safetensors (torchvision names and layouts)\n"
+            "Profiling (per-layer timing; the numbers computed are an unprofiled run's):\n"
+            "      --profile FILE      run --profile-warmup steps, then --profile-steps steps\n"
+            "                          with every layer and direction timed (the backend\n"
+            "                          synchronised around each), write the table sorted by\n"
+            "                          time to FILE and a Chrome trace to FILE.json (open in\n"
+            "                          ui.perfetto.dev or chrome://tracing), and stop: OUT is\n"
+            "                          not written. Not with --max-steps\n"
+            "      --profile-steps N   steps profiled (default %d)\n"
+            "      --profile-warmup N  unprofiled steps before them (default %d)\n"
             "  -h, --help              this help\n"
             "  -V, --version           print the version\n"
             "\n"
@@ -133,7 +142,8 @@ static void usage(FILE *f) {
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
             RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
-            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY);
+            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY, RN_TRAIN_PROFILE_STEPS,
+            RN_TRAIN_PROFILE_WARMUP);
 }
 
 /* the most steps a flag may count: far beyond any run, far from int64_t's overflow */
@@ -162,6 +172,10 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
     if (o->overfit_batches && o->val)
         return rn_errorf(RN_EINVAL, "--overfit-batches and --val: the overfit check reports the training loss "
                                     "(evaluate its checkpoint afterwards with rn-eval)");
+    if (o->profile && strcmp(o->profile, "-") == 0)
+        return rn_errorf(RN_EINVAL, "--profile must be a file: the trace is written next to it as FILE.json");
+    if (o->profile && o->max_steps)
+        return rn_errorf(RN_EINVAL, "--profile runs --profile-warmup + --profile-steps steps: drop --max-steps");
     if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
         return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
                          rn_amp_name(o->amp));
@@ -172,7 +186,7 @@ enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
-    O_OVERFIT
+    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -215,6 +229,8 @@ int main(int argc, char **argv) {
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
         {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
+        {"profile", required_argument, 0, O_PROFILE},      {"profile-steps", required_argument, 0, O_PROFSTEPS},
+        {"profile-warmup", required_argument, 0, O_PROFWARM},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -248,6 +264,9 @@ int main(int argc, char **argv) {
             break;
         case O_NOSHUF: o.shuffle = 0; break;
         case O_OVERFIT: rc = rn_cli_i64("--overfit-batches", optarg, 1, 1 << 30, &o.overfit_batches); break;
+        case O_PROFILE: o.profile = optarg; break;
+        case O_PROFSTEPS: rc = rn_cli_int("--profile-steps", optarg, 1, 1000000, &o.profile_steps); break;
+        case O_PROFWARM: rc = rn_cli_int("--profile-warmup", optarg, 0, 1000000, &o.profile_warmup); break;
         case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT32_MAX, &o.seed); o.seed_given = 1; break;
         case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
         case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;
@@ -307,6 +326,10 @@ int main(int argc, char **argv) {
         if (!have_schedule) o.lr.schedule = RN_LR_CONSTANT;
         if (!have_epochs && !o.max_steps) o.max_steps = RN_TRAIN_OVERFIT_STEPS;
     }
+    if (o.profile) {
+        o.max_steps = (int64_t)o.profile_warmup + o.profile_steps;
+        have_epochs = 0;
+    }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
     /* the processes of the run (before any thread starts) */
     rn_dist *d = NULL;
@@ -321,7 +344,8 @@ int main(int argc, char **argv) {
     o.threads = rn_cli_dist_threads(o.threads, rn_dist_local_world(d)); /* the node's cores, shared */
     /* outputs checked now, not after hours of training (by rank 0, which writes them) */
     if (rn_dist_rank(d) == 0 &&
-        (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK))
+        (rn_cli_output("rn-train", o.out, stderr) != RN_OK || rn_cli_output("rn-train", o.dump_grads, stderr) != RN_OK
+         || rn_cli_output("rn-train", o.profile, stderr) != RN_OK))
         return fail(d, 1);
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(in, &ck) != RN_OK) return fail(d, 1);

@@ -30,6 +30,8 @@
 #define RN_EVAL_CROP 224
 #define RN_EVAL_WORKERS 4
 #define RN_EVAL_TOPK 5
+#define RN_EVAL_PROFILE_WARMUP 3 /* --profile: batches forwarded before the profiled ones */
+#define RN_EVAL_PROFILE_STEPS 5  /* --profile: batches profiled */
 
 typedef struct {
     const char *data;
@@ -41,6 +43,12 @@ typedef struct {
     const char *dump_logits;/* safetensors of per-sample logits in dataset order, or NULL
                                (rank 0 writes it; other ranks' is ignored) */
     rn_dist *dist;          /* the ranks to shard over (NULL: this process alone) */
+    const char *profile;    /* per-layer timing (rn/prof.h) instead of the evaluation: forward
+                               profile_warmup batches, then profile_steps profiled ones (the
+                               dataset from its start again when it ends), write the table here
+                               and the trace to PATH.json; nothing is scored. One process only.
+                               NULL: off */
+    int profile_warmup, profile_steps;
     FILE *progress;
     int progress_tty;
 } rn_eval_opts;

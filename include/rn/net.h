@@ -34,6 +34,7 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/prof.h"
 #include "rn/resnet.h"
 #include "rn/scaler.h"
 #include "rn/tensor.h"
@@ -178,5 +179,15 @@ int rn_net_set_sync(rn_net *net, int world, rn_net_gather_fn gather, void *ctx);
  * decisions (tests/parity); call it before the backward. Errors: RN_EINVAL (no such
  * unit, no training forward yet), RN_ENOTSUP (AMP). */
 int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]);
+
+/* Profiling (rn/prof.h): with prof given, every forward and backward times each layer
+ * and direction as a span of prof (named as torchvision names the module: "conv1",
+ * "layer1.0.bn2", "layer2.0.downsample.0", "maxpool", "avgpool", "fc"; a BN's span holds
+ * its ReLU and residual add; the loss with its gradient as "loss" backward; an identity
+ * shortcut's gradient add as the block, "layer1.1" backward; under accumulation the
+ * micro-batch's gradient add as "grad-accumulate"), with the backend synchronised around
+ * each. The numbers computed do not change. NULL (the default): off. The net uses prof,
+ * it does not own it. */
+void rn_net_set_prof(rn_net *net, rn_prof *prof);
 
 #endif

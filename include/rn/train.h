@@ -52,6 +52,14 @@
  * The checkpoint records accum as the per-rank accum, the micro-batches BN saw. In a
  * world of one sync_bn changes nothing; with freeze_bn there are no batch statistics.
  *
+ * Profiling (o->profile): the run takes profile_warmup + profile_steps steps (its
+ * max_steps) and the last profile_steps of them are timed layer by layer (rn_net_set_prof)
+ * with the step's stages around them: "data-wait" (the loader), "input" (staging and the
+ * normalise into the net's input, per micro-batch), "h2d-wait" (the asynchronous upload
+ * of the next batch), "grad-sum" (many processes: the gradient and loss sums and the BN
+ * statistics' gather), "sgd" (the optimiser step). The table and trace are written
+ * (rn_prof_write) instead of the checkpoint. The numbers are those of an unprofiled run.
+ *
  * Output: progress lines on o->progress, the JSONL log at o->log_path and the event file
  * in o->tensorboard (rank 0 only, opened before the first step) are the sinks of an
  * rn_report (rn/report.h, rn/tbevent.h); evaluation with --val is rn_eval_run
@@ -82,6 +90,8 @@
 #define RN_TRAIN_LOG_EVERY 20
 #define RN_TRAIN_OVERFIT_STEPS 200 /* --overfit-batches without --epochs or --max-steps */
 #define RN_TRAIN_OVERFIT_FIT 0.05  /* a final pass below this loss: the model fits the batches */
+#define RN_TRAIN_PROFILE_WARMUP 3  /* --profile: unprofiled steps first (allocation, caches, autotuning) */
+#define RN_TRAIN_PROFILE_STEPS 5   /* --profile: steps profiled after them */
 
 typedef struct {
     const char *data;       /* training dataset */
@@ -90,6 +100,10 @@ typedef struct {
     const char *log_path;   /* JSONL log, or NULL */
     const char *tensorboard;/* folder of TensorBoard event files (rn/tbevent.h), or NULL */
     const char *dump_grads; /* safetensors of this run's first step's gradients (and its batch), or NULL */
+    const char *profile;    /* per-layer timing (rn/prof.h): run profile_warmup steps, then profile_steps
+                               profiled ones, write the table to this path and the trace to
+                               PATH.json, and stop without writing o->out; NULL: off */
+    int profile_warmup, profile_steps;
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     rn_backend_opts backend;/* the backend's settings (rn_train_defaults: the defaults) */
     int threads, workers;

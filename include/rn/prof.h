@@ -1,0 +1,66 @@
+/* rn/prof.h: per-layer timing of training steps (rn-train --profile).
+ *
+ * A profile is a list of timed spans: a layer and direction (torchvision's module name,
+ * "forward" or "backward"), or a stage of the step (data-wait, input, loss, sgd,
+ * grad-sum, ...). Each span is timed by the clock on the host with the backend
+ * synchronised before and after it (rn_backend_sync), so a span holds exactly its own
+ * work on the CPU and on a GPU; the syncs serialise the GPU's streams, so a profiled
+ * step is slower than an unprofiled one by the launch latency they expose, never
+ * different in its numbers. In a CUDA build with the NVTX v3 header, each span is also
+ * an NVTX range of the same name, so Nsight Systems shows rn's layers.
+ *
+ * Each span carries an estimate of its floating-point operations and the bytes it moves
+ * (inputs and weights read once, outputs written once; see rn-train(1)), from which the
+ * report derives GFLOP/s and GB/s.
+ *
+ * Usage: rn_prof_create, then rn_prof_begin/rn_prof_end around each span while steps are
+ * being profiled (rn_prof_step_begin/rn_prof_step_end around each step), and
+ * rn_prof_write at the end. A NULL rn_prof is "profiling off": callers test for it and
+ * call nothing, so an unprofiled run pays one branch per layer. */
+#ifndef RN_PROF_H
+#define RN_PROF_H
+
+#include <stdint.h>
+
+#include "rn/backend.h"
+
+typedef struct rn_prof rn_prof;
+
+/* Span directions (the table's second column). */
+enum { RN_PROF_FWD = 0, RN_PROF_BWD = 1, RN_PROF_STEP = 2 };
+/* Tracks of the trace (Chrome trace-event tids): the step's stages on the host thread
+ * (data-wait, input staging) and the layers' work on the backend's compute stream. */
+enum { RN_PROF_HOST = 1, RN_PROF_COMPUTE = 2 };
+
+/* A profile that synchronises be around every span. Errors: RN_ENOMEM. */
+int rn_prof_create(rn_backend *be, rn_prof **out);
+void rn_prof_destroy(rn_prof *p);
+
+/* Start a span: synchronise the backend (what was issued before is not counted), open
+ * an NVTX range named name, and return the start time for rn_prof_end. */
+double rn_prof_begin(rn_prof *p, const char *name);
+/* End the span begun at t0: synchronise, close the NVTX range and record (name, dir,
+ * track, flops, bytes). rc is the traced op's status: returned as is (an error of the
+ * sync only when rc is RN_OK), so `return rn_prof_end(p, t0, ..., op(...))` reads as the
+ * op's call. Errors: rc, the backend's sync errors, RN_ENOMEM. */
+int rn_prof_end(rn_prof *p, double t0, const char *name, int dir, int track, double flops, double bytes, int rc);
+
+/* A profiled step: rn_prof_step_begin synchronises and starts its wall clock,
+ * rn_prof_step_end synchronises and adds the step's wall time (the reference that the
+ * spans' sum is compared with). Errors: the backend's sync errors. */
+int rn_prof_step_begin(rn_prof *p);
+int rn_prof_step_end(rn_prof *p);
+
+/* The report of the steps profiled so far: a table (one row per name and direction, its
+ * mean milliseconds per step, share of the step, GFLOP/s, GB/s, FLOPs and bytes per
+ * step, sorted by time, then the rows' sum against the steps' wall time) written
+ * atomically to table_path, and the Chrome trace-event JSON (one "X" event per span,
+ * ts and dur in microseconds, args flops and bytes; one tid per track) to trace_path.
+ * title is the table's first line. Errors: RN_EIO naming the file, RN_ENOMEM. */
+int rn_prof_write(const rn_prof *p, const char *title, const char *table_path, const char *trace_path);
+
+/* The number of profiled steps, their summed wall time and the sum of every span in
+ * them, in seconds (for tests and the closing line). */
+void rn_prof_totals(const rn_prof *p, int64_t *steps, double *wall, double *spans);
+
+#endif

@@ -1,0 +1,200 @@
+/* Per-layer timing: spans timed between backend syncs, a table and a Chrome trace. */
+#include "rn/prof.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rn/err.h"
+#include "rn/fileio.h"
+#include "rn/report.h"
+
+#ifdef RN_HAVE_NVTX /* the CUDA build, with the toolkit's nvtx3 headers (Makefile) */
+#include <nvtx3/nvToolsExt.h>
+#define RN_NVTX 1
+#endif
+
+typedef struct {
+    char name[48];
+    int dir, track;
+    int64_t step;
+    double t0, t1; /* seconds, rn_report_clock */
+    double flops, bytes;
+} span;
+
+struct rn_prof {
+    rn_backend *be;
+    span *s;
+    int64_t n, cap;
+    int64_t steps;
+    double wall, step_t0, origin;
+};
+
+int rn_prof_create(rn_backend *be, rn_prof **out) {
+    rn_prof *p = rn_calloc(1, sizeof *p);
+    if (!p) return RN_ENOMEM;
+    p->be = be;
+    p->origin = -1;
+    *out = p;
+    return RN_OK;
+}
+
+void rn_prof_destroy(rn_prof *p) {
+    if (!p) return;
+    free(p->s);
+    free(p);
+}
+
+double rn_prof_begin(rn_prof *p, const char *name) {
+    /* a sync error here is the previous op's: its own rn_prof_end or call reports it */
+    (void)rn_backend_sync(p->be);
+#ifdef RN_NVTX
+    nvtxRangePushA(name);
+#endif
+    return rn_report_clock();
+}
+
+int rn_prof_end(rn_prof *p, double t0, const char *name, int dir, int track, double flops, double bytes, int rc) {
+    int src = rn_backend_sync(p->be);
+    double t1 = rn_report_clock();
+#ifdef RN_NVTX
+    nvtxRangePop();
+#endif
+    if (rc) return rc;
+    if (src) return src;
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 1024;
+        span *s = realloc(p->s, sizeof *s * (size_t)cap);
+        if (!s) return RN_ENOMEM;
+        p->s = s, p->cap = cap;
+    }
+    span *s = &p->s[p->n++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->dir = dir, s->track = track, s->step = p->steps;
+    s->t0 = t0, s->t1 = t1, s->flops = flops, s->bytes = bytes;
+    return RN_OK;
+}
+
+int rn_prof_step_begin(rn_prof *p) {
+    int rc = rn_backend_sync(p->be);
+    p->step_t0 = rn_report_clock();
+    if (p->origin < 0) p->origin = p->step_t0;
+    return rc;
+}
+
+int rn_prof_step_end(rn_prof *p) {
+    int rc = rn_backend_sync(p->be);
+    p->wall += rn_report_clock() - p->step_t0;
+    p->steps++;
+    return rc;
+}
+
+void rn_prof_totals(const rn_prof *p, int64_t *steps, double *wall, double *spans) {
+    double sum = 0;
+    for (int64_t i = 0; i < p->n; i++)
+        sum += p->s[i].t1 - p->s[i].t0;
+    *steps = p->steps, *wall = p->wall, *spans = sum;
+}
+
+static const char *const dir_name[] = {"forward", "backward", "step"};
+
+/* one row of the table: every span of a name and direction */
+typedef struct {
+    const char *name;
+    int dir;
+    int64_t calls;
+    double sec, flops, bytes;
+} row;
+
+static int by_time(const void *a, const void *b) {
+    const row *x = a, *y = b;
+    if (x->sec != y->sec) return x->sec < y->sec ? 1 : -1;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->dir - y->dir;
+}
+
+/* close the memstream f (which sets *buf and *len) and write its bytes to path */
+static int write_buf(const char *path, FILE *f, char **buf, size_t *len) {
+    int rc = fclose(f) ? rn_errorf(RN_ENOMEM, "%s: building the output", path) : RN_OK;
+    if (rc == RN_OK) rc = rn_file_write_atomic(path, *buf, *len);
+    free(*buf);
+    return rc;
+}
+
+static int write_table(const rn_prof *p, const char *title, const char *path) {
+    row *r = rn_calloc((size_t)(p->n ? p->n : 1), sizeof *r);
+    if (!r) return RN_ENOMEM;
+    int64_t nr = 0;
+    /* (spans of a step come in the same order every step: a linear search is cheap) */
+    for (int64_t i = 0; i < p->n; i++) {
+        const span *s = &p->s[i];
+        int64_t j = 0;
+        while (j < nr && (r[j].dir != s->dir || strcmp(r[j].name, s->name) != 0))
+            j++;
+        if (j == nr) r[nr++] = (row){.name = s->name, .dir = s->dir};
+        r[j].calls++;
+        r[j].sec += s->t1 - s->t0;
+        r[j].flops += s->flops;
+        r[j].bytes += s->bytes;
+    }
+    qsort(r, (size_t)nr, sizeof *r, by_time);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        free(r);
+        return rn_errorf(RN_ENOMEM, "%s: building the table", path);
+    }
+    double steps = p->steps ? (double)p->steps : 1, sum = 0;
+    for (int64_t j = 0; j < nr; j++)
+        sum += r[j].sec;
+    fprintf(f, "# %s\n", title);
+    fprintf(f, "# %lld profiled steps; per step: ms (mean), share of the step's wall time, calls, FLOPs and bytes\n",
+            (long long)p->steps);
+    fprintf(f, "%-28s %-8s %10s %7s %6s %9s %8s %12s %12s\n", "name", "dir", "ms", "share", "calls", "GFLOP/s", "GB/s",
+            "flops", "bytes");
+    for (int64_t j = 0; j < nr; j++) {
+        const row *x = &r[j];
+        double gf = x->sec > 0 ? x->flops / x->sec / 1e9 : 0, gb = x->sec > 0 ? x->bytes / x->sec / 1e9 : 0;
+        fprintf(f, "%-28s %-8s %10.3f %6.2f%% %6lld %9.2f %8.2f %12.4g %12.4g\n", x->name, dir_name[x->dir],
+                1e3 * x->sec / steps, p->wall > 0 ? 100 * x->sec / p->wall : 0, (long long)((double)x->calls / steps),
+                gf, gb, x->flops / steps, x->bytes / steps);
+    }
+    fprintf(f, "# rows sum to %.3f ms per step; measured step %.3f ms (%.2f%% of it in the rows)\n", 1e3 * sum / steps,
+            1e3 * p->wall / steps, p->wall > 0 ? 100 * sum / p->wall : 0);
+    free(r);
+    return write_buf(path, f, &buf, &len);
+}
+
+static int write_trace(const rn_prof *p, const char *path) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return rn_errorf(RN_ENOMEM, "%s: building the trace", path);
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"rn-train\"}},\n",
+            RN_PROF_HOST);
+    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"host\"}},\n",
+            RN_PROF_HOST);
+    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"compute\"}}",
+            RN_PROF_COMPUTE);
+    for (int64_t i = 0; i < p->n; i++) {
+        const span *s = &p->s[i];
+        /* "layer1.0.conv1 forward", or a stage's own name ("sgd"); names are torchvision
+           module names and fixed stage names: nothing to escape */
+        fprintf(f,
+                ",\n{\"name\":\"%s%s%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                "\"args\":{\"layer\":\"%s\",\"dir\":\"%s\",\"step\":%lld,\"flops\":%.0f,\"bytes\":%.0f}}",
+                s->name, s->dir == RN_PROF_STEP ? "" : " ", s->dir == RN_PROF_STEP ? "" : dir_name[s->dir],
+                dir_name[s->dir], s->track, 1e6 * (s->t0 - p->origin), 1e6 * (s->t1 - s->t0), s->name, dir_name[s->dir],
+                (long long)s->step, s->flops, s->bytes);
+    }
+    fprintf(f, "\n]}\n");
+    return write_buf(path, f, &buf, &len);
+}
+
+int rn_prof_write(const rn_prof *p, const char *title, const char *table_path, const char *trace_path) {
+    int rc = write_table(p, title, table_path);
+    if (rc == RN_OK) rc = write_trace(p, trace_path);
+    return rc;
+}
