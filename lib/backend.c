@@ -580,6 +580,48 @@ int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p
     return sgd(be, op, d, n, p, grad, buf, copy);
 }
 
+int rn_lars_desc_init(rn_lars_desc *d, float lr, float momentum, float weight_decay, float eta, float eps) {
+    *d = (rn_lars_desc){.lr = lr, .momentum = momentum, .weight_decay = weight_decay, .eta = eta, .eps = eps,
+                        .adapt = 1, .grad_scale = 1.0f};
+    return RN_OK;
+}
+
+size_t rn_lars_workspace(rn_backend *be, int64_t n) {
+    (void)be;
+    int64_t chunks = n > 0 ? (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK : 0;
+    /* two double sums per chunk, then the scaled learning rate */
+    return (size_t)chunks * 2 * sizeof(double) + 2 * sizeof(double);
+}
+
+static int lars(rn_backend *be, const char *op, const rn_lars_desc *d, int64_t n, float *p, const float *grad,
+                float *buf, void *copy) {
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
+    if (!isfinite(d->lr) || !(d->momentum >= 0) || !isfinite(d->momentum) || !(d->weight_decay >= 0) ||
+        !isfinite(d->weight_decay) || !(d->eta >= 0) || !isfinite(d->eta) || !(d->eps >= 0) || !isfinite(d->eps) ||
+        !(d->grad_scale > 0) || !isfinite(d->grad_scale))
+        return rn_errorf(RN_EINVAL, "%s: bad descriptor lr=%g momentum=%g weight_decay=%g eta=%g eps=%g "
+                         "grad_scale=%g (momentum, weight_decay, eta, eps >= 0 and finite, grad_scale > 0; use "
+                         "rn_lars_desc_init)", op, d->lr, d->momentum, d->weight_decay, d->eta, d->eps,
+                         d->grad_scale);
+    rn_lars_desc dd = *d;
+    int rc = copy ? check_storage(op, "copy", &dd.dtype) : RN_OK;
+    if (rc || n == 0) return rc;
+    NEED(p, op); NEED(grad, op); NEED(buf, op);
+    if ((rc = check_ws(be, op, rn_lars_workspace(be, n)))) return rc;
+    return after(be, be->ops->lars_update(be, &dd, n, p, grad, buf, copy));
+}
+
+int rn_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf) {
+    return lars(be, "lars_update", d, n, p, grad, buf, NULL);
+}
+
+int rn_lars_update_copy(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                        void *copy) {
+    const char *op = "lars_update_copy";
+    if (n > 0) NEED(copy, op);
+    return lars(be, op, d, n, p, grad, buf, copy);
+}
+
 int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x, void *y,
             int accumulate) {
     const char *op = "cast";

@@ -771,6 +771,76 @@ static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float
     return RN_OK;
 }
 
+/* ---- LARS: per-tensor norms in a fixed order, then the elementwise step ----
+ * Not RN_HOT: the AVX-512 clone may contract a*b+c into a fused multiply-add, and these
+ * loops must round as the CUDA kernels (which forbid it) and the baseline build do. */
+
+typedef struct {
+    const rn_lars_desc *d;
+    float *p, *buf;
+    const float *grad;
+    void *copy;
+    int64_t n;
+    double *part; /* (chunks, 2): sum of p^2, sum of (grad_scale * grad)^2 */
+    float slr;    /* lr * trust */
+} lars_job;
+
+static void lars_norm_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const lars_job *j = ctx;
+    const float gs = j->d->grad_scale;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < j->n ? i0 + RN_LARS_CHUNK : j->n;
+        double sw = 0, sg = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            float g = gs == 1.0f ? j->grad[i] : j->grad[i] * gs;
+            sw += (double)j->p[i] * (double)j->p[i];
+            sg += (double)g * (double)g;
+        }
+        j->part[2 * c] = sw;
+        j->part[2 * c + 1] = sg;
+    }
+}
+
+static void lars_range(void *ctx, int64_t i0, int64_t i1) {
+    const lars_job *j = ctx;
+    const rn_lars_desc *d = j->d;
+    float *p = j->p, *buf = j->buf;
+    const float *grad = j->grad;
+    const float slr = j->slr, mom = d->momentum, wd = d->weight_decay, gs = d->grad_scale;
+    for (int64_t i = i0; i < i1; i++) {
+        float g = gs == 1.0f ? grad[i] : grad[i] * gs;
+        if (wd != 0) g = g + wd * p[i];
+        float b = buf[i] * mom + slr * g;
+        buf[i] = b;
+        p[i] = p[i] - b;
+    }
+    if (j->copy) store_range(d->dtype, j->copy, p, i0, i1);
+}
+
+/* trust and lr * trust from the two norms' squares, in double, as the CUDA kernel does */
+static float lars_scaled_lr(const rn_lars_desc *d, double sw, double sg) {
+    double wn = sqrt(sw), gn = sqrt(sg), trust = 1.0;
+    if (d->adapt && wn > 0 && gn > 0) trust = (double)d->eta * wn / (gn + (double)d->weight_decay * wn + (double)d->eps);
+    return (float)((double)d->lr * trust);
+}
+
+static int cpu_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                           void *copy) {
+    lars_job j = {d, p, buf, grad, copy, n, be->ws, d->lr};
+    if (d->adapt) {
+        int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
+        par_range(be, chunks, 1, n, lars_norm_chunks, &j);
+        double sw = 0, sg = 0;
+        for (int64_t c = 0; c < chunks; c++) {
+            sw += j.part[2 * c];
+            sg += j.part[2 * c + 1];
+        }
+        j.slr = lars_scaled_lr(d, sw, sg);
+    }
+    par_range(be, n, ELEMS_PER_CHUNK, n, lars_range, &j);
+    return RN_OK;
+}
+
 /* ---- conversions (storage: fp32, fp16, bf16) and the non-finite check ---- */
 
 static float load1(int dtype, const void *x, int64_t i) {
@@ -877,6 +947,7 @@ static const rn_backend_ops cpu_ops = {
     .fc_bwd = rn_cpu_fc_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sgd_update = cpu_sgd_update,
+    .lars_update = cpu_lars_update,
     .cast = cpu_cast,
     .nonfinite = cpu_nonfinite,
 };

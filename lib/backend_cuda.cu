@@ -1262,6 +1262,78 @@ static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, floa
     return BY_DTYPE(copy ? d->dtype : RN_F32, sgd_t)(be, d, n, p, grad, buf, copy);
 }
 
+/* ---- LARS: the CPU backend's operations in its order (rn/backend.h), so the two agree
+ * bit for bit: one thread per RN_LARS_CHUNK chunk sums it in index order in double, one
+ * thread adds the chunks in order and forms lr * trust, then the elementwise step. No
+ * fused multiply-add anywhere (the CPU build has none). ---- */
+
+__global__ void lars_norm_k(int64_t n, int64_t chunks, float gs, const float *p, const float *grad, double *part) {
+    GRID_LOOP(c, chunks) {
+        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
+        double sw = 0, sg = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
+            sw = __dadd_rn(sw, __dmul_rn((double)p[i], (double)p[i]));
+            sg = __dadd_rn(sg, __dmul_rn((double)g, (double)g));
+        }
+        part[2 * c] = sw;
+        part[2 * c + 1] = sg;
+    }
+}
+
+__global__ void lars_trust_k(int64_t chunks, float lr, float eta, float wd, float eps, const double *part,
+                             float *slr) {
+    double sw = 0, sg = 0;
+    for (int64_t c = 0; c < chunks; c++) {
+        sw = __dadd_rn(sw, part[2 * c]);
+        sg = __dadd_rn(sg, part[2 * c + 1]);
+    }
+    double wn = sqrt(sw), gn = sqrt(sg), trust = 1.0;
+    if (wn > 0 && gn > 0)
+        trust = __ddiv_rn(__dmul_rn((double)eta, wn), __dadd_rn(__dadd_rn(gn, __dmul_rn((double)wd, wn)), (double)eps));
+    *slr = (float)__dmul_rn((double)lr, trust);
+}
+
+/* slr: lr * trust in device memory (adapted tensors), or NULL to use lr */
+template <typename T>
+__global__ void lars_k(int64_t n, float lr, const float *slr, float mom, float wd, float gs, float *p,
+                       const float *grad, float *buf, T *copy) {
+    const float s = slr ? *slr : lr;
+    GRID_LOOP(i, n) {
+        float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
+        if (wd != 0) g = __fadd_rn(g, __fmul_rn(wd, p[i]));
+        float b = __fadd_rn(__fmul_rn(buf[i], mom), __fmul_rn(s, g));
+        buf[i] = b;
+        float np = __fsub_rn(p[i], b);
+        p[i] = np;
+        if (copy) copy[i] = st<T>(np);
+    }
+}
+
+template <typename T>
+static int lars_t(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                  void *copy) {
+    cuda_ctx *g = CTX(be);
+    float *slr = NULL;
+    if (d->adapt) {
+        int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
+        double *part = (double *)be->ws;
+        slr = (float *)(part + 2 * chunks);
+        lars_norm_k<<<blocks_for(g, chunks), TPB, 0, g->stream>>>(n, chunks, d->grad_scale, p, grad, part);
+        LAUNCHED("lars_update norms");
+        lars_trust_k<<<1, 1, 0, g->stream>>>(chunks, d->lr, d->eta, d->weight_decay, d->eps, part, slr);
+        LAUNCHED("lars_update trust ratio");
+    }
+    lars_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, slr, d->momentum, d->weight_decay, d->grad_scale, p,
+                                                        grad, buf, (T *)copy);
+    LAUNCHED("lars_update");
+    return RN_OK;
+}
+static int cuda_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad,
+                            float *buf, void *copy) {
+    return BY_DTYPE(copy ? d->dtype : RN_F32, lars_t)(be, d, n, p, grad, buf, copy);
+}
+
 /* ---- conversions and the overflow check of mixed precision ---- */
 
 /* y [+]= x in D, the sum formed in fp32 as the CPU backend forms it */
@@ -1594,6 +1666,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->fc_bwd = cuda_fc_bwd;
     o->softmax_xent = cuda_softmax_xent;
     o->sgd_update = cuda_sgd_update;
+    o->lars_update = cuda_lars_update;
     o->cast = cuda_cast;
     o->nonfinite = cuda_nonfinite;
 #ifdef RN_HAVE_NCCL

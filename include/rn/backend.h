@@ -393,6 +393,43 @@ int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
 int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                        const float *grad, float *buf, void *copy);
 
+/* ---- LARS over one parameter tensor, as MLPerf's ResNet-50 reference applies it ----
+ * (TensorFlow's LARSOptimizer and MXNet's LARS in the MLPerf references):
+ *   g = grad_scale * grad
+ *   adapt:  wn = ||p||_2, gn = ||g||_2 (of the whole tensor)
+ *           trust = wn > 0 && gn > 0 ? eta * wn / (gn + weight_decay * wn + eps) : 1
+ *   else:   trust = 1
+ *   g = g + weight_decay * p
+ *   buf = momentum * buf + (lr * trust) * g;   p = p - buf
+ * The momentum buffer holds the step itself (learning rate included), TensorFlow's
+ * ApplyMomentum with lr 1 on grad * scaled_lr, not torch's SGD buffer. BN parameters and
+ * biases are excluded by the caller: adapt 0 and weight_decay 0 (plain momentum).
+ * Norms are sums of squares in double over fixed chunks of RN_LARS_CHUNK elements, each
+ * summed in index order, the chunks added in chunk order: the same bits for any thread
+ * count; trust and lr * trust in double, rounded once to float; the element update in
+ * float without fused multiply-add, in the order written above. */
+#define RN_LARS_CHUNK 16384
+typedef struct {
+    float lr, momentum, weight_decay;
+    float eta, eps;        /* trust coefficient and epsilon (adapt only) */
+    int adapt;             /* 1: layer-wise trust ratio; 0: trust 1 (excluded tensors) */
+    float grad_scale;      /* 1, or 1/loss_scale to unscale AMP gradients */
+    int dtype;             /* element type of rn_lars_update_copy's copy (0: RN_F32) */
+} rn_lars_desc;
+
+/* Fill d: adapt 1, grad_scale 1, dtype RN_F32. */
+int rn_lars_desc_init(rn_lars_desc *d, float lr, float momentum, float weight_decay, float eta, float eps);
+/* Workspace bytes rn_lars_update needs for a tensor of n elements (its chunk sums). */
+size_t rn_lars_workspace(rn_backend *be, int64_t n);
+/* One LARS step of one tensor: p, grad, buf n fp32 each (buf must start at zero before the
+ * first step); grad is not modified. Errors: RN_EINVAL (bad descriptor: eta, eps,
+ * weight_decay or momentum negative or not finite, grad_scale not > 0; workspace short). */
+int rn_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf);
+/* rn_lars_update and, in the same pass, copy (n elements of d->dtype) = the new p rounded
+ * to nearest even, as rn_sgd_update_copy. */
+int rn_lars_update_copy(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                        void *copy);
+
 /* ---- conversions and the overflow check of mixed precision ---- */
 
 /* y [+]= x converted, element by element: x is n elements of src_dtype, y n elements of

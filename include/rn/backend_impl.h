@@ -92,6 +92,10 @@ typedef struct rn_backend_ops {
     /* copy NULL: rn_sgd_update; else also the compute copy in d->dtype */
     int (*sgd_update)(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                       const float *grad, float *buf, void *copy);
+    /* copy NULL: rn_lars_update; else also the compute copy in d->dtype; workspace:
+     * rn_lars_workspace(n) bytes at be->ws */
+    int (*lars_update)(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p,
+                       const float *grad, float *buf, void *copy);
     int (*cast)(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x,
                 void *y, int accumulate);
     int (*nonfinite)(rn_backend *be, int64_t n, const float *x, int32_t *flag);
