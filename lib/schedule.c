@@ -7,15 +7,16 @@
 
 #include "rn/tensor.h"
 
-static const char *sched_names[] = {"step", "multistep", "cosine", "constant"};
+static const char *sched_names[] = {"step", "multistep", "cosine", "constant", "poly"};
+#define N_SCHED (int)(sizeof sched_names / sizeof *sched_names)
 
 int rn_lr_schedule_parse(const char *name) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_SCHED; i++)
         if (strcmp(name, sched_names[i]) == 0) return i;
     return -1;
 }
 
-const char *rn_lr_schedule_name(int s) { return s >= 0 && s < 4 ? sched_names[s] : "?"; }
+const char *rn_lr_schedule_name(int s) { return s >= 0 && s < N_SCHED ? sched_names[s] : "?"; }
 
 int rn_amp_parse(const char *name) {
     if (strcmp(name, "off") == 0) return RN_F32;
@@ -42,6 +43,17 @@ double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
         double total = (double)(s->total_epochs > 0 ? s->total_epochs : 1) * (double)spe;
         double t = (double)step / total;
         lr *= 0.5 * (1.0 + cos(M_PI * (t < 1.0 ? t : 1.0)));
+        break;
+    }
+    case RN_LR_POLY: {
+        /* MLPerf's polynomial ("pow2") decay from lr after the warm-up to lr_end at the
+           run's last step; the warm-up below multiplies the lr it holds there */
+        int64_t warm = (int64_t)s->warmup_epochs * spe;
+        double total = (double)((int64_t)(s->total_epochs > 0 ? s->total_epochs : 1) * spe - warm);
+        double t = (double)(step > warm ? step - warm : 0);
+        if (total < 1) total = 1;
+        if (t > total) t = total;
+        lr = s->lr_end + (s->lr - s->lr_end) * pow(1.0 - t / total, s->power);
         break;
     }
     default: break;

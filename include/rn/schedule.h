@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT };
+enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT, RN_LR_POLY };
 
 typedef struct {
     int schedule;          /* RN_LR_* */
@@ -19,13 +19,18 @@ typedef struct {
     int milestones[32];    /* multistep: epochs at which to decay */
     int n_milestones;
     int warmup_epochs;     /* linear warm-up from lr/warmup_steps to lr */
-    int total_epochs;      /* cosine: epochs of the whole run */
+    int total_epochs;      /* cosine, poly: epochs of the whole run */
+    double lr_end;         /* poly: the learning rate at the end of the run */
+    double power;          /* poly: the exponent (MLPerf's "pow2": 2) */
 } rn_lr_schedule;
 
 /* Learning rate for optimiser step `step` (0-based) with steps_per_epoch steps (values
- * below 1 count as 1). */
+ * below 1 count as 1). With W = warmup_epochs * spe warm-up steps and T = total_epochs *
+ * spe steps in all, poly is
+ *   lr_end + (lr - lr_end) * (1 - min(max(step - W, 0), T - W) / (T - W))^power
+ * (T - W at least 1), and every schedule is multiplied by (step + 1) / W while step < W. */
 double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t steps_per_epoch);
-/* Parse "step", "multistep", "cosine", "constant"; -1 if unknown. */
+/* Parse "step", "multistep", "cosine", "constant", "poly"; -1 if unknown. */
 int rn_lr_schedule_parse(const char *name);
 /* The name rn_lr_schedule_parse reads back; "?" for an unknown schedule. */
 const char *rn_lr_schedule_name(int schedule);
