@@ -820,7 +820,8 @@ static void lars_range(void *ctx, int64_t i0, int64_t i1) {
 /* trust and lr * trust from the two norms' squares, in double, as the CUDA kernel does */
 static float lars_scaled_lr(const rn_lars_desc *d, double sw, double sg) {
     double wn = sqrt(sw), gn = sqrt(sg), trust = 1.0;
-    if (d->adapt && wn > 0 && gn > 0) trust = (double)d->eta * wn / (gn + (double)d->weight_decay * wn + (double)d->eps);
+    if (d->adapt && wn > 0 && gn > 0)
+        trust = (double)d->eta * wn / (gn + (double)d->weight_decay * wn + (double)d->eps);
     return (float)((double)d->lr * trust);
 }
 

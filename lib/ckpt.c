@@ -237,6 +237,9 @@ static int check_train_state(const Rn__TrainState *t) {
         if (t->lr_milestones[i] < 0 || t->lr_milestones[i] > RN_CKPT_MAX_EPOCHS)
             return rn_errorf(RN_ECORRUPT, "training state: lr milestone %d outside 0..%d", t->lr_milestones[i],
                              RN_CKPT_MAX_EPOCHS);
+    if (!(t->lr_end >= 0) || isinf(t->lr_end) || !(t->lr_power >= 0) || isinf(t->lr_power))
+        return rn_errorf(RN_ECORRUPT, "training state: poly schedule lr_end %g, power %g: not finite non-negative "
+                         "numbers", t->lr_end, t->lr_power);
     if (!(t->loss_scale >= 0) || isinf(t->loss_scale))
         return rn_errorf(RN_ECORRUPT, "training state: loss scale %g is not a finite non-negative number",
                          t->loss_scale);
@@ -252,8 +255,9 @@ int rn_ckpt_validate(const rn_ckpt *c) {
     int rc = rn_ckpt_net(c, &net);
     if (rc != RN_OK) return rc;
     if (c->train && (rc = check_train_state(c->train)) != RN_OK) return rc;
-    if (c->optim && c->optim->kind && *c->optim->kind && strcmp(c->optim->kind, "sgd") != 0)
-        return rn_errorf(RN_ECORRUPT, "optimiser '%.32s': this build knows sgd only", c->optim->kind);
+    if (c->optim && c->optim->kind && *c->optim->kind && strcmp(c->optim->kind, "sgd") != 0 &&
+        strcmp(c->optim->kind, "lars") != 0)
+        return rn_errorf(RN_ECORRUPT, "optimiser '%.32s': this build knows sgd and lars", c->optim->kind);
     if (c->n_class_names != 0 && c->n_class_names != (size_t)net.num_classes)
         return rn_errorf(RN_ECORRUPT, "%zu class names for %d classes", c->n_class_names, net.num_classes);
     rn_tensor_desc *d = NULL;

@@ -70,6 +70,8 @@ struct rn_net {
                            on its way into grads (gh_numel) */
     int64_t gh_numel;
     int have_mom;
+    int lars;           /* the step is LARS (rn_net_set_lars) instead of SGD */
+    float lars_eta, lars_eps;
     int freeze_bn;      /* training uses and keeps BN's running statistics */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
@@ -355,6 +357,9 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     }
     net->fin_hw = ch * cw;
     net->max_act = max_act;
+    if (mode == RN_NET_TRAIN) /* rn_net_set_lars's norms: bounded by the largest tensor */
+        for (int i = 0; i < net->npref; i++)
+            if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
     if (plan) net->bytes += ws;
     else if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
 
@@ -993,11 +998,52 @@ static int sgd_part(rn_net *net, const rn_sgd_desc *sd, int64_t off, int64_t n, 
                               elem(net, net->wc, off));
 }
 
-/* SGD over every parameter on the gradients times grad_scale (1/loss_scale unscales the
- * gradients of a loss multiplied by an AMP loss scale). */
+/* the LARS call over params[off, off+n): with the compute copy under AMP */
+static int lars_part(rn_net *net, const rn_lars_desc *ld, int64_t off, int64_t n) {
+    if (!net->wc) return rn_lars_update(net->be, ld, n, net->params + off, net->grads + off, net->mom + off);
+    return rn_lars_update_copy(net->be, ld, n, net->params + off, net->grads + off, net->mom + off,
+                               elem(net, net->wc, off));
+}
+
+/* LARS: conv and fc weights (params[0, ndecay)) one tensor at a time with their trust
+ * ratio and weight decay; BN parameters and the fc bias (the rest) in one call with
+ * neither, as MLPerf's reference excludes them. */
+static int lars(rn_net *net, float lr, float momentum, float weight_decay, float grad_scale) {
+    rn_lars_desc ld;
+    int rc = rn_lars_desc_init(&ld, lr, momentum, weight_decay, net->lars_eta, net->lars_eps);
+    if (rc) return rc;
+    ld.grad_scale = grad_scale;
+    ld.dtype = net->dtype;
+    /* TensorFlow's momentum slot starts at zero (a checkpoint without momentum too) */
+    if (!net->have_mom && (rc = rn_backend_zero(net->be, net->mom, (size_t)net->nparams * sizeof(float))))
+        return rc;
+    for (int i = 0; i < net->npref && rc == RN_OK; i++)
+        if (net->prefs[i].off < net->ndecay) rc = lars_part(net, &ld, net->prefs[i].off, net->prefs[i].numel);
+    ld.adapt = 0;
+    ld.weight_decay = 0.0f;
+    if (rc == RN_OK) rc = lars_part(net, &ld, net->ndecay, net->nparams - net->ndecay);
+    if (rc == RN_OK) net->have_mom = 1;
+    return rc;
+}
+
+int rn_net_set_lars(rn_net *net, int on, double eta, double eps) {
+    if (on && (!(eta >= 0) || !isfinite(eta) || !(eps >= 0) || !isfinite(eps)))
+        return rn_errorf(RN_EINVAL, "LARS eta %g, eps %g: want finite values >= 0", eta, eps);
+    net->lars = on != 0;
+    net->lars_eta = (float)eta;
+    net->lars_eps = (float)eps;
+    return RN_OK;
+}
+
+/* SGD (or LARS, rn_net_set_lars) over every parameter on the gradients times grad_scale
+ * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale). */
 static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
                float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
+    if (net->lars) {
+        if (nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
+        return lars(net, lr, momentum, weight_decay, grad_scale);
+    }
     rn_sgd_desc sd;
     int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
     if (rc) return rc;

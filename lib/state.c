@@ -49,6 +49,8 @@ int rn_state_put(rn_ckpt *c, const rn_run_state *s, const rn_lr_schedule *lr) {
     t->lr_gamma = lr->gamma;
     t->warmup_epochs = lr->warmup_epochs;
     t->total_epochs = lr->total_epochs;
+    t->lr_end = lr->schedule == RN_LR_POLY ? lr->lr_end : 0;
+    t->lr_power = lr->schedule == RN_LR_POLY ? lr->power : 0;
     free(t->lr_milestones);
     t->lr_milestones = NULL;
     t->n_lr_milestones = 0;
@@ -68,6 +70,19 @@ int rn_state_put_sgd(rn_ckpt *c, double lr, double momentum, double weight_decay
     c->optim->weight_decay = weight_decay;
     c->optim->nesterov = nesterov;
     return rn_pb_set_string(&c->optim->kind, "sgd");
+}
+
+int rn_state_put_lars(rn_ckpt *c, double eta, double eps) {
+    if (!c->optim) return RN_OK;
+    c->optim->lars_eta = eta;
+    c->optim->lars_eps = eps;
+    c->optim->nesterov = 0;
+    return rn_pb_set_string(&c->optim->kind, "lars");
+}
+
+const char *rn_state_optim_kind(const rn_ckpt *c) {
+    if (!rn_state_has_momentum(c)) return NULL;
+    return c->optim->kind && *c->optim->kind ? c->optim->kind : "sgd";
 }
 
 int rn_state_has_momentum(const rn_ckpt *c) {

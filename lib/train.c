@@ -39,6 +39,11 @@ void rn_train_defaults(rn_train_opts *o) {
     o->lr.lr = RN_TRAIN_LR;
     o->lr.step_epochs = RN_TRAIN_LR_STEP;
     o->lr.gamma = RN_TRAIN_LR_GAMMA;
+    o->lr.lr_end = RN_TRAIN_LR_END;
+    o->lr.power = RN_TRAIN_LR_POWER;
+    o->optimizer = RN_OPT_SGD;
+    o->lars_eta = RN_TRAIN_LARS_ETA;
+    o->lars_eps = RN_TRAIN_LARS_EPS;
     o->amp = RN_F32;
     o->loss_scale = RN_SCALER_INIT;
     o->scale_growth_interval = RN_SCALER_INTERVAL;
@@ -179,8 +184,15 @@ static int setup_net(run *t) {
     const rn_train_opts *o = t->o;
     int share = o->batch / t->world; /* this rank's images per step */
     int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : share / o->accum;
+    /* the two optimisers' momentum buffers mean different things (torch's buffer, LARS's
+       last step): resuming one as the other would silently corrupt the run */
+    const char *kind = rn_state_optim_kind(t->ck), *want_kind = o->optimizer == RN_OPT_LARS ? "lars" : "sgd";
+    if (kind && strcmp(kind, want_kind) != 0)
+        return rn_errorf(RN_EINVAL, "the checkpoint holds %s momentum and this run asks for --optimizer %s: resume "
+                         "with --optimizer %s", kind, want_kind, kind);
     int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp);
     if (rc) return rc;
+    if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;
     t->steps = t->world * t->accum;
@@ -311,6 +323,7 @@ static int save(run *t) {
     int rc = rn_net_store(t->r.net, ck);
     if (rc) return rc;
     if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
+    if (o->optimizer == RN_OPT_LARS && (rc = rn_state_put_lars(ck, o->lars_eta, o->lars_eps))) return rc;
     rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
     t->st.batch = o->batch;
     /* micro-batches of all ranks: the same run as one process with this --accum; under

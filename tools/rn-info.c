@@ -107,10 +107,13 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     if (c->train && c->train->loss_scale > 0)
         printf("loss scale:    %g (fp16 AMP; %d clean steps since it last changed, %lld steps skipped)\n",
                c->train->loss_scale, c->train->scale_growth_tracker, (long long)c->train->skipped_steps);
-    if (c->optim && c->optim->n_momentum)
-        printf("optimiser:     %s lr %g momentum %g weight decay %g%s\n", str(c->optim->kind), c->optim->lr,
+    if (c->optim && c->optim->n_momentum) {
+        printf("optimiser:     %s lr %g momentum %g weight decay %g%s", str(c->optim->kind), c->optim->lr,
                c->optim->momentum_coef, c->optim->weight_decay, c->optim->nesterov ? " nesterov" : "");
-    else printf("optimiser:     no state\n");
+        if (c->optim->kind && strcmp(c->optim->kind, "lars") == 0)
+            printf(" eta %g eps %g", c->optim->lars_eta, c->optim->lars_eps);
+        printf("\n");
+    } else printf("optimiser:     no state\n");
     if (c->provenance) {
         const Rn__Provenance *p = c->provenance;
         printf("written by:    rn %s on %s%s%s\n", str(p->rn_version), str(p->host), p->created && *p->created ? " at " : "",
@@ -187,7 +190,14 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         rn_json_number(stdout, c->optim->momentum_coef);
         printf(",\"weight_decay\":");
         rn_json_number(stdout, c->optim->weight_decay);
-        printf(",\"nesterov\":%s}", c->optim->nesterov ? "true" : "false");
+        printf(",\"nesterov\":%s", c->optim->nesterov ? "true" : "false");
+        if (c->optim->kind && strcmp(c->optim->kind, "lars") == 0) {
+            printf(",\"lars_eta\":");
+            rn_json_number(stdout, c->optim->lars_eta);
+            printf(",\"lars_eps\":");
+            rn_json_number(stdout, c->optim->lars_eps);
+        }
+        printf("}");
     } else printf("null");
     printf(",\"provenance\":");
     if (c->provenance) {

@@ -96,20 +96,30 @@ static void usage(FILE *f) {
             "                          gradients (the step still counts for the schedule)\n"
             "      --loss-scale-growth-interval N\n"
             "                          fp16: x2 after N clean steps in a row (default %d)\n"
-            "Optimiser (torch.optim.SGD semantics):\n"
+            "Optimiser (sgd: torch.optim.SGD semantics):\n"
             "      --lr X              base learning rate (default %g)\n"
             "      --momentum X        (default %g)\n"
             "      --wd X              weight decay (default %g)\n"
             "      --nesterov          Nesterov momentum\n"
             "      --no-wd-bn          no weight decay on BN weights/biases and the fc bias\n"
+            "      --optimizer O       sgd or lars (default sgd). lars: MLPerf ResNet-50's LARS,\n"
+            "                          per conv/fc weight trust = eta*|w|/(|g| + wd*|w| + eps)\n"
+            "                          (1 if a norm is 0), v = momentum*v + lr*trust*(g + wd*w),\n"
+            "                          w -= v; BN weights/biases and the fc bias: trust 1, no\n"
+            "                          weight decay. Not with --nesterov\n"
+            "      --lars-eta X        lars: trust coefficient (default %g)\n"
+            "      --lars-eps X        lars: epsilon of the trust ratio (default %g)\n"
             "      --label-smoothing X cross-entropy label smoothing (default 0)\n"
             "Schedule (in optimiser steps, so --accum never changes it):\n"
-            "      --lr-schedule S     step, multistep, cosine or constant (default step)\n"
+            "      --lr-schedule S     step, multistep, cosine, constant or poly (default step)\n"
             "      --lr-step N         step: decay every N epochs (default %d)\n"
             "      --lr-gamma X        step, multistep: decay factor (default %g)\n"
             "      --lr-milestones L   multistep: comma-separated epochs, e.g. 30,60,80\n"
-            "      --lr-epochs N       cosine: length of the whole run in epochs (default: the\n"
-            "                          epoch this run ends at)\n"
+            "      --lr-epochs N       cosine, poly: length of the whole run in epochs (default:\n"
+            "                          the epoch this run ends at)\n"
+            "      --lr-end X          poly: lr at the end of the run (default %g)\n"
+            "      --lr-power X        poly: lr_end + (lr - lr_end)*(1 - t/T)^X over the T steps\n"
+            "                          after the warm-up (default %g, MLPerf's pow2)\n"
             "      --warmup-epochs N   linear warm-up over the first N epochs (default 0)\n"
             "Output:\n"
             "      --save-every N      also write OUT every N steps\n"
@@ -141,8 +151,9 @@ static void usage(FILE *f) {
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
-            RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
-            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LOG_EVERY, RN_TRAIN_PROFILE_STEPS,
+            RN_TRAIN_MOMENTUM, RN_TRAIN_WD, RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS,
+            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
+            RN_TRAIN_PROFILE_STEPS,
             RN_TRAIN_PROFILE_WARMUP);
 }
 
@@ -176,6 +187,11 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
         return rn_errorf(RN_EINVAL, "--profile must be a file: the trace is written next to it as FILE.json");
     if (o->profile && o->max_steps)
         return rn_errorf(RN_EINVAL, "--profile runs --profile-warmup + --profile-steps steps: drop --max-steps");
+    if (o->optimizer == RN_OPT_LARS && o->nesterov)
+        return rn_errorf(RN_EINVAL, "--optimizer lars has no Nesterov momentum: drop --nesterov");
+    if (o->lr.schedule == RN_LR_POLY && o->lr.lr_end > o->lr.lr)
+        return rn_errorf(RN_EINVAL, "--lr-end %g is above --lr %g: poly decays from --lr down to --lr-end",
+                         o->lr.lr_end, o->lr.lr);
     if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
         return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
                          rn_amp_name(o->amp));
@@ -186,7 +202,7 @@ enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
-    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM
+    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -231,6 +247,9 @@ int main(int argc, char **argv) {
         {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
         {"profile", required_argument, 0, O_PROFILE},      {"profile-steps", required_argument, 0, O_PROFSTEPS},
         {"profile-warmup", required_argument, 0, O_PROFWARM},
+        {"optimizer", required_argument, 0, O_OPTIM},   {"lars-eta", required_argument, 0, O_LARSETA},
+        {"lars-eps", required_argument, 0, O_LARSEPS},  {"lr-end", required_argument, 0, O_LREND},
+        {"lr-power", required_argument, 0, O_LRPOWER},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -278,6 +297,15 @@ int main(int argc, char **argv) {
         case O_LR: rc = rn_cli_float("--lr", optarg, 0, 1e6, &o.lr.lr); break;
         case O_MOM: rc = rn_cli_float("--momentum", optarg, 0, 1, &o.momentum); break;
         case O_WD: rc = rn_cli_float("--wd", optarg, 0, 1, &o.weight_decay); break;
+        case O_OPTIM:
+            if (strcmp(optarg, "sgd") == 0) o.optimizer = RN_OPT_SGD;
+            else if (strcmp(optarg, "lars") == 0) o.optimizer = RN_OPT_LARS;
+            else rc = rn_errorf(RN_EINVAL, "--optimizer: '%s' is not sgd or lars", optarg);
+            break;
+        case O_LARSETA: rc = rn_cli_float("--lars-eta", optarg, 0, 1e6, &o.lars_eta); break;
+        case O_LARSEPS: rc = rn_cli_float("--lars-eps", optarg, 0, 1e6, &o.lars_eps); break;
+        case O_LREND: rc = rn_cli_float("--lr-end", optarg, 0, 1e6, &o.lr.lr_end); break;
+        case O_LRPOWER: rc = rn_cli_float("--lr-power", optarg, 1e-6, 1e6, &o.lr.power); break;
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.no_wd_bn = 1; break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
@@ -286,7 +314,8 @@ int main(int argc, char **argv) {
         case O_SCHED:
             have_schedule = 1;
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)
-                rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine or constant", optarg);
+                rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine, constant or poly",
+                               optarg);
             break;
         case O_LRSTEP: rc = rn_cli_int("--lr-step", optarg, 1, 1000000, &o.lr.step_epochs); break;
         case O_GAMMA: rc = rn_cli_float("--lr-gamma", optarg, 0, 1e6, &o.lr.gamma); break;

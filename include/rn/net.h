@@ -115,6 +115,14 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss);
 
+/* Make rn_net_step a LARS step (on 1; off: SGD, the default) with trust coefficient eta
+ * and epsilon eps (rn/backend.h, rn_lars_update): conv and fc weights adapted and decayed
+ * tensor by tensor, BN parameters and the fc bias plain momentum without weight decay
+ * (no_wd_bn is implied; nesterov is refused). The momentum buffers then hold LARS's
+ * steps: a checkpoint's SGD momentum must not be resumed under LARS (rn_state_optim_kind).
+ * Errors: RN_EINVAL (eta or eps negative or not finite). */
+int rn_net_set_lars(rn_net *net, int on, double eta, double eps);
+
 /* One optimiser step on the gradients accumulated since the last: SGD with momentum
  * (torch.optim.SGD), weight decay on every parameter or, with no_wd_bn, not on BN
  * weights/biases and the fc bias. sc NULL (fp32, bf16): the step. sc given (fp16's loss

@@ -39,6 +39,14 @@ int rn_state_put(rn_ckpt *c, const rn_run_state *s, const rn_lr_schedule *lr);
  * optimiser state (no step has made momentum). Errors: RN_ENOMEM. */
 int rn_state_put_sgd(rn_ckpt *c, double lr, double momentum, double weight_decay, int nesterov);
 
+/* After rn_state_put_sgd (lr, momentum, weight decay): mark c's OptimState as LARS (kind
+ * "lars") with trust coefficient eta and epsilon eps; nothing when c holds no optimiser
+ * state. Errors: RN_ENOMEM. */
+int rn_state_put_lars(rn_ckpt *c, double eta, double eps);
+/* The kind of optimiser whose momentum c holds ("sgd", "lars"; "sgd" when unnamed), or
+ * NULL when c holds no momentum (rn_state_has_momentum 0). */
+const char *rn_state_optim_kind(const rn_ckpt *c);
+
 /* 1 when c holds a momentum tensor for every parameter, else 0. */
 int rn_state_has_momentum(const rn_ckpt *c);
 /* The momentum of parameter `name` (F32, the parameter's shape and layout), or NULL. */

@@ -84,6 +84,12 @@
 #define RN_TRAIN_WD 1e-4
 #define RN_TRAIN_LR_STEP 10
 #define RN_TRAIN_LR_GAMMA 0.1
+#define RN_TRAIN_LR_END 1e-4      /* --lr-end: poly's final lr (MLPerf's end_learning_rate) */
+#define RN_TRAIN_LR_POWER 2.0     /* --lr-power: poly's exponent (MLPerf's "pow2") */
+#define RN_TRAIN_LARS_ETA 0.001   /* --lars-eta: MLPerf's trust coefficient */
+#define RN_TRAIN_LARS_EPS 0.0     /* --lars-eps: epsilon of MLPerf's TensorFlow LARSOptimizer */
+
+enum { RN_OPT_SGD = 0, RN_OPT_LARS }; /* rn_train_opts.optimizer */
 #define RN_TRAIN_BATCH 256
 #define RN_TRAIN_CROP 224
 #define RN_TRAIN_WORKERS 4
@@ -129,6 +135,8 @@ typedef struct {
     int seed_given;         /* else the checkpoint's seed is kept */
     double momentum, weight_decay, label_smoothing;
     int nesterov, no_wd_bn;
+    int optimizer;          /* RN_OPT_SGD or RN_OPT_LARS (rn_net_set_lars) */
+    double lars_eta, lars_eps;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of
                                the same index (rn_net_set_sync); nothing in a world of one */
