@@ -491,6 +491,44 @@ static void test_sgd_copy(env *e, int64_t n) {
     }
 }
 
+/* LARS mirrors the CPU's order (chunk sums in double, no fused multiply-add): p, buf and
+ * the compute copy bit for bit, adapted and excluded, with AMP's unscale */
+static void test_lars(env *e, int64_t n) {
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16, RN_F32};
+    for (int v = 0; v < 4; v++) {
+        rn_lars_desc d;
+        CHECK_OK(rn_lars_desc_init(&d, 2.5f, 0.9f, 5e-5f, 0.001f, v == 1 ? 1e-3f : 0));
+        d.adapt = v != 3;
+        d.grad_scale = v == 2 ? 1.0f / 65536.0f : 1.0f;
+        d.dtype = dtypes[v];
+        size_t es = rn_dtype_size(dtypes[v]);
+        CHECK_OK(rn_backend_reserve(e->cpu, rn_lars_workspace(e->cpu, n)));
+        CHECK_OK(rn_backend_reserve(e->gpu, rn_lars_workspace(e->gpu, n)));
+        float *p = randn(n, 0, 1), *g = randn(n, 0, v == 2 ? 3e3f : 1e-2f), *buf = randn(n, 0, 1e-2f);
+        void *copy = malloc(es * n), *got = malloc(es * n), *gcopy = NULL;
+        float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
+        CHECK_OK(rn_backend_alloc(e->gpu, es * n, &gcopy));
+        CHECK_OK(rn_lars_update_copy(e->cpu, &d, n, p, g, buf, copy));
+        CHECK_OK(rn_lars_update_copy(e->gpu, &d, n, gp, gg, gbuf, gcopy));
+        float *hp = down(e->gpu, RN_F32, gp, n), *hb = down(e->gpu, RN_F32, gbuf, n);
+        CHECK_OK(rn_backend_download(e->gpu, got, gcopy, es * n));
+        int64_t diff = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (hp[i] != p[i] || hb[i] != buf[i]) {
+                if (first < 0) first = i;
+                diff++;
+            }
+        CHECK(diff == 0 && memcmp(got, copy, es * n) == 0,
+              "lars variant %d (%s copy): %lld of %lld p/buf values differ from the CPU's (first at %lld: p %.9g vs "
+              "%.9g), copy %s", v, rn_dtype_name(dtypes[v]), (long long)diff, (long long)n, (long long)first,
+              first >= 0 ? hp[first] : 0.0, first >= 0 ? p[first] : 0.0,
+              memcmp(got, copy, es * n) ? "differs" : "equal");
+        rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
+        rn_backend_free(e->gpu, gcopy);
+        free(p), free(g), free(buf), free(copy), free(got), free(hp), free(hb);
+    }
+}
+
 /* Every conversion, plain and accumulating, bit for bit (values past the fp16 range
  * included: both sides must make them inf) */
 static void test_cast(env *e, int64_t n) {
@@ -689,6 +727,7 @@ static void run_all(env *e) {
     if (!half) {
         test_sgd(e, 100003);
         test_sgd_copy(e, 100003);
+        test_lars(e, 100003);
         test_cast(e, 100003);
         test_nonfinite(e, 100003);
     }

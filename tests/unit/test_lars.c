@@ -68,7 +68,8 @@ static void test_reference(rn_backend *be) {
         float *p = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n), *b = calloc(n, sizeof(float));
         double *pw = malloc(sizeof(double) * n), *gd = malloc(sizeof(double) * n), *v = calloc(n, sizeof(double));
         if (!p || !g || !b || !pw || !gd || !v) abort();
-        for (int64_t i = 0; i < n; i++) pw[i] = p[i] = k->zero_w ? 0 : uniform(1, i);
+        for (int64_t i = 0; i < n; i++)
+            pw[i] = p[i] = k->zero_w ? 0 : uniform(1, i);
         CHECK_OK(rn_backend_reserve(be, rn_lars_workspace(be, n)));
         rn_lars_desc d;
         CHECK_OK(rn_lars_desc_init(&d, k->lr, k->momentum, k->wd, k->eta, k->eps));
@@ -94,10 +95,12 @@ static void test_reference(rn_backend *be) {
                SGD on the same gradients lands far from LARS) */
             double *w2 = malloc(sizeof(double) * n), *v2 = calloc(n, sizeof(double));
             if (!w2 || !v2) abort();
-            for (int64_t i = 0; i < n; i++) w2[i] = uniform(1, i);
+            for (int64_t i = 0; i < n; i++)
+                w2[i] = uniform(1, i);
             ref_step(n, w2, gd, v2, k->lr, k->momentum, k->wd, k->eta, k->eps, 0);
             double e = 0;
-            for (int64_t i = 0; i < n; i++) e = fmax(e, fabs(w2[i] - pw[i]));
+            for (int64_t i = 0; i < n; i++)
+                e = fmax(e, fabs(w2[i] - pw[i]));
             CHECK(e > 1e-3, "lars %s: trust ratio 1 gives the same weights (%g apart)", k->name, e);
             free(w2);
             free(v2);
@@ -124,7 +127,8 @@ static void run_threads(int threads, int64_t n, float *p, float *b, void *copy) 
     if (copy) {
         d.dtype = RN_F16;
         CHECK_OK(rn_lars_update_copy(be, &d, n, p, g, b, copy));
-    } else CHECK_OK(rn_lars_update(be, &d, n, p, g, b));
+    } else
+        CHECK_OK(rn_lars_update(be, &d, n, p, g, b));
     free(g);
     rn_backend_destroy(be);
 }
@@ -180,16 +184,16 @@ static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1.0, fa
 
 static void test_poly(void) {
     /* 5 warm-up epochs of 100 steps, 40 epochs in all: T = 3500 steps of decay */
-    rn_lr_schedule s = {.schedule = RN_LR_POLY, .lr = 10.0, .warmup_epochs = 5, .total_epochs = 40, .lr_end = 1e-4,
-                        .power = 2.0};
+    rn_lr_schedule s = {
+        .schedule = RN_LR_POLY, .lr = 10.0, .warmup_epochs = 5, .total_epochs = 40, .lr_end = 1e-4, .power = 2.0};
     static const int64_t steps[] = {0, 1, 249, 499, 500, 501, 1000, 2250, 3999, 4000, 5000};
     for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
         int64_t k = steps[i];
         double t = k < 500 ? 0 : k - 500 > 3500 ? 3500 : (double)(k - 500);
         double want = 1e-4 + (10.0 - 1e-4) * pow(1 - t / 3500, 2);
         if (k < 500) want *= (double)(k + 1) / 500;
-        CHECK(near(rn_lr_at(&s, k, 100), want), "poly step %lld: %.17g, want %.17g", (long long)k,
-              rn_lr_at(&s, k, 100), want);
+        CHECK(near(rn_lr_at(&s, k, 100), want), "poly step %lld: %.17g, want %.17g", (long long)k, rn_lr_at(&s, k, 100),
+              want);
     }
     CHECK(near(rn_lr_at(&s, 499, 100), 10.0) && near(rn_lr_at(&s, 500, 100), 10.0), "poly: warm-up ends at lr");
     CHECK(near(rn_lr_at(&s, 4000, 100), 1e-4) && near(rn_lr_at(&s, 9000, 100), 1e-4), "poly: ends at lr_end");
