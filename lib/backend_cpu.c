@@ -785,16 +785,28 @@ typedef struct {
     float slr;    /* lr * trust */
 } lars_job;
 
+/* Chunk c's sums in RN_LARS_LANES lanes (lane l: elements l, l + LANES, ... of the chunk,
+ * in order), then the lanes added in lane order: the order a CUDA block of LANES threads
+ * reads coalesced, and one the compiler vectorises here. */
 static void lars_norm_chunks(void *ctx, int64_t c0, int64_t c1) {
     const lars_job *j = ctx;
     const float gs = j->d->grad_scale;
     for (int64_t c = c0; c < c1; c++) {
         int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < j->n ? i0 + RN_LARS_CHUNK : j->n;
+        double lw[RN_LARS_LANES] = {0}, lg[RN_LARS_LANES] = {0};
+        for (int64_t b = i0; b < i1; b += RN_LARS_LANES) {
+            int m = i1 - b < RN_LARS_LANES ? (int)(i1 - b) : RN_LARS_LANES;
+            const float *pw = j->p + b, *gr = j->grad + b;
+            for (int l = 0; l < m; l++) {
+                float g = gs == 1.0f ? gr[l] : gr[l] * gs;
+                lw[l] += (double)pw[l] * (double)pw[l];
+                lg[l] += (double)g * (double)g;
+            }
+        }
         double sw = 0, sg = 0;
-        for (int64_t i = i0; i < i1; i++) {
-            float g = gs == 1.0f ? j->grad[i] : j->grad[i] * gs;
-            sw += (double)j->p[i] * (double)j->p[i];
-            sg += (double)g * (double)g;
+        for (int l = 0; l < RN_LARS_LANES; l++) {
+            sw += lw[l];
+            sg += lg[l];
         }
         j->part[2 * c] = sw;
         j->part[2 * c + 1] = sg;

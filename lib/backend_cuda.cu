@@ -1263,18 +1263,28 @@ static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, floa
 }
 
 /* ---- LARS: the CPU backend's operations in its order (rn/backend.h), so the two agree
- * bit for bit: one thread per RN_LARS_CHUNK chunk sums it in index order in double, one
- * thread adds the chunks in order and forms lr * trust, then the elementwise step. No
- * fused multiply-add anywhere (the CPU build has none). ---- */
+ * bit for bit: a block of RN_LARS_LANES threads per RN_LARS_CHUNK chunk, thread l summing
+ * lane l in double (coalesced reads), thread 0 adding the lanes in order; one thread adds
+ * the chunks in order and forms lr * trust; then the elementwise step. No fused
+ * multiply-add anywhere (the CPU build has none). ---- */
 
-__global__ void lars_norm_k(int64_t n, int64_t chunks, float gs, const float *p, const float *grad, double *part) {
-    GRID_LOOP(c, chunks) {
-        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
-        double sw = 0, sg = 0;
-        for (int64_t i = i0; i < i1; i++) {
-            float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
-            sw = __dadd_rn(sw, __dmul_rn((double)p[i], (double)p[i]));
-            sg = __dadd_rn(sg, __dmul_rn((double)g, (double)g));
+__global__ void lars_norm_k(int64_t n, float gs, const float *p, const float *grad, double *part) {
+    __shared__ double lw[RN_LARS_LANES], lg[RN_LARS_LANES];
+    const int64_t c = blockIdx.x, i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
+    double sw = 0, sg = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += RN_LARS_LANES) {
+        float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
+        sw = __dadd_rn(sw, __dmul_rn((double)p[i], (double)p[i]));
+        sg = __dadd_rn(sg, __dmul_rn((double)g, (double)g));
+    }
+    lw[threadIdx.x] = sw;
+    lg[threadIdx.x] = sg;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        sw = 0, sg = 0;
+        for (int l = 0; l < RN_LARS_LANES; l++) {
+            sw = __dadd_rn(sw, lw[l]);
+            sg = __dadd_rn(sg, lg[l]);
         }
         part[2 * c] = sw;
         part[2 * c + 1] = sg;
@@ -1319,7 +1329,7 @@ static int lars_t(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, co
         int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
         double *part = (double *)be->ws;
         slr = (float *)(part + 2 * chunks);
-        lars_norm_k<<<blocks_for(g, chunks), TPB, 0, g->stream>>>(n, chunks, d->grad_scale, p, grad, part);
+        lars_norm_k<<<(unsigned)chunks, RN_LARS_LANES, 0, g->stream>>>(n, d->grad_scale, p, grad, part);
         LAUNCHED("lars_update norms");
         lars_trust_k<<<1, 1, 0, g->stream>>>(chunks, d->lr, d->eta, d->weight_decay, d->eps, part, slr);
         LAUNCHED("lars_update trust ratio");

@@ -404,11 +404,13 @@ int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p
  * The momentum buffer holds the step itself (learning rate included), TensorFlow's
  * ApplyMomentum with lr 1 on grad * scaled_lr, not torch's SGD buffer. BN parameters and
  * biases are excluded by the caller: adapt 0 and weight_decay 0 (plain momentum).
- * Norms are sums of squares in double over fixed chunks of RN_LARS_CHUNK elements, each
- * summed in index order, the chunks added in chunk order: the same bits for any thread
- * count; trust and lr * trust in double, rounded once to float; the element update in
- * float without fused multiply-add, in the order written above. */
+ * Norms are sums of squares in double over fixed chunks of RN_LARS_CHUNK elements; a
+ * chunk is summed in RN_LARS_LANES lanes (lane l takes its elements l, l + LANES, ... in
+ * order), its lanes added in lane order, the chunks in chunk order: the same bits for any
+ * thread count and on every backend; trust and lr * trust in double, rounded once to
+ * float; the element update in float without fused multiply-add, in the order above. */
 #define RN_LARS_CHUNK 16384
+#define RN_LARS_LANES 256
 typedef struct {
     float lr, momentum, weight_decay;
     float eta, eps;        /* trust coefficient and epsilon (adapt only) */
