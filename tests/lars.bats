@@ -70,6 +70,7 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
     assert_output --partial "optimiser:     lars lr 0.01 momentum 0.9 weight decay 0.01 eta 0.02 eps 0.001"
     run rn-info --json info.pb
     assert_output --partial '"lr_schedule":"poly"'
+    assert_output --partial '"lr_end":0.001,"lr_power":3'
     assert_output --partial '"lars_eta":0.02,"lars_eps":0.001'
     run rn-info --tensors info.pb
     assert_output --regexp "fc\.bias +2 +F32 +[0-9a-f]{8} momentum"

@@ -170,6 +170,13 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,", (long long)c->train->data_epoch,
                (long long)c->train->data_index, (unsigned long long)c->train->seed);
         json_kv("lr_schedule", str(c->train->lr_schedule), 1);
+        if (c->train->lr_schedule && strcmp(c->train->lr_schedule, "poly") == 0) {
+            printf("\"lr_end\":");
+            rn_json_number(stdout, c->train->lr_end);
+            printf(",\"lr_power\":");
+            rn_json_number(stdout, c->train->lr_power);
+            printf(",");
+        }
         printf("\"loss_scale\":");
         rn_json_number(stdout, c->train->loss_scale);
         printf(",\"scale_growth_tracker\":%d,\"skipped_steps\":%lld,", c->train->scale_growth_tracker,
