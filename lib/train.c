@@ -437,11 +437,14 @@ static int train_step(run *t, int first, step_result *s) {
                          o->out);
     s->lr = rn_lr_at(&o->lr, ts->step, t->spe);
     /* SGD with momentum: 5 FLOPs per parameter; weights, gradients and momentum read,
-       weights and momentum written, in fp32 */
+       weights and momentum written, in fp32. LARS first reads weights and gradients for
+       their norms (4 FLOPs more per parameter) */
     int64_t np = 0;
     rn_net_grads(t->r.net, &np);
-    double t0 = tbeg(t, "sgd");
-    if ((rc = tend(t, t0, "sgd", RN_PROF_COMPUTE, 5.0 * (double)np, 20.0 * (double)np,
+    const int lars = o->optimizer == RN_OPT_LARS;
+    const char *stage = lars ? "lars" : "sgd";
+    double t0 = tbeg(t, stage);
+    if ((rc = tend(t, t0, stage, RN_PROF_COMPUTE, (lars ? 9.0 : 5.0) * (double)np, (lars ? 28.0 : 20.0) * (double)np,
                    rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
                                (float)o->weight_decay, o->nesterov, o->no_wd_bn, &s->skipped))))
         return rc;

@@ -57,7 +57,7 @@
  * with the step's stages around them: "data-wait" (the loader), "input" (staging and the
  * normalise into the net's input, per micro-batch), "h2d-wait" (the asynchronous upload
  * of the next batch), "grad-sum" (many processes: the gradient and loss sums and the BN
- * statistics' gather), "sgd" (the optimiser step). The table and trace are written
+ * statistics' gather), "sgd" or "lars" (the optimiser step). The table and trace are written
  * (rn_prof_write) instead of the checkpoint. The numbers are those of an unprofiled run.
  *
  * Output: progress lines on o->progress, the JSONL log at o->log_path and the event file
