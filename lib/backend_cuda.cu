@@ -103,6 +103,8 @@ typedef struct {
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
     size_t coef_cap;
+    cudaEvent_t *marks;  /* rn_backend_mark's timestamps on stream, nmarks created */
+    int64_t nmarks;
 #ifdef RN_HAVE_NCCL
     ncclComm_t comm;     /* rn_backend_coll_init's communicator (non-blocking); NULL before,
                             and after an abort */
@@ -241,6 +243,42 @@ static int cuda_upload_wait(rn_backend *be) {
 static int cuda_sync(rn_backend *be) {
     CU(cudaStreamSynchronize(CTX(be)->stream));
     CU(cudaGetLastError());
+    return RN_OK;
+}
+
+static int cuda_pci_bus_id(rn_backend *be, char *buf, size_t cap) {
+    CU(cudaDeviceGetPCIBusId(buf, (int)cap, CTX(be)->dev));
+    return RN_OK;
+}
+
+/* --profile's timestamps: one event per mark, created on first use and kept (a profiled
+ * step records the same number each time), recorded on the compute stream in order */
+static int cuda_mark(rn_backend *be, int64_t i) {
+    cuda_ctx *g = CTX(be);
+    if (i > g->nmarks)
+        return rn_errorf(RN_EINVAL, "cuda: mark %lld before mark %lld", (long long)i, (long long)g->nmarks);
+    if (i == g->nmarks) {
+        cudaEvent_t *m = (cudaEvent_t *)realloc(g->marks, sizeof *m * (size_t)(i + 1));
+        if (!m) return rn_errorf(RN_ENOMEM, "cuda: %lld timing events", (long long)(i + 1));
+        g->marks = m;
+        CU(cudaEventCreate(&g->marks[i]));
+        g->nmarks = i + 1;
+    }
+    CU(cudaEventRecord(g->marks[i], g->stream));
+    return RN_OK;
+}
+
+static int cuda_marks_read(rn_backend *be, int64_t n, double *sec) {
+    cuda_ctx *g = CTX(be);
+    if (n > g->nmarks)
+        return rn_errorf(RN_EINVAL, "cuda: %lld marks read, %lld recorded", (long long)n, (long long)g->nmarks);
+    /* marks complete in stream order: the last one done means all are */
+    CU(cudaEventSynchronize(g->marks[n - 1]));
+    for (int64_t i = 0; i < n; i++) {
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, g->marks[0], g->marks[i]));
+        sec[i] = 1e-3 * (double)ms;
+    }
     return RN_OK;
 }
 
@@ -1542,6 +1580,8 @@ static void ctx_free(cuda_ctx *g) {
     if (g->copy) cudaStreamDestroy(g->copy);
     if (g->copied) cudaEventDestroy(g->copied);
     if (g->consumed) cudaEventDestroy(g->consumed);
+    for (int64_t i = 0; i < g->nmarks; i++) cudaEventDestroy(g->marks[i]);
+    free(g->marks);
     cudaFree(g->coef);
     free(g);
 }
@@ -1571,6 +1611,9 @@ static void fill_ops(rn_backend_ops *o) {
     o->copy = cuda_copy;
     o->zero = cuda_zero;
     o->sync = cuda_sync;
+    o->pci_bus_id = cuda_pci_bus_id;
+    o->mark = cuda_mark;
+    o->marks_read = cuda_marks_read;
     o->conv_workspace = cuda_conv_workspace;
     o->conv_algo = cuda_conv_algo;
     o->conv_fwd = cuda_conv_fwd;

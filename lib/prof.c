@@ -18,22 +18,34 @@ typedef struct {
     char name[48];
     int dir, track;
     int64_t step;
-    double t0, t1; /* seconds, rn_report_clock */
+    double t0, t1;  /* seconds, rn_report_clock */
+    int64_t m0, m1; /* with marks: the marks at its begin and end; else -1 */
     double flops, bytes;
 } span;
 
+#define MAX_DEPTH 16
+
 struct rn_prof {
     rn_backend *be;
+    int marks; /* time compute spans by the backend's stream marks */
     span *s;
     int64_t n, cap;
     int64_t steps;
     double wall, step_t0, origin;
+    int64_t step_first; /* the first span of the step in progress */
+    int64_t nmark;      /* marks recorded in the step in progress */
+    double *msec;       /* (cap_msec) the marks' times read at the step's end */
+    int64_t cap_msec;
+    int64_t open[MAX_DEPTH]; /* the begun spans' marks, innermost last */
+    int depth;
+    int err; /* a mark's error at rn_prof_begin, for its rn_prof_end */
 };
 
 int rn_prof_create(rn_backend *be, rn_prof **out) {
     rn_prof *p = rn_calloc(1, sizeof *p);
     if (!p) return RN_ENOMEM;
     p->be = be;
+    p->marks = rn_backend_has_marks(be);
     p->origin = -1;
     *out = p;
     return RN_OK;
@@ -42,12 +54,32 @@ int rn_prof_create(rn_backend *be, rn_prof **out) {
 void rn_prof_destroy(rn_prof *p) {
     if (!p) return;
     free(p->s);
+    free(p->msec);
     free(p);
 }
 
+/* with marks: record the next one of this step; its number, or -1 after an error (kept
+   in p->err for the span's end) */
+static int64_t mark(rn_prof *p) {
+    int rc = rn_backend_mark(p->be, p->nmark);
+    if (rc) {
+        if (!p->err) p->err = rc;
+        return -1;
+    }
+    return p->nmark++;
+}
+
 double rn_prof_begin(rn_prof *p, const char *name) {
-    /* a sync error here is the previous op's: its own rn_prof_end or call reports it */
-    (void)rn_backend_sync(p->be);
+    int64_t m = -1;
+    if (p->marks) {
+        /* outside a step (no mark 0 yet) a span has nothing to be timed against */
+        m = p->nmark > 0 ? mark(p) : -1;
+    } else {
+        /* a sync error here is the previous op's: its own rn_prof_end or call reports it */
+        (void)rn_backend_sync(p->be);
+    }
+    if (p->depth < MAX_DEPTH) p->open[p->depth] = m;
+    p->depth++;
 #ifdef RN_NVTX
     nvtxRangePushA(name);
 #endif
@@ -55,13 +87,25 @@ double rn_prof_begin(rn_prof *p, const char *name) {
 }
 
 int rn_prof_end(rn_prof *p, double t0, const char *name, int dir, int track, double flops, double bytes, int rc) {
-    int src = rn_backend_sync(p->be);
+    int src = RN_OK;
+    int64_t m0 = -1, m1 = -1;
+    int deep = p->depth > MAX_DEPTH;
+    if (p->depth > 0) p->depth--;
+    if (p->marks) {
+        if (!deep) m0 = p->open[p->depth];
+        if (m0 >= 0) m1 = mark(p);
+        src = p->err;
+        p->err = RN_OK;
+    } else {
+        src = rn_backend_sync(p->be);
+    }
     double t1 = rn_report_clock();
 #ifdef RN_NVTX
     nvtxRangePop();
 #endif
     if (rc) return rc;
     if (src) return src;
+    if (deep) return rn_errorf(RN_EINVAL, "profile: span %s nested more than %d deep", name, MAX_DEPTH);
     if (p->n == p->cap) {
         int64_t cap = p->cap ? 2 * p->cap : 1024;
         span *s = realloc(p->s, sizeof *s * (size_t)cap);
@@ -72,6 +116,8 @@ int rn_prof_end(rn_prof *p, double t0, const char *name, int dir, int track, dou
     snprintf(s->name, sizeof s->name, "%s", name);
     s->dir = dir, s->track = track, s->step = p->steps;
     s->t0 = t0, s->t1 = t1, s->flops = flops, s->bytes = bytes;
+    /* host-track spans are the host's waits: the clock times them in either mode */
+    s->m0 = track == RN_PROF_HOST ? -1 : m0, s->m1 = track == RN_PROF_HOST ? -1 : m1;
     return RN_OK;
 }
 
@@ -79,14 +125,40 @@ int rn_prof_step_begin(rn_prof *p) {
     int rc = rn_backend_sync(p->be);
     p->step_t0 = rn_report_clock();
     if (p->origin < 0) p->origin = p->step_t0;
+    p->step_first = p->n;
+    p->nmark = 0;
+    p->err = RN_OK;
+    /* mark 0 right after the sync: the stream is idle, so its time is step_t0's */
+    if (rc == RN_OK && p->marks && (rc = rn_backend_mark(p->be, 0)) == RN_OK) p->nmark = 1;
     return rc;
 }
 
+/* the step's compute spans, timed by its marks (read once, here) */
+static int read_marks(rn_prof *p) {
+    if (p->nmark < 1) return RN_OK;
+    if (p->nmark > p->cap_msec) {
+        double *m = realloc(p->msec, sizeof *m * (size_t)p->nmark);
+        if (!m) return rn_errorf(RN_ENOMEM, "profile: %lld stream marks", (long long)p->nmark);
+        p->msec = m, p->cap_msec = p->nmark;
+    }
+    int rc = rn_backend_marks_read(p->be, p->nmark, p->msec);
+    if (rc) return rc;
+    for (int64_t i = p->step_first; i < p->n; i++) {
+        span *s = &p->s[i];
+        if (s->m0 < 0 || s->m1 < 0) continue;
+        s->t0 = p->step_t0 + p->msec[s->m0];
+        s->t1 = p->step_t0 + p->msec[s->m1];
+    }
+    return RN_OK;
+}
+
 int rn_prof_step_end(rn_prof *p) {
-    int rc = rn_backend_sync(p->be);
+    int rc = p->marks ? read_marks(p) : RN_OK;
+    int src = rn_backend_sync(p->be);
     p->wall += rn_report_clock() - p->step_t0;
     p->steps++;
-    return rc;
+    p->nmark = 0;
+    return rc ? rc : src;
 }
 
 void rn_prof_totals(const rn_prof *p, int64_t *steps, double *wall, double *spans) {
@@ -176,8 +248,9 @@ static int write_trace(const rn_prof *p, const char *path) {
             RN_PROF_HOST);
     fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"host\"}},\n",
             RN_PROF_HOST);
-    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"compute\"}}",
-            RN_PROF_COMPUTE);
+    /* the compute track is the stream's own time line where marks timed it */
+    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+            RN_PROF_COMPUTE, p->marks ? "compute stream (events)" : "compute");
     for (int64_t i = 0; i < p->n; i++) {
         const span *s = &p->s[i];
         /* "layer1.0.conv1 forward", or a stage's own name ("sgd"); names are torchvision
