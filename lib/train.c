@@ -345,6 +345,7 @@ static int save(run *t) {
 
 static void finish(run *t) {
     rn_gpumon_stop(t->mon);
+    if (t->l) rn_loader_set_trace(t->l, NULL, NULL); /* before the profile goes */
     if (t->r.net) rn_net_set_prof(t->r.net, NULL);
     rn_prof_destroy(t->prof);
     free(t->stats);
@@ -589,6 +590,8 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         /* (the layers are timed only inside a profiled step: not in --val's evaluation) */
         t.profiling = t.prof && run_steps >= o->profile_warmup;
         if (t.profiling) rn_net_set_prof(t.r.net, t.prof);
+        /* the workers' chunks on tracks of their own, from the first profiled step on */
+        if (t.profiling && run_steps == o->profile_warmup) rn_loader_set_trace(t.l, rn_prof_loader_span, t.prof);
         rc = train_step(&t, run_steps == 0, &s);
         if (t.profiling) rn_net_set_prof(t.r.net, NULL);
         t.profiling = 0;

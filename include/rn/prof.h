@@ -20,7 +20,8 @@
  *
  * Usage: rn_prof_create, then rn_prof_begin/rn_prof_end around each span while steps are
  * being profiled (rn_prof_step_begin/rn_prof_step_end around each step), and
- * rn_prof_write at the end. A NULL rn_prof is "profiling off": callers test for it and
+ * rn_prof_write at the end. rn_prof_loader_span puts the loader's workers on tracks of
+ * their own. A NULL rn_prof is "profiling off": callers test for it and
  * call nothing, so an unprofiled run pays one branch per layer. */
 #ifndef RN_PROF_H
 #define RN_PROF_H
@@ -36,6 +37,8 @@ enum { RN_PROF_FWD = 0, RN_PROF_BWD = 1, RN_PROF_STEP = 2 };
 /* Tracks of the trace (Chrome trace-event tids): the step's stages on the host thread
  * (data-wait, input staging) and the layers' work on the backend's compute stream. */
 enum { RN_PROF_HOST = 1, RN_PROF_COMPUTE = 2 };
+/* Loader worker w's track is RN_PROF_LOADER + w ("loader worker w+1" in the trace). */
+enum { RN_PROF_LOADER = 16 };
 
 /* A profile of work on be: marks when be has them, else syncs around every span.
  * Errors: RN_ENOMEM. */
@@ -52,6 +55,15 @@ double rn_prof_begin(rn_prof *p, const char *name);
  * as the op's call. Errors: rc, the backend's sync or mark errors (a mark's error at
  * rn_prof_begin is returned here), RN_EINVAL (spans nested too deep), RN_ENOMEM. */
 int rn_prof_end(rn_prof *p, double t0, const char *name, int dir, int track, double flops, double bytes, int rc);
+
+/* A span measured elsewhere (another thread: a loader worker), for the trace only: it is
+ * not a row of the table nor part of the spans' sum, since it overlaps the step's own.
+ * t0, t1 in rn_report_clock seconds. Safe to call from any thread. Errors: RN_ENOMEM. */
+int rn_prof_add_trace(rn_prof *p, const char *name, int track, double t0, double t1);
+
+/* rn_loader_set_trace's callback (rn/loader.h) with ctx an rn_prof: each chunk a worker
+ * finishes becomes a "load" span on its loader track. */
+void rn_prof_loader_span(void *ctx, int worker, int64_t seq, int images, double t0, double t1);
 
 /* A profiled step: rn_prof_step_begin synchronises and starts its wall clock (and, with
  * marks, records mark 0), rn_prof_step_end reads the step's marks into its spans' times,

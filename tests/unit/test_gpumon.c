@@ -337,6 +337,11 @@ static void test_prof_marks(void) {
     CHECK_OK(rn_prof_step_end(p));
     rn_prof_totals(p, &steps, &wall, &spans);
     CHECK(spans - 0.020 >= 0.0019 && spans - 0.020 < 1, "the host span is the clock's ~2 ms: %.6f", spans - 0.020);
+    /* a loader worker's chunk: in the trace, not in the sums */
+    double before = spans, now = rn_report_clock();
+    rn_prof_loader_span(p, 1, 0, 8, now + 0.5, now + 1.5);
+    rn_prof_totals(p, &steps, &wall, &spans);
+    CHECK(spans == before, "a worker's span is not in the spans' sum: %g -> %g", before, spans);
     char dir[] = "/tmp/test_gpumon.XXXXXX";
     if (mkdtemp(dir)) {
         char table[256], trace[256];
@@ -351,6 +356,17 @@ static void test_prof_marks(void) {
             fclose(f);
         }
         CHECK(strstr(js, "\"compute stream (events)\""), "the compute track is named for its events: %.300s", js);
+        CHECK(strstr(js, "\"tid\":17,\"args\":{\"name\":\"loader worker 2\"}"), "worker 1's track: %.600s", js);
+        const char *ld = strstr(js, "{\"name\":\"load\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":17,");
+        CHECK(ld && strstr(ld, "\"dur\":1000000.000,"), "its chunk on it, 1 s long: %s", js);
+        f = fopen(table, "r");
+        char tb[8192] = {0};
+        if (f) {
+            size_t n = fread(tb, 1, sizeof tb - 1, f);
+            tb[n] = 0;
+            fclose(f);
+        }
+        CHECK(strstr(tb, "\nload ") == NULL && strstr(tb, "layer1.0.bn1"), "and no row of the table: %s", tb);
         CHECK(strstr(js, "\"ts\":4000.000,\"dur\":5000.000") && strstr(js, "\"ts\":1000.000,\"dur\":15000.000"),
               "events placed from the step's start, as the marks say: %.800s", js);
         remove(table);
