@@ -580,6 +580,10 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     int64_t passes = 0;
     window_reset(&w);
     window_reset(&ep);
+    if (t.mon) { /* the first interval starts with the first step, as the window does */
+        rn_gpumon_sample idle;
+        rn_gpumon_take(t.mon, &idle);
+    }
     int sig = 0;
     while (t.st.epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
         if (stop_now(&t, &sig, &rc)) {
