@@ -80,16 +80,22 @@ static void test_sampler(void) {
     rn_gpumon *m = NULL;
     CHECK_OK(rn_gpumon_start(&src, 0.01, &m));
     if (!m) return;
-    CHECK(c.calls >= 1, "start reads once before returning (%d calls)", c.calls);
-    usleep(50000);
+    pthread_mutex_lock(&c.mu);
+    int calls = c.calls;
+    pthread_mutex_unlock(&c.mu);
+    CHECK(calls >= 1, "start reads once before returning (%d calls)", calls);
+    /* the thread samples every 10 ms: wait for 3 reads (up to 5 s on a loaded machine) */
+    int64_t reads = 0, failed = 0;
+    for (int i = 0; i < 5000 && reads < 3; i++) {
+        usleep(1000);
+        rn_gpumon_counts(m, &reads, &failed);
+    }
+    CHECK(reads >= 3 && failed == 0, "the thread samples: %lld reads, %lld failed", (long long)reads,
+          (long long)failed);
     rn_gpumon_sample g;
     rn_gpumon_take(m, &g);
     CHECK(g.util == 40 && g.mem_used == 1e9 && g.power_w == 250, "phase 0 means %g %g %g", g.util, g.mem_used,
           g.power_w);
-    int64_t reads, failed;
-    rn_gpumon_counts(m, &reads, &failed);
-    CHECK(reads >= 3 && failed == 0, "the thread samples every 10 ms: %lld reads in 50 ms, %lld failed",
-          (long long)reads, (long long)failed);
     /* a new phase: the interval that saw it begin is mixed; the next holds only it */
     pthread_mutex_lock(&c.mu);
     c.phase = 1;
