@@ -141,6 +141,13 @@ int rn_backend_mark(rn_backend *be, int64_t i) {
     return be->ops->mark(be, i);
 }
 
+int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n) {
+    *n = 0;
+    if (!rn_backend_has_marks(be) || !be->ops->copy_spans)
+        return rn_errorf(RN_ENOTSUP, "the %s backend has no copy stream to time", be->ops->kind);
+    return be->ops->copy_spans(be, cap, t0, t1, n);
+}
+
 int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec) {
     if (!rn_backend_has_marks(be))
         return rn_errorf(RN_ENOTSUP, "the %s backend has no stream timestamps", be->ops->kind);

@@ -186,8 +186,20 @@ static int read_marks(rn_prof *p) {
     return RN_OK;
 }
 
+/* the step's uploads on the copy stream, as trace-only spans */
+static int read_copies(rn_prof *p) {
+    double t0[16], t1[16];
+    int64_t n = 0;
+    int rc = rn_backend_copy_spans(p->be, 16, t0, t1, &n);
+    if (rc == RN_ENOTSUP) return RN_OK;
+    for (int64_t i = 0; rc == RN_OK && i < n; i++)
+        rc = rn_prof_add_trace(p, "h2d", RN_PROF_COPY, p->step_t0 + t0[i], p->step_t0 + t1[i]);
+    return rc;
+}
+
 int rn_prof_step_end(rn_prof *p) {
     int rc = p->marks ? read_marks(p) : RN_OK;
+    if (rc == RN_OK && p->marks && p->nmark > 0) rc = read_copies(p);
     int src = rn_backend_sync(p->be);
     p->wall += rn_report_clock() - p->step_t0;
     pthread_mutex_lock(&p->mu);
@@ -290,10 +302,17 @@ static int write_trace(const rn_prof *p, const char *path) {
     /* the compute track is the stream's own time line where marks timed it */
     fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
             RN_PROF_COMPUTE, p->marks ? "compute stream (events)" : "compute");
-    /* a track per loader worker that left a span (the loader takes at most 1024) */
+    /* the copy stream's track and one per loader worker, where they left a span (the
+       loader takes at most 1024 workers) */
     unsigned char seen[1024] = {0};
+    int copies = 0;
     for (int64_t i = 0; i < p->n; i++) {
         int w = p->s[i].track - RN_PROF_LOADER;
+        if (p->s[i].track == RN_PROF_COPY && !copies++)
+            fprintf(f,
+                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":"
+                    "\"copy stream (events)\"}}",
+                    RN_PROF_COPY);
         if (w >= 0 && w < 1024 && !seen[w]++)
             fprintf(f,
                     ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":"

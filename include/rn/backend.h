@@ -154,6 +154,11 @@ int rn_backend_pci_bus_id(rn_backend *be, char *buf, size_t cap);
 int rn_backend_has_marks(const rn_backend *be);
 int rn_backend_mark(rn_backend *be, int64_t i);
 int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec);
+/* The rn_backend_upload_async copies issued since the last mark 0 (at most cap of them,
+ * the first), timed on the copy stream: waits for them and writes each one's start and
+ * end, seconds after mark 0, to t0[i] and t1[i]; *n is how many. Errors: RN_ENOTSUP (a
+ * backend without a copy stream: the CPU), RN_EGPU. */
+int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
 
 /* Memory for planning (rn_net_plan, --micro-batch auto): *free_bytes the device has free
  * now and *total_bytes its size. CUDA: cudaMemGetInfo. CPU: the memory this process can

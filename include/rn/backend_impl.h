@@ -108,6 +108,9 @@ typedef struct rn_backend_ops {
      * the compute stream (rn_backend_mark, rn_backend_marks_read) */
     int (*mark)(rn_backend *be, int64_t i);
     int (*marks_read)(rn_backend *be, int64_t n, double *sec);
+    /* optional, with marks: the async uploads since mark 0 on the copy stream
+     * (rn_backend_copy_spans) */
+    int (*copy_spans)(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -8,7 +8,9 @@
  *    one at its end: nothing is synchronised inside a step, so the GPU runs as it does
  *    unprofiled. The marks are read once per step (rn_prof_step_end), and the spans placed
  *    on the host's time line from the step's start. Host-track spans (the loader wait, the
- *    copy wait) keep the host clock: they are the host's time, not the stream's.
+ *    copy wait) keep the host clock: they are the host's time, not the stream's. The
+ *    step's uploads on the copy stream (rn_backend_copy_spans) become "h2d" spans on the
+ *    copy track, in the trace only (they overlap the compute stream's work).
  *  - otherwise (the CPU), by the clock on the host with the backend synchronised before
  *    and after it (rn_backend_sync), so a span holds exactly its own work.
  * Either way a profiled step computes what an unprofiled one does. In a CUDA build with the NVTX v3 header, each span
@@ -37,8 +39,9 @@ enum { RN_PROF_FWD = 0, RN_PROF_BWD = 1, RN_PROF_STEP = 2 };
 /* Tracks of the trace (Chrome trace-event tids): the step's stages on the host thread
  * (data-wait, input staging) and the layers' work on the backend's compute stream. */
 enum { RN_PROF_HOST = 1, RN_PROF_COMPUTE = 2 };
-/* Loader worker w's track is RN_PROF_LOADER + w ("loader worker w+1" in the trace). */
-enum { RN_PROF_LOADER = 16 };
+/* The copy stream's track (a GPU's async uploads, "h2d" spans, trace only), and loader
+ * worker w's track RN_PROF_LOADER + w ("loader worker w+1" in the trace). */
+enum { RN_PROF_COPY = 3, RN_PROF_LOADER = 16 };
 
 /* A profile of work on be: marks when be has them, else syncs around every span.
  * Errors: RN_ENOMEM. */

@@ -389,7 +389,8 @@ unset RN_CUDA_ALGO_CACHE
 #     in 0..100 and gpu_mem_used > 0 and the progress lines show "GPU N%" (without NVML:
 #     said once, reported as not run); then --profile: the trace is valid JSON, its compute
 #     track is "compute stream (events)" with one event or more per layer and direction,
-#     every duration >= 0. Seconds.
+#     the "copy stream (events)" track holds the batches' h2d copies, every duration >= 0.
+#     Seconds.
 name="GPU utilisation in the log (NVML), --profile by CUDA events"
 say "$name"
 if [ "$DEV" != cuda ]; then
@@ -412,6 +413,8 @@ tr = json.load(open(d + "/prof.txt.json"))["traceEvents"]
 names = [e["args"]["name"] for e in tr if e.get("name") == "thread_name"]
 X = [e for e in tr if e.get("ph") == "X"]
 assert "compute stream (events)" in names, names
+# the batches' uploads on the copy stream (a GPU stages every batch through it)
+assert "copy stream (events)" in names and any(e["name"] == "h2d" and e["tid"] == 3 for e in X), names
 assert X and all(e["dur"] >= 0 for e in X), "an event with a negative duration"
 rows = open(d + "/prof.txt").read().splitlines()[-1]
 if not any("gpu_util" in l for l in S):

@@ -313,8 +313,20 @@ static int fake_marks_read(rn_backend *be, int64_t n, double *sec) {
     return RN_OK;
 }
 
+/* one upload a step on the copy stream, 2 ms to 3 ms after mark 0 */
+static int fake_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n) {
+    (void)be;
+    *n = cap > 0;
+    if (cap > 0) t0[0] = 0.002, t1[0] = 0.003;
+    return RN_OK;
+}
+
 static void test_prof_marks(void) {
-    rn_backend_ops ops = {.kind = "fake", .sync = fake_sync, .mark = fake_mark, .marks_read = fake_marks_read};
+    rn_backend_ops ops = {.kind = "fake",
+                          .sync = fake_sync,
+                          .mark = fake_mark,
+                          .marks_read = fake_marks_read,
+                          .copy_spans = fake_copy_spans};
     fake_dev dev = {0};
     rn_backend be = {.ops = &ops, .impl = &dev};
     rn_prof *p = NULL;
@@ -363,6 +375,10 @@ static void test_prof_marks(void) {
         }
         CHECK(strstr(js, "\"compute stream (events)\""), "the compute track is named for its events: %.300s", js);
         CHECK(strstr(js, "\"tid\":17,\"args\":{\"name\":\"loader worker 2\"}"), "worker 1's track: %.600s", js);
+        CHECK(strstr(js, "\"tid\":3,\"args\":{\"name\":\"copy stream (events)\"}"), "the copy track: %.600s", js);
+        const char *h2d =
+            strstr(js, "{\"name\":\"h2d\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":2000.000,");
+        CHECK(h2d && strstr(h2d, "\"dur\":1000.000,"), "the first step's upload on it, 1 ms from 2 ms: %s", js);
         const char *ld = strstr(js, "{\"name\":\"load\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":17,");
         CHECK(ld && strstr(ld, "\"dur\":1000000.000,"), "its chunk on it, 1 s long: %s", js);
         f = fopen(table, "r");
@@ -372,7 +388,8 @@ static void test_prof_marks(void) {
             tb[n] = 0;
             fclose(f);
         }
-        CHECK(strstr(tb, "\nload ") == NULL && strstr(tb, "layer1.0.bn1"), "and no row of the table: %s", tb);
+        CHECK(strstr(tb, "\nload ") == NULL && strstr(tb, "\nh2d ") == NULL && strstr(tb, "layer1.0.bn1"),
+              "and no row of the table: %s", tb);
         CHECK(strstr(js, "\"ts\":4000.000,\"dur\":5000.000") && strstr(js, "\"ts\":1000.000,\"dur\":15000.000"),
               "events placed from the step's start, as the marks say: %.800s", js);
         remove(table);
