@@ -126,6 +126,35 @@ int rn_backend_upload_wait(rn_backend *be) { return be->ops->upload_wait(be); }
 
 int rn_backend_has_coll(const rn_backend *be) { return be->ops->coll_sum != NULL; }
 
+int rn_backend_pci_bus_id(rn_backend *be, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    if (!be->ops->pci_bus_id) return rn_errorf(RN_ENOTSUP, "the %s backend has no PCI device", be->ops->kind);
+    return be->ops->pci_bus_id(be, buf, cap);
+}
+
+int rn_backend_has_marks(const rn_backend *be) { return be->ops->mark != NULL && be->ops->marks_read != NULL; }
+
+int rn_backend_mark(rn_backend *be, int64_t i) {
+    if (!rn_backend_has_marks(be))
+        return rn_errorf(RN_ENOTSUP, "the %s backend has no stream timestamps", be->ops->kind);
+    if (i < 0) return rn_errorf(RN_EINVAL, "rn_backend_mark: mark %lld is negative", (long long)i);
+    return be->ops->mark(be, i);
+}
+
+int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n) {
+    *n = 0;
+    if (!rn_backend_has_marks(be) || !be->ops->copy_spans)
+        return rn_errorf(RN_ENOTSUP, "the %s backend has no copy stream to time", be->ops->kind);
+    return be->ops->copy_spans(be, cap, t0, t1, n);
+}
+
+int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec) {
+    if (!rn_backend_has_marks(be))
+        return rn_errorf(RN_ENOTSUP, "the %s backend has no stream timestamps", be->ops->kind);
+    if (n < 1) return rn_errorf(RN_EINVAL, "rn_backend_marks_read: %lld marks", (long long)n);
+    return be->ops->marks_read(be, n, sec);
+}
+
 static int no_coll(const rn_backend *be) {
     return rn_errorf(RN_ENOTSUP, "the %s backend has no collectives of its own (MPI carries them)", be->ops->kind);
 }

@@ -83,6 +83,9 @@ typedef struct {
     size_t ws_fwd, ws_data, ws_filter; /* each chosen algorithm's workspace */
 } conv_plan;
 
+/* async uploads a profiled step times on the copy stream (more are left untimed) */
+#define RN_CUDA_COPY_SPANS 16
+
 typedef struct {
     int dev, sms;
     cudaStream_t stream;
@@ -103,6 +106,11 @@ typedef struct {
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
     size_t coef_cap;
+    cudaEvent_t *marks;  /* rn_backend_mark's timestamps on stream, nmarks created */
+    int64_t nmarks;
+    /* since mark 0: each async upload's start and end on copy (rn_backend_copy_spans) */
+    cudaEvent_t copy_ev[2 * RN_CUDA_COPY_SPANS];
+    int ncopy_ev, ncopy; /* events created; uploads timed since mark 0 */
 #ifdef RN_HAVE_NCCL
     ncclComm_t comm;     /* rn_backend_coll_init's communicator (non-blocking); NULL before,
                             and after an abort */
@@ -225,8 +233,17 @@ static void cuda_host_free(rn_backend *be, void *p) {
 static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *g = CTX(be);
     CU(cudaStreamWaitEvent(g->copy, g->consumed, 0));
+    /* a profile's marks are on (mark 0 recorded): time the copy itself, after its wait */
+    int k = g->nmarks > 0 && g->ncopy < RN_CUDA_COPY_SPANS ? g->ncopy : -1;
+    for (; k >= 0 && g->ncopy_ev < 2 * k + 2; g->ncopy_ev++)
+        CU(cudaEventCreate(&g->copy_ev[g->ncopy_ev]));
+    if (k >= 0) CU(cudaEventRecord(g->copy_ev[2 * k], g->copy));
     be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->copy));
+    if (k >= 0) {
+        CU(cudaEventRecord(g->copy_ev[2 * k + 1], g->copy));
+        g->ncopy++;
+    }
     CU(cudaEventRecord(g->copied, g->copy));
     CU(cudaEventRecord(g->consumed, g->stream));
     CU(cudaStreamWaitEvent(g->stream, g->copied, 0));
@@ -241,6 +258,59 @@ static int cuda_upload_wait(rn_backend *be) {
 static int cuda_sync(rn_backend *be) {
     CU(cudaStreamSynchronize(CTX(be)->stream));
     CU(cudaGetLastError());
+    return RN_OK;
+}
+
+static int cuda_pci_bus_id(rn_backend *be, char *buf, size_t cap) {
+    CU(cudaDeviceGetPCIBusId(buf, (int)cap, CTX(be)->dev));
+    return RN_OK;
+}
+
+/* --profile's timestamps: one event per mark, created on first use and kept (a profiled
+ * step records the same number each time), recorded on the compute stream in order */
+static int cuda_mark(rn_backend *be, int64_t i) {
+    cuda_ctx *g = CTX(be);
+    if (i > g->nmarks)
+        return rn_errorf(RN_EINVAL, "cuda: mark %lld before mark %lld", (long long)i, (long long)g->nmarks);
+    if (i == g->nmarks) {
+        cudaEvent_t *m = (cudaEvent_t *)realloc(g->marks, sizeof *m * (size_t)(i + 1));
+        if (!m) return rn_errorf(RN_ENOMEM, "cuda: %lld timing events", (long long)(i + 1));
+        g->marks = m;
+        CU(cudaEventCreate(&g->marks[i]));
+        g->nmarks = i + 1;
+    }
+    CU(cudaEventRecord(g->marks[i], g->stream));
+    if (i == 0) g->ncopy = 0; /* a new series: its copies from here */
+    return RN_OK;
+}
+
+static int cuda_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n) {
+    cuda_ctx *g = CTX(be);
+    *n = 0;
+    if (g->nmarks < 1) return RN_OK;
+    for (int k = 0; k < g->ncopy && k < cap; k++) {
+        float a = 0, b = 0;
+        CU(cudaEventSynchronize(g->copy_ev[2 * k + 1]));
+        /* events of two streams of one device: elapsed times between them are defined */
+        CU(cudaEventElapsedTime(&a, g->marks[0], g->copy_ev[2 * k]));
+        CU(cudaEventElapsedTime(&b, g->marks[0], g->copy_ev[2 * k + 1]));
+        t0[k] = 1e-3 * (double)a, t1[k] = 1e-3 * (double)b;
+        *n = k + 1;
+    }
+    return RN_OK;
+}
+
+static int cuda_marks_read(rn_backend *be, int64_t n, double *sec) {
+    cuda_ctx *g = CTX(be);
+    if (n > g->nmarks)
+        return rn_errorf(RN_EINVAL, "cuda: %lld marks read, %lld recorded", (long long)n, (long long)g->nmarks);
+    /* marks complete in stream order: the last one done means all are */
+    CU(cudaEventSynchronize(g->marks[n - 1]));
+    for (int64_t i = 0; i < n; i++) {
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, g->marks[0], g->marks[i]));
+        sec[i] = 1e-3 * (double)ms;
+    }
     return RN_OK;
 }
 
@@ -1624,6 +1694,9 @@ static void ctx_free(cuda_ctx *g) {
     if (g->copy) cudaStreamDestroy(g->copy);
     if (g->copied) cudaEventDestroy(g->copied);
     if (g->consumed) cudaEventDestroy(g->consumed);
+    for (int64_t i = 0; i < g->nmarks; i++) cudaEventDestroy(g->marks[i]);
+    for (int i = 0; i < g->ncopy_ev; i++) cudaEventDestroy(g->copy_ev[i]);
+    free(g->marks);
     cudaFree(g->coef);
     free(g);
 }
@@ -1653,6 +1726,10 @@ static void fill_ops(rn_backend_ops *o) {
     o->copy = cuda_copy;
     o->zero = cuda_zero;
     o->sync = cuda_sync;
+    o->pci_bus_id = cuda_pci_bus_id;
+    o->mark = cuda_mark;
+    o->marks_read = cuda_marks_read;
+    o->copy_spans = cuda_copy_spans;
     o->conv_workspace = cuda_conv_workspace;
     o->conv_algo = cuda_conv_algo;
     o->conv_fwd = cuda_conv_fwd;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rn/err.h"
@@ -73,10 +74,13 @@ struct rn_loader {
     int64_t perm_epoch;
     /* consumer */
     int64_t cons_seq, pos_epoch, pos_index;
+    rn_loader_trace_fn trace; /* rn_loader_set_trace, under mu */
+    void *trace_ctx;
 };
 
 struct worker {
     rn_loader *l;
+    int index;
     pthread_t th;
     int started;
     rn_dataset_reader *rd;
@@ -261,14 +265,21 @@ static void *work(void *arg) {
         int64_t epoch = l->o.epoch_batches > 0 ? 0 : s->epoch; /* epoch_batches: epoch 0's draws */
         pthread_mutex_unlock(&l->mu);
 
+        int64_t seq = s->seq;
         int k0 = chunk * CHUNK, k1 = k0 + CHUNK < s->n ? k0 + CHUNK : s->n, err = 0;
         char msg[1024] = "";
+        struct timespec ta, tb;
+        clock_gettime(CLOCK_MONOTONIC, &ta);
         for (int k = k0; k < k1 && !err; k++) {
             err = do_sample(w, epoch, s->ids[k], s->pixels + (size_t)k * img, &s->labels[k]);
             if (err) snprintf(msg, sizeof msg, "%s", rn_last_error());
         }
 
+        clock_gettime(CLOCK_MONOTONIC, &tb);
         pthread_mutex_lock(&l->mu);
+        if (l->trace)
+            l->trace(l->trace_ctx, w->index, seq, k1 - k0, (double)ta.tv_sec + 1e-9 * (double)ta.tv_nsec,
+                     (double)tb.tv_sec + 1e-9 * (double)tb.tv_nsec);
         l->active--;
         if (err && !s->err) {
             s->err = err;
@@ -343,6 +354,7 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     for (int i = 0; i < l->nworkers; i++) {
         worker *w = &l->workers[i];
         w->l = l;
+        w->index = i;
         if ((rc = rn_dataset_reader_open(l->ds, &w->rd)) != RN_OK) goto fail;
         if ((rc = rn_jpeg_create(&w->sc.jpeg)) != RN_OK) goto fail;
         /* the largest image the dataset says it holds, and never less than the default */
@@ -362,6 +374,13 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
 fail:
     rn_loader_destroy(l);
     return rc;
+}
+
+void rn_loader_set_trace(rn_loader *l, rn_loader_trace_fn fn, void *ctx) {
+    pthread_mutex_lock(&l->mu);
+    l->trace = fn;
+    l->trace_ctx = ctx;
+    pthread_mutex_unlock(&l->mu);
 }
 
 int rn_loader_next(rn_loader *l, rn_batch *b) {

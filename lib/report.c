@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "rn/err.h"
+#include "rn/gpumon.h"
 #include "rn/json.h"
 #include "rn/tensor.h"
 
@@ -46,8 +47,9 @@ void rn_report_close(rn_report *rep) {
 typedef struct {
     FILE *f;
     int tty;
-    int batch, workers;
+    int batch, workers, micro;
     int warned_wait;
+    int advised_epoch; /* the epoch the GPU advice was last given in; 0: never */
 } progress;
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -60,6 +62,7 @@ static void progress_begin(void *ctx, const rn_run_info *run) {
     progress *p = ctx;
     p->batch = run->batch;
     p->workers = run->workers;
+    p->micro = run->micro;
     char amp_note[64] = "";
     if (run->amp == RN_F16) snprintf(amp_note, sizeof amp_note, ", AMP fp16 (loss scale %g)", run->loss_scale);
     else if (run->amp == RN_BF16) snprintf(amp_note, sizeof amp_note, ", AMP bf16");
@@ -72,7 +75,7 @@ static void progress_begin(void *ctx, const rn_run_info *run) {
 
 static void progress_step(void *ctx, const rn_step_info *s) {
     progress *p = ctx;
-    char eta[32], scale_note[64] = "", rank_note[96] = "";
+    char eta[32], scale_note[64] = "", rank_note[96] = "", gpu_note[32] = "";
     fmt_eta(s->steps_left * p->batch / (s->img_s > 0 ? s->img_s : 1e-9), eta, sizeof eta);
     if (s->scaled)
         snprintf(scale_note, sizeof scale_note, " loss-scale %g (%lld skipped)", s->loss_scale,
@@ -80,11 +83,20 @@ static void progress_step(void *ctx, const rn_step_info *s) {
     if (s->world > 1)
         snprintf(rank_note, sizeof rank_note, " ranks %.3f-%.3f s/step (slowest %d)", s->step_s_min, s->step_s_max,
                  s->slow_rank);
-    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%%%s ETA %s%s",
+    if (s->gpu && !isnan(s->gpu_util)) snprintf(gpu_note, sizeof gpu_note, " GPU %.0f%%", s->gpu_util);
+    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%%%s%s ETA %s%s",
             p->tty ? "\r" : "", s->epoch, (long long)s->step, (long long)s->epoch_step,
-            (long long)s->steps_per_epoch, s->loss, s->lr, scale_note, s->img_s, 100 * s->data_wait, rank_note, eta,
-            p->tty ? "   " : "\n");
-    if (s->data_wait > 0.2 && !p->warned_wait++)
+            (long long)s->steps_per_epoch, s->loss, s->lr, scale_note, s->img_s, 100 * s->data_wait, gpu_note,
+            rank_note, eta, p->tty ? "   " : "\n");
+    char advice[512];
+    if (gpu_note[0]) {
+        /* the GPU's own figure decides: at most once an epoch */
+        if (p->advised_epoch != s->epoch &&
+            rn_gpumon_advice(s->gpu_util, s->data_wait, p->workers, p->micro, advice, sizeof advice)) {
+            p->advised_epoch = s->epoch;
+            fprintf(p->f, "%s%s\n", p->tty ? "\n" : "", advice);
+        }
+    } else if (s->data_wait > 0.2 && !p->warned_wait++)
         fprintf(p->f, "%srn-train: the loader held back %.0f%% of the step time: add --workers (now %d)\n",
                 p->tty ? "\n" : "", 100 * s->data_wait, p->workers);
     /* the epoch's last line stays on screen above validation's */
@@ -128,6 +140,10 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
         fprintf(f, ",\"step_s_min\":%.4f,\"step_s_max\":%.4f,\"fast_rank\":%d,\"slow_rank\":%d,"
                    "\"data_wait_min\":%.4f,\"data_wait_max\":%.4f",
                 s->step_s_min, s->step_s_max, s->fast_rank, s->slow_rank, s->wait_min, s->wait_max);
+    /* a figure the device did not give is left out, never written as a number */
+    if (s->gpu && !isnan(s->gpu_util)) fprintf(f, ",\"gpu_util\":%.1f", s->gpu_util);
+    if (s->gpu && !isnan(s->gpu_mem_used)) fprintf(f, ",\"gpu_mem_used\":%.0f", s->gpu_mem_used);
+    if (s->gpu && !isnan(s->gpu_power_w)) fprintf(f, ",\"gpu_power_w\":%.1f", s->gpu_power_w);
     fprintf(f, "}\n");
     fflush(f);
 }

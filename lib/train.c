@@ -10,6 +10,7 @@
 
 #include "rn/backend.h"
 #include "rn/err.h"
+#include "rn/gpumon.h"
 #include "rn/loader.h"
 #include "rn/net.h"
 #include "rn/prof.h"
@@ -50,6 +51,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->progress = stderr;
     o->profile_warmup = RN_TRAIN_PROFILE_WARMUP;
     o->profile_steps = RN_TRAIN_PROFILE_STEPS;
+    o->gpu_sample = RN_TRAIN_GPU_SAMPLE;
 }
 
 /* The first step's gradients (unscaled: times `unscale`, 1/loss_scale under fp16 AMP),
@@ -107,6 +109,7 @@ typedef struct {
     int64_t nstats;
     rn_prof *prof;        /* o->profile: the profile; NULL: off */
     int profiling;        /* this step is profiled */
+    rn_gpumon *mon;       /* the device's sampler (o->gpu_sample, rank 0, NVML); NULL: none */
 } run;
 
 /* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
@@ -230,6 +233,22 @@ static int setup_net(run *t) {
     return RN_OK;
 }
 
+/* The GPU's sampler on rank 0 (its step events carry the means). A backend without a
+ * device (the CPU) has nothing to sample and nothing is said; a GPU whose NVML cannot be
+ * read is said once, and the run goes on without the figures. */
+static void setup_gpumon(run *t) {
+    const rn_train_opts *o = t->o;
+    if (t->rank != 0 || o->gpu_sample <= 0) return;
+    char bus[64];
+    int rc = rn_backend_pci_bus_id(t->r.be, bus, sizeof bus);
+    if (rc == RN_ENOTSUP) return;
+    rn_gpumon_source src;
+    if (rc == RN_OK && (rc = rn_gpumon_nvml(bus, &src)) == RN_OK) rc = rn_gpumon_start(&src, o->gpu_sample, &t->mon);
+    if (rc && o->progress)
+        fprintf(o->progress, "rn-train: GPU utilisation is not logged (gpu_util, gpu_mem_used, gpu_power_w): %s\n",
+                rn_last_error());
+}
+
 /* The sinks of o: the JSONL log, the TensorBoard event file, then progress lines. */
 static int setup_report(run *t) {
     const rn_train_opts *o = t->o;
@@ -312,6 +331,7 @@ static int setup(run *t) {
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
+    setup_gpumon(t);
     return setup_report(t);
 }
 
@@ -337,6 +357,8 @@ static int save(run *t) {
 }
 
 static void finish(run *t) {
+    rn_gpumon_stop(t->mon);
+    if (t->l) rn_loader_set_trace(t->l, NULL, NULL); /* before the profile goes */
     if (t->r.net) rn_net_set_prof(t->r.net, NULL);
     rn_prof_destroy(t->prof);
     free(t->stats);
@@ -488,6 +510,11 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
                        .wait_max = mine[1]};
+    if (t->mon) {
+        rn_gpumon_sample g;
+        rn_gpumon_take(t->mon, &g);
+        si.gpu = 1, si.gpu_util = g.util, si.gpu_mem_used = g.mem_used, si.gpu_power_w = g.power_w;
+    }
     for (int r = 0; all && r < t->world; r++) {
         const double *a = all + 2 * r;
         if (a[0] < si.step_s_min || r == 0) si.step_s_min = a[0], si.fast_rank = r;
@@ -569,6 +596,10 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     int64_t passes = 0;
     window_reset(&w);
     window_reset(&ep);
+    if (t.mon) { /* the first interval starts with the first step, as the window does */
+        rn_gpumon_sample idle;
+        rn_gpumon_take(t.mon, &idle);
+    }
     int sig = 0;
     while (t.st.epoch < target_epoch && (o->max_steps == 0 || run_steps < o->max_steps)) {
         if (stop_now(&t, &sig, &rc)) {
@@ -579,6 +610,8 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         /* (the layers are timed only inside a profiled step: not in --val's evaluation) */
         t.profiling = t.prof && run_steps >= o->profile_warmup;
         if (t.profiling) rn_net_set_prof(t.r.net, t.prof);
+        /* the workers' chunks on tracks of their own, from the first profiled step on */
+        if (t.profiling && run_steps == o->profile_warmup) rn_loader_set_trace(t.l, rn_prof_loader_span, t.prof);
         rc = train_step(&t, run_steps == 0, &s);
         if (t.profiling) rn_net_set_prof(t.r.net, NULL);
         t.profiling = 0;

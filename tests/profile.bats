@@ -75,7 +75,7 @@ PY
     assert_success
 }
 
-@test "--profile: the trace is Chrome trace-event JSON, one event per layer and direction per profiled step" {
+@test "--profile: Chrome trace JSON, one event per layer and direction per step, the loader workers on tracks of their own" {
     run rn-train --data train.lmdb --in init.pb --out prof.pb $T --profile tr.txt --profile-warmup 1 --profile-steps 2
     assert_success
     expected_rows > want.txt
@@ -84,8 +84,13 @@ import collections, json
 d = json.load(open("tr.txt.json"))
 ev = d["traceEvents"]
 names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
-assert names == {1: "host", 2: "compute"}, names
-X = [e for e in ev if e["ph"] == "X"]
+workers = {t: n for t, n in names.items() if t >= 16}
+assert {t: n for t, n in names.items() if t < 16} == {1: "host", 2: "compute"}, names
+# --workers 2: tracks 16 and 17, named for the worker, each with its "load" chunks only
+assert workers and all(n == "loader worker %d" % (t - 15) and t in (16, 17) for t, n in workers.items()), names
+L = [e for e in ev if e["ph"] == "X" and e["tid"] >= 16]
+assert L and all(e["name"] == "load" and e["tid"] in workers and e["dur"] >= 0 and e["ts"] >= 0 for e in L), L
+X = [e for e in ev if e["ph"] == "X" and e["tid"] < 16]
 count = collections.Counter((e["args"]["layer"], e["args"]["dir"]) for e in X)
 want = [tuple(l.split()) for l in open("want.txt")]
 assert set(count) == set(want), set(count) ^ set(want)
@@ -99,9 +104,12 @@ for e in X:
 X.sort(key=lambda e: e["ts"])
 for a, b in zip(X, X[1:]):
     assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
-print(len(X), "events")
+print(len(X), "events,", len(L), "loader chunks")
 PY
     assert_success
+    # the workers' chunks are in the trace only: no row of the table
+    run grep -c '^load ' tr.txt
+    assert_output 0
 }
 
 @test "--profile computes what an unprofiled run does: the same losses bit for bit" {

@@ -135,3 +135,29 @@ PY
     cmp init.pb keep.pb
     [ ! -e x.jsonl ]
 }
+
+@test "GPU utilisation: a CPU run has no gpu fields and says nothing of them, even with NVML loadable" {
+    # a fake NVML (tests/data/fake_nvidia.c) first on LD_LIBRARY_PATH: the CPU has no
+    # device to sample, so none of its numbers may appear
+    mkdir -p fakenvml
+    cc -shared -fPIC -o fakenvml/libnvidia-ml.so.1 "$BATS_TEST_DIRNAME/data/fake_nvidia.c"
+    LD_LIBRARY_PATH="$PWD/fakenvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run rn-train --data train.lmdb --in init.pb \
+        --out gpu.pb --max-steps 3 --log-every 1 --device cpu $T --log gpu.jsonl
+    assert_success
+    refute_output --partial "GPU"
+    run "$PYTHON" -c 'import json; S=[l for l in map(json.loads, open("gpu.jsonl")) if l["kind"]=="step"]; assert len(S)==3, S; assert not any(k.startswith("gpu_") for l in S for k in l), S; print(sorted(S[0]))'
+    assert_success
+}
+
+@test "--gpu-sample: 0 turns it off; values outside 0.01..60 s refused with exit 2" {
+    for v in 0.001 -1 x 61; do
+        run rn-train --data train.lmdb --in init.pb --out bad.pb --gpu-sample $v
+        assert_failure 2
+        assert_output --partial "--gpu-sample"
+    done
+    [ ! -e bad.pb ]
+    run rn-train --data train.lmdb --in init.pb --out off.pb --max-steps 1 --gpu-sample 0 $T
+    assert_success
+    run rn-train --help
+    assert_output --partial "--gpu-sample S"
+}

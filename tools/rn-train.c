@@ -10,6 +10,7 @@
 #include "rn/cli.h"
 #include "rn/dist.h"
 #include "rn/err.h"
+#include "rn/gpumon.h"
 #include "rn/loader.h"
 #include "rn/tensor.h"
 #include "rn/train.h"
@@ -134,10 +135,15 @@ static void usage(FILE *f) {
             "                          those DIR already holds, so resumed runs add no duplicates\n"
             "      --dump-grads FILE   write this run's first step's gradients and batch\n"
             "                          as safetensors (torchvision names and layouts)\n"
+            "      --gpu-sample S      on a GPU with NVML, read its utilisation, memory and power\n"
+            "                          every S seconds (default %g; 0: off): log lines gain\n"
+            "                          gpu_util, gpu_mem_used, gpu_power_w (interval means),\n"
+            "                          progress shows GPU busy %%, an idle GPU gets advice\n"
             "Profiling (per-layer timing; the numbers computed are an unprofiled run's):\n"
             "      --profile FILE      run --profile-warmup steps, then --profile-steps steps\n"
-            "                          with every layer and direction timed (the backend\n"
-            "                          synchronised around each), write the table sorted by\n"
+            "                          with every layer and direction timed (GPU: CUDA events on\n"
+            "                          the compute stream, read once a step; CPU: the clock, the\n"
+            "                          backend synchronised around each), write the table sorted by\n"
             "                          time to FILE and a Chrome trace to FILE.json (open in\n"
             "                          ui.perfetto.dev or chrome://tracing), and stop: OUT is\n"
             "                          not written. Not with --max-steps\n"
@@ -153,7 +159,7 @@ static void usage(FILE *f) {
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
             RN_TRAIN_MOMENTUM, RN_TRAIN_WD, RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS,
             RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
-            RN_TRAIN_PROFILE_STEPS,
+            RN_TRAIN_GPU_SAMPLE, RN_TRAIN_PROFILE_STEPS,
             RN_TRAIN_PROFILE_WARMUP);
 }
 
@@ -202,7 +208,8 @@ enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
-    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER
+    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
+    O_GPUSAMPLE
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -246,7 +253,7 @@ int main(int argc, char **argv) {
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
         {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
         {"profile", required_argument, 0, O_PROFILE},      {"profile-steps", required_argument, 0, O_PROFSTEPS},
-        {"profile-warmup", required_argument, 0, O_PROFWARM},
+        {"profile-warmup", required_argument, 0, O_PROFWARM}, {"gpu-sample", required_argument, 0, O_GPUSAMPLE},
         {"optimizer", required_argument, 0, O_OPTIM},   {"lars-eta", required_argument, 0, O_LARSETA},
         {"lars-eps", required_argument, 0, O_LARSEPS},  {"lr-end", required_argument, 0, O_LREND},
         {"lr-power", required_argument, 0, O_LRPOWER},
@@ -286,6 +293,12 @@ int main(int argc, char **argv) {
         case O_PROFILE: o.profile = optarg; break;
         case O_PROFSTEPS: rc = rn_cli_int("--profile-steps", optarg, 1, 1000000, &o.profile_steps); break;
         case O_PROFWARM: rc = rn_cli_int("--profile-warmup", optarg, 0, 1000000, &o.profile_warmup); break;
+        case O_GPUSAMPLE:
+            rc = rn_cli_float("--gpu-sample", optarg, 0, RN_GPUMON_INTERVAL_MAX, &o.gpu_sample);
+            if (rc == RN_OK && o.gpu_sample > 0 && o.gpu_sample < RN_GPUMON_INTERVAL_MIN)
+                rc = rn_errorf(RN_EINVAL, "--gpu-sample %s: give 0 (off) or %g..%g seconds", optarg,
+                               RN_GPUMON_INTERVAL_MIN, RN_GPUMON_INTERVAL_MAX);
+            break;
         case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT32_MAX, &o.seed); o.seed_given = 1; break;
         case 'w': rc = rn_cli_int("--workers", optarg, 1, 1024, &o.workers); break;
         case 't': rc = rn_cli_int("--threads", optarg, 1, 1024, &o.threads); break;

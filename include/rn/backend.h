@@ -138,6 +138,28 @@ int64_t rn_backend_launches(const rn_backend *be);
 /* Wait until every op issued on this context has finished; reports deferred errors. */
 int rn_backend_sync(rn_backend *be);
 
+/* The PCI bus id of the backend's device, as cudaDeviceGetPCIBusId writes it
+ * ("0000:3B:00.0"), into buf (cap bytes): what NVML finds the device by (rn/gpumon.h).
+ * Errors: RN_ENOTSUP (a backend without a device: the CPU), RN_EGPU. */
+int rn_backend_pci_bus_id(rn_backend *be, char *buf, size_t cap);
+
+/* Timestamps taken on the backend's compute stream, in stream order, for timing ops
+ * without synchronising around each (rn/prof.h; CUDA events). rn_backend_has_marks says
+ * whether the backend has them (CUDA: yes; CPU: no, its ops are timed by the clock).
+ * rn_backend_mark records mark i when the work issued before it is done; marks are
+ * numbered 0, 1, 2, ... and mark 0 starts a new series (the marks of the previous one
+ * may be reused). rn_backend_marks_read waits for marks 0..n-1 and writes the seconds
+ * from mark 0 to mark i into sec[i]. Errors: RN_ENOTSUP (no marks), RN_EINVAL (i or n
+ * out of the series), RN_EGPU, RN_ENOMEM. */
+int rn_backend_has_marks(const rn_backend *be);
+int rn_backend_mark(rn_backend *be, int64_t i);
+int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec);
+/* The rn_backend_upload_async copies issued since the last mark 0 (at most cap of them,
+ * the first), timed on the copy stream: waits for them and writes each one's start and
+ * end, seconds after mark 0, to t0[i] and t1[i]; *n is how many. Errors: RN_ENOTSUP (a
+ * backend without a copy stream: the CPU), RN_EGPU. */
+int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
+
 /* Memory for planning (rn_net_plan, --micro-batch auto): *free_bytes the device has free
  * now and *total_bytes its size. CUDA: cudaMemGetInfo. CPU: the memory this process can
  * still use: MemAvailable, or the cgroup's memory.max less its usage when that is lower,

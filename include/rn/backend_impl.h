@@ -105,6 +105,16 @@ typedef struct rn_backend_ops {
     int (*coll_id)(rn_backend *be, void *id, size_t cap, size_t *len);
     int (*coll_init)(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s);
     int (*coll_sum)(rn_backend *be, float *x, float *scratch, int64_t n);
+
+    /* optional (NULL: none): the device's PCI bus id, "0000:3B:00.0" (rn_backend_pci_bus_id) */
+    int (*pci_bus_id)(rn_backend *be, char *buf, size_t cap);
+    /* optional (NULL: the profile times with the host clock around syncs): timestamps on
+     * the compute stream (rn_backend_mark, rn_backend_marks_read) */
+    int (*mark)(rn_backend *be, int64_t i);
+    int (*marks_read)(rn_backend *be, int64_t n, double *sec);
+    /* optional, with marks: the async uploads since mark 0 on the copy stream
+     * (rn_backend_copy_spans) */
+    int (*copy_spans)(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
 } rn_backend_ops;
 
 struct rn_backend {

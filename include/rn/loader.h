@@ -143,6 +143,16 @@ const rn_dataset_info *rn_loader_info(const rn_loader *l);
 /* Stop the workers and free everything (also buffers still held). NULL is a no-op. */
 void rn_loader_destroy(rn_loader *l);
 
+/* A worker's span of work, for a profile's trace (rn/prof.h): worker (0-based) decoded
+ * and transformed `images` images of batch number seq (counted from the loader's start)
+ * between t0 and t1, seconds on CLOCK_MONOTONIC (rn_report_clock's time base). Called on
+ * the worker's thread with the loader's lock held: it must be quick and must not call
+ * the loader. */
+typedef void (*rn_loader_trace_fn)(void *ctx, int worker, int64_t seq, int images, double t0, double t1);
+/* Report every chunk the workers finish from now on to fn (NULL: stop). Once this returns
+ * with NULL, fn is not called again, so its ctx may be freed. */
+void rn_loader_set_trace(rn_loader *l, rn_loader_trace_fn fn, void *ctx);
+
 /* dst (n, h, w, c) float NHWC = (pixels / 255 - mean[c]) / std[c], as torchvision's
  * ToTensor + Normalize compute it (but channels-last). */
 void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std);

@@ -56,6 +56,10 @@ typedef struct {
     double step_s_min, step_s_max; /* the fastest and slowest rank's seconds per step */
     double wait_min, wait_max;     /* the least and most data-wait fraction of a rank */
     int fast_rank, slow_rank;      /* who they are (by step time) */
+    int gpu;                       /* 1: the device was sampled (rn/gpumon.h): the means below */
+    double gpu_util;               /* mean utilisation over the window, percent; NaN: not known */
+    double gpu_mem_used;           /* mean device memory in use, bytes; NaN: not known */
+    double gpu_power_w;            /* mean board power, watts; NaN: not known */
 } rn_step_info;
 
 /* An epoch, its training and (when has_val) its validation. */
@@ -98,9 +102,11 @@ void rn_report_end(rn_report *rep, int64_t unreported);
 /* Close every sink; rep is empty afterwards. */
 void rn_report_close(rn_report *rep);
 
-/* Progress on f (stderr; borrowed): a header line, a line per step event, the
- * validation result, and once the advice to add --workers when the loader held back
- * more than 20% of a window. tty != 0: each step line redraws the last. Errors:
+/* Progress on f (stderr; borrowed): a header line, a line per step event (with "GPU N%"
+ * when the device was sampled), the validation result, and advice: without GPU figures,
+ * once, to add --workers when the loader held back more than 20% of a window; with them,
+ * at most once per epoch, rn_gpumon_advice's line when the GPU was under 90% busy.
+ * tty != 0: each step line redraws the last. Errors:
  * RN_ENOMEM. */
 int rn_report_progress(FILE *f, int tty, rn_reporter *out);
 

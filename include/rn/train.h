@@ -98,6 +98,7 @@ enum { RN_OPT_SGD = 0, RN_OPT_LARS }; /* rn_train_opts.optimizer */
 #define RN_TRAIN_OVERFIT_FIT 0.05  /* a final pass below this loss: the model fits the batches */
 #define RN_TRAIN_PROFILE_WARMUP 3  /* --profile: unprofiled steps first (allocation, caches, autotuning) */
 #define RN_TRAIN_PROFILE_STEPS 5   /* --profile: steps profiled after them */
+#define RN_TRAIN_GPU_SAMPLE 0.1    /* --gpu-sample: seconds between readings of the GPU (rn/gpumon.h) */
 
 typedef struct {
     const char *data;       /* training dataset */
@@ -110,6 +111,9 @@ typedef struct {
                                profiled ones, write the table to this path and the trace to
                                PATH.json, and stop without writing o->out; NULL: off */
     int profile_warmup, profile_steps;
+    double gpu_sample;      /* a CUDA device with NVML: read its utilisation, memory and power every
+                               gpu_sample seconds in a thread (rn/gpumon.h); each step event carries
+                               the means (rn_step_info.gpu). 0: off. Rank 0's device only */
     const char *device;     /* "auto", "cpu", "cuda[:N]" */
     rn_backend_opts backend;/* the backend's settings (rn_train_defaults: the defaults) */
     int threads, workers;

@@ -23,6 +23,8 @@
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 #   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new
+#   5c. rn-train's gpu_util/gpu_mem_used/gpu_power_w through NVML, and --profile timed by
+#      CUDA events (the trace's compute stream track)
 #   6. rn-train --tensorboard, two epochs in two runs (--amp fp16), loaded by tensorboard's
 #      own EventAccumulator (tests/gpu/tb_check.py): the same scalars as rn-info reads and
 #      the log holds, the flags in the text plugin; skipped without the tensorboard package
@@ -381,6 +383,64 @@ else
     row "$name" FAIL "no cache file written at $RN_CUDA_ALGO_CACHE"
 fi
 unset RN_CUDA_ALGO_CACHE
+
+# 5c. GPU utilisation in the log and --profile by CUDA events (#15): two epochs with
+#     --log-every 1 on step 5's toy set: where NVML answers, every step line has gpu_util
+#     in 0..100 and gpu_mem_used > 0 and the progress lines show "GPU N%" (without NVML:
+#     said once, reported as not run); then --profile: the trace is valid JSON, its compute
+#     track is "compute stream (events)" with one event or more per layer and direction,
+#     the "copy stream (events)" track holds the batches' h2d copies, every duration >= 0.
+#     Seconds.
+name="GPU utilisation in the log (NVML), --profile by CUDA events"
+say "$name"
+if [ "$DEV" != cuda ]; then
+    row "$name" "not run" "needs a GPU (a CPU run logs no gpu fields: tests/troubleshoot.bats)"
+elif [ $tools_ok != 1 ]; then
+    failed=1
+    row "$name" FAIL "step 5 made no toy data"
+else
+    (cd "$WORK" && rm -f toy/gpu.jsonl && "$BIN/rn-train" --device cuda --data toy/train.lmdb --in toy/init.pb \
+        --out toy/gpu.pb --epochs 2 --batch 16 --crop 32 --workers 2 --log-every 1 --log toy/gpu.jsonl &&
+        "$BIN/rn-train" --device cuda --data toy/train.lmdb --in toy/init.pb --out toy/prof.pb --batch 16 \
+        --crop 32 --workers 2 --profile toy/prof.txt) >"$WORK/toy/gpu.out" 2>&1
+    rc=$?
+    verdict=$("$PYTHON" - "$WORK/toy" <<'PYEOF' 2>&1
+import json, sys
+d = sys.argv[1]
+S = [l for l in map(json.loads, open(d + "/gpu.jsonl")) if l["kind"] == "step"]
+out = open(d + "/gpu.out").read()
+tr = json.load(open(d + "/prof.txt.json"))["traceEvents"]
+names = [e["args"]["name"] for e in tr if e.get("name") == "thread_name"]
+X = [e for e in tr if e.get("ph") == "X"]
+assert "compute stream (events)" in names, names
+# the batches' uploads on the copy stream (a GPU stages every batch through it)
+assert "copy stream (events)" in names and any(e["name"] == "h2d" and e["tid"] == 3 for e in X), names
+assert X and all(e["dur"] >= 0 for e in X), "an event with a negative duration"
+rows = open(d + "/prof.txt").read().splitlines()[-1]
+if not any("gpu_util" in l for l in S):
+    assert out.count("GPU utilisation is not logged") == 1, "no gpu fields and nothing said"
+    print("NVML: not run (" + out.split("GPU utilisation is not logged")[1].split("\n")[0].strip(" :(") + "); profile:", rows)
+    sys.exit(0)
+U = [l["gpu_util"] for l in S]
+assert len(U) == len(S), "a step line without gpu_util"
+assert all(0 <= u <= 100 for u in U), U
+assert all(l["gpu_mem_used"] > 0 for l in S), "gpu_mem_used"
+assert " GPU " in out, "no GPU %% on the progress lines"
+P = [l["gpu_power_w"] for l in S if "gpu_power_w" in l]
+print("%d lines, util mean %.0f%% (min %.0f), mem %.0f MiB, power %s W; profile: %s" % (len(U), sum(U) / len(U),
+      min(U), S[-1]["gpu_mem_used"] / 2**20, "%.0f" % (sum(P) / len(P)) if P else "n/a", rows))
+PYEOF
+)
+    vrc=$?
+    say "$verdict"
+    if [ $rc = 0 ] && [ $vrc = 0 ]; then
+        row "$name" ok "$verdict"
+    else
+        failed=1
+        tail -n 20 "$WORK/toy/gpu.out"
+        row "$name" FAIL "rn-train exit $rc; $verdict"
+    fi
+fi
 
 # 6. rn-train --tensorboard as TensorBoard itself reads it: two invocations, epoch by epoch
 #    as the pipelines run them (--amp fp16 on the GPU, so the loss scale is logged too), on
