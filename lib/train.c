@@ -27,6 +27,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->workers = RN_TRAIN_WORKERS;
     o->batch = RN_TRAIN_BATCH;
     o->accum = 1;
+    o->recompute = RN_TRAIN_RECOMPUTE_AUTO;
     o->crop = RN_TRAIN_CROP;
     o->resize = -1;
     o->augment = RN_AUG_RRC;
@@ -179,7 +180,10 @@ static int setup_net(run *t) {
     const rn_train_opts *o = t->o;
     int share = o->batch / t->world; /* this rank's images per step */
     int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : share / o->accum;
-    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp);
+    int mode = RN_NET_TRAIN;
+    if (o->recompute == RN_TRAIN_RECOMPUTE_BLOCKS) mode |= RN_NET_RECOMPUTE;
+    else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0) mode |= RN_RUNNER_RECOMPUTE_AUTO;
+    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, mode, o->amp);
     if (rc) return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;
@@ -243,6 +247,7 @@ static int setup_report(run *t) {
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
                         .step = t->st.step, .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
                         .net_bytes = (double)rn_net_bytes(t->r.net), .amp = o->amp,
+                        .recompute = t->r.recompute, .recompute_saved = (double)t->r.recompute_saved,
                         .loss_scale = t->scaled ? t->sc.scale : 1.0, .workers = o->workers};
     rn_report_begin(&t->rep, &info);
     return RN_OK;
