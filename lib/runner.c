@@ -137,13 +137,23 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
             if (rc) return rc;
             advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
+            /* the other way out: this micro-batch with recomputation */
+            char rec[96] = "";
+            size_t rneed = 0;
+            if (base == RN_NET_TRAIN && !recompute) {
+                if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed)))
+                    return rc;
+                rneed += 2 * staged;
+                fmt_bytes(rneed, a, sizeof a);
+                if (rneed <= budget) snprintf(rec, sizeof rec, "; or --recompute blocks, which needs %s", a);
+            }
             fmt_bytes(need, a, sizeof a);
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
-                             "(%s): %s%s",
+                             "(%s): %s%s%s",
                              spec.arch, what, unit, micro, crop, crop, dt,
                              a, where, u, how, advice,
-                             fit && base == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "");
+                             fit && base == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "", rec);
         }
     } else {
         micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);

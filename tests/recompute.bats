@@ -67,6 +67,12 @@ need() {
     assert_success
     assert_output --partial "of 8 (8 x 1)"
     assert_output --partial "recomputing blocks in backward"
+    # a given micro-batch that fits only with recomputation is refused, saying so
+    run rn-train --data train.lmdb --in init18.pb --out given.pb $B --micro-batch 1
+    assert_failure 1
+    assert_output --partial "no smaller micro-batch fits"
+    assert_output --partial "; or --recompute blocks, which needs $r1 MiB"
+    [ ! -e given.pb ]
     # an explicit --recompute none keeps auto from it: nothing fits
     run rn-train --data train.lmdb --in init18.pb --out none.pb $B --micro-batch auto --recompute none
     assert_failure 1
