@@ -299,8 +299,8 @@ static int share_blocks(rn_net *net) {
         for (int b = 0; b < s->nblocks; b++) {
             const rn_block *blk = &s->blocks[b];
             int nu = blk->nconv + (blk->down >= 0);
-            if (nu > RN_NET_SLOTS) return rn_errorf(RN_EINVAL, "block %d has %d units: recomputation handles %d", b, nu,
-                                                    RN_NET_SLOTS);
+            if (nu > RN_NET_SLOTS)
+                return rn_errorf(RN_EINVAL, "block %d has %d units: recomputation handles %d", b, nu, RN_NET_SLOTS);
             for (int j = 0; j < nu; j++) {
                 unit_rt *u = &net->u[j < blk->nconv ? blk->conv[j] : blk->down];
                 int own_a = j == blk->nconv - 1; /* the block output: its own */

@@ -181,8 +181,10 @@ static int setup_net(run *t) {
     int share = o->batch / t->world; /* this rank's images per step */
     int want = o->micro_batch > 0 ? o->micro_batch : o->micro_batch < 0 ? 0 : share / o->accum;
     int mode = RN_NET_TRAIN;
-    if (o->recompute == RN_TRAIN_RECOMPUTE_BLOCKS) mode |= RN_NET_RECOMPUTE;
-    else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0) mode |= RN_RUNNER_RECOMPUTE_AUTO;
+    if (o->recompute == RN_TRAIN_RECOMPUTE_BLOCKS)
+        mode |= RN_NET_RECOMPUTE;
+    else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
+        mode |= RN_RUNNER_RECOMPUTE_AUTO;
     int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, mode, o->amp);
     if (rc) return rc;
     t->micro = t->r.micro;

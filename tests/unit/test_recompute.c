@@ -41,8 +41,8 @@ static int gather_one(void *ctx, const void *mine, size_t bytes, void *all) {
 
 static rn_net *make_net(rn_backend *be, const rn_resnet *spec, const rn_ckpt *init, int recompute, int variant) {
     rn_net *net = NULL;
-    CHECK_OK(rn_net_create(be, spec, BATCH / 2, SIZE, SIZE, RN_NET_TRAIN | (recompute ? RN_NET_RECOMPUTE : 0),
-                           RN_F32, &net));
+    CHECK_OK(rn_net_create(be, spec, BATCH / 2, SIZE, SIZE, RN_NET_TRAIN | (recompute ? RN_NET_RECOMPUTE : 0), RN_F32,
+                           &net));
     if (!net) return NULL;
     CHECK_OK(rn_net_load(net, init));
     rn_net_freeze_bn(net, variant == FROZEN);
@@ -173,8 +173,9 @@ static void test_memory(void) {
             saved[b] = plain > rec ? plain - rec : 0;
             rn_net *net = NULL;
             CHECK_OK(rn_net_create(be, &spec, batch[b], 64, 64, RN_NET_TRAIN | RN_NET_RECOMPUTE, RN_F32, &net));
-            if (net) CHECK(rn_net_bytes(net) == rec, "%s batch %d: holds %zu, planned %zu", arch[a], batch[b],
-                           rn_net_bytes(net), rec);
+            if (net)
+                CHECK(rn_net_bytes(net) == rec, "%s batch %d: holds %zu, planned %zu", arch[a], batch[b],
+                      rn_net_bytes(net), rec);
             rn_net_destroy(net);
             rn_backend_destroy(be);
         }
@@ -248,9 +249,12 @@ static void test_refusals(void) {
 int main(void) {
     float u[BATCH * SIZE * SIZE * 3 + BATCH];
     rn_rng_uniform(rn_rng_key(20261203u, 15), u, (int64_t)(sizeof u / sizeof *u), 0, 1);
-    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(u[i] * 255.99f);
-    for (int i = 0; i < BATCH; i++) labels[i] = (int32_t)(u[sizeof px + i] * CLASSES) % CLASSES;
-    for (int t = 1; t <= 3; t++) test_same_bits("resnet50", t, PLAIN);
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(u[i] * 255.99f);
+    for (int i = 0; i < BATCH; i++)
+        labels[i] = (int32_t)(u[sizeof px + i] * CLASSES) % CLASSES;
+    for (int t = 1; t <= 3; t++)
+        test_same_bits("resnet50", t, PLAIN);
     test_same_bits("resnet18", 2, PLAIN);
     for (int v = FROZEN; v <= SYNC; v++) {
         test_same_bits("resnet18", 3, v);
