@@ -27,7 +27,12 @@ typedef struct {
     float *save_mean, *save_invstd; /* (cout) */
     void *reserve;
     int64_t tracked;    /* num_batches_tracked */
+    int shared_z, shared_a; /* recomputation: z / a point into the net's block scratch (rz, ra),
+                               rewritten by every block's forward, not owned */
 } unit_rt;
+
+/* Recomputation: the most units of a block (conv1..conv3 and the downsample) */
+enum { RN_NET_SLOTS = 4 };
 
 struct rn_net {
     rn_backend *be;
@@ -96,6 +101,12 @@ struct rn_net {
     size_t bytes;
     int plan;           /* rn_net_plan: count bytes, allocate nothing */
     int last_n;
+    int recompute;      /* RN_NET_RECOMPUTE: a block's inside is kept only while its forward or
+                           backward runs: the units' z and a (bar the block output) live in
+                           rz/ra, one per position in the block, and backward recomputes them */
+    int again;          /* set while backward recomputes a block's forward (bn_fwd) */
+    void *rz[RN_NET_SLOTS], *ra[RN_NET_SLOTS]; /* (max_batch, the largest out_elems of that
+                           position in any block), in dtype */
     rn_prof *prof;      /* rn_net_set_prof: every layer and direction timed; NULL: off */
 };
 
@@ -203,8 +214,8 @@ void rn_net_destroy(rn_net *net) {
     rn_backend *be = net->be;
     if (net->u)
         for (int i = 0; i < net->spec.nunits; i++) {
-            rn_backend_free(be, net->u[i].z);
-            rn_backend_free(be, net->u[i].a);
+            if (!net->u[i].shared_z) rn_backend_free(be, net->u[i].z);
+            if (!net->u[i].shared_a) rn_backend_free(be, net->u[i].a);
             rn_backend_free(be, net->u[i].save_mean);
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
@@ -215,6 +226,10 @@ void rn_net_destroy(rn_net *net) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
+    for (int i = 0; i < RN_NET_SLOTS; i++) {
+        rn_backend_free(be, net->rz[i]);
+        rn_backend_free(be, net->ra[i]);
+    }
     free(net->hstat);
     free(net->hrun);
     free(net->hf);
@@ -275,10 +290,56 @@ static int layout(rn_net *net) {
     return RN_OK;
 }
 
+/* Recomputation's memory: unit j of every block (the downsample after the convs) has its
+ * conv output z and BN output a in scratch slot j, sized for the largest such unit, except
+ * the block output (the last conv's a), which the next block reads and backward keeps.
+ * The stem keeps its own: it is in no block. */
+static int share_blocks(rn_net *net) {
+    const rn_resnet *s = &net->spec;
+    int64_t most_z[RN_NET_SLOTS] = {0}, most_a[RN_NET_SLOTS] = {0};
+    for (int pass = 0; pass < 2; pass++)
+        for (int b = 0; b < s->nblocks; b++) {
+            const rn_block *blk = &s->blocks[b];
+            int nu = blk->nconv + (blk->down >= 0);
+            if (nu > RN_NET_SLOTS)
+                return rn_errorf(RN_EINVAL, "block %d has %d units: recomputation handles %d", b, nu, RN_NET_SLOTS);
+            for (int j = 0; j < nu; j++) {
+                unit_rt *u = &net->u[j < blk->nconv ? blk->conv[j] : blk->down];
+                int own_a = j == blk->nconv - 1; /* the block output: its own */
+                if (pass == 0) {
+                    if (u->out_elems > most_z[j]) most_z[j] = u->out_elems;
+                    if (!own_a && u->out_elems > most_a[j]) most_a[j] = u->out_elems;
+                    continue;
+                }
+                u->z = net->rz[j];
+                u->shared_z = 1;
+                if (own_a) continue;
+                u->a = net->ra[j];
+                u->shared_a = 1;
+            }
+            if (pass == 0 && b == s->nblocks - 1)
+                for (int j = 0; j < RN_NET_SLOTS; j++) {
+                    size_t bz = (size_t)(net->max_batch * most_z[j]) * net->es;
+                    size_t ba = (size_t)(net->max_batch * most_a[j]) * net->es;
+                    int rc;
+                    if ((most_z[j] && (rc = nalloc(net, bz, &net->rz[j]))) ||
+                        (most_a[j] && (rc = nalloc(net, ba, &net->ra[j]))))
+                        return rc;
+                }
+        }
+    return RN_OK;
+}
+
 /* rn_net_create, or with plan set the same walk counting bytes into *planned */
 static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype, int plan,
                  rn_net **out, size_t *planned) {
     *out = NULL;
+    int recompute = (mode & RN_NET_RECOMPUTE) != 0;
+    mode &= ~RN_NET_RECOMPUTE;
+    if (mode != RN_NET_TRAIN && mode != RN_NET_INFER && mode != RN_NET_INFER_EXACT)
+        return rn_errorf(RN_EINVAL, "network mode %d: expected RN_NET_TRAIN, RN_NET_INFER or RN_NET_INFER_EXACT", mode);
+    if (recompute && mode != RN_NET_TRAIN)
+        return rn_errorf(RN_EINVAL, "recomputation (RN_NET_RECOMPUTE) is for training networks only");
     if (max_batch < 1 || h < 1 || w < 1)
         return rn_errorf(RN_EINVAL, "network input must be at least 1x1x1, not batch %d of %dx%d", max_batch, h, w);
     if (dtype != RN_F32 && dtype != RN_F16 && dtype != RN_BF16)
@@ -294,6 +355,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     net->es = rn_dtype_size(dtype);
     net->spec = *spec;
     net->mode = mode;
+    net->recompute = recompute;
     net->max_batch = max_batch;
     net->h = h;
     net->w = w;
@@ -406,16 +468,21 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
             (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
             goto fail;
-        if ((rc = nzero(net, net->grads, (size_t)net->nparams * fl))) goto fail;
+        /* spare too: its padding between parameters is added into grads' by every
+           accumulating backward, and would carry whatever the allocation held */
+        if ((rc = nzero(net, net->grads, (size_t)net->nparams * fl)) ||
+            (rc = nzero(net, net->spare, (size_t)net->nparams * fl)))
+            goto fail;
         for (int i = 0; i < 5; i++)
             if ((rc = nalloc(net, (size_t)(B * max_act) * es, &net->g[i]))) goto fail;
+        if (recompute && (rc = share_blocks(net))) goto fail;
         for (int i = 0; i < spec->nunits; i++) {
             unit_rt *u = &net->u[i];
             int c = spec->units[i].cout;
             if ((rc = bn_desc(net, i, max_batch, 1, &bd))) goto fail;
             size_t rs = rn_bn_reserve_size(be, &bd);
-            if ((rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->z)) ||
-                (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->a)) ||
+            if ((!u->shared_z && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->z))) ||
+                (!u->shared_a && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->a))) ||
                 (rc = nalloc(net, (size_t)c * fl, &u->save_mean)) ||
                 (rc = nalloc(net, (size_t)c * fl, &u->save_invstd)) || (rs && (rc = nalloc(net, rs, &u->reserve))))
                 goto fail;
@@ -633,6 +700,17 @@ static int bn_fwd(rn_net *net, int ui, int train, const rn_bn_desc *bdp, const v
     float *gamma = net->params + u->g_off, *beta = net->params + u->b_off;
     float *rm = net->bufs + u->stat_off, *rv = rm + net->spec.units[ui].cout;
     if (train && !net->freeze_bn) {
+        if (net->again) {
+            /* backward's recomputation: the forward's very y (the same op on the same z
+               gives the same bits), the statistics it saved rewritten with themselves, and
+               the running ones (or the capture) left alone: NULL updates none. Synchronised
+               BN normalised with the global statistics, which gstat still holds. */
+            if (net->gather)
+                return rn_bn_fwd_infer(net->be, &bd, z, gamma, beta, net->gstat + u->stat_off,
+                                       net->gstat + u->stat_off + net->spec.units[ui].cout, res, y);
+            return rn_bn_fwd_train(net->be, &bd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, NULL, NULL,
+                                   u->reserve);
+        }
         if (net->gather) return sync_fwd(net, ui, &bd, z, gamma, beta, res, y);
         if (net->capture) {
             /* momentum 1 makes the "running" update the batch statistics themselves:
@@ -697,6 +775,35 @@ static int pend_pool(rn_net *net, double t0, int n, int dir, int rc) {
                        es * (dir == RN_PROF_FWD ? in + out : 2 * in + 2 * out), rc);
 }
 
+/* What block b reads in a training net: the stem's max-pool output or the previous
+ * block's output (b == nblocks: the last block's output, the head's input). */
+static const void *block_input(const rn_net *net, int b) {
+    if (b == 0) return net->pooled_max;
+    const rn_block *prev = &net->spec.blocks[b - 1];
+    return net->u[prev->conv[prev->nconv - 1]].a;
+}
+
+/* Block b's training forward from x: the downsample, then the convs, the last adding
+ * the shortcut. Backward runs it again under recomputation (net->again). */
+static int block_fwd(rn_net *net, int b, int n, const void *x) {
+    const rn_block *blk = &net->spec.blocks[b];
+    const void *res = x;
+    int rc;
+    if (blk->down >= 0) {
+        unit_rt *d = &net->u[blk->down];
+        if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL, 0))) return rc;
+        res = d->a;
+    }
+    const void *in = x;
+    for (int j = 0; j < blk->nconv; j++) {
+        unit_rt *u = &net->u[blk->conv[j]];
+        int last = j == blk->nconv - 1;
+        if ((rc = unit_fwd(net, blk->conv[j], n, 1, in, u->z, u->a, last ? res : NULL, 1))) return rc;
+        in = u->a;
+    }
+    return RN_OK;
+}
+
 static int forward_train(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
     int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL, 1);
@@ -705,25 +812,9 @@ static int forward_train(rn_net *net, int n) {
     double t0 = pbeg(net, "maxpool");
     if ((rc = pend_pool(net, t0, n, RN_PROF_FWD, rn_maxpool_fwd(net->be, &pd, net->u[0].a, net->pooled_max))))
         return rc;
-    const void *x = net->pooled_max;
-    for (int b = 0; b < s->nblocks && rc == RN_OK; b++) {
-        const rn_block *blk = &s->blocks[b];
-        const void *res = x;
-        if (blk->down >= 0) {
-            unit_rt *d = &net->u[blk->down];
-            if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL, 0))) return rc;
-            res = d->a;
-        }
-        const void *in = x;
-        for (int j = 0; j < blk->nconv && rc == RN_OK; j++) {
-            unit_rt *u = &net->u[blk->conv[j]];
-            int last = j == blk->nconv - 1;
-            rc = unit_fwd(net, blk->conv[j], n, 1, in, u->z, u->a, last ? res : NULL, 1);
-            in = u->a;
-        }
-        x = in;
-    }
-    return rc ? rc : head_fwd(net, n, x);
+    for (int b = 0; b < s->nblocks; b++)
+        if ((rc = block_fwd(net, b, n, block_input(net, b)))) return rc;
+    return head_fwd(net, n, block_input(net, s->nblocks));
 }
 
 /* Inference: five rotating buffers, BN in place over the conv output. */
@@ -949,7 +1040,13 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
         return rc;
     for (int b = s->nblocks - 1; b >= 0; b--) {
         const rn_block *blk = &s->blocks[b];
-        const void *bin = b == 0 ? net->pooled_max : net->u[s->blocks[b - 1].conv[s->blocks[b - 1].nconv - 1]].a;
+        const void *bin = block_input(net, b);
+        if (net->recompute) {
+            net->again = 1;
+            rc = block_fwd(net, b, n, bin);
+            net->again = 0;
+            if (rc) return rc;
+        }
         /* the last unit: its BN adds the residual before the ReLU; dres lands in G[dyi] */
         int j = blk->nconv - 1;
         const void *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
@@ -1170,6 +1267,9 @@ int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]) {
     const unit_rt *u = &net->u[unit];
     if (net->mode != RN_NET_TRAIN || !u->a || net->last_n < 1)
         return rn_errorf(RN_EINVAL, "unit outputs are kept by a training forward only");
+    if (u->shared_a)
+        return rn_errorf(RN_ENOTSUP, "unit %s: a recomputing network keeps only the block outputs",
+                         net->spec.units[unit].bn);
     if (net->dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "unit outputs of an AMP network");
     shape[0] = net->last_n, shape[1] = u->p, shape[2] = u->q, shape[3] = net->spec.units[unit].cout;
     if (!host) return RN_OK;

@@ -97,9 +97,25 @@ int rn_runner_open(rn_runner *r, const char *device, int threads, const rn_backe
     return rn_backend_create(device, threads, opts, &r->be);
 }
 
+/* --micro-batch auto's choice between accumulation and recomputation (README, "Tuning
+ * and troubleshooting"): a step of K micro-batches of m images costs K x T(m), and
+ * recomputation adds one forward of the blocks, about a third of a training step's
+ * FLOPs (measured on the CPU: README). On the CPU an image costs about the same at any
+ * micro-batch, so accumulation always wins there. On a GPU small micro-batches leave the
+ * SMs idle: below RN_RECOMPUTE_BELOW images per forward, a micro-batch at least twice as
+ * large is taken to run more than 4/3 times faster per image, so recomputation wins. */
+#define RN_RECOMPUTE_BELOW 32
+
+static int recompute_pays(rn_backend *be, int plain, int larger) {
+    return !rn_backend_is_host(be) && plain < RN_RECOMPUTE_BELOW && larger >= 2 * plain;
+}
+
 int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
                   int dtype) {
     rn_resnet spec;
+    int may = (mode & RN_RUNNER_RECOMPUTE_AUTO) != 0;
+    mode &= ~RN_RUNNER_RECOMPUTE_AUTO;
+    int recompute = mode & RN_NET_RECOMPUTE, base = mode & ~RN_NET_RECOMPUTE;
     int rc = rn_ckpt_net(ck, &spec);
     if (rc) return rc;
     if (!rn_backend_has_dtype(r->be, dtype))
@@ -109,8 +125,8 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     size_t budget, need = 0, fit_need = 0;
     char how[160], a[32], u[32], advice[160];
     if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
-    const char *what = mode == RN_NET_TRAIN ? "training" : "evaluation";
-    const char *unit = mode == RN_NET_TRAIN ? "micro-batch" : "batch";
+    const char *what = base == RN_NET_TRAIN ? "training" : "evaluation";
+    const char *unit = base == RN_NET_TRAIN ? "micro-batch" : "batch";
     const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
     const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
     int is_auto = micro == 0;
@@ -120,17 +136,40 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
         if (need > budget) {
             int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
             if (rc) return rc;
-            advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
+            advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
+            /* the other way out: this micro-batch with recomputation */
+            char rec[96] = "";
+            size_t rneed = 0;
+            if (base == RN_NET_TRAIN && !recompute) {
+                if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed)))
+                    return rc;
+                rneed += 2 * staged;
+                fmt_bytes(rneed, a, sizeof a);
+                if (rneed <= budget) snprintf(rec, sizeof rec, "; or --recompute blocks, which needs %s", a);
+            }
             fmt_bytes(need, a, sizeof a);
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
-                             "(%s): %s%s",
+                             "(%s): %s%s%s",
                              spec.arch, what, unit, micro, crop, crop, dt,
-                             a, where, u, how, advice, fit && mode == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "");
+                             a, where, u, how, advice,
+                             fit && base == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "", rec);
         }
     } else {
         micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
         if (rc) return rc;
+        if (may && !recompute && base == RN_NET_TRAIN && micro < batch) {
+            size_t rneed = 0;
+            int m = largest_fit(r->be, &spec, batch, batch, crop, mode | RN_NET_RECOMPUTE, dtype, 2 * staged, budget,
+                                &rneed, &rc);
+            if (rc) return rc;
+            if ((micro == 0 && m) || (m && recompute_pays(r->be, micro, m))) {
+                micro = m;
+                need = rneed;
+                recompute = RN_NET_RECOMPUTE;
+                mode |= RN_NET_RECOMPUTE;
+            }
+        }
         if (!micro) {
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "--micro-batch auto: %s %s of %dx%d in %s does not fit in %s memory at any "
@@ -155,7 +194,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             micro = fit;
             continue;
         }
-        advise(advice, sizeof advice, mode, batch, fit, fit_need, r->be);
+        advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
         fmt_bytes(budget, u, sizeof u);
         rc = rn_errorf(RN_ENOMEM, "%s %s at %s %d: %s; by the plan, with %s usable now (%s): %s", spec.arch, what,
                        unit, micro, failed, u, how, advice);
@@ -163,6 +202,15 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     }
     if (rc) return rc;
     if ((rc = rn_net_load(r->net, ck))) return rc;
+    r->recompute = recompute != 0;
+    r->recompute_saved = 0;
+    if (recompute) {
+        size_t with, without;
+        if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode, dtype, &with)) ||
+            (rc = rn_net_plan(r->be, &spec, micro, crop, crop, base, dtype, &without)))
+            return rc;
+        r->recompute_saved = without > with ? without - with : 0;
+    }
     r->staged_cap = staged;
     r->classes = spec.num_classes;
     r->micro = micro;

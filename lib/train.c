@@ -28,6 +28,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->workers = RN_TRAIN_WORKERS;
     o->batch = RN_TRAIN_BATCH;
     o->accum = 1;
+    o->recompute = RN_TRAIN_RECOMPUTE_AUTO;
     o->crop = RN_TRAIN_CROP;
     o->resize = -1;
     o->augment = RN_AUG_RRC;
@@ -193,7 +194,12 @@ static int setup_net(run *t) {
     if (kind && strcmp(kind, want_kind) != 0)
         return rn_errorf(RN_EINVAL, "the checkpoint holds %s momentum and this run asks for --optimizer %s: resume "
                          "with --optimizer %s", kind, want_kind, kind);
-    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, RN_NET_TRAIN, o->amp);
+    int mode = RN_NET_TRAIN;
+    if (o->recompute == RN_TRAIN_RECOMPUTE_BLOCKS)
+        mode |= RN_NET_RECOMPUTE;
+    else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
+        mode |= RN_RUNNER_RECOMPUTE_AUTO;
+    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, mode, o->amp);
     if (rc) return rc;
     if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
     t->micro = t->r.micro;
@@ -274,6 +280,7 @@ static int setup_report(run *t) {
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
                         .step = t->st.step, .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
                         .net_bytes = (double)rn_net_bytes(t->r.net), .amp = o->amp,
+                        .recompute = t->r.recompute, .recompute_saved = (double)t->r.recompute_saved,
                         .loss_scale = t->scaled ? t->sc.scale : 1.0, .workers = o->workers};
     rn_report_begin(&t->rep, &info);
     return RN_OK;

@@ -47,6 +47,15 @@ static void usage(FILE *f) {
             "                          the device's free memory less 5%% of its total; on the CPU\n"
             "                          the memory available). A plan over it stops the run before\n"
             "                          it starts, saying which --micro-batch fits\n"
+            "      --recompute MODE    none or blocks: keep only each residual block's input in the\n"
+            "                          forward and recompute the block's inside in backward\n"
+            "                          (activation checkpointing): the same gradients and\n"
+            "                          checkpoint (bit for bit on the CPU) in less memory, for\n"
+            "                          about one more forward per step. Default none; with\n"
+            "                          --micro-batch auto and no --recompute, blocks when the\n"
+            "                          plain micro-batch needs accumulation, on a GPU, is under\n"
+            "                          32 images and recomputing fits twice as many (or when\n"
+            "                          nothing fits without it)\n"
             "      --freeze-bn         BatchNorm normalises with its running statistics and keeps\n"
             "                          them (PyTorch: train() with every BN in eval(), as when\n"
             "                          fine-tuning); BN weights and biases still learn\n"
@@ -209,7 +218,7 @@ enum {
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
-    O_GPUSAMPLE
+    O_GPUSAMPLE, O_RECOMPUTE
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -240,7 +249,7 @@ int main(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
         {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
-        {"freeze-bn", no_argument, 0, O_FREEZEBN},
+        {"freeze-bn", no_argument, 0, O_FREEZEBN}, {"recompute", required_argument, 0, O_RECOMPUTE},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
@@ -281,6 +290,11 @@ int main(int argc, char **argv) {
             else rc = rn_cli_int("--micro-batch", optarg, 1, 1 << 20, &o.micro_batch);
             break;
         case O_MEMLIMIT: rc = rn_cli_size("--mem-limit", optarg, 1, &o.mem_limit); break;
+        case O_RECOMPUTE:
+            if (strcmp(optarg, "none") == 0) o.recompute = RN_TRAIN_RECOMPUTE_NONE;
+            else if (strcmp(optarg, "blocks") == 0) o.recompute = RN_TRAIN_RECOMPUTE_BLOCKS;
+            else rc = rn_errorf(RN_EINVAL, "--recompute: '%s' is not none or blocks", optarg);
+            break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
         case O_AUG:

@@ -10,7 +10,8 @@
  * Memory plan. Built once for a maximum batch and input size; nothing is allocated
  * afterwards. A training net keeps, per conv+BN unit, the conv output (the BN input)
  * and the BN output (the next conv's input), plus the stem's max-pool output: exactly
- * what backward reads. Gradients flow through four scratch buffers of the largest
+ * what backward reads (with RN_NET_RECOMPUTE, only each block's output, the rest
+ * recomputed in backward). Gradients flow through four scratch buffers of the largest
  * activation size. An inference net keeps no activations for backward: it rotates five
  * buffers and runs BN in place, so its memory is a fraction of training's; with the
  * folded BN (RN_NET_INFER on the CPU) it also holds a second copy of the parameters, the
@@ -49,9 +50,24 @@ typedef struct rn_net rn_net;
  * statistics), what a training net's evaluation forward computes. */
 enum { RN_NET_INFER = 0, RN_NET_TRAIN = 1, RN_NET_INFER_EXACT = 2 };
 
+/* RN_NET_TRAIN | RN_NET_RECOMPUTE: activation checkpointing (rn-train --recompute blocks).
+ * A training forward keeps each residual block's output (the next block's input) and BN's
+ * saved batch statistics, but the inside of a block (its conv outputs and inner BN
+ * outputs, the downsample's) only until the next block overwrites it: every block shares
+ * one set of scratch buffers, a slot per position in the block. Backward runs each block's
+ * forward again from its kept input just before the block's backward, with the same ops
+ * on the same inputs, so z and a come back bit for bit, and its BN recomputes the batch
+ * statistics without touching the running ones, num_batches_tracked, a capture
+ * (rn_net_bn_capture) or synchronised BN's gathers (the global statistics of the forward
+ * are reused). Gradients, weights and BN buffers are then the bits of a net without it,
+ * for about one more forward of the blocks per step; rn_net_plan counts the smaller
+ * memory. rn_net_unit_output has only the block outputs. Training nets only (RN_EINVAL
+ * otherwise). */
+enum { RN_NET_RECOMPUTE = 0x100 };
+
 /* A net for up to max_batch images of h x w x 3 on be (which it uses, not owns),
  * computing in dtype: RN_F32, or RN_F16 or RN_BF16 for mixed precision. mode
- * RN_NET_TRAIN or RN_NET_INFER. Weights are zero until rn_net_load.
+ * RN_NET_TRAIN (optionally | RN_NET_RECOMPUTE), RN_NET_INFER or RN_NET_INFER_EXACT. Weights are zero until rn_net_load.
  * Errors: RN_EINVAL (input too small for the net: the message gives the minimum; a
  * dtype other than those three), RN_ENOTSUP (be does not compute in dtype: the CPU
  * backend is fp32 only, rn_backend_has_dtype), RN_ENOMEM/RN_EGPU (the message says how

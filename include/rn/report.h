@@ -30,6 +30,8 @@ typedef struct {
     int64_t step;            /* optimiser steps the checkpoint had taken: the run's first is step + 1 */
     int batch, accum, micro; /* batch = accum x micro images per optimiser step */
     double net_bytes;        /* rn_net_bytes */
+    int recompute;           /* the net recomputes its blocks in backward (RN_NET_RECOMPUTE) */
+    double recompute_saved;  /* the bytes that saves, by the memory plan */
     int amp;                 /* RN_F32, RN_F16 or RN_BF16 */
     double loss_scale;       /* fp16: the loss scale the run starts with */
     int workers;             /* loader threads (the progress advice names them) */

@@ -44,7 +44,17 @@ typedef struct {
     int micro, crop;     /* images per forward, and their side */
     int classes;         /* logits per image */
     size_t staged_cap;   /* bytes per staging buffer */
+    int recompute;       /* the net recomputes its blocks' insides (RN_NET_RECOMPUTE) */
+    size_t recompute_saved; /* then the bytes that saves at this micro-batch, by the plan */
 } rn_runner;
+
+/* rn_runner_net's mode RN_NET_TRAIN | RN_RUNNER_RECOMPUTE_AUTO with micro 0: when the
+ * largest micro-batch that fits needs accumulation, also plan with recomputation
+ * (RN_NET_RECOMPUTE) and take its larger micro-batch where that should be faster: on a
+ * GPU, when the plain micro-batch is below 32 images and recomputation fits at least
+ * twice as many (or when nothing fits without it); never on the CPU, where an image costs
+ * the same at any micro-batch and recomputation adds a forward. r->recompute says which. */
+enum { RN_RUNNER_RECOMPUTE_AUTO = 0x200 };
 
 /* Zero r and open the backend for device ("auto", "cpu", "cuda[:N]") with threads CPU
  * threads (0: all cores) and the backend settings opts (NULL: defaults). Errors as
@@ -58,11 +68,12 @@ void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be);
 
 /* Build the network for ck's model: batches of `batch` images of crop x crop in
  * micro-batches of `micro` (0: the largest divisor of batch that fits), mode
- * RN_NET_TRAIN or RN_NET_INFER, compute type dtype; checked against the memory plan
+ * RN_NET_TRAIN (| RN_NET_RECOMPUTE, or | RN_RUNNER_RECOMPUTE_AUTO) or RN_NET_INFER,
+ * compute type dtype; checked against the memory plan
  * (mem_limit bytes, or 0 for the device's free memory less 5%) before anything is
  * allocated, then loaded with ck's weights (rn_net_load), plus staging for batches of
- * `batch`. Sets r->net, r->micro, r->crop. Errors: RN_ENOMEM (the plan does not fit,
- * or an allocation failed: the message gives the need, what is usable and what
+ * `batch`. Sets r->net, r->micro, r->crop, r->recompute and r->recompute_saved.
+ * Errors: RN_ENOMEM (the plan does not fit, or an allocation failed: the message gives the need, what is usable and what
  * micro-batch or batch fits), RN_ENOTSUP (dtype on a backend that cannot compute in
  * it), those of rn_net_create and rn_net_load. */
 int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,

@@ -100,6 +100,13 @@ enum { RN_OPT_SGD = 0, RN_OPT_LARS }; /* rn_train_opts.optimizer */
 #define RN_TRAIN_PROFILE_STEPS 5   /* --profile: steps profiled after them */
 #define RN_TRAIN_GPU_SAMPLE 0.1    /* --gpu-sample: seconds between readings of the GPU (rn/gpumon.h) */
 
+/* rn_train_opts.recompute: RN_TRAIN_RECOMPUTE_NONE keeps every activation backward reads;
+ * _BLOCKS recomputes each residual block's inside in backward (rn/net.h, RN_NET_RECOMPUTE:
+ * the same bits in less memory, for about one more forward); _AUTO (rn_train_defaults)
+ * is none, unless micro_batch is -1 (auto) and the largest micro-batch that fits needs
+ * accumulation: then rn_runner_net's rule (RN_RUNNER_RECOMPUTE_AUTO) may choose blocks. */
+enum { RN_TRAIN_RECOMPUTE_AUTO = -1, RN_TRAIN_RECOMPUTE_NONE = 0, RN_TRAIN_RECOMPUTE_BLOCKS = 1 };
+
 typedef struct {
     const char *data;       /* training dataset */
     const char *val;        /* validation dataset evaluated after each epoch, or NULL */
@@ -122,6 +129,7 @@ typedef struct {
                                accum left 1); -1: auto, the largest divisor that fits in memory */
     size_t mem_limit;       /* bytes the network may plan for; 0: the device's free memory
                                less 5% of its total (rn_backend_mem_info) */
+    int recompute;          /* RN_TRAIN_RECOMPUTE_*: activation checkpointing (RN_NET_RECOMPUTE) */
     int resize;             /* eval transform (--val, augment none): shorter side before the
                                centre crop; -1: round(crop*256/224); 0: no resize */
     int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */

@@ -332,6 +332,19 @@ case $v in
     *) failed=1; row "$name" FAIL "${v#FAIL }; see dist.txt" ;;
 esac
 
+# 4f. activation recomputation: rn-train --recompute blocks against none, fp32 and fp16
+#     (tests/gpu/recompute-check.sh says what). Seconds.
+name="recompute: --recompute blocks vs none, $ARCH ${SIZE}px b$BATCH"
+say "$name"
+BIN=$BIN WORK=$WORK/recompute DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH \
+    tests/gpu/recompute-check.sh >"$OUT/recompute.txt" 2>&1
+cat "$OUT/recompute.txt"
+v=$(tail -n 1 "$OUT/recompute.txt")
+case $v in
+    ok\ *) row "$name" ok "${v#ok }" ;;
+    *) failed=1; row "$name" FAIL "${v#FAIL }; see recompute.txt" ;;
+esac
+
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
 #    learns on the CPU (two classes of stripes), --device as a user gives it
 say "rn-train and rn-eval --device $DEV on the toy dataset"

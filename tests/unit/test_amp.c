@@ -14,7 +14,8 @@
  * every gradient of a step of two micro-batches under a loss scale of 65536 (fp16) once
  * unscaled; the losses of three SGD steps and an inference forward after them. Also: an
  * fp16 overflow is found (and the skipped step leaves the weights), bf16's range holds
- * the same scale, activation memory halves, and the CPU backend refuses AMP. */
+ * the same scale, activation memory halves, recomputation (RN_NET_RECOMPUTE) gives the
+ * plain AMP net's bits, and the CPU backend refuses AMP. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -537,6 +538,34 @@ static void test_nonfinite_activation(rn_backend *cpu_be, rn_backend *emu_be) {
     rn_net_destroy(h);
 }
 
+/* Recomputation (RN_NET_RECOMPUTE) under mixed precision: its block scratch in half
+ * precision, the recomputed forward on the half compute copy; two steps give the bits of
+ * the plain AMP net (the same ops on the same inputs), gradients and then weights. */
+static void test_recompute(rn_backend *emu_be) {
+    const int dt[2] = {RN_F16, RN_BF16};
+    for (int t = 0; t < 2; t++) {
+        rn_net *plain = make_net(emu_be, dt[t], BATCH / 2), *rec = NULL;
+        CHECK_OK(rn_net_create(emu_be, &spec, BATCH / 2, SIZE, SIZE, RN_NET_TRAIN | RN_NET_RECOMPUTE, dt[t], &rec));
+        if (rec) CHECK_OK(rn_net_load(rec, init));
+        if (plain && rec)
+            for (int s = 0; s < 2; s++) {
+                float lp, lr;
+                int fp, fr;
+                step(emu_be, plain, 1024.0f, &lp, &fp);
+                step(emu_be, rec, 1024.0f, &lr, &fr);
+                CHECK(lp == lr && fp == fr, "%s step %d: loss %.9g recomputing, %.9g plain", rn_dtype_name(dt[t]),
+                      s + 1, lr, lp);
+                int64_t n, m;
+                float *a = all_params(plain, s == 0, &n), *b = all_params(rec, s == 0, &m);
+                CHECK(n == m && memcmp(a, b, sizeof(float) * (size_t)n) == 0, "%s step %d: %s differ",
+                      rn_dtype_name(dt[t]), s + 1, s == 0 ? "gradients" : "weights");
+                free(a), free(b);
+            }
+        rn_net_destroy(plain);
+        rn_net_destroy(rec);
+    }
+}
+
 /* Activation memory (what grows with the batch) halves in fp16 and bf16. rn_net_plan
  * counts exactly what rn_net_create holds (this backend's workspace query is exact). */
 static void test_memory(void) {
@@ -594,6 +623,7 @@ int main(void) {
         }
         test_overflow(emu_be);
         test_nonfinite_activation(cpu_be, emu_be);
+        test_recompute(emu_be);
         test_memory();
     }
     rn_backend_destroy(cpu_be);
