@@ -111,9 +111,7 @@ int main(int argc, char **argv) {
         case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT64_MAX, &o.seed); break;
         case O_EVAL: o.train = 0; break;
         case O_AUGMENT:
-            if (strcmp(optarg, "rrc") == 0) o.augment = RN_AUG_RRC;
-            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not rrc or none", optarg);
+            if ((rc = rn_augment_parse(optarg, &o.aug))) rc = rn_error_context(rc, "--augment");
             break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 65535, &o.resize); break;
         case O_NOSHUF: o.shuffle = 0; break;

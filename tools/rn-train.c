@@ -258,9 +258,7 @@ int main(int argc, char **argv) {
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
         case O_AUG:
-            if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
-            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not standard or none", optarg);
+            if ((rc = rn_augment_parse(optarg, &o.augment))) rc = rn_error_context(rc, "--augment");
             break;
         case O_NOSHUF: o.shuffle = 0; break;
         case O_OVERFIT: rc = rn_cli_i64("--overfit-batches", optarg, 1, 1 << 30, &o.overfit_batches); break;
