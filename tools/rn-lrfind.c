@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "      --micro-batch M     images per forward, a divisor of N (gradients accumulated,\n"
             "                          as rn-train); default: the largest divisor that fits in memory\n"
             "      --crop S            training crop (default %d)\n"
-            "      --augment MODE      standard or none, as rn-train (default standard)\n"
+            "      --augment CHAIN     training augmentation, as rn-train (default rrc,flip)\n"
             "      --momentum X        (default %g)\n"
             "      --wd X              weight decay (default %g)\n"
             "      --nesterov          Nesterov momentum\n"
