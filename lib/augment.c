@@ -14,8 +14,8 @@ enum { P_NUM, P_INT, P_RANGE, P_WORD };
 typedef struct {
     const char *key;
     int kind, slot;
-    double def[2];      /* default (lo, hi for a range) */
-    double min, max;    /* allowed values, inclusive; open_min: > min */
+    double def[2];   /* default (lo, hi for a range) */
+    double min, max; /* allowed values, inclusive; open_min: > min */
     int open_min;
     const char *words[4];
 } param;
@@ -23,23 +23,32 @@ typedef struct {
 typedef struct {
     const char *name;
     int stage;
-    int main;           /* the parameter `op=V` sets, or -1 */
-    const char *what;   /* for messages */
+    int main;         /* the parameter `op=V` sets, or -1 */
+    const char *what; /* for messages */
     param p[5];
 } op_def;
 
 /* torchvision's defaults (transforms.RandomResizedCrop, RandomCrop, RandomHorizontalFlip,
  * RandomErasing). Adding an op: a row here and its stage's case in the loader. */
 static const op_def OPS[RN_AUG_NOPS] = {
-    [RN_AUG_OP_RRC] = {"rrc", RN_AUG_STAGE_CROP, -1, "RandomResizedCrop",
+    [RN_AUG_OP_RRC] = {"rrc",
+                       RN_AUG_STAGE_CROP,
+                       -1,
+                       "RandomResizedCrop",
                        {{"scale", P_RANGE, 0, {0.08, 1.0}, 0, 1, 1, {0}},
                         {"ratio", P_RANGE, 2, {3.0 / 4.0, 4.0 / 3.0}, 0, 1e6, 1, {0}}}},
-    [RN_AUG_OP_CROP_PAD] = {"crop-pad", RN_AUG_STAGE_CROP, 0, "RandomCrop with padding",
+    [RN_AUG_OP_CROP_PAD] = {"crop-pad",
+                            RN_AUG_STAGE_CROP,
+                            0,
+                            "RandomCrop with padding",
                             {{"pad", P_INT, 0, {0}, 0, 4096, 0, {0}},
                              {"mode", P_WORD, 1, {RN_AUG_PAD_CONSTANT}, 0, 0, 0, {"constant", "edge", "reflect"}},
                              {"fill", P_INT, 2, {0}, 0, 255, 0, {0}}}},
     [RN_AUG_OP_FLIP] = {"flip", RN_AUG_STAGE_FLIP, 0, "RandomHorizontalFlip", {{"p", P_NUM, 0, {0.5}, 0, 1, 0, {0}}}},
-    [RN_AUG_OP_ERASE] = {"erase", RN_AUG_STAGE_ERASE, 0, "RandomErasing",
+    [RN_AUG_OP_ERASE] = {"erase",
+                         RN_AUG_STAGE_ERASE,
+                         0,
+                         "RandomErasing",
                          {{"p", P_NUM, 0, {0.5}, 0, 1, 0, {0}},
                           {"scale", P_RANGE, 1, {0.02, 0.33}, 0, 1, 1, {0}},
                           {"ratio", P_RANGE, 3, {0.3, 3.3}, 0, 1e6, 1, {0}},
@@ -114,7 +123,10 @@ static int set_param(const op_def *o, const param *p, const char *val, const cha
         const char *dash = NULL;
         /* the dash after the first number (a number may hold 'e-' itself) */
         for (const char *c = val + 1; c < vend; c++)
-            if (*c == '-' && c[-1] != 'e' && c[-1] != 'E') { dash = c; break; }
+            if (*c == '-' && c[-1] != 'e' && c[-1] != 'E') {
+                dash = c;
+                break;
+            }
         if (!dash || number(val, dash, &v) || number(dash + 1, vend, &w))
             return rn_errorf(RN_EINVAL, "%s: %s '%.*s' is not a range LO-HI (e.g. %s=%g-%g)", o->name, p->key, len, val,
                              p->key, p->def[0], p->def[1]);
@@ -139,12 +151,14 @@ static int set_param(const op_def *o, const param *p, const char *val, const cha
 /* one op, the text [s, e) */
 static int parse_op(const char *s, const char *e, rn_aug_step *st) {
     const char *ne = s;
-    while (ne < e && *ne != '=' && *ne != ':') ne++;
+    while (ne < e && *ne != '=' && *ne != ':')
+        ne++;
     int nl = (int)(ne - s), op = -1;
     for (int k = 0; k < RN_AUG_NOPS; k++)
         if ((int)strlen(OPS[k].name) == nl && strncmp(OPS[k].name, s, (size_t)nl) == 0) op = k;
     if (op < 0) {
-        if (nl == 0) return rn_errorf(RN_EINVAL, "an empty op (two commas, or a comma at an end?): known ops are " KNOWN);
+        if (nl == 0)
+            return rn_errorf(RN_EINVAL, "an empty op (two commas, or a comma at an end?): known ops are " KNOWN);
         return rn_errorf(RN_EINVAL, "'%.*s' is not an op: known ops are " KNOWN, nl, s);
     }
     const op_def *o = &OPS[op];
@@ -154,7 +168,8 @@ static int parse_op(const char *s, const char *e, rn_aug_step *st) {
     const char *c = ne;
     if (c < e && *c == '=') {
         const char *ve = ++c;
-        while (ve < e && *ve != ':') ve++;
+        while (ve < e && *ve != ':')
+            ve++;
         if (o->main < 0)
             return rn_errorf(RN_EINVAL, "%s takes no value after '=' (give parameters as %s:KEY=VALUE; keys: %s)",
                              o->name, o->name, names);
@@ -164,9 +179,11 @@ static int parse_op(const char *s, const char *e, rn_aug_step *st) {
     }
     while (c < e) { /* c at ':' */
         const char *ks = ++c, *ke = c, *pe;
-        while (ke < e && *ke != ':' && *ke != '=') ke++;
+        while (ke < e && *ke != ':' && *ke != '=')
+            ke++;
         pe = ke;
-        while (pe < e && *pe != ':') pe++;
+        while (pe < e && *pe != ':')
+            pe++;
         const param *p = NULL;
         int rc;
         if (ke < e && *ke == '=') {
@@ -216,8 +233,10 @@ int rn_augment_parse(const char *text, rn_augment *a) {
                 return rn_errorf(RN_EINVAL, "%s and %s: at most one crop op (rrc or crop-pad)", OPS[prev->op].name,
                                  OPS[st->op].name);
             if (ss < ps)
-                return rn_errorf(RN_EINVAL, "%s after %s: the order is a crop op (rrc or crop-pad) first, then "
-                                 "flip, erase last", OPS[st->op].name, OPS[prev->op].name);
+                return rn_errorf(RN_EINVAL,
+                                 "%s after %s: the order is a crop op (rrc or crop-pad) first, then "
+                                 "flip, erase last",
+                                 OPS[st->op].name, OPS[prev->op].name);
         }
         a->n++;
         if (!*e) break;
@@ -291,8 +310,10 @@ void rn_aug_crop_pad(const uint8_t *src, int w, int h, int c, int pad, int mode,
         for (int x = 0; x < S; x++) {
             int sx = src_index(j + x - pad, w, mode);
             uint8_t *o = dst + ((size_t)y * S + (flip ? S - 1 - x : x)) * c;
-            if (sy < 0 || sx < 0) memset(o, fill, (size_t)c);
-            else memcpy(o, src + ((size_t)sy * w + sx) * c, (size_t)c);
+            if (sy < 0 || sx < 0)
+                memset(o, fill, (size_t)c);
+            else
+                memcpy(o, src + ((size_t)sy * w + sx) * c, (size_t)c);
         }
     }
 }

@@ -173,8 +173,8 @@ static int crop_pad(const rn_aug_step *cp, int S, int c, const rn_sample *smp, i
         int want[4] = {0, 0, W, H}, got[4];
         if ((rc = rn_jpeg_decode_region(w->jpeg, smp->data, smp->len, c, W, H, want, &px, got)) != RN_OK) return rc;
         if (got[0] || got[1] || got[2] != W || got[3] != H)
-            return rn_errorf(RN_EDATA, "crop-pad: the JPEG decoded to a %dx%d part, not the whole %dx%d", got[2], got[3],
-                             W, H);
+            return rn_errorf(RN_EDATA, "crop-pad: the JPEG decoded to a %dx%d part, not the whole %dx%d", got[2],
+                             got[3], W, H);
     }
     rn_aug_crop_pad(px, W, H, c, pad, mode, fill, i, j, S, fl, dst);
     return RN_OK;

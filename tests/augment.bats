@@ -53,15 +53,17 @@ T="--batch 8 --crop 32 --workers 2 --threads 2"
     assert_success
     assert_output --partial "augment: crop-pad:pad=4:mode=reflect:fill=0,flip:p=0.5,erase:p=0.5:scale=0.02-0.33"
     for chain in crop-pad=4:reflect,flip,erase=0.5 "rrc:scale=0.35-1,flip,erase=0.25:random" flip; do
-        a=$(rn-load --batch 8 --crop 32 --epochs 2 --workers 1 --float --checksum --augment "$chain" train.lmdb 2>&1)
-        b=$(rn-load --batch 8 --crop 32 --epochs 2 --workers 3 --float --checksum --augment "$chain" train.lmdb 2>&1)
+        a=$(rn-load --batch 8 --crop 32 --epochs 2 --workers 1 --checksum --augment "$chain" train.lmdb 2>&1)
+        b=$(rn-load --batch 8 --crop 32 --epochs 2 --workers 3 --checksum --augment "$chain" train.lmdb 2>&1)
         [ "$(grep '^checksum' <<<"$a")" = "$(grep '^checksum' <<<"$b")" ]
     done
 }
 
 @test "crop-pad (constant, fill 9) and flip: identical bytes to torchvision's pad + crop + hflip" {
     have_torch || skip "no torch/torchvision for $PYTHON"
-    for s in 1 2 3 4 5 6; do rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=4:fill=9,flip --raw c$s.raw pngs.lmdb; done
+    for s in 1 2 3 4 5 6; do
+        rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=4:fill=9,flip --raw c$s.raw pngs.lmdb
+    done
     cat c[1-6].raw > c.raw
     run "$PYTHON" "$AP" pixels pngs c.raw 24 4 constant 9
     echo "$output"
@@ -71,7 +73,9 @@ T="--batch 8 --crop 32 --workers 2 --threads 2"
 
 @test "crop-pad edge and flip: identical bytes to torchvision's pad + crop + hflip" {
     have_torch || skip "no torch/torchvision for $PYTHON"
-    for s in 1 2 3 4 5 6; do rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=5:edge,flip --raw e$s.raw pngs.lmdb; done
+    for s in 1 2 3 4 5 6; do
+        rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=5:edge,flip --raw e$s.raw pngs.lmdb
+    done
     cat e[1-6].raw > e.raw
     run "$PYTHON" "$AP" pixels pngs e.raw 24 5 edge 0
     echo "$output"
@@ -81,7 +85,9 @@ T="--batch 8 --crop 32 --workers 2 --threads 2"
 
 @test "crop-pad reflect and flip: identical bytes to torchvision's pad + crop + hflip" {
     have_torch || skip "no torch/torchvision for $PYTHON"
-    for s in 1 2 3 4 5 6; do rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=4:reflect,flip --raw r$s.raw pngs.lmdb; done
+    for s in 1 2 3 4 5 6; do
+        rn-load --batch 6 --crop 24 --seed $s --augment crop-pad=4:reflect,flip --raw r$s.raw pngs.lmdb
+    done
     cat r[1-6].raw > r.raw
     run "$PYTHON" "$AP" pixels pngs r.raw 24 4 reflect 0
     echo "$output"

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "  --start E:I        start at epoch E, index I (a saved loader position)\n"
             "  --sums             print one line per batch: epoch index n last crc32c\n"
             "  --checksum         print the crc32c of all batches (pixels and labels, and the\n"
-            "                     normalised floats with --float) at the end\n"
+            "                     erase boxes when the chain erases) at the end\n"
             "  --dump FILE.jpg    write a contact sheet of the first batch\n"
             "  --raw FILE         write the first batch's u8 NHWC pixels to FILE (raw bytes)\n"
             "  --list             list the records (key label WxHxC enc bytes name) and exit\n"
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
         if (checksum) {
             crc = rn_crc32c(crc, b.pixels, nbytes);
             crc = rn_crc32c(crc, b.labels, (size_t)b.n * sizeof(int32_t));
-            if (to_float) crc = rn_crc32c(crc, fbuf, nbytes * sizeof(float));
+            if (b.erase) crc = rn_crc32c(crc, b.erase, (size_t)b.n * sizeof *b.erase);
         }
         if (b.erase && (dump || raw) && batches == 0) paint_erase(&b);
         if (dump && batches == 0) {

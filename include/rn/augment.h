@@ -34,8 +34,8 @@
 
 #include "rn/image.h"
 
-#define RN_AUG_MAX 8    /* ops in one chain */
-#define RN_AUG_NVAL 6   /* numbers one op keeps */
+#define RN_AUG_MAX 8  /* ops in one chain */
+#define RN_AUG_NVAL 6 /* numbers one op keeps */
 
 /* ops (rows of the table in lib/augment.c) */
 enum { RN_AUG_OP_RRC, RN_AUG_OP_CROP_PAD, RN_AUG_OP_FLIP, RN_AUG_OP_ERASE, RN_AUG_NOPS };
@@ -52,12 +52,12 @@ enum { RN_AUG_ERASE_ZERO, RN_AUG_ERASE_RANDOM };
  *   flip      p
  *   erase     p, scale lo, hi, ratio lo, hi, value */
 typedef struct {
-    int op;                  /* RN_AUG_OP_* */
+    int op; /* RN_AUG_OP_* */
     double v[RN_AUG_NVAL];
 } rn_aug_step;
 
 typedef struct {
-    int n;                   /* 0: the eval transform */
+    int n; /* 0: the eval transform */
     rn_aug_step step[RN_AUG_MAX];
 } rn_augment;
 
@@ -102,9 +102,9 @@ void rn_aug_erase_box(int w, int h, double scale_lo, double scale_hi, double rat
 
 /* One image's erase box, carried from the loader to the normalisation. */
 typedef struct {
-    int32_t x, y, w, h;      /* the box in output pixels; w == 0: nothing erased */
-    uint32_t rec;            /* the record (keys the random values) */
-    int32_t random;          /* RN_AUG_ERASE_ZERO or RN_AUG_ERASE_RANDOM */
+    int32_t x, y, w, h; /* the box in output pixels; w == 0: nothing erased */
+    uint32_t rec;       /* the record (keys the random values) */
+    int32_t random;     /* RN_AUG_ERASE_ZERO or RN_AUG_ERASE_RANDOM */
 } rn_erase;
 
 /* The random erase value of element e = (y * w + x) * c + ch of record rec's image in

@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         o.resize = p[0] & 16 ? -1 : p[2] % 96;
         o.seed = p[3];
         if (p[0] & 32) o.aug.step[0].v[0] = 0.5, o.aug.step[0].v[2] = 0.1, o.aug.step[0].v[3] = 10;
-        if (p[0] & 64) (void)rn_augment_parse(p[0] & 128 ? "crop-pad=4:reflect,flip,erase=1" : "crop-pad=2,erase=1", &o.aug);
+        if (p[0] & 64)
+            (void)rn_augment_parse(p[0] & 128 ? "crop-pad=4:reflect,flip,erase=1" : "crop-pad=2,erase=1", &o.aug);
         uint8_t *dst = malloc((size_t)o.crop * o.crop * 3);
         rn_erase er;
         if (dst) (void)rn_loader_transform(&o, channels, &s, p[4], p[5] | (uint32_t)p[6] << 8, &sc, dst, &er);

@@ -53,8 +53,10 @@ int main(int argc, char **argv) {
             printf("%d %d %d %d\n", b[1], b[0], b[3], b[2]);
         } else {
             rn_aug_erase_box(W, H, s0, s1, r0, r1, &d, b);
-            if (b[2] == 0) printf("0 0 %d %d\n", H, W);
-            else printf("%d %d %d %d\n", b[1], b[0], b[3], b[2]);
+            if (b[2] == 0)
+                printf("0 0 %d %d\n", H, W);
+            else
+                printf("%d %d %d %d\n", b[1], b[0], b[3], b[2]);
         }
     }
     return 0;

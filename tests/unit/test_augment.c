@@ -47,9 +47,8 @@ static void test_parse(void) {
     CHECK(a.n == d.n && memcmp(a.step, d.step, sizeof a.step) == 0, "rrc,flip is not the default chain");
     /* chains, main values, keys, ranges, bare words */
     good("rrc,flip=0", RRC_DEF ",flip:p=0");
-    good("rrc:scale=0.35-1,flip,erase=0.25",
-         "rrc:scale=0.35-1:ratio=0.75-1.3333333333333333," FLIP_DEF
-         ",erase:p=0.25:scale=0.02-0.33:ratio=0.3-3.3:value=0");
+    good("rrc:scale=0.35-1,flip,erase=0.25", "rrc:scale=0.35-1:ratio=0.75-1.3333333333333333," FLIP_DEF
+                                             ",erase:p=0.25:scale=0.02-0.33:ratio=0.3-3.3:value=0");
     good("crop-pad=4,flip", "crop-pad:pad=4:mode=constant:fill=0," FLIP_DEF);
     good("crop-pad=4:reflect,flip", "crop-pad:pad=4:mode=reflect:fill=0," FLIP_DEF);
     good("crop-pad=4:mode=edge", "crop-pad:pad=4:mode=edge:fill=0");
@@ -57,8 +56,7 @@ static void test_parse(void) {
     good("flip", FLIP_DEF);
     good("flip=1", "flip:p=1");
     good("erase", "erase:p=0.5:scale=0.02-0.33:ratio=0.3-3.3:value=0");
-    good("erase=0.1:random:scale=0.1-0.2:ratio=1e-1-10",
-         "erase:p=0.1:scale=0.1-0.2:ratio=0.1-10:value=random");
+    good("erase=0.1:random:scale=0.1-0.2:ratio=1e-1-10", "erase:p=0.1:scale=0.1-0.2:ratio=0.1-10:value=random");
     good("rrc:ratio=0.5-2:scale=0.25-0.5", "rrc:scale=0.25-0.5:ratio=0.5-2");
     /* bad chains: each message names what is wrong and what is known */
     bad("", "empty chain");
@@ -96,7 +94,8 @@ static void test_parse(void) {
 static void test_crop_pad(void) {
     const int w = 7, h = 5, c = 3, pad = 3, S = 6;
     uint8_t src[7 * 5 * 3], padded[13 * 11 * 3], got[6 * 6 * 3];
-    for (int k = 0; k < w * h * c; k++) src[k] = (uint8_t)(k * 37 + 11);
+    for (int k = 0; k < w * h * c; k++)
+        src[k] = (uint8_t)(k * 37 + 11);
     const int PW = w + 2 * pad, PH = h + 2 * pad;
     int bad = 0;
     for (int mode = 0; mode < 3; mode++) {
@@ -104,7 +103,8 @@ static void test_crop_pad(void) {
             for (int x = 0; x < PW; x++) {
                 int sy = y - pad, sx = x - pad;
                 int in = sx >= 0 && sx < w && sy >= 0 && sy < h;
-                if (mode == RN_AUG_PAD_EDGE) sx = sx < 0 ? 0 : sx >= w ? w - 1 : sx, sy = sy < 0 ? 0 : sy >= h ? h - 1 : sy;
+                if (mode == RN_AUG_PAD_EDGE)
+                    sx = sx < 0 ? 0 : sx >= w ? w - 1 : sx, sy = sy < 0 ? 0 : sy >= h ? h - 1 : sy;
                 if (mode == RN_AUG_PAD_REFLECT) {
                     sx = sx < 0 ? -sx : sx >= w ? 2 * w - 2 - sx : sx;
                     sy = sy < 0 ? -sy : sy >= h ? 2 * h - 2 - sy : sy;

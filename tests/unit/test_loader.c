@@ -426,8 +426,12 @@ static void test_unit_slices(void) {
 /* the new ops: byte-identical batches (and erase boxes) for any worker count and after a
  * seek; each op changes the batches */
 static void test_chains(void) {
-    const char *chains[] = {"crop-pad=4:reflect,flip,erase=0.5:value=random", "rrc:scale=0.35-1:ratio=0.5-2,flip=0.3,erase=1",
-                            "crop-pad=3:edge,erase=0.7", "crop-pad=2:fill=7", "flip", "erase=1"};
+    const char *chains[] = {"crop-pad=4:reflect,flip,erase=0.5:value=random",
+                            "rrc:scale=0.35-1:ratio=0.5-2,flip=0.3,erase=1",
+                            "crop-pad=3:edge,erase=0.7",
+                            "crop-pad=2:fill=7",
+                            "flip",
+                            "erase=1"};
     enum { NB = 20, NC = sizeof chains / sizeof *chains };
     uint32_t ref[NC][NB], got[NB];
     for (int t = 0; t < NC; t++) {
@@ -466,7 +470,8 @@ static void test_chains(void) {
         CHECK(same, "%s: batches after a seek differ from an uninterrupted run", chains[t]);
         rn_loader_destroy(l);
     }
-    for (int t = 1; t < NC; t++) CHECK(memcmp(ref[t], ref[t - 1], sizeof got) != 0, "%s: same batches as %s", chains[t], chains[t - 1]);
+    for (int t = 1; t < NC; t++)
+        CHECK(memcmp(ref[t], ref[t - 1], sizeof got) != 0, "%s: same batches as %s", chains[t], chains[t - 1]);
 }
 
 /* erase: value 0 is exactly 0 after normalisation, random values are rn_erase_value's,
@@ -475,7 +480,8 @@ static void test_erase_normalize(void) {
     for (int random = 0; random < 2; random++) {
         rn_loader_opts o;
         rn_loader_defaults(&o);
-        CHECK_OK(rn_augment_parse(random ? "crop-pad=4,erase=1:value=random:scale=0.1-0.33" : "crop-pad=4,erase=1", &o.aug));
+        const char *chain = random ? "crop-pad=4,erase=1:value=random:scale=0.1-0.33" : "crop-pad=4,erase=1";
+        CHECK_OK(rn_augment_parse(chain, &o.aug));
         o.crop = 24, o.batch = 8, o.seed = 3, o.workers = 2;
         rn_loader *l;
         CHECK_OK(rn_loader_create(path, &o, &l));
@@ -503,7 +509,8 @@ static void test_erase_normalize(void) {
                                 continue;
                             }
                             inside++;
-                            float want = random ? rn_erase_value(b.erase_key, b.erase_epoch, e->rec, (uint32_t)el) : 0.0f;
+                            float want =
+                                random ? rn_erase_value(b.erase_key, b.erase_epoch, e->rec, (uint32_t)el) : 0.0f;
                             bad_in += memcmp(&x[at], &want, sizeof want) != 0;
                             sum += x[at], sq += (double)x[at] * x[at];
                         }
@@ -514,12 +521,11 @@ static void test_erase_normalize(void) {
         }
         rn_loader_destroy(l);
         CHECK(boxes >= 90, "erase p=1: only %d of 96 images erased", boxes);
-        CHECK(bad_in == 0 && bad_out == 0, "erase (%s): %d wrong inside, %d changed outside", random ? "random" : "0", bad_in,
-              bad_out);
+        CHECK(bad_in == 0 && bad_out == 0, "erase (%s): %d wrong inside, %d changed outside", chain, bad_in, bad_out);
         if (random && inside > 1000) {
             double mean = sum / inside, var = sq / inside - mean * mean;
-            CHECK(fabs(mean) < 0.05 && fabs(var - 1) < 0.05, "random erase values: mean %g variance %g of %d", mean, var,
-                  inside);
+            CHECK(fabs(mean) < 0.05 && fabs(var - 1) < 0.05, "random erase values: mean %g variance %g of %d", mean,
+                  var, inside);
         } else if (random) {
             CHECK(0, "too few erased elements: %d", inside);
         }
