@@ -339,13 +339,20 @@ void rn_aug_erase_box(int w, int h, double scale_lo, double scale_hi, double rat
     box[0] = box[1] = box[2] = box[3] = 0;
 }
 
-float rn_erase_value(uint64_t key, int64_t epoch, uint32_t rec, uint32_t e) {
+/* the Box-Muller pair of element e: its radius and angle */
+static void erase_pair(uint64_t key, int64_t epoch, uint32_t rec, uint32_t e, double *rad, double *th) {
     uint32_t r[4];
     rn_philox(key, (uint64_t)epoch, ((uint64_t)rec << 32) | (e >> 2), r);
     int pair = (e & 3) >> 1;
     double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0); /* (0, 1] */
     double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
-    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    *rad = sqrt(-2.0 * log(u1));
+    *th = 6.283185307179586 * u2;
+}
+
+float rn_erase_value(uint64_t key, int64_t epoch, uint32_t rec, uint32_t e) {
+    double rad, th;
+    erase_pair(key, epoch, rec, e, &rad, &th);
     return (float)(e & 1 ? rad * sin(th) : rad * cos(th));
 }
 
@@ -354,11 +361,19 @@ void rn_erase_apply(const rn_erase *boxes, int n, int h, int w, int c, uint64_t 
         const rn_erase *b = &boxes[k];
         if (b->w <= 0 || b->h <= 0) continue;
         float *img = y + (size_t)k * h * w * c;
+        /* elements 2m and 2m+1 share a pair: rn_erase_value's numbers, half the work */
+        uint32_t have = UINT32_MAX;
+        double rad = 0, th = 0;
         for (int yy = b->y; yy < b->y + b->h; yy++)
             for (int xx = b->x; xx < b->x + b->w; xx++)
                 for (int ch = 0; ch < c; ch++) {
                     uint32_t e = (uint32_t)(((size_t)yy * w + xx) * c + ch);
-                    img[e] = b->random ? rn_erase_value(key, epoch, b->rec, e) : 0.0f;
+                    if (!b->random) {
+                        img[e] = 0.0f;
+                        continue;
+                    }
+                    if (e >> 1 != have) erase_pair(key, epoch, b->rec, e, &rad, &th), have = e >> 1;
+                    img[e] = (float)(e & 1 ? rad * sin(th) : rad * cos(th));
                 }
     }
 }
