@@ -305,9 +305,16 @@ static int src_index(int q, int n, int mode) {
 
 void rn_aug_crop_pad(const uint8_t *src, int w, int h, int c, int pad, int mode, int fill, int i, int j, int S,
                      int flip, uint8_t *dst) {
+    /* columns [x0, x1) read the image itself: one copy per row when not flipped */
+    int x0 = pad - j > 0 ? pad - j : 0, x1 = w + pad - j < S ? w + pad - j : S;
     for (int y = 0; y < S; y++) {
         int sy = src_index(i + y - pad, h, mode);
         for (int x = 0; x < S; x++) {
+            if (!flip && sy >= 0 && x == x0 && x1 > x0) {
+                memcpy(dst + ((size_t)y * S + x0) * c, src + ((size_t)sy * w + x0 + j - pad) * c, (size_t)(x1 - x0) * c);
+                x = x1 - 1;
+                continue;
+            }
             int sx = src_index(j + x - pad, w, mode);
             uint8_t *o = dst + ((size_t)y * S + (flip ? S - 1 - x : x)) * c;
             if (sy < 0 || sx < 0)
