@@ -471,6 +471,19 @@ int rn_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_
     return after(be, be->ops->input_normalize(be, dtype, m, c, x, mean, std, y));
 }
 
+int rn_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0, int bw, int bh,
+                   int random, uint64_t key, int64_t epoch, uint32_t rec, void *y) {
+    const char *op = "input_erase";
+    int rc = check_n(be, op, &dtype, (int64_t)h * w * c);
+    if (rc) return rc;
+    if (h < 1 || w < 1 || c < 1 || bw < 0 || bh < 0 || x < 0 || y0 < 0 || x + bw > w || y0 + bh > h)
+        return rn_errorf(RN_EINVAL, "%s: box %dx%d at (%d, %d) outside a %dx%dx%d image", op, bw, bh, x, y0, w, h,
+                         c);
+    if (bw == 0 || bh == 0) return RN_OK;
+    NEED(y, op);
+    return after(be, be->ops->input_erase(be, dtype, h, w, c, x, y0, bw, bh, random, key, epoch, rec, y));
+}
+
 /* ---- pooling ---- */
 
 static int check_pool(rn_backend *be, const char *op, rn_pool_desc *d) {

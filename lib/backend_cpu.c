@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rn/augment.h"
 #include "rn/backend_cpu_impl.h"
 #include "rn/backend_impl.h"
 #include "rn/err.h"
@@ -553,6 +554,14 @@ static int cpu_input_normalize(rn_backend *be, int dtype, int64_t m, int c, cons
     return RN_OK;
 }
 
+static int cpu_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0, int bw, int bh,
+                           int random, uint64_t key, int64_t epoch, uint32_t rec, void *yv) {
+    (void)be, (void)dtype, (void)h;
+    rn_erase b = {.x = x, .y = y0, .w = bw, .h = bh, .rec = rec, .random = random};
+    rn_erase_apply(&b, 1, h, w, c, key, epoch, yv);
+    return RN_OK;
+}
+
 /* ---- pooling ---- */
 
 /* Output rows [row0, row1) of (n*p) rows. */
@@ -952,6 +961,7 @@ static const rn_backend_ops cpu_ops = {
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,
     .input_normalize = cpu_input_normalize,
+    .input_erase = cpu_input_erase,
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .avgpool_global_fwd = cpu_gap_fwd,

@@ -1017,6 +1017,61 @@ static int cuda_input_normalize(rn_backend *be, int dtype, int64_t m, int c, con
     return BY_DTYPE(dtype, normalize_t)(be, m, c, x, &k, y);
 }
 
+/* Philox-4x32-10 as lib/rng.c computes it, and rn_erase_value's Box-Muller (in double,
+ * as the CPU computes it) */
+__device__ void philox_dev(uint64_t key, uint64_t hi, uint64_t lo, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)lo, c1 = (uint32_t)(lo >> 32), c2 = (uint32_t)hi, c3 = (uint32_t)(hi >> 32);
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+template <typename T>
+__global__ void erase_k(int64_t n, int w, int c, int x, int y0, int bw, int random, uint64_t key, uint64_t epoch,
+                        uint32_t rec, T *y) {
+    GRID_LOOP(i, n) { /* i over the box's bw * bh * c elements */
+        int ch = (int)(i % c), col = (int)(i / c % bw), row = (int)(i / c / bw);
+        uint32_t e = (uint32_t)(((int64_t)(y0 + row) * w + x + col) * c + ch);
+        float v = 0.0f;
+        if (random) {
+            uint32_t r[4];
+            philox_dev(key, epoch, ((uint64_t)rec << 32) | (e >> 2), r);
+            int pair = (e & 3) >> 1;
+            double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0);
+            double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
+            double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+            v = (float)(e & 1 ? rad * sin(th) : rad * cos(th));
+        }
+        y[e] = st<T>(v);
+    }
+}
+
+template <typename T>
+static int erase_t(rn_backend *be, int w, int c, int x, int y0, int bw, int bh, int random, uint64_t key,
+                   int64_t epoch, uint32_t rec, void *y) {
+    cuda_ctx *g = CTX(be);
+    int64_t n = (int64_t)bw * bh * c;
+    erase_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, w, c, x, y0, bw, random, key, (uint64_t)epoch, rec,
+                                                         (T *)y);
+    LAUNCHED("input_erase");
+    return RN_OK;
+}
+
+static int cuda_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0, int bw, int bh,
+                            int random, uint64_t key, int64_t epoch, uint32_t rec, void *y) {
+    (void)h;
+    return BY_DTYPE(dtype, erase_t)(be, w, c, x, y0, bw, bh, random, key, epoch, rec, y);
+}
+
 /* ---- pooling: torch's rules (NaN propagates, the first maximum in row-major order
  * takes the gradient), which cuDNN does not promise for ties; ties are common after a
  * ReLU (windows of zeros). ---- */
@@ -1745,6 +1800,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->relu_fwd = cuda_relu_fwd;
     o->relu_bwd = cuda_relu_bwd;
     o->input_normalize = cuda_input_normalize;
+    o->input_erase = cuda_input_erase;
     o->maxpool_fwd = cuda_maxpool_fwd;
     o->maxpool_bwd = cuda_maxpool_bwd;
     o->avgpool_global_fwd = cuda_gap_fwd;

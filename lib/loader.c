@@ -22,6 +22,7 @@ const float RN_IMAGENET_STD[3] = {0.229f, 0.224f, 0.225f};
 /* Philox purposes of the loader's randomness */
 #define PURPOSE_SHUFFLE 0x6c6f61647368756full /* "loadshuo" */
 #define PURPOSE_AUGMENT 0x6c6f616461756765ull /* "loadauge" */
+#define PURPOSE_ERASE 0x6c6f616465726173ull   /* "loaderas": erase's random values */
 /* samples per work item: small enough to spread a batch over the workers */
 #define CHUNK 8
 
@@ -31,13 +32,9 @@ void rn_loader_defaults(rn_loader_opts *o) {
     o->batch = RN_LOADER_BATCH;
     o->prefetch = RN_LOADER_PREFETCH;
     o->train = 1;
-    o->augment = RN_AUG_RRC;
+    rn_augment_default(&o->aug);
     o->resize = -1;
     o->shuffle = -1;
-    o->scale[0] = RN_LOADER_SCALE_MIN;
-    o->scale[1] = RN_LOADER_SCALE_MAX;
-    o->ratio[0] = RN_LOADER_RATIO_MIN;
-    o->ratio[1] = RN_LOADER_RATIO_MAX;
 }
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
@@ -50,6 +47,7 @@ typedef struct {
     uint32_t *ids;     /* (batch) record indices */
     uint8_t *pixels;   /* (batch, S, S, c) */
     int32_t *labels;   /* (batch) */
+    rn_erase *erase;   /* (batch) erase boxes, or NULL when the chain has none */
     int err;           /* first error of a sample, with its message */
     char msg[1024];
 } slot;
@@ -159,8 +157,35 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
 
 void rn_loader_scratch_free(rn_loader_scratch *sc) { rn_image_ws_free(&sc->ws); }
 
+static int render(const rn_loader_opts *o, int c, const rn_sample *s, int W, int H, const rn_jpeg_info *jip,
+                  rn_window *wp, rn_loader_scratch *w, uint8_t *dst);
+
+/* crop-pad: the image at its stored size, padded, an S x S window drawn over the padded
+ * image (torchvision's RandomCrop), mirrored when flip */
+static int crop_pad(const rn_aug_step *cp, int S, int c, const rn_sample *smp, int W, int H, rn_draws *d,
+                    const rn_aug_step *flip, rn_image_stream *st, rn_loader_scratch *w, uint8_t *dst) {
+    int pad = (int)cp->v[0], mode = (int)cp->v[1], fill = (int)cp->v[2], i, j, rc;
+    if (rn_aug_crop_offsets(W, H, pad, S, d, &i, &j))
+        return rn_errorf(RN_EDATA, "a %dx%d image padded by %d is smaller than the %d crop of crop-pad (use rrc, a "
+                         "smaller --crop, or more padding)", W, H, pad, S);
+    if (mode == RN_AUG_PAD_REFLECT && (pad >= W || pad >= H))
+        return rn_errorf(RN_EDATA, "crop-pad: reflect padding %d needs an image wider and taller than that, not "
+                         "%dx%d (use edge or constant)", pad, W, H);
+    int fl = flip && rn_u01(rn_image_stream_next(st)) < (float)flip->v[0];
+    const uint8_t *px = smp->data;
+    if (smp->enc == RN_ENC_JPEG) {
+        int want[4] = {0, 0, W, H}, got[4];
+        if ((rc = rn_jpeg_decode_region(w->jpeg, smp->data, smp->len, c, W, H, want, &px, got)) != RN_OK) return rc;
+        if (got[0] || got[1] || got[2] != W || got[3] != H)
+            return rn_errorf(RN_EDATA, "crop-pad: the JPEG decoded to a %dx%d part, not the whole %dx%d", got[2],
+                             got[3], W, H);
+    }
+    rn_aug_crop_pad(px, W, H, c, pad, mode, fill, i, j, S, fl, dst);
+    return RN_OK;
+}
+
 int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int64_t epoch, uint32_t rec,
-                        rn_loader_scratch *w, uint8_t *dst) {
+                        rn_loader_scratch *w, uint8_t *dst, rn_erase *erase) {
     const int S = o->crop;
     const rn_sample smp = *s;
     int rc = RN_OK;
@@ -174,24 +199,57 @@ int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int6
                          smp.channels, smp.enc, smp.len);
     int W = (int)smp.width, H = (int)smp.height;
     rn_jpeg_info ji;
+    memset(&ji, 0, sizeof ji);
     if (smp.enc == RN_ENC_JPEG) {
         if ((rc = rn_jpeg_header(w->jpeg, smp.data, smp.len, &ji)) != RN_OK) return rc;
         if (ji.width != W || ji.height != H)
             return rn_errorf(RN_EDATA, "JPEG is %dx%d, the record says %dx%d", ji.width, ji.height, W, H);
     }
-    /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
-    rn_window win;
-    if (o->train && o->augment == RN_AUG_RRC) {
-        rn_image_stream st;
-        rn_draws d;
-        rn_image_stream_init(&st, &d, rn_rng_key(o->seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
-        int b[4];
-        rn_image_rrc_box(W, H, o->scale[0], o->scale[1], o->ratio[0], o->ratio[1], &d, b);
-        win = (rn_window){.box = {b[0], b[1], b[0] + b[2], b[1] + b[3]}, .out_w = S, .out_h = S};
-        win.flip = rn_u01(rn_image_stream_next(&st)) < 0.5f;
+    /* the chain's draws, in its order, from one stream of (seed, epoch, record) */
+    const rn_augment *aug = &o->aug;
+    const rn_aug_step *rrc = o->train ? rn_augment_find(aug, RN_AUG_OP_RRC) : NULL;
+    const rn_aug_step *cp = o->train ? rn_augment_find(aug, RN_AUG_OP_CROP_PAD) : NULL;
+    const rn_aug_step *flip = o->train ? rn_augment_find(aug, RN_AUG_OP_FLIP) : NULL;
+    const rn_aug_step *er = o->train ? rn_augment_find(aug, RN_AUG_OP_ERASE) : NULL;
+    rn_image_stream st;
+    rn_draws d;
+    rn_image_stream_init(&st, &d, rn_rng_key(o->seed, PURPOSE_AUGMENT), (uint64_t)epoch, rec);
+    if (erase) *erase = (rn_erase){.rec = rec};
+    if (cp) {
+        if ((rc = crop_pad(cp, S, c, &smp, W, H, &d, flip, &st, w, dst)) != RN_OK) return rc;
     } else {
-        rn_window_eval(W, H, S, o->resize, &win); /* resize < 0: round(S*256/224), there */
+        /* geometry in source pixels: resize box -> out_w x out_h, then window (ox, oy, S, S) */
+        rn_window win;
+        int flip_after = 0;
+        if (rrc) {
+            int b[4];
+            rn_image_rrc_box(W, H, rrc->v[0], rrc->v[1], rrc->v[2], rrc->v[3], &d, b);
+            win = (rn_window){.box = {b[0], b[1], b[0] + b[2], b[1] + b[3]}, .out_w = S, .out_h = S};
+            win.flip = flip && rn_u01(rn_image_stream_next(&st)) < (float)flip->v[0];
+        } else {
+            rn_window_eval(W, H, S, o->resize, &win); /* resize < 0: round(S*256/224), there */
+            /* after the centre crop, as torchvision's [Resize, CenterCrop, RandomHorizontalFlip] */
+            flip_after = flip && rn_u01(rn_image_stream_next(&st)) < (float)flip->v[0];
+        }
+        if ((rc = render(o, c, &smp, W, H, &ji, &win, w, dst)) != RN_OK) return rc;
+        if (flip_after) rn_image_flip(dst, S, S, c);
     }
+    if (er && erase && rn_u01(rn_image_stream_next(&st)) < (float)er->v[0]) {
+        int b[4];
+        rn_aug_erase_box(S, S, er->v[1], er->v[2], er->v[3], er->v[4], &d, b);
+        *erase = (rn_erase){.x = b[0], .y = b[1], .w = b[2], .h = b[3], .rec = rec, .random = (int32_t)er->v[5]};
+    }
+    return RN_OK;
+}
+
+/* render an eval or rrc window of the record, decoding only what it reads */
+static int render(const rn_loader_opts *o, int c, const rn_sample *s, int W, int H, const rn_jpeg_info *jip,
+                  rn_window *wp, rn_loader_scratch *w, uint8_t *dst) {
+    const int S = o->crop;
+    const rn_sample smp = *s;
+    const rn_jpeg_info ji = *jip;
+    rn_window win = *wp;
+    int rc = RN_OK;
     double *box = win.box;
     const int out_w = win.out_w, out_h = win.out_h, ox = win.ox, oy = win.oy, pad = win.pad;
     const uint8_t *px = smp.data;
@@ -231,13 +289,13 @@ int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int6
     return rn_window_render(px, part, pw, ph, c, &win, S, dst, &w->ws);
 }
 
-static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label) {
+static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label, rn_erase *erase) {
     rn_loader *l = w->l;
     rn_sample smp;
     int rc = rn_dataset_read(w->rd, rec, &smp);
     if (rc) return rc;
     *label = smp.label;
-    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, rec, &w->sc, dst)) != RN_OK)
+    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, rec, &w->sc, dst, erase)) != RN_OK)
         return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
     return RN_OK;
 }
@@ -271,7 +329,8 @@ static void *work(void *arg) {
         struct timespec ta, tb;
         clock_gettime(CLOCK_MONOTONIC, &ta);
         for (int k = k0; k < k1 && !err; k++) {
-            err = do_sample(w, epoch, s->ids[k], s->pixels + (size_t)k * img, &s->labels[k]);
+            err = do_sample(w, epoch, s->ids[k], s->pixels + (size_t)k * img, &s->labels[k],
+                            s->erase ? &s->erase[k] : NULL);
             if (err) snprintf(msg, sizeof msg, "%s", rn_last_error());
         }
 
@@ -300,9 +359,7 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     if (o->crop <= 0 || o->batch <= 0 || o->prefetch < 2 || o->workers < 0 || o->workers > 1024)
         return rn_errorf(RN_EINVAL, "loader: crop %d, batch %d, prefetch %d, workers %d: crop and batch must be "
                          "positive, prefetch >= 2, workers 0..1024", o->crop, o->batch, o->prefetch, o->workers);
-    if (!(o->scale[0] > 0 && o->scale[0] <= o->scale[1] && o->ratio[0] > 0 && o->ratio[0] <= o->ratio[1]))
-        return rn_errorf(RN_EINVAL, "loader: scale (%g, %g) and ratio (%g, %g) must be positive, low <= high",
-                         o->scale[0], o->scale[1], o->ratio[0], o->ratio[1]);
+    if (o->aug.n < 0 || o->aug.n > RN_AUG_MAX) return rn_errorf(RN_EINVAL, "loader: a chain of %d ops", o->aug.n);
     if (o->parts > 1 && (o->part < 0 || o->part >= o->parts))
         return rn_errorf(RN_EINVAL, "loader: part %d of %d", o->part, o->parts);
     if (o->unit < 0) return rn_errorf(RN_EINVAL, "loader: slices of %d images", o->unit);
@@ -341,6 +398,11 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
         s->ids = rn_malloc((size_t)o->batch * sizeof *s->ids);
         s->pixels = l->o.alloc(img * o->batch, l->o.alloc_ctx);
         s->labels = l->o.alloc((size_t)o->batch * sizeof(int32_t), l->o.alloc_ctx);
+        if (o->train && rn_augment_find(&o->aug, RN_AUG_OP_ERASE) &&
+            !(s->erase = rn_malloc((size_t)o->batch * sizeof *s->erase))) {
+            rc = RN_ENOMEM;
+            goto fail;
+        }
         if (!s->ids || !s->pixels || !s->labels) {
             rc = rn_errorf(RN_ENOMEM, "out of memory for %d batch buffers of %zu bytes (lower --prefetch or --batch)",
                            l->nslots, img * o->batch);
@@ -416,6 +478,9 @@ int rn_loader_next(rn_loader *l, rn_batch *b) {
     b->first = s->first;
     b->total = s->total;
     b->last = s->last;
+    b->erase = s->erase;
+    b->erase_key = rn_rng_key(l->o.seed, PURPOSE_ERASE);
+    b->erase_epoch = l->o.epoch_batches > 0 ? 0 : s->epoch; /* the epoch of the draws */
     b->slot = (int)(s - l->slots);
     pthread_mutex_unlock(&l->mu);
     return RN_OK;
@@ -485,6 +550,7 @@ void rn_loader_destroy(rn_loader *l) {
     if (l->slots) {
         for (int i = 0; i < l->nslots; i++) {
             free(l->slots[i].ids);
+            free(l->slots[i].erase);
             if (l->slots[i].pixels) l->o.free(l->slots[i].pixels, l->o.alloc_ctx);
             if (l->slots[i].labels) l->o.free(l->slots[i].labels, l->o.alloc_ctx);
         }
@@ -501,6 +567,7 @@ void rn_loader_destroy(rn_loader *l) {
 
 void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std) {
     rn_image_normalize(b->pixels, dst, (size_t)b->n * b->h * b->w, b->c, mean, std);
+    if (b->erase) rn_erase_apply(b->erase, b->n, b->h, b->w, b->c, b->erase_key, b->erase_epoch, dst);
 }
 
 int rn_loader_contact_sheet(const rn_batch *b, int cols, uint8_t **jpeg, size_t *len) {

@@ -20,7 +20,7 @@ void rn_lrfind_defaults(rn_lrfind_opts *o) {
     o->workers = RN_TRAIN_WORKERS;
     o->batch = RN_TRAIN_BATCH;
     o->crop = RN_TRAIN_CROP;
-    o->augment = RN_AUG_RRC;
+    rn_augment_default(&o->augment);
     o->lr_min = RN_LRFIND_MIN;
     o->lr_max = RN_LRFIND_MAX;
     o->steps = RN_LRFIND_STEPS;
@@ -51,7 +51,7 @@ int rn_lrfind_run(const rn_lrfind_opts *o, rn_ckpt *ck, rn_lrfind_point *pts, in
     lo.batch = o->batch;
     lo.workers = o->workers;
     lo.train = 1;
-    lo.augment = o->augment;
+    lo.aug = o->augment;
     lo.shuffle = 1;
     lo.drop_last = 1; /* full batches, as rn-train steps on */
     lo.seed = o->seed_given ? o->seed : st.seed;

@@ -235,8 +235,18 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b) {
 
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
     const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
-    return rn_input_normalize(r->be, rn_net_dtype(r->net), (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN,
-                              RN_IMAGENET_STD, rn_net_input(r->net));
+    int dt = rn_net_dtype(r->net);
+    void *y = rn_net_input(r->net);
+    int rc = rn_input_normalize(r->be, dt, (int64_t)n * b->h * b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD, y);
+    /* RandomErasing after the normalisation, as torchvision erases the normalised tensor */
+    size_t img = (size_t)b->h * b->w * b->c * rn_dtype_size(dt);
+    for (int k = 0; k < n && rc == RN_OK && b->erase; k++) {
+        const rn_erase *e = &b->erase[first + k];
+        if (e->w > 0 && e->h > 0)
+            rc = rn_input_erase(r->be, dt, b->h, b->w, b->c, e->x, e->y, e->w, e->h, e->random, b->erase_key,
+                                b->erase_epoch, e->rec, (char *)y + (size_t)k * img);
+    }
+    return rc;
 }
 
 int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {

@@ -31,7 +31,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->recompute = RN_TRAIN_RECOMPUTE_AUTO;
     o->crop = RN_TRAIN_CROP;
     o->resize = -1;
-    o->augment = RN_AUG_RRC;
+    rn_augment_default(&o->augment);
     o->shuffle = 1;
     o->epochs = 1;
     o->log_every = RN_TRAIN_LOG_EVERY;
@@ -148,7 +148,7 @@ static int setup_data(run *t) {
     lo.batch = o->batch;
     lo.workers = o->workers;
     lo.train = 1;
-    lo.augment = o->augment;
+    lo.aug = o->augment;
     lo.resize = o->resize;
     lo.shuffle = o->shuffle;
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */

@@ -37,8 +37,15 @@ sums() { rn-load -q --sums "$@" | grep '^batch '; }
     run rn-load --start 1 data.lmdb
     assert_failure 2
     assert_output --partial "EPOCH:INDEX"
-    run rn-load --augment flip data.lmdb
+    run rn-load --augment jitter data.lmdb
     assert_failure 2
+    assert_output --partial "--augment: 'jitter' is not an op: known ops are rrc, crop-pad, flip, erase"
+    run rn-load --augment flip,rrc data.lmdb
+    assert_failure 2
+    assert_output --partial "rrc after flip"
+    run rn-load --augment crop-pad=4:mirror data.lmdb
+    assert_failure 2
+    assert_output --partial "mode 'mirror' is not constant or edge or reflect"
 }
 
 @test "reports images/second, position and checksum" {

@@ -1,6 +1,7 @@
 /* rn-load: run the data loader alone: throughput, determinism checks, a look at batches. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,9 @@ static void usage(FILE *f) {
             "  --batches N        stop after N batches (or at the end of --epochs)\n"
             "  --seed S           shuffle and augmentation seed (default 0)\n"
             "  --eval             eval transform: resize to round(S*256/224), centre crop S, no shuffle\n"
-            "  --augment rrc|none training transform: RandomResizedCrop+flip (default) or the eval one\n"
+            "  --augment CHAIN    training transform, ops OP[=V][:KEY=VALUE] joined by commas, as\n"
+            "                     rn-train: rrc, crop-pad=N[:constant|edge|reflect], flip[=P],\n"
+            "                     erase[=P][:random]; none: the eval transform (default rrc,flip)\n"
             "  --resize N         eval resize of the shorter side (0: none)\n"
             "  --no-shuffle       keep the record order\n"
             "  --drop-last        drop each epoch's incomplete last batch\n"
@@ -39,7 +42,8 @@ static void usage(FILE *f) {
             "                     trainer does\n"
             "  --start E:I        start at epoch E, index I (a saved loader position)\n"
             "  --sums             print one line per batch: epoch index n last crc32c\n"
-            "  --checksum         print the crc32c of all batches (pixels and labels) at the end\n"
+            "  --checksum         print the crc32c of all batches (pixels and labels, and the\n"
+            "                     erase boxes when the chain erases) at the end\n"
             "  --dump FILE.jpg    write a contact sheet of the first batch\n"
             "  --raw FILE         write the first batch's u8 NHWC pixels to FILE (raw bytes)\n"
             "  --list             list the records (key label WxHxC enc bytes name) and exit\n"
@@ -77,6 +81,24 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* --dump and --raw: each erase box painted in the colour its normalised value stands for
+ * (value 0: the ImageNet mean colour), so the pictures show what the network sees */
+static void paint_erase(rn_batch *b) {
+    for (int k = 0; k < b->n; k++) {
+        const rn_erase *e = &b->erase[k];
+        uint8_t *img = b->pixels + (size_t)k * b->h * b->w * b->c;
+        for (int y = e->y; y < e->y + e->h; y++)
+            for (int x = e->x; x < e->x + e->w; x++)
+                for (int ch = 0; ch < b->c; ch++) {
+                    uint32_t el = (uint32_t)(((size_t)y * b->w + x) * b->c + ch);
+                    int mc = b->c == 3 ? ch : 0;
+                    float v = e->random ? rn_erase_value(b->erase_key, b->erase_epoch, e->rec, el) : 0.0f;
+                    float u = (v * RN_IMAGENET_STD[mc] + RN_IMAGENET_MEAN[mc]) * 255.0f;
+                    img[el] = (uint8_t)(u < 0 ? 0 : u > 255 ? 255 : lrintf(u));
+                }
+    }
+}
+
 int main(int argc, char **argv) {
     rn_loader_opts o;
     rn_loader_defaults(&o);
@@ -111,9 +133,7 @@ int main(int argc, char **argv) {
         case O_SEED: rc = rn_cli_u64("--seed", optarg, 0, UINT64_MAX, &o.seed); break;
         case O_EVAL: o.train = 0; break;
         case O_AUGMENT:
-            if (strcmp(optarg, "rrc") == 0) o.augment = RN_AUG_RRC;
-            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not rrc or none", optarg);
+            if ((rc = rn_augment_parse(optarg, &o.aug))) rc = rn_error_context(rc, "--augment");
             break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 65535, &o.resize); break;
         case O_NOSHUF: o.shuffle = 0; break;
@@ -192,7 +212,9 @@ int main(int argc, char **argv) {
         if (checksum) {
             crc = rn_crc32c(crc, b.pixels, nbytes);
             crc = rn_crc32c(crc, b.labels, (size_t)b.n * sizeof(int32_t));
+            if (b.erase) crc = rn_crc32c(crc, b.erase, (size_t)b.n * sizeof *b.erase);
         }
+        if (b.erase && (dump || raw) && batches == 0) paint_erase(&b);
         if (dump && batches == 0) {
             uint8_t *jpg;
             size_t len;
@@ -234,6 +256,9 @@ int main(int argc, char **argv) {
             printf("cpu: %.2f s (%.1f img per cpu-second)\n", cpu, images / (cpu > 1e-9 ? cpu : 1e-9));
         }
         if (checksum) printf("checksum: %08x\n", crc);
+        char chain[1024];
+        if (o.train) rn_augment_format(&o.aug, chain, sizeof chain);
+        printf("augment: %s\n", o.train ? chain : "eval transform");
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "rn-load: writing to stdout failed\n");

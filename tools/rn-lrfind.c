@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "      --micro-batch M     images per forward, a divisor of N (gradients accumulated,\n"
             "                          as rn-train); default: the largest divisor that fits in memory\n"
             "      --crop S            training crop (default %d)\n"
-            "      --augment MODE      standard or none, as rn-train (default standard)\n"
+            "      --augment CHAIN     training augmentation, as rn-train (default rrc,flip)\n"
             "      --momentum X        (default %g)\n"
             "      --wd X              weight decay (default %g)\n"
             "      --nesterov          Nesterov momentum\n"
@@ -140,9 +140,7 @@ int main(int argc, char **argv) {
         case O_MICRO: rc = rn_cli_int("--micro-batch", optarg, 1, 1 << 20, &o.micro_batch); break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_AUG:
-            if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
-            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not standard or none", optarg);
+            if ((rc = rn_augment_parse(optarg, &o.augment))) rc = rn_error_context(rc, "--augment");
             break;
         case O_MOM: rc = rn_cli_float("--momentum", optarg, 0, 1, &o.momentum); break;
         case O_WD: rc = rn_cli_float("--wd", optarg, 0, 1, &o.weight_decay); break;

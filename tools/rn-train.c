@@ -62,8 +62,17 @@ static void usage(FILE *f) {
             "      --crop S            training crop (default %d)\n"
             "      --resize N          eval transform (--val, --augment none): shorter side before\n"
             "                          the centre crop (default round(S*256/224); 0: no resize)\n"
-            "      --augment MODE      standard (RandomResizedCrop + flip) or none (resize + centre\n"
-            "                          crop, for debugging and parity) (default standard)\n"
+            "      --augment CHAIN     training augmentation: ops joined by commas, each\n"
+            "                          OP[=V][:KEY=VALUE]... (a range is LO-HI), torchvision's\n"
+            "                          defaults where left out (default rrc,flip):\n"
+            "                            rrc[:scale=0.08-1][:ratio=0.75-1.333] RandomResizedCrop\n"
+            "                            crop-pad=N[:constant|edge|reflect][:fill=0] RandomCrop\n"
+            "                              with padding N, the image at its stored size\n"
+            "                            flip[=0.5]  horizontal flip with that probability\n"
+            "                            erase[=0.5][:scale=0.02-0.33][:ratio=0.3-3.3][:random]\n"
+            "                              RandomErasing on the normalised input (value 0)\n"
+            "                          crop op first, erase last; none: the eval transform\n"
+            "                          (resize + centre crop); standard and rrc alone: rrc,flip\n"
             "      --no-shuffle        visit the records in order\n"
             "      --overfit-batches K train on the first K batches of epoch 0 only, the same images\n"
             "                          and crops (epoch 0's draws of --augment) every epoch of K\n"
@@ -298,9 +307,7 @@ int main(int argc, char **argv) {
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
         case O_AUG:
-            if (strcmp(optarg, "standard") == 0) o.augment = RN_AUG_RRC;
-            else if (strcmp(optarg, "none") == 0) o.augment = RN_AUG_NONE;
-            else rc = rn_errorf(RN_EINVAL, "--augment: '%s' is not standard or none", optarg);
+            if ((rc = rn_augment_parse(optarg, &o.augment))) rc = rn_error_context(rc, "--augment");
             break;
         case O_NOSHUF: o.shuffle = 0; break;
         case O_OVERFIT: rc = rn_cli_i64("--overfit-batches", optarg, 1, 1 << 30, &o.overfit_batches); break;

@@ -321,6 +321,11 @@ int rn_relu_bwd(rn_backend *be, int dtype, int64_t n, const void *y, const void 
  * for channel j, torchvision's ToTensor + Normalize. mean, std: host arrays of c. */
 int rn_input_normalize(rn_backend *be, int dtype, int64_t m, int c, const uint8_t *x,
                        const float *mean, const float *std, void *y);
+/* RandomErasing on one normalised image y (h, w, c): the bw x bh box at column x, row y0
+ * becomes 0, or when random each element e = (row * w + col) * c + ch becomes
+ * rn_erase_value(key, epoch, rec, e) (rn/augment.h: N(0, 1) from Philox). */
+int rn_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0, int bw, int bh,
+                   int random, uint64_t key, int64_t epoch, uint32_t rec, void *y);
 
 /* ---- pooling ----
  * Max pool: x (n, h, w, c) -> y (n, p, q, c), padding never selected (torch's -inf),

@@ -22,9 +22,12 @@
  * computed: the batches are byte-identical for any worker count, prefetch depth or
  * timing, and after a seek to a saved position.
  *
- * Train transform: torchvision's RandomResizedCrop(crop, scale, ratio) (10 attempts, then
- * the centre-crop fallback) and a horizontal flip with p = 0.5. Eval transform (train = 0
- * or augment = RN_AUG_NONE): resize the shorter side to `resize` (default
+ * Train transform: the chain o.aug (rn/augment.h), by default torchvision's
+ * RandomResizedCrop(crop) (10 attempts, then the centre-crop fallback) and a horizontal
+ * flip with p = 0.5. Its crop op and flip make the u8 pixels; erase only draws each
+ * image's box, carried in b.erase and written by the normalisation (rn_loader_normalize
+ * here, rn_input_erase on a backend), as torchvision erases the normalised tensor.
+ * Eval transform (train = 0, or an empty chain): resize the shorter side to `resize` (default
  * round(crop * 256 / 224)), then centre crop crop x crop (zero padding where the image is
  * smaller, as torchvision; rn/transform.h, shared with rn-predict). Resizing is PIL's
  * antialiased bilinear (see rn/image.h).
@@ -46,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rn/augment.h"
 #include "rn/dataset.h"
 #include "rn/image.h"
 #include "rn/jpeg.h"
@@ -53,15 +57,9 @@
 #define RN_LOADER_CROP 224
 #define RN_LOADER_BATCH 256
 #define RN_LOADER_PREFETCH 4
-#define RN_LOADER_SCALE_MIN 0.08
-#define RN_LOADER_SCALE_MAX 1.0
-#define RN_LOADER_RATIO_MIN (3.0 / 4.0)
-#define RN_LOADER_RATIO_MAX (4.0 / 3.0)
 
 /* ImageNet per-channel mean and std (torchvision's), for rn_loader_normalize. */
 extern const float RN_IMAGENET_MEAN[3], RN_IMAGENET_STD[3];
-
-enum { RN_AUG_RRC = 0, RN_AUG_NONE = 1 };
 
 typedef struct {
     int crop;       /* output side S in pixels */
@@ -69,7 +67,7 @@ typedef struct {
     int workers;    /* decoding threads (0: all cores) */
     int prefetch;   /* batch buffers in the ring, >= 2 */
     int train;      /* 1: training transform; 0: eval transform */
-    int augment;    /* RN_AUG_RRC, or RN_AUG_NONE for the eval transform in training */
+    rn_augment aug; /* train: the chain (rn/augment.h; n = 0: the eval transform) */
     int resize;     /* eval: shorter side before the centre crop; -1: round(S*256/224); 0: none */
     int shuffle;    /* -1: same as train; 0 or 1 */
     int drop_last;  /* drop the incomplete last batch of each epoch */
@@ -88,15 +86,14 @@ typedef struct {
                        `part` holds units [part*U/parts, (part+1)*U/parts). Evaluation
                        uses it so that every slice starts at a multiple of its forward's
                        size within the epoch (rn_eval_loader_open) */
-    double scale[2], ratio[2]; /* RandomResizedCrop ranges */
     /* buffer allocator (NULL: aligned host memory); free gets the same ctx */
     void *(*alloc)(size_t bytes, void *ctx);
     void (*free)(void *p, void *ctx);
     void *alloc_ctx;
 } rn_loader_opts;
 
-/* Defaults: crop 224, batch 256, all cores, prefetch 4, train, RRC, resize -1,
- * shuffle -1, no drop_last, seed 0, scale (0.08, 1), ratio (3/4, 4/3). */
+/* Defaults: crop 224, batch 256, all cores, prefetch 4, train, the chain rrc,flip
+ * (rn_augment_default), resize -1, shuffle -1, no drop_last, seed 0. */
 void rn_loader_defaults(rn_loader_opts *o);
 
 typedef struct {
@@ -109,6 +106,10 @@ typedef struct {
     int first;        /* parts: the slice's first image within the whole batch */
     int total;        /* images in the whole batch (n when not sliced) */
     int last;         /* 1 for the last batch of its epoch */
+    const rn_erase *erase; /* (n) each image's erase box, to write after normalising
+                         (rn_erase_apply, rn_input_erase); NULL: the chain has no erase */
+    uint64_t erase_key;   /* the key and epoch of the random erase values */
+    int64_t erase_epoch;
     int slot;         /* internal: which ring buffer */
 } rn_batch;
 
@@ -154,7 +155,8 @@ typedef void (*rn_loader_trace_fn)(void *ctx, int worker, int64_t seq, int image
 void rn_loader_set_trace(rn_loader *l, rn_loader_trace_fn fn, void *ctx);
 
 /* dst (n, h, w, c) float NHWC = (pixels / 255 - mean[c]) / std[c], as torchvision's
- * ToTensor + Normalize compute it (but channels-last). */
+ * ToTensor + Normalize compute it (but channels-last), then the batch's erase boxes
+ * (rn_erase_apply). */
 void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const float *std);
 
 /* What one worker keeps between records for rn_loader_transform: zero-initialise, set
@@ -166,15 +168,15 @@ typedef struct {
 } rn_loader_scratch;
 void rn_loader_scratch_free(rn_loader_scratch *sc);
 /* One record through the loader's transform, as a worker applies it after reading the
- * record: o's train or eval transform (crop, resize, augment, exact, scale, ratio) with
+ * record: o's train or eval transform (crop, resize, aug, exact) with
  * the draws of (o->seed, epoch, rec), the JPEG decoded at its DCT scale and only over the
  * region the crop reads. channels is the dataset's (1 or 3); dst holds crop x crop x
- * channels bytes. o is as rn_loader_create accepts it (its scale and ratio ranges are not
- * checked again). Errors (without the record's name; the loader adds it): RN_EDATA (the
+ * channels bytes; erase (NULL when not wanted) gets the image's erase box (w = 0: none).
+ * o is as rn_loader_create accepts it. Errors (without the record's name; the loader adds it): RN_EDATA (the
  * record's channels, sizes or encoding disagree, or its JPEG does not decode), RN_EINVAL
  * (crop <= 0), RN_ENOMEM. */
 int rn_loader_transform(const rn_loader_opts *o, int channels, const rn_sample *s, int64_t epoch, uint32_t rec,
-                        rn_loader_scratch *sc, uint8_t *dst);
+                        rn_loader_scratch *sc, uint8_t *dst, rn_erase *erase);
 /* A JPEG contact sheet of the batch (a grid of its images, cols per row; 0: square-ish)
  * into a malloc'ed buffer. Errors: RN_ENOMEM, RN_EDATA. */
 int rn_loader_contact_sheet(const rn_batch *b, int cols, uint8_t **jpeg, size_t *len);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rn/augment.h"
 #include "rn/backend.h"
 #include "rn/ckpt.h"
 
@@ -35,7 +36,7 @@ typedef struct {
     int micro_batch;        /* images per forward, a divisor of batch (gradients accumulated
                                over batch/micro_batch forwards, as rn-train --micro-batch);
                                0: the largest divisor that fits in memory (rn/runner.h) */
-    int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
+    rn_augment augment;     /* the training chain (rn/augment.h; n = 0: the eval transform) */
     double lr_min, lr_max;  /* 0 < lr_min < lr_max */
     int steps;              /* >= 2 */
     double momentum, weight_decay;

@@ -71,6 +71,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rn/augment.h"
 #include "rn/backend.h"
 #include "rn/ckpt.h"
 #include "rn/dist.h"
@@ -132,7 +133,7 @@ typedef struct {
     int recompute;          /* RN_TRAIN_RECOMPUTE_*: activation checkpointing (RN_NET_RECOMPUTE) */
     int resize;             /* eval transform (--val, augment none): shorter side before the
                                centre crop; -1: round(crop*256/224); 0: no resize */
-    int augment;            /* RN_AUG_RRC or RN_AUG_NONE (rn/loader.h) */
+    rn_augment augment;     /* the training chain (rn/augment.h; n = 0: the eval transform) */
     int shuffle;            /* 1 or 0 */
     int64_t overfit_batches;/* > 0: every epoch is the first N batches of epoch 0, the same
                                images and crops each time (rn_loader_opts.epoch_batches; N

@@ -330,6 +330,15 @@ static void test_elementwise(env *e, int64_t n) {
     CHECK_OK(rn_backend_upload(e->gpu, gpx, px, (size_t)m * 3));
     CHECK_OK(rn_input_normalize(e->gpu, e->dtype, m, 3, gpx, mean, std, gy));
     cmp_dev(e, "input_normalize", gy, e->dtype, y, m * 3);
+    /* RandomErasing after it, on the first 16 x eh pixels as one image: a zero box, then a
+     * random one (Philox and Box-Muller on the device) */
+    int eh = (int)(m / 16);
+    for (int random = 0; random < 2 && eh >= 4; random++) {
+        CHECK_OK(rn_input_erase(e->cpu, RN_F32, eh, 16, 3, 3, 1, 9, eh - 2, random, 77, 2, 5, y));
+        for (int64_t i = 0; i < (int64_t)eh * 16 * 3; i++) y[i] = rnd(e->dtype, y[i]);
+        CHECK_OK(rn_input_erase(e->gpu, e->dtype, eh, 16, 3, 3, 1, 9, eh - 2, random, 77, 2, 5, gy));
+        cmp_dev(e, random ? "input_erase random" : "input_erase 0", gy, e->dtype, y, (int64_t)eh * 16 * 3);
+    }
     rn_backend_free(e->gpu, gpx), rn_backend_free(e->gpu, ga), rn_backend_free(e->gpu, gb);
     rn_backend_free(e->gpu, gdy), rn_backend_free(e->gpu, gy);
     free(a), free(b), free(dy), free(y), free(r), free(dx), free(px);

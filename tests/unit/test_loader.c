@@ -2,6 +2,7 @@
  * across worker counts and prefetch depths, that seek resumes exactly, that epochs are
  * permutations, drop-last, labels, the allocator hook and normalisation. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,7 @@ static int run(rn_loader_opts *o, int nb, uint32_t *crcs, int64_t *epochs, int32
             break;
         }
         crcs[k] = rn_crc32c(rn_crc32c(0, b.pixels, (size_t)b.n * b.h * b.w * b.c), b.labels, (size_t)b.n * 4);
+        if (b.erase) crcs[k] = rn_crc32c(crcs[k], b.erase, (size_t)b.n * sizeof *b.erase);
         if (epochs) epochs[k] = b.epoch * 1000 + b.index;
         if (labels) memcpy(labels + (size_t)k * o->batch, b.labels, (size_t)b.n * 4);
         rn_loader_release(l, &b);
@@ -421,6 +423,115 @@ static void test_unit_slices(void) {
     CHECK(empty == 1, "unit slices: %d empty slices, expected 1", empty);
 }
 
+/* the new ops: byte-identical batches (and erase boxes) for any worker count and after a
+ * seek; each op changes the batches */
+static void test_chains(void) {
+    const char *chains[] = {"crop-pad=4:reflect,flip,erase=0.5:value=random",
+                            "rrc:scale=0.35-1:ratio=0.5-2,flip=0.3,erase=1",
+                            "crop-pad=3:edge,erase=0.7",
+                            "crop-pad=2:fill=7",
+                            "flip",
+                            "erase=1"};
+    enum { NB = 20, NC = sizeof chains / sizeof *chains };
+    uint32_t ref[NC][NB], got[NB];
+    for (int t = 0; t < NC; t++) {
+        rn_loader_opts o;
+        rn_loader_defaults(&o);
+        CHECK_OK(rn_augment_parse(chains[t], &o.aug));
+        o.crop = 24, o.batch = 4, o.seed = 5, o.workers = 1, o.prefetch = 2;
+        CHECK(run(&o, NB, ref[t], NULL, NULL) == NB, "%s: reference run", chains[t]);
+        o.workers = 3, o.prefetch = 5;
+        run(&o, NB, got, NULL, NULL);
+        CHECK(memcmp(ref[t], got, sizeof got) == 0, "%s: batches differ with 3 workers", chains[t]);
+        /* seek back to a saved position: the same batches as the uninterrupted run */
+        rn_loader *l;
+        CHECK_OK(rn_loader_create(path, &o, &l));
+        if (!l) continue;
+        rn_batch b;
+        int64_t e, i;
+        for (int k = 0; k < 11; k++) {
+            CHECK_OK(rn_loader_next(l, &b));
+            rn_loader_release(l, &b);
+        }
+        rn_loader_position(l, &e, &i);
+        for (int k = 0; k < 4; k++) {
+            CHECK_OK(rn_loader_next(l, &b));
+            rn_loader_release(l, &b);
+        }
+        CHECK_OK(rn_loader_seek(l, e, i));
+        int same = 1;
+        for (int k = 11; k < NB; k++) {
+            CHECK_OK(rn_loader_next(l, &b));
+            uint32_t c = rn_crc32c(rn_crc32c(0, b.pixels, (size_t)b.n * b.h * b.w * b.c), b.labels, (size_t)b.n * 4);
+            if (b.erase) c = rn_crc32c(c, b.erase, (size_t)b.n * sizeof *b.erase);
+            same &= c == ref[t][k];
+            rn_loader_release(l, &b);
+        }
+        CHECK(same, "%s: batches after a seek differ from an uninterrupted run", chains[t]);
+        rn_loader_destroy(l);
+    }
+    for (int t = 1; t < NC; t++)
+        CHECK(memcmp(ref[t], ref[t - 1], sizeof got) != 0, "%s: same batches as %s", chains[t], chains[t - 1]);
+}
+
+/* erase: value 0 is exactly 0 after normalisation, random values are rn_erase_value's,
+ * everything outside the boxes is the plain normalisation */
+static void test_erase_normalize(void) {
+    for (int random = 0; random < 2; random++) {
+        rn_loader_opts o;
+        rn_loader_defaults(&o);
+        const char *chain = random ? "crop-pad=4,erase=1:value=random:scale=0.1-0.33" : "crop-pad=4,erase=1";
+        CHECK_OK(rn_augment_parse(chain, &o.aug));
+        o.crop = 24, o.batch = 8, o.seed = 3, o.workers = 2;
+        rn_loader *l;
+        CHECK_OK(rn_loader_create(path, &o, &l));
+        if (!l) return;
+        rn_batch b;
+        int boxes = 0, inside = 0, bad_in = 0, bad_out = 0;
+        double sum = 0, sq = 0;
+        for (int k = 0; k < 12; k++) {
+            CHECK_OK(rn_loader_next(l, &b));
+            size_t n = (size_t)b.n * b.h * b.w * b.c;
+            float *x = malloc(n * sizeof *x), *plain = malloc(n * sizeof *plain);
+            rn_loader_normalize(&b, x, RN_IMAGENET_MEAN, RN_IMAGENET_STD);
+            rn_image_normalize(b.pixels, plain, (size_t)b.n * b.h * b.w, b.c, RN_IMAGENET_MEAN, RN_IMAGENET_STD);
+            CHECK(b.erase != NULL, "no erase boxes in the batch");
+            for (int m = 0; b.erase && m < b.n; m++) {
+                const rn_erase *e = &b.erase[m];
+                boxes += e->w > 0;
+                for (int y = 0; y < b.h; y++)
+                    for (int xx = 0; xx < b.w; xx++)
+                        for (int c = 0; c < b.c; c++) {
+                            size_t el = ((size_t)y * b.w + xx) * b.c + c, at = (size_t)m * b.h * b.w * b.c + el;
+                            int in = xx >= e->x && xx < e->x + e->w && y >= e->y && y < e->y + e->h;
+                            if (!in) {
+                                bad_out += memcmp(&x[at], &plain[at], sizeof *x) != 0;
+                                continue;
+                            }
+                            inside++;
+                            float want =
+                                random ? rn_erase_value(b.erase_key, b.erase_epoch, e->rec, (uint32_t)el) : 0.0f;
+                            bad_in += memcmp(&x[at], &want, sizeof want) != 0;
+                            sum += x[at], sq += (double)x[at] * x[at];
+                        }
+            }
+            free(x);
+            free(plain);
+            rn_loader_release(l, &b);
+        }
+        rn_loader_destroy(l);
+        CHECK(boxes >= 90, "erase p=1: only %d of 96 images erased", boxes);
+        CHECK(bad_in == 0 && bad_out == 0, "erase (%s): %d wrong inside, %d changed outside", chain, bad_in, bad_out);
+        if (random && inside > 1000) {
+            double mean = sum / inside, var = sq / inside - mean * mean;
+            CHECK(fabs(mean) < 0.05 && fabs(var - 1) < 0.05, "random erase values: mean %g variance %g of %d", mean,
+                  var, inside);
+        } else if (random) {
+            CHECK(0, "too few erased elements: %d", inside);
+        }
+    }
+}
+
 int main(void) {
     test_info_stats();
     if (!mkdtemp(dir)) {
@@ -437,6 +548,8 @@ int main(void) {
     test_alloc_and_normalize();
     test_pad();
     test_bad_record();
+    test_chains();
+    test_erase_normalize();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
