@@ -54,35 +54,65 @@ typedef struct {
 static blendk blend_k(double ratio) { return (blendk){(float)ratio, (float)(1.0 - ratio)}; }
 static inline uint8_t blend(blendk k, float a, float b) { return to_u8(k.r * a + k.q * b); }
 
-/* rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b).to(uint8) */
-static inline uint8_t grey(const uint8_t *p) {
-    return (uint8_t)(0.2989f * (float)p[0] + 0.587f * (float)p[1] + 0.114f * (float)p[2]);
+/* rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b).to(uint8); the products come from
+ * tables (the same float32 values), the sums in torch's order */
+typedef struct {
+    float r[256], g[256], b[256];
+} greyk;
+static void grey_k(greyk *k) {
+    for (int v = 0; v < 256; v++) k->r[v] = 0.2989f * (float)v, k->g[v] = 0.587f * (float)v, k->b[v] = 0.114f * (float)v;
+}
+static inline uint8_t grey(const greyk *k, const uint8_t *p) { return (uint8_t)(k->r[p[0]] + k->g[p[1]] + k->b[p[2]]); }
+
+/* a table of blend(k, v, b) for every v at a fixed b */
+static void blend_lut(blendk k, float b, uint8_t lut[256]) {
+    for (int v = 0; v < 256; v++) lut[v] = blend(k, (float)v, b);
+}
+
+/* tables of the two products of _blend, ratio * a and (1 - ratio) * b, for u8 a and b */
+typedef struct {
+    float a[256], b[256];
+} blendtab;
+static void blend_tab(blendk k, blendtab *t) {
+    for (int v = 0; v < 256; v++) t->a[v] = k.r * (float)v, t->b[v] = k.q * (float)v;
+}
+
+static void apply_lut(uint8_t *img, size_t n, const uint8_t lut[256]) {
+    for (size_t i = 0; i < n; i++) img[i] = lut[img[i]];
 }
 
 static void brightness(uint8_t *img, size_t n, double f) {
-    blendk k = blend_k(f);
-    for (size_t i = 0; i < n; i++) img[i] = blend(k, img[i], 0.0f);
+    uint8_t lut[256];
+    blend_lut(blend_k(f), 0.0f, lut);
+    apply_lut(img, n, lut);
 }
 
 static void saturation(uint8_t *img, size_t npix, int c, double f) {
     if (c == 1) return;
-    blendk k = blend_k(f);
+    greyk gk;
+    blendtab t;
+    grey_k(&gk);
+    blend_tab(blend_k(f), &t);
     for (size_t i = 0; i < npix; i++, img += 3) {
-        float g = grey(img);
-        for (int ch = 0; ch < 3; ch++) img[ch] = blend(k, img[ch], g);
+        float g = t.b[grey(&gk, img)];
+        for (int ch = 0; ch < 3; ch++) img[ch] = to_u8(t.a[img[ch]] + g);
     }
 }
 
 static void contrast(uint8_t *img, size_t npix, int c, double f) {
     /* torch.mean: a float32 sum (exact while below 2^24, i.e. up to 256 x 256 pixels) over N */
     uint64_t sum = 0;
-    if (c == 3)
-        for (size_t i = 0; i < npix; i++) sum += grey(img + 3 * i);
-    else
+    if (c == 3) {
+        greyk gk;
+        grey_k(&gk);
+        for (size_t i = 0; i < npix; i++) sum += grey(&gk, img + 3 * i);
+    } else {
         for (size_t i = 0; i < npix; i++) sum += img[i];
+    }
     float mean = (float)sum / (float)npix;
-    blendk k = blend_k(f);
-    for (size_t i = 0; i < npix * (size_t)c; i++) img[i] = blend(k, img[i], mean);
+    uint8_t lut[256];
+    blend_lut(blend_k(f), mean, lut);
+    apply_lut(img, npix * c, lut);
 }
 
 /* _blurred_degenerate_image: 3x3 kernel [1 1 1; 1 5 1; 1 1 1] / 13 inside, rounded; border kept.
@@ -92,21 +122,25 @@ static int sharpness(uint8_t *img, int w, int h, int c, double f, rn_aug_ws *ws)
     uint8_t *src;
     int rc = copy_in(ws, img, (size_t)w * h * c, &src);
     if (rc != RN_OK) return rc;
-    blendk k = blend_k(f);
+    blendtab t;
+    blend_tab(blend_k(f), &t);
+    uint8_t same[256];
+    for (int v = 0; v < 256; v++) same[v] = to_u8(t.a[v] + t.b[v]);
     size_t row = (size_t)w * c;
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++)
-            for (int ch = 0; ch < c; ch++) {
-                size_t i = y * row + (size_t)x * c + ch;
-                int b = src[i];
-                if (y > 0 && y < h - 1 && x > 0 && x < w - 1) {
-                    int s = 4 * src[i];
-                    for (int dy = -1; dy <= 1; dy++)
-                        for (int dx = -1; dx <= 1; dx++) s += src[i + dy * (ptrdiff_t)row + dx * c];
-                    b = (2 * s + 13) / 26;
-                }
-                img[i] = blend(k, src[i], (float)b);
-            }
+    for (int y = 0; y < h; y++) {
+        const uint8_t *s = src + y * row;
+        uint8_t *o = img + y * row;
+        if (y == 0 || y == h - 1) {
+            apply_lut(o, row, same);
+            continue;
+        }
+        for (int ch = 0; ch < c; ch++) o[ch] = same[s[ch]], o[row - c + ch] = same[s[row - c + ch]];
+        for (size_t i = (size_t)c; i < row - c; i++) {
+            const uint8_t *u = s + i - row, *d = s + i + row;
+            int sum = u[-c] + u[0] + u[c] + s[i - c] + 5 * s[i] + s[i + c] + d[-c] + d[0] + d[c];
+            o[i] = to_u8(t.a[s[i]] + t.b[(2 * sum + 13) / 26]);
+        }
+    }
     return RN_OK;
 }
 
@@ -117,8 +151,9 @@ static void posterize(uint8_t *img, size_t n, int bits) {
 
 static void solarize(uint8_t *img, size_t n, double thr) {
     float t = (float)thr; /* the comparison is float32: u8 promoted, threshold rounded */
-    for (size_t i = 0; i < n; i++)
-        if ((float)img[i] >= t) img[i] = (uint8_t)(255 - img[i]);
+    uint8_t lut[256];
+    for (int v = 0; v < 256; v++) lut[v] = (float)v >= t ? (uint8_t)(255 - v) : (uint8_t)v;
+    apply_lut(img, n, lut);
 }
 
 static void invert(uint8_t *img, size_t n) {
@@ -138,7 +173,9 @@ static void autocontrast(uint8_t *img, size_t npix, int c) {
             scale = (1.0f / ((float)hi - (float)lo)) * 255.0f; /* Tensor.__rtruediv__: reciprocal, times */
         else
             mn = 0.0f; /* torchvision: a non-finite scale becomes 1 and the minimum 0 */
-        for (size_t i = 0; i < npix; i++) img[i * c + ch] = to_u8(((float)img[i * c + ch] - mn) * scale);
+        uint8_t lut[256];
+        for (int v = 0; v < 256; v++) lut[v] = to_u8(((float)v - mn) * scale);
+        for (size_t i = 0; i < npix; i++) img[i * c + ch] = lut[img[i * c + ch]];
     }
 }
 
@@ -163,35 +200,45 @@ static void equalize(uint8_t *img, size_t npix, int c) {
     }
 }
 
+static inline float clamp01(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+
 static int hue(uint8_t *img, size_t npix, int c, double hf) {
     if (c == 1) return RN_OK;
-    float hfac = (float)hf;
+    float hfac = (float)hf, u[256];
+    for (int v = 0; v < 256; v++) u[v] = (float)v / 255.0f;
     for (size_t i = 0; i < npix; i++, img += 3) {
-        float r = (float)img[0] / 255.0f, g = (float)img[1] / 255.0f, b = (float)img[2] / 255.0f;
-        /* _rgb2hsv */
-        float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+        float r = u[img[0]], g = u[img[1]], b = u[img[2]];
+        /* _rgb2hsv (no NaNs here, so plain comparisons stand in for max/min) */
+        float maxc = r > g ? r : g, minc = r < g ? r : g;
+        maxc = b > maxc ? b : maxc;
+        minc = b < minc ? b : minc;
         int eqc = maxc == minc;
         float cr = maxc - minc;
         float s = cr / (eqc ? 1.0f : maxc);
         float crd = eqc ? 1.0f : cr;
-        float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-        float hr = (maxc == r) ? (bc - gc) : 0.0f;
-        float hg = (maxc == g && maxc != r) ? (2.0f + rc - bc) : 0.0f;
-        float hb = (maxc != g && maxc != r) ? (4.0f + gc - rc) : 0.0f;
-        float hh = fmodf(((hr + hg) + hb) / 6.0f + 1.0f, 1.0f);
-        /* (h + hue_factor) % 1.0: Python's modulo, the sign of the divisor */
+        /* torch adds the three masked terms; two are zero, so only the selected one is computed */
+        float hsum;
+        if (maxc == r)
+            hsum = (maxc - b) / crd - (maxc - g) / crd;
+        else if (maxc == g)
+            hsum = 2.0f + (maxc - r) / crd - (maxc - b) / crd;
+        else
+            hsum = 4.0f + (maxc - g) / crd - (maxc - r) / crd;
+        /* fmod(h / 6 + 1, 1) and Python's (h + hue) % 1: on these ranges one exact subtraction
+         * (Sterbenz) or, below 0, the same rounded + 1 that the modulo adds */
+        float hh = hsum / 6.0f + 1.0f;
+        hh = hh >= 1.0f ? hh - 1.0f : hh;
         hh = hh + hfac;
-        float m = fmodf(hh, 1.0f);
-        if (m != 0.0f && m < 0.0f) m += 1.0f;
-        hh = m;
+        hh = hh >= 1.0f ? hh - 1.0f : hh < 0.0f ? hh + 1.0f : hh;
         float v = maxc;
         /* _hsv2rgb */
-        float fi = floorf(hh * 6.0f);
-        float fr = hh * 6.0f - fi;
-        int ii = ((int)fi % 6 + 6) % 6;
-        float p = fminf(fmaxf(v * (1.0f - s), 0.0f), 1.0f);
-        float q = fminf(fmaxf(v * (1.0f - s * fr), 0.0f), 1.0f);
-        float t = fminf(fmaxf(v * (1.0f - s * (1.0f - fr)), 0.0f), 1.0f);
+        float h6 = hh * 6.0f;
+        int ii = (int)h6; /* floor: h6 >= 0 */
+        float fr = h6 - (float)ii;
+        ii %= 6;
+        float p = clamp01(v * (1.0f - s));
+        float q = clamp01(v * (1.0f - s * fr));
+        float t = clamp01(v * (1.0f - s * (1.0f - fr)));
         static const int sel[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3}, {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
         float vals[4] = {v, q, p, t};
         for (int ch = 0; ch < 3; ch++) img[ch] = (uint8_t)(vals[sel[ii][ch]] * 255.0f);
