@@ -262,6 +262,50 @@ static void inverse_affine(double cx, double cy, double angle, double tx, double
     m[5] += cy;
 }
 
+/* nearbyintf (round half to even) without a libm call: adding and removing 1.5 * 2^23 leaves
+ * the float rounded to an integer for |x| < 2^22 */
+static inline float round_even(float x) {
+    if (!(fabsf(x) < 4194304.0f)) return nearbyintf(x);
+    float y = x + 12582912.0f; /* not folded: C11 without -ffast-math keeps IEEE semantics */
+    return y - 12582912.0f;
+}
+
+/* the sampling loop; fmaf is one correctly rounded operation wherever it runs, so the FMA-instruction
+ * build below gives the same bytes, only without a libm call per pixel */
+#define AFFINE_LOOP(FMA)                                                                                  \
+    for (int y = 0; y < h; y++) {                                                                        \
+        float yf = (float)(y + 0.5 - h * 0.5);                                                           \
+        for (int x = 0; x < w; x++) {                                                                    \
+            float xf = (float)(x + 0.5 - w * 0.5);                                                       \
+            float gx = FMA(yf, a1, xf * a0) + a2;                                                         \
+            float gy = FMA(yf, b1, xf * b0) + b2;                                                         \
+            float ix = round_even((gx + 1.0f) * sw - 0.5f);                                               \
+            float iy = round_even((gy + 1.0f) * sh - 0.5f);                                               \
+            uint8_t *o = img + ((size_t)y * w + x) * c;                                                   \
+            if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)                               \
+                memcpy(o, src + ((size_t)iy * w + (size_t)ix) * c, (size_t)c);                            \
+            else                                                                                          \
+                memset(o, 0, (size_t)c);                                                                  \
+        }                                                                                                 \
+    }
+
+typedef struct {
+    float a0, a1, a2, b0, b1, b2, sw, sh;
+} affk;
+
+static void affine_loop(uint8_t *img, const uint8_t *src, int w, int h, int c, affk k) {
+    float a0 = k.a0, a1 = k.a1, a2 = k.a2, b0 = k.b0, b1 = k.b1, b2 = k.b2, sw = k.sw, sh = k.sh;
+    AFFINE_LOOP(fmaf)
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("fma"))) static void affine_loop_fma(uint8_t *img, const uint8_t *src, int w, int h, int c,
+                                                           affk k) {
+    float a0 = k.a0, a1 = k.a1, a2 = k.a2, b0 = k.b0, b1 = k.b1, b2 = k.b2, sw = k.sw, sh = k.sh;
+    AFFINE_LOOP(__builtin_fmaf)
+}
+#endif
+
 /* F_t.affine with NEAREST and zero fill: _gen_affine_grid (float32 theta rescaled by half the
  * size, base grid at pixel centres) then grid_sample(align_corners=False), which unnormalises
  * x as (gx + 1) * (w / 2) - 0.5 and rounds half to even. torch forms the grid with a float32
@@ -272,24 +316,15 @@ static int affine(uint8_t *img, int w, int h, int c, const double m[6], rn_aug_w
     int rc = copy_in(ws, img, (size_t)w * h * c, &src);
     if (rc != RN_OK) return rc;
     float hw = (float)(0.5 * w), hh = (float)(0.5 * h);
-    float a0 = (float)m[0] / hw, a1 = (float)m[1] / hw, a2 = (float)m[2] / hw;
-    float b0 = (float)m[3] / hh, b1 = (float)m[4] / hh, b2 = (float)m[5] / hh;
-    float sw = (float)w / 2.0f, sh = (float)h / 2.0f;
-    for (int y = 0; y < h; y++) {
-        float yf = (float)(y + 0.5 - h * 0.5);
-        for (int x = 0; x < w; x++) {
-            float xf = (float)(x + 0.5 - w * 0.5);
-            float gx = fmaf(yf, a1, xf * a0) + a2;
-            float gy = fmaf(yf, b1, xf * b0) + b2;
-            float ix = nearbyintf((gx + 1.0f) * sw - 0.5f);
-            float iy = nearbyintf((gy + 1.0f) * sh - 0.5f);
-            uint8_t *o = img + ((size_t)y * w + x) * c;
-            if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)
-                memcpy(o, src + ((size_t)iy * w + (size_t)ix) * c, (size_t)c);
-            else
-                memset(o, 0, (size_t)c);
-        }
+    affk k = {(float)m[0] / hw, (float)m[1] / hw, (float)m[2] / hw, (float)m[3] / hh, (float)m[4] / hh,
+              (float)m[5] / hh, (float)w / 2.0f, (float)h / 2.0f};
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("fma")) {
+        affine_loop_fma(img, src, w, h, c, k);
+        return RN_OK;
     }
+#endif
+    affine_loop(img, src, w, h, c, k);
     return RN_OK;
 }
 
