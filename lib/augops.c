@@ -14,8 +14,8 @@
 #include "rn/rng.h"
 
 static const char *const op_names[RN_AUG_NOPS] = {
-    "Identity",  "ShearX",    "ShearY",    "TranslateX", "TranslateY",   "Rotate",   "Brightness", "Color",
-    "Contrast",  "Sharpness", "Posterize", "Solarize",   "AutoContrast", "Equalize", "Invert",     "Hue"};
+    "Identity", "ShearX",    "ShearY",    "TranslateX", "TranslateY",   "Rotate",   "Brightness", "Color",
+    "Contrast", "Sharpness", "Posterize", "Solarize",   "AutoContrast", "Equalize", "Invert",     "Hue"};
 
 const char *rn_aug_op_name(int op) { return op >= 0 && op < RN_AUG_NOPS ? op_names[op] : NULL; }
 
@@ -60,13 +60,15 @@ typedef struct {
     float r[256], g[256], b[256];
 } greyk;
 static void grey_k(greyk *k) {
-    for (int v = 0; v < 256; v++) k->r[v] = 0.2989f * (float)v, k->g[v] = 0.587f * (float)v, k->b[v] = 0.114f * (float)v;
+    for (int v = 0; v < 256; v++)
+        k->r[v] = 0.2989f * (float)v, k->g[v] = 0.587f * (float)v, k->b[v] = 0.114f * (float)v;
 }
 static inline uint8_t grey(const greyk *k, const uint8_t *p) { return (uint8_t)(k->r[p[0]] + k->g[p[1]] + k->b[p[2]]); }
 
 /* a table of blend(k, v, b) for every v at a fixed b */
 static void blend_lut(blendk k, float b, uint8_t lut[256]) {
-    for (int v = 0; v < 256; v++) lut[v] = blend(k, (float)v, b);
+    for (int v = 0; v < 256; v++)
+        lut[v] = blend(k, (float)v, b);
 }
 
 /* tables of the two products of _blend, ratio * a and (1 - ratio) * b, for u8 a and b */
@@ -74,11 +76,13 @@ typedef struct {
     float a[256], b[256];
 } blendtab;
 static void blend_tab(blendk k, blendtab *t) {
-    for (int v = 0; v < 256; v++) t->a[v] = k.r * (float)v, t->b[v] = k.q * (float)v;
+    for (int v = 0; v < 256; v++)
+        t->a[v] = k.r * (float)v, t->b[v] = k.q * (float)v;
 }
 
 static void apply_lut(uint8_t *img, size_t n, const uint8_t lut[256]) {
-    for (size_t i = 0; i < n; i++) img[i] = lut[img[i]];
+    for (size_t i = 0; i < n; i++)
+        img[i] = lut[img[i]];
 }
 
 static void brightness(uint8_t *img, size_t n, double f) {
@@ -95,7 +99,8 @@ static void saturation(uint8_t *img, size_t npix, int c, double f) {
     blend_tab(blend_k(f), &t);
     for (size_t i = 0; i < npix; i++, img += 3) {
         float g = t.b[grey(&gk, img)];
-        for (int ch = 0; ch < 3; ch++) img[ch] = to_u8(t.a[img[ch]] + g);
+        for (int ch = 0; ch < 3; ch++)
+            img[ch] = to_u8(t.a[img[ch]] + g);
     }
 }
 
@@ -105,9 +110,11 @@ static void contrast(uint8_t *img, size_t npix, int c, double f) {
     if (c == 3) {
         greyk gk;
         grey_k(&gk);
-        for (size_t i = 0; i < npix; i++) sum += grey(&gk, img + 3 * i);
+        for (size_t i = 0; i < npix; i++)
+            sum += grey(&gk, img + 3 * i);
     } else {
-        for (size_t i = 0; i < npix; i++) sum += img[i];
+        for (size_t i = 0; i < npix; i++)
+            sum += img[i];
     }
     float mean = (float)sum / (float)npix;
     uint8_t lut[256];
@@ -125,7 +132,8 @@ static int sharpness(uint8_t *img, int w, int h, int c, double f, rn_aug_ws *ws)
     blendtab t;
     blend_tab(blend_k(f), &t);
     uint8_t same[256];
-    for (int v = 0; v < 256; v++) same[v] = to_u8(t.a[v] + t.b[v]);
+    for (int v = 0; v < 256; v++)
+        same[v] = to_u8(t.a[v] + t.b[v]);
     size_t row = (size_t)w * c;
     for (int y = 0; y < h; y++) {
         const uint8_t *s = src + y * row;
@@ -134,7 +142,8 @@ static int sharpness(uint8_t *img, int w, int h, int c, double f, rn_aug_ws *ws)
             apply_lut(o, row, same);
             continue;
         }
-        for (int ch = 0; ch < c; ch++) o[ch] = same[s[ch]], o[row - c + ch] = same[s[row - c + ch]];
+        for (int ch = 0; ch < c; ch++)
+            o[ch] = same[s[ch]], o[row - c + ch] = same[s[row - c + ch]];
         for (size_t i = (size_t)c; i < row - c; i++) {
             const uint8_t *u = s + i - row, *d = s + i + row;
             int sum = u[-c] + u[0] + u[c] + s[i - c] + 5 * s[i] + s[i + c] + d[-c] + d[0] + d[c];
@@ -146,18 +155,21 @@ static int sharpness(uint8_t *img, int w, int h, int c, double f, rn_aug_ws *ws)
 
 static void posterize(uint8_t *img, size_t n, int bits) {
     uint8_t mask = (uint8_t)(-(1 << (8 - bits)));
-    for (size_t i = 0; i < n; i++) img[i] &= mask;
+    for (size_t i = 0; i < n; i++)
+        img[i] &= mask;
 }
 
 static void solarize(uint8_t *img, size_t n, double thr) {
     float t = (float)thr; /* the comparison is float32: u8 promoted, threshold rounded */
     uint8_t lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = (float)v >= t ? (uint8_t)(255 - v) : (uint8_t)v;
+    for (int v = 0; v < 256; v++)
+        lut[v] = (float)v >= t ? (uint8_t)(255 - v) : (uint8_t)v;
     apply_lut(img, n, lut);
 }
 
 static void invert(uint8_t *img, size_t n) {
-    for (size_t i = 0; i < n; i++) img[i] = (uint8_t)(255 - img[i]);
+    for (size_t i = 0; i < n; i++)
+        img[i] = (uint8_t)(255 - img[i]);
 }
 
 static void autocontrast(uint8_t *img, size_t npix, int c) {
@@ -174,8 +186,10 @@ static void autocontrast(uint8_t *img, size_t npix, int c) {
         else
             mn = 0.0f; /* torchvision: a non-finite scale becomes 1 and the minimum 0 */
         uint8_t lut[256];
-        for (int v = 0; v < 256; v++) lut[v] = to_u8(((float)v - mn) * scale);
-        for (size_t i = 0; i < npix; i++) img[i * c + ch] = lut[img[i * c + ch]];
+        for (int v = 0; v < 256; v++)
+            lut[v] = to_u8(((float)v - mn) * scale);
+        for (size_t i = 0; i < npix; i++)
+            img[i * c + ch] = lut[img[i * c + ch]];
     }
 }
 
@@ -183,11 +197,14 @@ static void autocontrast(uint8_t *img, size_t npix, int c) {
 static void equalize(uint8_t *img, size_t npix, int c) {
     for (int ch = 0; ch < c; ch++) {
         int64_t hist[256] = {0}, lut[256];
-        for (size_t i = 0; i < npix; i++) hist[img[i * c + ch]]++;
+        for (size_t i = 0; i < npix; i++)
+            hist[img[i * c + ch]]++;
         int last = 255;
-        while (last > 0 && hist[last] == 0) last--;
+        while (last > 0 && hist[last] == 0)
+            last--;
         int64_t nz = 0; /* sum of the nonzero bins but the last */
-        for (int v = 0; v < last; v++) nz += hist[v];
+        for (int v = 0; v < last; v++)
+            nz += hist[v];
         int64_t step = nz / 255;
         if (step == 0) continue;
         int64_t cum = 0;
@@ -196,7 +213,8 @@ static void equalize(uint8_t *img, size_t npix, int c) {
             lut[v] = l > 255 ? 255 : l;
             cum += hist[v];
         }
-        for (size_t i = 0; i < npix; i++) img[i * c + ch] = (uint8_t)lut[img[i * c + ch]];
+        for (size_t i = 0; i < npix; i++)
+            img[i * c + ch] = (uint8_t)lut[img[i * c + ch]];
     }
 }
 
@@ -205,7 +223,8 @@ static inline float clamp01(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f 
 static int hue(uint8_t *img, size_t npix, int c, double hf) {
     if (c == 1) return RN_OK;
     float hfac = (float)hf, u[256];
-    for (int v = 0; v < 256; v++) u[v] = (float)v / 255.0f;
+    for (int v = 0; v < 256; v++)
+        u[v] = (float)v / 255.0f;
     for (size_t i = 0; i < npix; i++, img += 3) {
         float r = u[img[0]], g = u[img[1]], b = u[img[2]];
         /* _rgb2hsv (no NaNs here, so plain comparisons stand in for max/min) */
@@ -241,7 +260,8 @@ static int hue(uint8_t *img, size_t npix, int c, double hf) {
         float t = clamp01(v * (1.0f - s * (1.0f - fr)));
         static const int sel[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3}, {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
         float vals[4] = {v, q, p, t};
-        for (int ch = 0; ch < 3; ch++) img[ch] = (uint8_t)(vals[sel[ii][ch]] * 255.0f);
+        for (int ch = 0; ch < 3; ch++)
+            img[ch] = (uint8_t)(vals[sel[ii][ch]] * 255.0f);
     }
     return RN_OK;
 }
@@ -272,21 +292,21 @@ static inline float round_even(float x) {
 
 /* the sampling loop; fmaf is one correctly rounded operation wherever it runs, so the FMA-instruction
  * build below gives the same bytes, only without a libm call per pixel */
-#define AFFINE_LOOP(FMA)                                                                                  \
-    for (int y = 0; y < h; y++) {                                                                        \
-        float yf = (float)(y + 0.5 - h * 0.5);                                                           \
-        for (int x = 0; x < w; x++) {                                                                    \
-            float xf = (float)(x + 0.5 - w * 0.5);                                                       \
-            float gx = FMA(yf, a1, xf * a0) + a2;                                                         \
-            float gy = FMA(yf, b1, xf * b0) + b2;                                                         \
-            float ix = round_even((gx + 1.0f) * sw - 0.5f);                                               \
-            float iy = round_even((gy + 1.0f) * sh - 0.5f);                                               \
-            uint8_t *o = img + ((size_t)y * w + x) * c;                                                   \
-            if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)                               \
-                memcpy(o, src + ((size_t)iy * w + (size_t)ix) * c, (size_t)c);                            \
-            else                                                                                          \
-                memset(o, 0, (size_t)c);                                                                  \
-        }                                                                                                 \
+#define AFFINE_LOOP(FMA)                                                                                               \
+    for (int y = 0; y < h; y++) {                                                                                      \
+        float yf = (float)(y + 0.5 - h * 0.5);                                                                         \
+        for (int x = 0; x < w; x++) {                                                                                  \
+            float xf = (float)(x + 0.5 - w * 0.5);                                                                     \
+            float gx = FMA(yf, a1, xf * a0) + a2;                                                                      \
+            float gy = FMA(yf, b1, xf * b0) + b2;                                                                      \
+            float ix = round_even((gx + 1.0f) * sw - 0.5f);                                                            \
+            float iy = round_even((gy + 1.0f) * sh - 0.5f);                                                            \
+            uint8_t *o = img + ((size_t)y * w + x) * c;                                                                \
+            if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)                                            \
+                memcpy(o, src + ((size_t)iy * w + (size_t)ix) * c, (size_t)c);                                         \
+            else                                                                                                       \
+                memset(o, 0, (size_t)c);                                                                               \
+        }                                                                                                              \
     }
 
 typedef struct {
@@ -316,8 +336,8 @@ static int affine(uint8_t *img, int w, int h, int c, const double m[6], rn_aug_w
     int rc = copy_in(ws, img, (size_t)w * h * c, &src);
     if (rc != RN_OK) return rc;
     float hw = (float)(0.5 * w), hh = (float)(0.5 * h);
-    affk k = {(float)m[0] / hw, (float)m[1] / hw, (float)m[2] / hw, (float)m[3] / hh, (float)m[4] / hh,
-              (float)m[5] / hh, (float)w / 2.0f, (float)h / 2.0f};
+    affk k = {(float)m[0] / hw, (float)m[1] / hw, (float)m[2] / hw, (float)m[3] / hh,
+              (float)m[4] / hh, (float)m[5] / hh, (float)w / 2.0f,  (float)h / 2.0f};
 #if defined(__x86_64__) && defined(__GNUC__)
     if (__builtin_cpu_supports("fma")) {
         affine_loop_fma(img, src, w, h, c, k);
@@ -340,8 +360,10 @@ int rn_aug_adjust(int op, double f, uint8_t *img, int w, int h, int c, rn_aug_ws
     const char *name = rn_aug_op_name(op);
     if (op != RN_AUG_BRIGHTNESS && op != RN_AUG_COLOR && op != RN_AUG_CONTRAST && op != RN_AUG_SHARPNESS &&
         op != RN_AUG_HUE)
-        return rn_errorf(RN_EINVAL, "augops: op %d (%s) is not an adjustment (Brightness, Color, Contrast, "
-                                    "Sharpness or Hue)", op, name ? name : "unknown");
+        return rn_errorf(RN_EINVAL,
+                         "augops: op %d (%s) is not an adjustment (Brightness, Color, Contrast, "
+                         "Sharpness or Hue)",
+                         op, name ? name : "unknown");
     int rc = check_image(name, img, w, h, c);
     if (rc != RN_OK) return rc;
     size_t npix = (size_t)w * h;
@@ -381,13 +403,11 @@ int rn_aug_op(int op, double mag, uint8_t *img, int w, int h, int c, rn_aug_ws *
     case RN_AUG_TRANSLATE_X:
     case RN_AUG_TRANSLATE_Y: {
         double t = trunc(mag); /* int(magnitude) */
-        inverse_affine(0.0, 0.0, 0.0, op == RN_AUG_TRANSLATE_X ? t : 0.0, op == RN_AUG_TRANSLATE_Y ? t : 0.0, 0.0,
-                       0.0, m);
+        inverse_affine(0.0, 0.0, 0.0, op == RN_AUG_TRANSLATE_X ? t : 0.0, op == RN_AUG_TRANSLATE_Y ? t : 0.0, 0.0, 0.0,
+                       m);
         return affine(img, w, h, c, m, ws);
     }
-    case RN_AUG_ROTATE:
-        inverse_affine(0.0, 0.0, -mag, 0.0, 0.0, 0.0, 0.0, m);
-        return affine(img, w, h, c, m, ws);
+    case RN_AUG_ROTATE: inverse_affine(0.0, 0.0, -mag, 0.0, 0.0, 0.0, 0.0, m); return affine(img, w, h, c, m, ws);
     case RN_AUG_BRIGHTNESS:
     case RN_AUG_COLOR:
     case RN_AUG_CONTRAST:
@@ -395,8 +415,7 @@ int rn_aug_op(int op, double mag, uint8_t *img, int w, int h, int c, rn_aug_ws *
     case RN_AUG_HUE: return rn_aug_adjust(op, mag, img, w, h, c, ws);
     case RN_AUG_POSTERIZE: {
         double bits = trunc(mag);
-        if (!(bits >= 0 && bits <= 8))
-            return rn_errorf(RN_EINVAL, "augops: Posterize: bits %g is not in [0, 8]", mag);
+        if (!(bits >= 0 && bits <= 8)) return rn_errorf(RN_EINVAL, "augops: Posterize: bits %g is not in [0, 8]", mag);
         posterize(img, npix * c, (int)bits);
         return RN_OK;
     }
@@ -477,7 +496,10 @@ static double magnitude(int op, int wide, int bins, int i, int w, int h, int *sg
         return 8 - (int)nearbyintf(q);
     }
     case RN_AUG_SOLARIZE: *sgn = 0; return lin(255.0, 0.0, bins, i);
-    default: *sgn = 0; *has = 0; return 0.0;
+    default:
+        *sgn = 0;
+        *has = 0;
+        return 0.0;
     }
 }
 
@@ -599,8 +621,8 @@ int rn_aug_policy_apply(const rn_aug_policy *p, const rn_aug_draw *d, uint8_t *i
     for (int i = 0; i < d->n; i++) {
         rc = p->kind == RN_AUG_JITTER ? rn_aug_adjust(d->op[i], d->mag[i], img, w, h, c, ws)
                                       : rn_aug_op(d->op[i], d->mag[i], img, w, h, c, ws);
-        if (rc != RN_OK) return rn_error_context(rc, "%s op %d of %d", p->kind == RN_AUG_JITTER ? "jitter" : "policy",
-                                                 i + 1, d->n);
+        if (rc != RN_OK)
+            return rn_error_context(rc, "%s op %d of %d", p->kind == RN_AUG_JITTER ? "jitter" : "policy", i + 1, d->n);
     }
     return RN_OK;
 }
@@ -651,7 +673,8 @@ int rn_aug_policy_parse(const char *name, const char *args, rn_aug_policy *p) {
         if (n <= 0)
             return rn_errorf(RN_EINVAL, "%s: bad arguments '%s' (want B[,C[,S[,H]]], e.g. 0.4,0.4,0.4,0.1)", name, a);
         p->kind = RN_AUG_JITTER;
-        for (int k = 0; k < n; k++) p->jitter[k] = (float)v[k];
+        for (int k = 0; k < n; k++)
+            p->jitter[k] = (float)v[k];
     } else {
         return rn_errorf(RN_EINVAL, "unknown augmentation policy '%s' (ta_wide, randaug, autoaug or jitter)", name);
     }

@@ -9,7 +9,7 @@ load helper
 setup() {
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     RN_BUILD=${RN_BUILD:-$BATS_TEST_DIRNAME/../build}
-    [ -x "$RN_BUILD/tests/parity_augops" ] || skip "no $RN_BUILD/tests/parity_augops (make $RN_BUILD/tests/parity_augops)"
+    [ -x "$RN_BUILD/tests/parity_augops" ] || skip "no $RN_BUILD/tests/parity_augops (make it first)"
     cd "$BATS_TEST_DIRNAME/parity"
 }
 

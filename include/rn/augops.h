@@ -88,18 +88,18 @@ enum { RN_AUG_TA_WIDE = 1, RN_AUG_RANDAUG, RN_AUG_AUTOAUG, RN_AUG_JITTER };
 #define RN_AUG_MAX_OPS 16 /* most ops one draw applies (RandAugment's num_ops at most this) */
 
 /* Defaults, equal to torchvision's. */
-#define RN_AUG_TA_BINS 31      /* TrivialAugmentWide(num_magnitude_bins) */
-#define RN_AUG_RA_NUM_OPS 2    /* RandAugment(num_ops) */
-#define RN_AUG_RA_MAGNITUDE 9  /* RandAugment(magnitude) */
-#define RN_AUG_RA_BINS 31      /* RandAugment(num_magnitude_bins) */
-#define RN_AUG_AA_BINS 10      /* AutoAugment's fixed magnitude tables */
+#define RN_AUG_TA_BINS 31     /* TrivialAugmentWide(num_magnitude_bins) */
+#define RN_AUG_RA_NUM_OPS 2   /* RandAugment(num_ops) */
+#define RN_AUG_RA_MAGNITUDE 9 /* RandAugment(magnitude) */
+#define RN_AUG_RA_BINS 31     /* RandAugment(num_magnitude_bins) */
+#define RN_AUG_AA_BINS 10     /* AutoAugment's fixed magnitude tables */
 
 typedef struct {
-    int kind;                  /* RN_AUG_TA_WIDE, RN_AUG_RANDAUG, RN_AUG_AUTOAUG, RN_AUG_JITTER */
-    int num_ops;               /* RandAugment: ops per image, 0..RN_AUG_MAX_OPS */
-    int magnitude;             /* RandAugment: bin index, 0..bins-1 */
-    int bins;                  /* TrivialAugmentWide, RandAugment: magnitude bins, >= 2 */
-    float jitter[4];           /* ColorJitter: brightness, contrast, saturation, hue (0 = off) */
+    int kind;        /* RN_AUG_TA_WIDE, RN_AUG_RANDAUG, RN_AUG_AUTOAUG, RN_AUG_JITTER */
+    int num_ops;     /* RandAugment: ops per image, 0..RN_AUG_MAX_OPS */
+    int magnitude;   /* RandAugment: bin index, 0..bins-1 */
+    int bins;        /* TrivialAugmentWide, RandAugment: magnitude bins, >= 2 */
+    float jitter[4]; /* ColorJitter: brightness, contrast, saturation, hue (0 = off) */
 } rn_aug_policy;
 
 /* Parse a policy: name is one of
@@ -138,7 +138,6 @@ int rn_aug_policy_words(const rn_aug_policy *p);
 int rn_aug_policy_draw(const rn_aug_policy *p, rn_image_stream *st, int w, int h, rn_aug_draw *d);
 
 /* Apply a draw of p to img (w x h x c) in place. Errors: as rn_aug_op. */
-int rn_aug_policy_apply(const rn_aug_policy *p, const rn_aug_draw *d, uint8_t *img, int w, int h,
-                        int c, rn_aug_ws *ws);
+int rn_aug_policy_apply(const rn_aug_policy *p, const rn_aug_draw *d, uint8_t *img, int w, int h, int c, rn_aug_ws *ws);
 
 #endif

@@ -3,7 +3,7 @@
   augops_parity.py pixels PARITY_AUGOPS   every op, several images and magnitudes
   augops_parity.py draws PARITY_AUGOPS    each policy's sampler against torchvision's, 100,000 draws
 
-pixels: seeded random images (c = 3 and 1, odd and even sizes, a low-contrast one and a flat one),
+pixels: seeded random images (c = 3 and 1, odd and even sizes, one not square, a low-contrast one and a flat one),
 each op at the magnitudes the policies use (both ends of every table, signs, a middle value),
 through autoaugment._apply_op (the code the policies call) and F.adjust_hue / F.adjust_* with
 ColorJitter's factors. The criterion is identical bytes for every op; the geometric ops alone
@@ -47,6 +47,7 @@ def images():
     out = []
     for s, c in [(33, 3), (32, 3), (17, 1), (24, 1), (57, 3), (224, 3)]:
         out.append((f"random {s}x{s}x{c}", torch.randint(0, 256, (c, s, s), generator=g, dtype=torch.uint8)))
+    out.append(("random 20x13x3 (w x h)", torch.randint(0, 256, (3, 13, 20), generator=g, dtype=torch.uint8)))
     smooth = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 5, generator=g), size=(40, 40), mode="bilinear")
     out.append(("smooth 40x40x3", (smooth[0] * 255).to(torch.uint8)))
     out.append(("low-contrast 31x31x3", torch.randint(90, 130, (3, 31, 31), generator=g, dtype=torch.uint8)))

@@ -17,7 +17,8 @@ static void fill(uint8_t *img, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i += 4) {
         uint32_t r[4];
         rn_philox(seed, 0, i, r);
-        for (size_t k = 0; k < 4 && i + k < n; k++) img[i + k] = (uint8_t)r[k];
+        for (size_t k = 0; k < 4 && i + k < n; k++)
+            img[i + k] = (uint8_t)r[k];
     }
 }
 
@@ -25,8 +26,8 @@ static int differs(const uint8_t *a, const uint8_t *b, size_t n) { return memcmp
 
 /* the same stream gives the same draw and the same bytes; another record another draw */
 static void test_determinism(void) {
-    static const char *const pol[][2] = {{"ta_wide", ""}, {"randaug", "2,9"}, {"autoaug", ""},
-                                         {"jitter", "0.4,0.4,0.4,0.1"}};
+    static const char *const pol[][2] = {
+        {"ta_wide", ""}, {"randaug", "2,9"}, {"autoaug", ""}, {"jitter", "0.4,0.4,0.4,0.1"}};
     uint8_t ref[W * H * 3], a[W * H * 3], b[W * H * 3];
     rn_aug_ws ws = {0};
     fill(ref, sizeof ref, 5);
@@ -53,9 +54,11 @@ static void test_determinism(void) {
             CHECK_OK(rn_aug_policy_apply(&p, &d2, b, W, H, 3, &ws));
             CHECK(!differs(a, b, sizeof a), "%s record %d: same draw, different bytes", pol[k][0], (int)rec);
             changed += differs(a, ref, sizeof a);
-            if (rec == 0) first = d1;
-            else distinct += d1.n != first.n || memcmp(d1.op, first.op, sizeof(int) * d1.n) ||
-                             memcmp(d1.mag, first.mag, sizeof(double) * d1.n);
+            if (rec == 0)
+                first = d1;
+            else
+                distinct += d1.n != first.n || memcmp(d1.op, first.op, sizeof(int) * d1.n) ||
+                            memcmp(d1.mag, first.mag, sizeof(double) * d1.n);
         }
         CHECK(changed > 5, "%s: only %d of 40 images changed", pol[k][0], changed);
         CHECK(distinct > 5, "%s: only %d of 39 draws differ from the first", pol[k][0], distinct);
@@ -73,7 +76,8 @@ static void test_every_op(void) {
             uint8_t *ref = malloc(n), *img = malloc(n);
             fill(ref, n, 9 + s);
             /* values 40..199, so autocontrast and equalize have something to stretch */
-            for (size_t i = 0; i < n; i++) ref[i] = (uint8_t)(40 + ref[i] % 160);
+            for (size_t i = 0; i < n; i++)
+                ref[i] = (uint8_t)(40 + ref[i] % 160);
             for (int op = 0; op < RN_AUG_NOPS; op++) {
                 memcpy(img, ref, n);
                 CHECK_OK(rn_aug_op(op, mag[op], img, s, s, c, &ws));
@@ -93,9 +97,9 @@ static void test_identities(void) {
     static const struct {
         int op;
         double m;
-    } id[] = {{RN_AUG_SHEAR_X, 0}, {RN_AUG_SHEAR_Y, 0}, {RN_AUG_TRANSLATE_X, 0}, {RN_AUG_TRANSLATE_Y, 0.9},
-              {RN_AUG_ROTATE, 0}, {RN_AUG_BRIGHTNESS, 0}, {RN_AUG_COLOR, 0}, {RN_AUG_CONTRAST, 0},
-              {RN_AUG_SHARPNESS, 0}, {RN_AUG_POSTERIZE, 8}, {RN_AUG_IDENTITY, 12}};
+    } id[] = {{RN_AUG_SHEAR_X, 0},   {RN_AUG_SHEAR_Y, 0},    {RN_AUG_TRANSLATE_X, 0}, {RN_AUG_TRANSLATE_Y, 0.9},
+              {RN_AUG_ROTATE, 0},    {RN_AUG_BRIGHTNESS, 0}, {RN_AUG_COLOR, 0},       {RN_AUG_CONTRAST, 0},
+              {RN_AUG_SHARPNESS, 0}, {RN_AUG_POSTERIZE, 8},  {RN_AUG_IDENTITY, 12}};
     rn_aug_ws ws = {0};
     for (int c = 1; c <= 3; c += 2) {
         uint8_t ref[W * H * 3], img[W * H * 3];
@@ -119,7 +123,8 @@ static void test_identities(void) {
 static void test_known(void) {
     rn_aug_ws ws = {0};
     uint8_t img[4 * 4], want[4 * 4];
-    for (int i = 0; i < 16; i++) img[i] = (uint8_t)(i * 16 + 7);
+    for (int i = 0; i < 16; i++)
+        img[i] = (uint8_t)(i * 16 + 7);
     memcpy(want, img, sizeof want);
     /* translate x by 1: column 0 becomes 0, the rest shift right */
     CHECK_OK(rn_aug_op(RN_AUG_TRANSLATE_X, 1.7, img, 4, 4, 1, &ws));
@@ -127,7 +132,8 @@ static void test_known(void) {
         for (int x = 0; x < 4; x++)
             CHECK(img[y * 4 + x] == (x ? want[y * 4 + x - 1] : 0), "translate: pixel (%d,%d) is %d", x, y,
                   img[y * 4 + x]);
-    for (int i = 0; i < 16; i++) img[i] = (uint8_t)(100 + i);
+    for (int i = 0; i < 16; i++)
+        img[i] = (uint8_t)(100 + i);
     CHECK_OK(rn_aug_op(RN_AUG_AUTOCONTRAST, 0, img, 4, 4, 1, &ws));
     CHECK(img[0] == 0 && img[15] == 255, "autocontrast stretches 100..115 to 0..255, got %d..%d", img[0], img[15]);
     memset(img, 200, sizeof img);
@@ -136,9 +142,11 @@ static void test_known(void) {
     CHECK_OK(rn_aug_op(RN_AUG_POSTERIZE, 2, img, 4, 4, 1, &ws));
     CHECK(img[3] == 0, "posterize(2) of 55 is 0, got %d", img[3]);
     /* rotate 180 degrees of an even image is a point reflection */
-    for (int i = 0; i < 16; i++) img[i] = (uint8_t)i;
+    for (int i = 0; i < 16; i++)
+        img[i] = (uint8_t)i;
     CHECK_OK(rn_aug_op(RN_AUG_ROTATE, 180, img, 4, 4, 1, &ws));
-    for (int i = 0; i < 16; i++) CHECK(img[i] == 15 - i, "rotate 180: pixel %d is %d", i, img[i]);
+    for (int i = 0; i < 16; i++)
+        CHECK(img[i] == 15 - i, "rotate 180: pixel %d is %d", i, img[i]);
     rn_aug_ws_free(&ws);
 }
 
