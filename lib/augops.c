@@ -235,14 +235,11 @@ static int hue(uint8_t *img, size_t npix, int c, double hf) {
         float cr = maxc - minc;
         float s = cr / (eqc ? 1.0f : maxc);
         float crd = eqc ? 1.0f : cr;
-        /* torch adds the three masked terms; two are zero, so only the selected one is computed */
-        float hsum;
-        if (maxc == r)
-            hsum = (maxc - b) / crd - (maxc - g) / crd;
-        else if (maxc == g)
-            hsum = 2.0f + (maxc - r) / crd - (maxc - b) / crd;
-        else
-            hsum = 4.0f + (maxc - g) / crd - (maxc - r) / crd;
+        /* torch adds the three masked terms; two are zero, so only the selected one counts (all three
+         * quotients are computed so the choice is a select, not a branch a random image mispredicts) */
+        float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+        float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
+        float hsum = maxc == r ? hr : maxc == g ? hg : hb;
         /* fmod(h / 6 + 1, 1) and Python's (h + hue) % 1: on these ranges one exact subtraction
          * (Sterbenz) or, below 0, the same rounded + 1 that the modulo adds */
         float hh = hsum / 6.0f + 1.0f;
@@ -295,17 +292,22 @@ static inline float round_even(float x) {
 #define AFFINE_LOOP(FMA)                                                                                               \
     for (int y = 0; y < h; y++) {                                                                                      \
         float yf = (float)(y + 0.5 - h * 0.5);                                                                         \
-        for (int x = 0; x < w; x++) {                                                                                  \
+        uint8_t *restrict o = img + (size_t)y * w * c;                                                                 \
+        for (int x = 0; x < w; x++, o += c) {                                                                          \
             float xf = (float)(x + 0.5 - w * 0.5);                                                                     \
             float gx = FMA(yf, a1, xf * a0) + a2;                                                                      \
             float gy = FMA(yf, b1, xf * b0) + b2;                                                                      \
-            float ix = round_even((gx + 1.0f) * sw - 0.5f);                                                            \
-            float iy = round_even((gy + 1.0f) * sh - 0.5f);                                                            \
-            uint8_t *o = img + ((size_t)y * w + x) * c;                                                                \
-            if (ix >= 0.0f && ix < (float)w && iy >= 0.0f && iy < (float)h)                                            \
-                memcpy(o, src + ((size_t)iy * w + (size_t)ix) * c, (size_t)c);                                         \
-            else                                                                                                       \
-                memset(o, 0, (size_t)c);                                                                               \
+            float fx = round_even((gx + 1.0f) * sw - 0.5f);                                                            \
+            float fy = round_even((gy + 1.0f) * sh - 0.5f);                                                            \
+            if (fx >= 0.0f && fx < fw && fy >= 0.0f && fy < fh) {                                                      \
+                const uint8_t *restrict p = src + ((size_t)(int)fy * w + (size_t)(int)fx) * c;                         \
+                uint8_t v0 = p[0], v1 = c == 3 ? p[1] : 0, v2 = c == 3 ? p[2] : 0;                                     \
+                o[0] = v0;                                                                                             \
+                if (c == 3) o[1] = v1, o[2] = v2;                                                                      \
+            } else {                                                                                                   \
+                o[0] = 0;                                                                                              \
+                if (c == 3) o[1] = 0, o[2] = 0;                                                                        \
+            }                                                                                                          \
         }                                                                                                              \
     }
 
@@ -313,15 +315,17 @@ typedef struct {
     float a0, a1, a2, b0, b1, b2, sw, sh;
 } affk;
 
-static void affine_loop(uint8_t *img, const uint8_t *src, int w, int h, int c, affk k) {
+static void affine_loop(uint8_t *restrict img, const uint8_t *restrict src, int w, int h, int c, affk k) {
     float a0 = k.a0, a1 = k.a1, a2 = k.a2, b0 = k.b0, b1 = k.b1, b2 = k.b2, sw = k.sw, sh = k.sh;
+    float fw = (float)w, fh = (float)h;
     AFFINE_LOOP(fmaf)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("fma"))) static void affine_loop_fma(uint8_t *img, const uint8_t *src, int w, int h, int c,
-                                                           affk k) {
+__attribute__((target("fma"))) static void affine_loop_fma(uint8_t *restrict img, const uint8_t *restrict src, int w,
+                                                           int h, int c, affk k) {
     float a0 = k.a0, a1 = k.a1, a2 = k.a2, b0 = k.b0, b1 = k.b1, b2 = k.b2, sw = k.sw, sh = k.sh;
+    float fw = (float)w, fh = (float)h;
     AFFINE_LOOP(__builtin_fmaf)
 }
 #endif
