@@ -470,11 +470,22 @@ static const struct {
     {{RN_AUG_EQUALIZE, 0.8f, -1}, {RN_AUG_EQUALIZE, 0.6f, -1}},
 };
 
-/* torch.linspace(start, end, bins)[i] as the correctly rounded float32 */
-static double lin(double start, double end, int bins, int i) {
-    float s = (float)start, e = (float)end;
-    if (i == bins - 1) return e;
-    return (float)((double)s + ((double)e - (double)s) * i / (bins - 1));
+/* torch.linspace(start, end, n)[i] in float32 exactly as torch 1.13 computes it on x86-64 (its AVX2
+ * kernel): step = (end - start) / (n - 1); while 16 or more values remain, two 8-wide vectors
+ * base + k * step, the base from the scalar formula; then the scalar formula, which counts from
+ * start below n / 2 and back from end above, compiled with FMA. The correctly rounded value
+ * differs from it by an ulp at some bins, which moves an enhancement's factor, and pixels, by one
+ * step; tests/parity/augops_parity.py checks the tables against torch's. */
+static float lin(double start, double end, int n, int i) {
+    float s = (float)start, e = (float)end, st = (e - s) / (float)(n - 1);
+    int half = n / 2, base = i;
+    float k = 0.0f;
+    if (i < n / 16 * 16) {
+        base = i / 8 * 8;
+        k = (float)(i - base);
+    }
+    float b = base < half ? fmaf(st, (float)base, s) : fmaf(-st, (float)(n - base - 1), e);
+    return base == i ? b : b + k * st;
 }
 
 /* The magnitude table entry of op at bin i: wide = TrivialAugmentWide's ranges, else
@@ -537,6 +548,16 @@ static int bad_policy(const rn_aug_policy *p) {
         return RN_OK;
     default: return rn_errorf(RN_EINVAL, "augops: unknown policy kind %d", p->kind);
     }
+}
+
+int rn_aug_magnitude(const rn_aug_policy *p, int op, int bin, int w, int h, double *mag) {
+    int sgn, has, rc = bad_policy(p);
+    if (rc != RN_OK) return rc;
+    int bins = p->kind == RN_AUG_AUTOAUG ? RN_AUG_AA_BINS : p->bins;
+    if (p->kind == RN_AUG_JITTER || op < 0 || op >= RN_AUG_NOPS || bin < 0 || bin >= bins || w <= 0 || h <= 0)
+        return rn_errorf(RN_EINVAL, "augops: no magnitude for op %d bin %d of this policy (%d bins)", op, bin, bins);
+    *mag = magnitude(op, p->kind == RN_AUG_TA_WIDE, bins, bin, w, h, &sgn, &has);
+    return RN_OK;
 }
 
 int rn_aug_policy_words(const rn_aug_policy *p) {

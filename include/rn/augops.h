@@ -15,10 +15,9 @@
  * writes the ops and magnitudes to apply; rn_aug_policy_apply applies them. The draw is what the
  * tests compare with torchvision's sampler; the apply is what they compare with its pixels.
  *
- * Magnitude tables are torchvision's torch.linspace(...) tables in float32, each value the
- * correctly rounded float of start + (end - start) * i / (bins - 1); torch's own float32
- * linspace is sometimes one ulp off that, which changes no pixel (solarize thresholds are
- * exact; translations are truncated to whole pixels away from integer boundaries). */
+ * Magnitude tables are torchvision's torch.linspace(...) tables with torch's own float32
+ * arithmetic (its x86-64 AVX2 kernel), not the correctly rounded values: at some bins the two
+ * differ by an ulp, and that ulp moves enhancement results by a grey level. */
 #ifndef RN_AUGOPS_H
 #define RN_AUGOPS_H
 
@@ -136,6 +135,11 @@ int rn_aug_policy_words(const rn_aug_policy *p);
  * each of its two ops applied with its probability, ColorJitter's order a uniform permutation.
  * Errors: RN_EINVAL for a policy rn_aug_policy_parse would not produce. */
 int rn_aug_policy_draw(const rn_aug_policy *p, rn_image_stream *st, int w, int h, rn_aug_draw *d);
+
+/* The unsigned magnitude of op at bin (0..bins-1; AutoAugment: 0..9) in p's table for a w x h
+ * image, into *mag (0 for ops without one). Errors: RN_EINVAL (a jitter policy, a bad op or
+ * bin). */
+int rn_aug_magnitude(const rn_aug_policy *p, int op, int bin, int w, int h, double *mag);
 
 /* Apply a draw of p to img (w x h x c) in place. Errors: as rn_aug_op. */
 int rn_aug_policy_apply(const rn_aug_policy *p, const rn_aug_draw *d, uint8_t *img, int w, int h, int c, rn_aug_ws *ws);

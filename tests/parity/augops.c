@@ -5,6 +5,8 @@
  *   parity_augops draw POLICY ARGS N W H SEED
  *     N draws, one line each: the applied ops as NAME:MAGNITUDE (jitter: NAME:FACTOR), draw i
  *     from the stream (rn_rng_key(SEED, 7), 0, i). ARGS "-" for none.
+ *   parity_augops table POLICY ARGS W H
+ *     every op's magnitude table, one "NAME BIN VALUE" line per entry (%.9g).
  *   parity_augops time REPS
  *     microseconds per call of each op on a 224x224x3 image. */
 #include <stdio.h>
@@ -76,6 +78,25 @@ static int draw(char **argv) {
     return 0;
 }
 
+static int table(char **argv) {
+    rn_aug_policy p;
+    if (rn_aug_policy_parse(argv[0], strcmp(argv[1], "-") ? argv[1] : "", &p) != RN_OK) {
+        fprintf(stderr, "parity_augops: %s\n", rn_last_error());
+        return 2;
+    }
+    int bins = p.kind == RN_AUG_AUTOAUG ? RN_AUG_AA_BINS : p.bins;
+    for (int op = 0; op < RN_AUG_NOPS; op++)
+        for (int b = 0; b < bins; b++) {
+            double m;
+            if (rn_aug_magnitude(&p, op, b, atoi(argv[2]), atoi(argv[3]), &m) != RN_OK) {
+                fprintf(stderr, "parity_augops: %s\n", rn_last_error());
+                return 1;
+            }
+            printf("%s %d %.9g\n", rn_aug_op_name(op), b, m);
+        }
+    return 0;
+}
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -107,7 +128,8 @@ static int timing(int reps) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "apply")) return apply(argv[2], argv[3]);
     if (argc == 8 && !strcmp(argv[1], "draw")) return draw(argv + 2);
+    if (argc == 6 && !strcmp(argv[1], "table")) return table(argv + 2);
     if (argc == 3 && !strcmp(argv[1], "time")) return timing(atoi(argv[2]));
-    fprintf(stderr, "usage: parity_augops apply CASES OUT | draw POLICY ARGS N W H SEED | time REPS\n");
+    fprintf(stderr, "usage: parity_augops apply CASES OUT | draw POLICY ARGS N W H SEED | table POLICY ARGS W H | time REPS\n");
     return 2;
 }

@@ -9,6 +9,7 @@ through autoaugment._apply_op (the code the policies call) and F.adjust_hue / F.
 ColorJitter's factors. The criterion is identical bytes for every op; the geometric ops alone
 may differ on at most 0.1% of pixels, where a sampling position falls within float32 rounding
 of a half pixel (torch's grid is a float32 GEMM whose summation order rn cannot know).
+The magnitude tables rn's policies draw from are checked entry by entry against torchvision's.
 draws: op/magnitude combinations against torchvision's own sampler (its forward with
 _apply_op replaced by a recorder; ColorJitter.get_params), Pearson's chi-square test of
 homogeneity, p > 1e-3; ColorJitter's factors with a two-sample Kolmogorov-Smirnov test. Seeds
@@ -142,6 +143,40 @@ def pixels(binary):
         ok = bad <= 1e-3 * tot if key.split()[0] in GEOMETRIC else bad == 0
         extra = f", worst: {worst[key][1]}" if key in worst else ""
         report(ok, f"{key}: {ncase} cases, {bad} of {tot} pixels differ (max {mx}; criterion {limit}){extra}")
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def tables(binary):
+    """rn's magnitude tables against torchvision's _augmentation_space (torch.linspace in float32)"""
+    for label, policy, args, nb, space in (
+            ("TrivialAugmentWide(31)", "ta_wide", "-", 31, lambda s: AA.TrivialAugmentWide()._augmentation_space(31)),
+            ("TrivialAugmentWide(5)", "ta_wide", "5", 5, lambda s: AA.TrivialAugmentWide()._augmentation_space(5)),
+            ("TrivialAugmentWide(100)", "ta_wide", "100", 100,
+             lambda s: AA.TrivialAugmentWide()._augmentation_space(100)),
+            ("RandAugment(31 bins)", "randaug", "-", 31, lambda s: AA.RandAugment()._augmentation_space(31, (s, s))),
+            ("RandAugment(64 bins)", "randaug", "2,9,64", 64,
+             lambda s: AA.RandAugment()._augmentation_space(64, (s, s))),
+            ("AutoAugment(imagenet)", "autoaug", "-", 10,
+             lambda s: AA.AutoAugment()._augmentation_space(10, (s, s)))):
+        bad, n = [], 0
+        for size in (8, 17, 32, 100, 224, 331, 512):
+            out = subprocess.run([binary, "table", policy, args, str(size), str(size)], check=True,
+                                 capture_output=True, text=True).stdout
+            # %.9g round-trips a float32: compare as float32
+            mine = {(o, int(b)): f32(float(v)) for o, b, v in (l.split() for l in out.splitlines())}
+            for op, (mags, _) in space(size).items():
+                if mags.ndim == 0:
+                    continue
+                for i in range(nb):
+                    n += 1
+                    want = f32(float(mags[i].item()))
+                    if mine[(op, i)] != want:
+                        bad.append(f"{op}[{i}] at {size}: {mine[(op, i)]!r} != {want!r}")
+        report(not bad, f"{label}: {n} magnitude table entries (7 sizes) against torchvision's" +
+               (f"; {len(bad)} differ, e.g. {bad[:3]}" if bad else ""))
 
 
 def gammaq(a, x):
@@ -285,6 +320,7 @@ def main():
     what, binary = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     if what == "pixels":
+        tables(binary)
         pixels(binary)
     else:
         draws(binary, int(sys.argv[3]) if len(sys.argv) > 3 else 100000)
