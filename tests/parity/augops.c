@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
     if (argc == 8 && !strcmp(argv[1], "draw")) return draw(argv + 2);
     if (argc == 6 && !strcmp(argv[1], "table")) return table(argv + 2);
     if (argc == 3 && !strcmp(argv[1], "time")) return timing(atoi(argv[2]));
-    fprintf(stderr, "usage: parity_augops apply CASES OUT | draw POLICY ARGS N W H SEED | table POLICY ARGS W H | time REPS\n");
+    fprintf(stderr, "usage: parity_augops apply CASES OUT | draw POLICY ARGS N W H SEED | table POLICY ARGS W H"
+                    " | time REPS\n");
     return 2;
 }
