@@ -220,45 +220,60 @@ static void equalize(uint8_t *img, size_t npix, int c) {
 
 static inline float clamp01(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 
-static int hue(uint8_t *img, size_t npix, int c, double hf) {
-    if (c == 1) return RN_OK;
-    float hfac = (float)hf, u[256];
-    for (int v = 0; v < 256; v++)
-        u[v] = (float)v / 255.0f;
-    for (size_t i = 0; i < npix; i++, img += 3) {
-        float r = u[img[0]], g = u[img[1]], b = u[img[2]];
-        /* _rgb2hsv (no NaNs here, so plain comparisons stand in for max/min) */
-        float maxc = r > g ? r : g, minc = r < g ? r : g;
-        maxc = b > maxc ? b : maxc;
-        minc = b < minc ? b : minc;
+/* _rgb2hsv and the hue shift for n <= 64 pixels held as floats in r, g, b; writes h, s (v is
+ * max(r, g, b)). Element-wise IEEE operations only, so the vectorised loop gives the scalar bytes. */
+enum { HUE_BLOCK = 64 };
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math"))) static void
+rgb2hsv_shift(int n, const float *restrict r, const float *restrict g, const float *restrict b, float hfac,
+              float *restrict h, float *restrict s, float *restrict v) {
+    for (int i = 0; i < n; i++) {
+        /* no NaNs here, so plain comparisons stand in for max/min */
+        float maxc = r[i] > g[i] ? r[i] : g[i], minc = r[i] < g[i] ? r[i] : g[i];
+        maxc = b[i] > maxc ? b[i] : maxc;
+        minc = b[i] < minc ? b[i] : minc;
         int eqc = maxc == minc;
         float cr = maxc - minc;
-        float s = cr / (eqc ? 1.0f : maxc);
+        s[i] = cr / (eqc ? 1.0f : maxc);
         float crd = eqc ? 1.0f : cr;
-        /* torch adds the three masked terms; two are zero, so only the selected one counts (all three
-         * quotients are computed so the choice is a select, not a branch a random image mispredicts) */
-        float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+        /* torch adds the three masked terms; two are zero, so only the selected one counts */
+        float rc = (maxc - r[i]) / crd, gc = (maxc - g[i]) / crd, bc = (maxc - b[i]) / crd;
         float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
-        float hsum = maxc == r ? hr : maxc == g ? hg : hb;
+        float hsum = maxc == r[i] ? hr : maxc == g[i] ? hg : hb;
         /* fmod(h / 6 + 1, 1) and Python's (h + hue) % 1: on these ranges one exact subtraction
          * (Sterbenz) or, below 0, the same rounded + 1 that the modulo adds */
         float hh = hsum / 6.0f + 1.0f;
         hh = hh >= 1.0f ? hh - 1.0f : hh;
         hh = hh + hfac;
-        hh = hh >= 1.0f ? hh - 1.0f : hh < 0.0f ? hh + 1.0f : hh;
-        float v = maxc;
-        /* _hsv2rgb */
-        float h6 = hh * 6.0f;
-        int ii = (int)h6; /* floor: h6 >= 0 */
-        float fr = h6 - (float)ii;
-        ii %= 6;
-        float p = clamp01(v * (1.0f - s));
-        float q = clamp01(v * (1.0f - s * fr));
-        float t = clamp01(v * (1.0f - s * (1.0f - fr)));
-        static const int sel[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3}, {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
-        float vals[4] = {v, q, p, t};
-        for (int ch = 0; ch < 3; ch++)
-            img[ch] = (uint8_t)(vals[sel[ii][ch]] * 255.0f);
+        hh = hh >= 1.0f ? hh - 1.0f : hh;
+        h[i] = hh < 0.0f ? hh + 1.0f : hh;
+        v[i] = maxc;
+    }
+}
+
+static int hue(uint8_t *img, size_t npix, int c, double hf) {
+    if (c == 1) return RN_OK;
+    float hfac = (float)hf, u[256];
+    for (int v = 0; v < 256; v++)
+        u[v] = (float)v / 255.0f;
+    static const int sel[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3}, {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
+    float R[HUE_BLOCK], G[HUE_BLOCK], B[HUE_BLOCK], Hh[HUE_BLOCK], Ss[HUE_BLOCK], Vv[HUE_BLOCK];
+    for (size_t i0 = 0; i0 < npix; i0 += HUE_BLOCK) {
+        int n = npix - i0 < HUE_BLOCK ? (int)(npix - i0) : HUE_BLOCK;
+        uint8_t *px = img + 3 * i0;
+        for (int i = 0; i < n; i++)
+            R[i] = u[px[3 * i]], G[i] = u[px[3 * i + 1]], B[i] = u[px[3 * i + 2]];
+        rgb2hsv_shift(n, R, G, B, hfac, Hh, Ss, Vv);
+        for (int i = 0; i < n; i++) {
+            /* _hsv2rgb */
+            float v = Vv[i], s = Ss[i], h6 = Hh[i] * 6.0f;
+            int ii = (int)h6; /* floor: h6 >= 0 */
+            float fr = h6 - (float)ii;
+            ii %= 6;
+            float vals[4] = {v, clamp01(v * (1.0f - s * fr)), clamp01(v * (1.0f - s)),
+                             clamp01(v * (1.0f - s * (1.0f - fr)))};
+            for (int ch = 0; ch < 3; ch++)
+                px[3 * i + ch] = (uint8_t)(vals[sel[ii][ch]] * 255.0f);
+        }
     }
     return RN_OK;
 }
