@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rn/augops.h"
 #include "rn/err.h"
 #include "rn/rng.h"
 
@@ -30,7 +31,7 @@ typedef struct {
 
 /* torchvision's defaults (transforms.RandomResizedCrop, RandomCrop, RandomHorizontalFlip,
  * RandomErasing). Adding an op: a row here and its stage's case in the loader. */
-static const op_def OPS[RN_AUG_NOPS] = {
+static const op_def OPS[RN_AUG_OP_COUNT] = {
     [RN_AUG_OP_RRC] = {"rrc",
                        RN_AUG_STAGE_CROP,
                        -1,
@@ -53,12 +54,39 @@ static const op_def OPS[RN_AUG_NOPS] = {
                           {"scale", P_RANGE, 1, {0.02, 0.33}, 0, 1, 1, {0}},
                           {"ratio", P_RANGE, 3, {0.3, 3.3}, 0, 1e6, 1, {0}},
                           {"value", P_WORD, 5, {RN_AUG_ERASE_ZERO}, 0, 0, 0, {"0", "random"}}}},
+    /* the pixel ops: rn/augops.h's policies, torchvision's defaults */
+    [RN_AUG_OP_TA_WIDE] = {"ta_wide",
+                           RN_AUG_STAGE_PIXEL,
+                           -1,
+                           "TrivialAugmentWide",
+                           {{"bins", P_INT, 0, {RN_AUG_TA_BINS}, 2, 1024, 0, {0}}}},
+    [RN_AUG_OP_RANDAUG] = {"randaug",
+                           RN_AUG_STAGE_PIXEL,
+                           0,
+                           "RandAugment",
+                           {{"n", P_INT, 0, {RN_AUG_RA_NUM_OPS}, 0, RN_AUG_MAX_OPS, 0, {0}},
+                            {"m", P_INT, 1, {RN_AUG_RA_MAGNITUDE}, 0, 1023, 0, {0}},
+                            {"bins", P_INT, 2, {RN_AUG_RA_BINS}, 2, 1024, 0, {0}}}},
+    [RN_AUG_OP_AUTOAUG] = {"autoaug",
+                           RN_AUG_STAGE_PIXEL,
+                           -1,
+                           "AutoAugment",
+                           {{"policy", P_WORD, 0, {0}, 0, 0, 0, {"imagenet"}}}},
+    [RN_AUG_OP_JITTER] = {"jitter",
+                          RN_AUG_STAGE_PIXEL,
+                          -1,
+                          "ColorJitter",
+                          {{"brightness", P_NUM, 0, {0}, 0, 1e6, 0, {0}},
+                           {"contrast", P_NUM, 1, {0}, 0, 1e6, 0, {0}},
+                           {"saturation", P_NUM, 2, {0}, 0, 1e6, 0, {0}},
+                           {"hue", P_NUM, 3, {0}, 0, 0.5, 0, {0}}}},
 };
 
-#define KNOWN "rrc, crop-pad, flip, erase (or the whole chain standard, rrc or none)"
+#define KNOWN                                                                                                         \
+    "rrc, crop-pad, flip, ta_wide, randaug, autoaug, jitter, erase (or the whole chain standard, rrc or none)"
 
-const char *rn_augment_op_name(int op) { return op >= 0 && op < RN_AUG_NOPS ? OPS[op].name : "?"; }
-int rn_augment_op_stage(int op) { return op >= 0 && op < RN_AUG_NOPS ? OPS[op].stage : -1; }
+const char *rn_augment_op_name(int op) { return op >= 0 && op < RN_AUG_OP_COUNT ? OPS[op].name : "?"; }
+int rn_augment_op_stage(int op) { return op >= 0 && op < RN_AUG_OP_COUNT ? OPS[op].stage : -1; }
 
 static void step_defaults(int op, rn_aug_step *s) {
     memset(s, 0, sizeof *s);
@@ -154,7 +182,7 @@ static int parse_op(const char *s, const char *e, rn_aug_step *st) {
     while (ne < e && *ne != '=' && *ne != ':')
         ne++;
     int nl = (int)(ne - s), op = -1;
-    for (int k = 0; k < RN_AUG_NOPS; k++)
+    for (int k = 0; k < RN_AUG_OP_COUNT; k++)
         if ((int)strlen(OPS[k].name) == nl && strncmp(OPS[k].name, s, (size_t)nl) == 0) op = k;
     if (op < 0) {
         if (nl == 0)
@@ -224,6 +252,10 @@ int rn_augment_parse(const char *text, rn_augment *a) {
         rn_aug_step *st = &a->step[a->n];
         int rc = parse_op(s, e, st);
         if (rc) return rc;
+        if (OPS[st->op].stage == RN_AUG_STAGE_PIXEL) {
+            rn_aug_policy pol;
+            if ((rc = rn_augment_policy(st, &pol))) return rc;
+        }
         if (rn_augment_find(a, st->op))
             return rn_errorf(RN_EINVAL, "%s appears twice: each op at most once", OPS[st->op].name);
         if (a->n > 0) {
@@ -235,7 +267,7 @@ int rn_augment_parse(const char *text, rn_augment *a) {
             if (ss < ps)
                 return rn_errorf(RN_EINVAL,
                                  "%s after %s: the order is a crop op (rrc or crop-pad) first, then "
-                                 "flip, erase last",
+                                 "flip, then the pixel ops (ta_wide, randaug, autoaug, jitter), erase last",
                                  OPS[st->op].name, OPS[prev->op].name);
         }
         a->n++;
@@ -243,6 +275,34 @@ int rn_augment_parse(const char *text, rn_augment *a) {
         s = e + 1;
     }
     return RN_OK;
+}
+
+int rn_augment_policy(const rn_aug_step *s, rn_aug_policy *p) {
+    char args[128];
+    const char *name;
+    switch (s->op) {
+    case RN_AUG_OP_TA_WIDE:
+        name = "ta_wide";
+        snprintf(args, sizeof args, "%d", (int)s->v[0]);
+        break;
+    case RN_AUG_OP_RANDAUG:
+        name = "randaug";
+        if (s->v[1] >= s->v[2])
+            return rn_errorf(RN_EINVAL, "randaug: m %d is not a bin of 0..%d (raise bins, or lower m)", (int)s->v[1],
+                             (int)s->v[2] - 1);
+        snprintf(args, sizeof args, "%d,%d,%d", (int)s->v[0], (int)s->v[1], (int)s->v[2]);
+        break;
+    case RN_AUG_OP_AUTOAUG:
+        name = "autoaug";
+        snprintf(args, sizeof args, "imagenet");
+        break;
+    case RN_AUG_OP_JITTER:
+        name = "jitter";
+        snprintf(args, sizeof args, "%.17g,%.17g,%.17g,%.17g", s->v[0], s->v[1], s->v[2], s->v[3]);
+        break;
+    default: return rn_errorf(RN_EINVAL, "%s is not a pixel op", rn_augment_op_name(s->op));
+    }
+    return rn_aug_policy_parse(name, args, p);
 }
 
 /* the shortest plain decimal that reads back as v (else %.17g) */

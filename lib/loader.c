@@ -155,7 +155,10 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
 
 /* --------------------------------------------------------------- one sample */
 
-void rn_loader_scratch_free(rn_loader_scratch *sc) { rn_image_ws_free(&sc->ws); }
+void rn_loader_scratch_free(rn_loader_scratch *sc) {
+    rn_image_ws_free(&sc->ws);
+    rn_aug_ws_free(&sc->aws);
+}
 
 static int render(const rn_loader_opts *o, int c, const rn_sample *s, int W, int H, const rn_jpeg_info *jip,
                   rn_window *wp, rn_loader_scratch *w, uint8_t *dst);
@@ -233,6 +236,16 @@ int rn_loader_transform(const rn_loader_opts *o, int c, const rn_sample *s, int6
         }
         if ((rc = render(o, c, &smp, W, H, &ji, &win, w, dst)) != RN_OK) return rc;
         if (flip_after) rn_image_flip(dst, S, S, c);
+    }
+    /* the pixel ops (rn/augops.h), in chain order, on the S x S crop */
+    for (int k = 0; o->train && k < aug->n; k++) {
+        if (rn_augment_op_stage(aug->step[k].op) != RN_AUG_STAGE_PIXEL) continue;
+        rn_aug_policy pol;
+        rn_aug_draw dr;
+        if ((rc = rn_augment_policy(&aug->step[k], &pol)) != RN_OK ||
+            (rc = rn_aug_policy_draw(&pol, &st, S, S, &dr)) != RN_OK ||
+            (rc = rn_aug_policy_apply(&pol, &dr, dst, S, S, c, &w->aws)) != RN_OK)
+            return rc;
     }
     if (er && erase && rn_u01(rn_image_stream_next(&st)) < (float)er->v[0]) {
         int b[4];

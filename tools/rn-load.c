@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "  --eval             eval transform: resize to round(S*256/224), centre crop S, no shuffle\n"
             "  --augment CHAIN    training transform, ops OP[=V][:KEY=VALUE] joined by commas, as\n"
             "                     rn-train: rrc, crop-pad=N[:constant|edge|reflect], flip[=P],\n"
+            "                     ta_wide, randaug[=N][:m=M], autoaug, jitter[:brightness=X]...,\n"
             "                     erase[=P][:random]; none: the eval transform (default rrc,flip)\n"
             "  --resize N         eval resize of the shorter side (0: none)\n"
             "  --no-shuffle       keep the record order\n"

@@ -13,11 +13,19 @@
  *            (the image at its stored size, padded by N on every side;  fill=0..255
  *            the offset is drawn over the padded image, as torchvision)
  *   flip     RandomHorizontalFlip(p=0.5)                                =P
+ *   ta_wide  TrivialAugmentWide(num_magnitude_bins=31)                   bins=N
+ *   randaug  RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31)  =N m=M bins=B
+ *   autoaug  AutoAugment(AutoAugmentPolicy.IMAGENET)                     policy=imagenet
+ *   jitter   ColorJitter(brightness=0, contrast=0, saturation=0, hue=0)  brightness= contrast=
+ *                                                                        saturation= hue=
  *   erase    RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), =P scale=LO-HI ratio=LO-HI
  *            value=0), on the normalised tensor: 0 or N(0, 1) each     value=0|random
  *
- * At most one crop op (rrc or crop-pad), and it comes first; then flip; erase last (it
- * works on the normalised tensor, after the pixels). Each op at most once. Without a crop
+ * The pixel ops (ta_wide, randaug, autoaug, jitter) are rn/augops.h's policies: drawn and
+ * applied to the S x S crop, with torchvision's tensor-path arithmetic, in chain order.
+ *
+ * At most one crop op (rrc or crop-pad), and it comes first; then flip; then the pixel
+ * ops; erase last (it works on the normalised tensor, after the pixels). Each op at most once. Without a crop
  * op the image takes the eval geometry (resize, centre crop: rn/transform.h) before the
  * ops that follow. Whole-chain spellings kept from before chains existed: `standard` and
  * `rrc` (alone) mean `rrc,flip`; `none` is the empty chain (the eval transform). To get a
@@ -38,7 +46,17 @@
 #define RN_AUG_NVAL 6 /* numbers one op keeps */
 
 /* ops (rows of the table in lib/augment.c) */
-enum { RN_AUG_OP_RRC, RN_AUG_OP_CROP_PAD, RN_AUG_OP_FLIP, RN_AUG_OP_ERASE, RN_AUG_NOPS };
+enum {
+    RN_AUG_OP_RRC,
+    RN_AUG_OP_CROP_PAD,
+    RN_AUG_OP_FLIP,
+    RN_AUG_OP_ERASE,
+    RN_AUG_OP_TA_WIDE,
+    RN_AUG_OP_RANDAUG,
+    RN_AUG_OP_AUTOAUG,
+    RN_AUG_OP_JITTER,
+    RN_AUG_OP_COUNT
+};
 /* stages: a chain's ops come in this order */
 enum { RN_AUG_STAGE_CROP, RN_AUG_STAGE_FLIP, RN_AUG_STAGE_PIXEL, RN_AUG_STAGE_ERASE };
 /* crop-pad padding modes (torchvision's padding_mode) */
@@ -50,7 +68,11 @@ enum { RN_AUG_ERASE_ZERO, RN_AUG_ERASE_RANDOM };
  *   rrc       scale lo, hi, ratio lo, hi
  *   crop-pad  padding, mode, fill
  *   flip      p
- *   erase     p, scale lo, hi, ratio lo, hi, value */
+ *   erase     p, scale lo, hi, ratio lo, hi, value
+ *   ta_wide   bins
+ *   randaug   num_ops, magnitude, bins
+ *   autoaug   policy (0: imagenet)
+ *   jitter    brightness, contrast, saturation, hue */
 typedef struct {
     int op; /* RN_AUG_OP_* */
     double v[RN_AUG_NVAL];
@@ -71,6 +93,11 @@ int rn_augment_parse(const char *text, rn_augment *a);
 /* The chain written out in full, every parameter given (parses back to the same chain):
  * for logs and rn-load's report. Returns the length it needed (as snprintf). */
 int rn_augment_format(const rn_augment *a, char *buf, size_t cap);
+
+/* The rn/augops.h policy of a pixel op's step (ta_wide, randaug, autoaug, jitter).
+ * Errors: RN_EINVAL (not a pixel op, or values rn_aug_policy_parse refuses). */
+struct rn_aug_policy_s;
+int rn_augment_policy(const rn_aug_step *s, struct rn_aug_policy_s *p);
 
 /* The step of op `op` in the chain, or NULL. */
 const rn_aug_step *rn_augment_find(const rn_augment *a, int op);

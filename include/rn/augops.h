@@ -93,7 +93,7 @@ enum { RN_AUG_TA_WIDE = 1, RN_AUG_RANDAUG, RN_AUG_AUTOAUG, RN_AUG_JITTER };
 #define RN_AUG_RA_BINS 31     /* RandAugment(num_magnitude_bins) */
 #define RN_AUG_AA_BINS 10     /* AutoAugment's fixed magnitude tables */
 
-typedef struct {
+typedef struct rn_aug_policy_s {
     int kind;        /* RN_AUG_TA_WIDE, RN_AUG_RANDAUG, RN_AUG_AUTOAUG, RN_AUG_JITTER */
     int num_ops;     /* RandAugment: ops per image, 0..RN_AUG_MAX_OPS */
     int magnitude;   /* RandAugment: bin index, 0..bins-1 */

@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "rn/augment.h"
+#include "rn/augops.h"
 #include "rn/dataset.h"
 #include "rn/image.h"
 #include "rn/jpeg.h"
@@ -165,6 +166,7 @@ void rn_loader_normalize(const rn_batch *b, float *dst, const float *mean, const
 typedef struct {
     rn_jpeg *jpeg;
     rn_image_ws ws;
+    rn_aug_ws aws; /* the pixel ops' (rn/augops.h) */
 } rn_loader_scratch;
 void rn_loader_scratch_free(rn_loader_scratch *sc);
 /* One record through the loader's transform, as a worker applies it after reading the

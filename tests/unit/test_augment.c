@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "rn/augment.h"
+#include "rn/augops.h"
 #include "rn/err.h"
 #include "rn/image.h"
 #include "rn/rng.h"
@@ -68,11 +69,34 @@ static void test_parse(void) {
     good("erase", "erase:p=0.5:scale=0.02-0.33:ratio=0.3-3.3:value=0");
     good("erase=0.1:random:scale=0.1-0.2:ratio=1e-1-10", "erase:p=0.1:scale=0.1-0.2:ratio=0.1-10:value=random");
     good("rrc:ratio=0.5-2:scale=0.25-0.5", "rrc:scale=0.25-0.5:ratio=0.5-2");
+    /* the pixel ops (rn/augops.h policies) */
+    good("rrc,flip,ta_wide,erase=0.1", RRC_DEF "," FLIP_DEF ",ta_wide:bins=31,erase:p=0.1:scale=0.02-0.33:ratio=0.3-3.3:value=0");
+    good("ta_wide:bins=5", "ta_wide:bins=5");
+    good("randaug", "randaug:n=2:m=9:bins=31");
+    good("randaug=1:m=30", "randaug:n=1:m=30:bins=31");
+    good("autoaug", "autoaug:policy=imagenet");
+    good("autoaug:imagenet", "autoaug:policy=imagenet");
+    good("jitter:brightness=0.4:contrast=0.4:saturation=0.4:hue=0.1",
+         "jitter:brightness=0.4:contrast=0.4:saturation=0.4:hue=0.1");
+    good("crop-pad=4,flip,jitter:hue=0.5,randaug", "crop-pad:pad=4:mode=constant:fill=0," FLIP_DEF
+                                                 ",jitter:brightness=0:contrast=0:saturation=0:hue=0.5,randaug:n=2:m=9:bins=31");
+    {
+        rn_augment c;
+        rn_aug_policy p;
+        CHECK_OK(rn_augment_parse("randaug=3:m=7:bins=11", &c));
+        CHECK_OK(rn_augment_policy(&c.step[0], &p));
+        CHECK(p.kind == RN_AUG_RANDAUG && p.num_ops == 3 && p.magnitude == 7 && p.bins == 11, "randaug policy");
+        CHECK_OK(rn_augment_parse("jitter:brightness=0.4:hue=0.1", &c));
+        CHECK_OK(rn_augment_policy(&c.step[0], &p));
+        CHECK(p.kind == RN_AUG_JITTER && p.jitter[0] == 0.4f && p.jitter[1] == 0 && p.jitter[3] == 0.1f,
+              "jitter policy");
+        CHECK(rn_augment_policy(&d.step[0], &p) == RN_EINVAL, "rrc is not a pixel op");
+    }
     /* bad chains: each message names what is wrong and what is known */
     bad("", "empty chain");
     bad("rrc,,flip", "empty op");
     bad("rrc,", "empty op");
-    bad("jitter", "'jitter' is not an op: known ops are rrc, crop-pad, flip, erase");
+    bad("mixup", "'mixup' is not an op: known ops are rrc, crop-pad, flip, ta_wide, randaug, autoaug, jitter, erase");
     bad("Flip", "'Flip' is not an op");
     bad("flip=2", "p 2 is outside 0..1");
     bad("flip=x", "p 'x' is not a number");
@@ -94,6 +118,15 @@ static void test_parse(void) {
     bad("flip,flip", "flip appears twice");
     bad("none,flip", "'none' is not an op");
     bad("standard,erase", "'standard' is not an op");
+    bad("ta_wide,flip", "flip after ta_wide");
+    bad("erase,randaug", "randaug after erase");
+    bad("ta_wide:bins=1", "bins 1 is outside 2..1024");
+    bad("randaug:m=31", "randaug: m 31 is not a bin of 0..30");
+    bad("randaug=17", "n 17 is outside 0..16");
+    bad("jitter:hue=0.6", "hue 0.6 is outside 0..0.5");
+    bad("jitter:brightness=-1", "brightness -1 is outside");
+    bad("autoaug:cifar10", "policy 'cifar10' is not imagenet");
+    bad("ta_wide,ta_wide", "ta_wide appears twice");
     CHECK(rn_augment_find(&d, RN_AUG_OP_ERASE) == NULL && rn_augment_find(&d, RN_AUG_OP_FLIP) == &d.step[1],
           "rn_augment_find");
     CHECK(strcmp(rn_augment_op_name(RN_AUG_OP_CROP_PAD), "crop-pad") == 0, "op name");

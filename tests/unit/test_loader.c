@@ -431,7 +431,11 @@ static void test_chains(void) {
                             "crop-pad=3:edge,erase=0.7",
                             "crop-pad=2:fill=7",
                             "flip",
-                            "erase=1"};
+                            "erase=1",
+                            "rrc,flip,ta_wide,erase=0.1",
+                            "crop-pad=4,flip,randaug=2:m=9",
+                            "autoaug",
+                            "flip,jitter:brightness=0.4:contrast=0.4:saturation=0.4:hue=0.1"};
     enum { NB = 20, NC = sizeof chains / sizeof *chains };
     uint32_t ref[NC][NB], got[NB];
     for (int t = 0; t < NC; t++) {
