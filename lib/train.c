@@ -296,8 +296,11 @@ static int setup_ema(run *t) {
     if (e) {
         if ((rc = rn_net_ema_load(t->r.net, t->ck))) return rn_error_context(rc, "the EMA weights of the input");
         t->ema_updates = e->updates;
+        return RN_OK;
     }
-    return RN_OK;
+    /* AveragedModel starts as a deep copy of the model (a run stopped before its first
+       update saves that, not zeros); the first update copies again */
+    return rn_net_ema_update(t->r.net, 0, 0, 1);
 }
 
 /* After the step of index i within its epoch: the reference's

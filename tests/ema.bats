@@ -21,7 +21,7 @@ E="--ema-decay 0.99 --ema-every 2 --lr-epochs 3 --warmup-epochs 1 --lr 0.02"
 # the tensors of one set of a checkpoint (rn-info --tensors: name, shape, dtype, crc32c)
 set_lines() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p' | grep -E " $2\$"; }
 
-@test "flags: --help and the man page name them; bad values and --ema-every alone exit 2" {
+@test "flags: --help names them; bad values and --ema-every without an EMA exit 2" {
     run rn-train --help
     assert_output --partial "--ema-decay D"
     assert_output --partial "--ema-every N"
@@ -38,6 +38,9 @@ set_lines() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p' | grep -E " $2\$"
     run rn-train --data train.lmdb --in init.pb --out x.pb --ema-every 4
     assert_failure 2
     assert_output --partial "--ema-every 4: the moving average is off (init.pb holds none): give --ema-decay D"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --ema-every 4 --ema-decay 0
+    assert_failure 2
+    assert_output --partial "--ema-every 4 with --ema-decay 0 (off)"
     [ ! -e x.pb ]
 }
 
@@ -101,6 +104,18 @@ print(sorted(fields))'
     # and it is not just the model: the average differs from the last weights
     run cmp -s ema12.safetensors w12.safetensors
     assert_failure
+}
+
+@test "the average starts as a copy of the input model (AveragedModel's deepcopy), not zeros" {
+    rn-train --data train.lmdb --in init.pb --out a.pb --max-steps 1 $T --threads 2 2> /dev/null
+    # step 1 of the epoch: 1 % 4 != 0, no update in this run
+    rn-train --data train.lmdb --in a.pb --out b.pb --max-steps 1 $T --threads 2 --ema-decay 0.9 --ema-every 4 \
+        2> /dev/null
+    run rn-info --json b.pb
+    assert_output --partial '"updates":0}'
+    rn-export a.pb a.safetensors
+    rn-export --ema b.pb b_ema.safetensors
+    cmp a.safetensors b_ema.safetensors
 }
 
 @test "resume with EMA is exact, and the EMA set is the same bytes for --threads 1, 2 and 3" {

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
                "optimiser, the moving average of the weights (rn-train --ema-decay: its decay,\n"
                "update interval, alpha and update count) when it holds one, provenance (who wrote\n"
                "it, when, with which command) and the training history (with the EMA's validation\n"
-               "when trained with --val and EMA). The file is fully validated first (names, shapes, checksums).\n"
+               "when it was validated). The file is fully validated first (names, shapes, checksums).\n"
                "FILE may be \"-\" (stdin). A dataset folder (DATA.lmdb, made by rn-prep) is\n"
                "described instead: count, classes with counts, sizes, encoding, mean/std, command.\n"
                "A TensorBoard event file (a name holding \"tfevents\", rn-train --tensorboard), or a\n"

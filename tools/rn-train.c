@@ -363,8 +363,11 @@ int main(int argc, char **argv) {
     rn_ckpt *ck = NULL;
     if (rn_ckpt_read(in, &ck) != RN_OK) return fail(d, 1);
     if (o.ema_every && (o.ema_decay == 0 || (o.ema_decay < 0 && !ck->ema))) {
-        fprintf(stderr, "rn-train: --ema-every %d: the moving average is off (%s holds none): give --ema-decay D "
-                "too, e.g. 0.99998\n", o.ema_every, in);
+        if (o.ema_decay == 0)
+            fprintf(stderr, "rn-train: --ema-every %d with --ema-decay 0 (off): give one or the other\n", o.ema_every);
+        else
+            fprintf(stderr, "rn-train: --ema-every %d: the moving average is off (%s holds none): give --ema-decay D "
+                    "too, e.g. 0.99998\n", o.ema_every, in);
         rn_ckpt_free(ck);
         rn_dist_close(d);
         return 2;
