@@ -194,3 +194,18 @@ print(len(same), "EMA tensors in the EMA graph;", len(differ), "differ from the 
     assert_success
     assert_output --regexp "^(10[0-9]|1[1-9][0-9]) EMA tensors in the EMA graph; [1-9][0-9]* differ"
 }
+
+@test "2 processes (mpirun) keep the EMA of one process with --accum 2, bit for bit: --batch is the global batch" {
+    command -v mpirun > /dev/null || skip "mpirun not installed (make deps installs openmpi-bin)"
+    rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi_no_leak_checks
+    A="--batch 8 --crop 32 --workers 1 --threads 1 --max-steps 5 --ema-decay 0.99 --ema-every 2 --lr-epochs 2"
+    rn-train --data train.lmdb --in init.pb --out one.pb $A --accum 2 2> /dev/null
+    mpirun --oversubscribe -np 2 rn-train --data train.lmdb --in init.pb --out two.pb $A 2> /dev/null
+    [ -n "$(set_lines one.pb ema)" ]
+    diff <(set_lines one.pb ema) <(set_lines two.pb ema)
+    diff <(set_lines one.pb 'ema buffer') <(set_lines two.pb 'ema buffer')
+    ema() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["ema"])'; }
+    assert_equal "$(ema one.pb)" "$(ema two.pb)"
+}
