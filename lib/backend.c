@@ -675,6 +675,17 @@ int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void 
     return after(be, be->ops->cast(be, src_dtype, dst_dtype, n, x, y, accumulate != 0));
 }
 
+int rn_ema_update(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take) {
+    const char *op = "ema_update";
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);
+    if (!isfinite(keep) || !isfinite(take))
+        return rn_errorf(RN_EINVAL, "%s: keep %g and take %g must be finite", op, keep, take);
+    if (n == 0) return RN_OK;
+    NEED(x, op); NEED(avg, op);
+    if (!be->ops->ema_update) return rn_errorf(RN_ENOTSUP, "%s: not implemented by %s", op, be->name);
+    return after(be, be->ops->ema_update(be, n, x, avg, keep, take));
+}
+
 int rn_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
     const char *op = "nonfinite";
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);

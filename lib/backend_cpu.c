@@ -920,6 +920,29 @@ static int cpu_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *fla
     return RN_OK;
 }
 
+/* ---- the weights' moving average: torch's decay * avg + (1 - decay) * x, no FMA ---- */
+
+typedef struct {
+    const float *x;
+    float *avg;
+    float keep, take;
+} ema_job;
+
+static void ema_range(void *ctx, int64_t i0, int64_t i1) {
+    const ema_job *j = ctx;
+    const float keep = j->keep, take = j->take;
+    const float *x = j->x;
+    float *avg = j->avg;
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++) avg[i] = keep * avg[i] + take * x[i];
+}
+
+static int cpu_ema_update(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take) {
+    ema_job j = {x, avg, keep, take};
+    par_range(be, n, ELEMS_PER_CHUNK, n, ema_range, &j);
+    return RN_OK;
+}
+
 /* ---- the table ---- */
 
 static void cpu_destroy(rn_backend *be) {
@@ -973,6 +996,7 @@ static const rn_backend_ops cpu_ops = {
     .lars_update = cpu_lars_update,
     .cast = cpu_cast,
     .nonfinite = cpu_nonfinite,
+    .ema_update = cpu_ema_update,
 };
 
 int rn_backend_cpu_init(rn_backend *be) {

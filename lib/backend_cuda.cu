@@ -1469,6 +1469,20 @@ static int cuda_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, fl
     return BY_DTYPE(copy ? d->dtype : RN_F32, lars_t)(be, d, n, p, grad, buf, copy);
 }
 
+/* ---- the weights' moving average: the CPU backend's ema_range, rounded the same way
+ * (each product and the sum rounded once, no fused multiply-add) ---- */
+
+__global__ void ema_k(int64_t n, const float *x, float *avg, float keep, float take) {
+    GRID_LOOP(i, n) avg[i] = __fadd_rn(__fmul_rn(keep, avg[i]), __fmul_rn(take, x[i]));
+}
+
+static int cuda_ema_update(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take) {
+    cuda_ctx *g = CTX(be);
+    ema_k<<<blocks_for(g, n), TPB, 0, g->stream>>>(n, x, avg, keep, take);
+    LAUNCHED("ema_update");
+    return RN_OK;
+}
+
 /* ---- conversions and the overflow check of mixed precision ---- */
 
 /* y [+]= x in D, the sum formed in fp32 as the CPU backend forms it */
@@ -1812,6 +1826,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->lars_update = cuda_lars_update;
     o->cast = cuda_cast;
     o->nonfinite = cuda_nonfinite;
+    o->ema_update = cuda_ema_update;
 #ifdef RN_HAVE_NCCL
     o->coll_id = cuda_coll_id;
     o->coll_init = cuda_coll_init;

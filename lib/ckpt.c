@@ -246,6 +246,26 @@ static int check_train_state(const Rn__TrainState *t) {
     return RN_OK;
 }
 
+/* The EMA set: its settings in range and a tensor for every parameter and buffer (np and
+ * nb of them), named, shaped and checksummed as the model's own. */
+static int check_ema(const Rn__EmaState *e, const rn_tensor_desc *d, int n, size_t np, size_t nb) {
+    if (!(e->decay >= 0 && e->decay <= 1) || !(e->alpha >= 0 && e->alpha <= 1) || e->every < 1 || e->updates < 0 ||
+        e->updates > RN_CKPT_MAX_STEPS)
+        return rn_errorf(RN_ECORRUPT, "EMA: decay %g, alpha %g, every %d, updates %lld out of range", e->decay,
+                         e->alpha, e->every, (long long)e->updates);
+    if (e->n_params != np || e->n_buffers != nb)
+        return rn_errorf(RN_ECORRUPT, "EMA: %zu parameters and %zu buffers, expected %zu and %zu", e->n_params,
+                         e->n_buffers, np, nb);
+    size_t kp = 0, kb = 0;
+    for (int i = 0; i < n; i++) {
+        int dtype = d[i].kind == RN_T_BN_COUNT ? RN_I64 : RN_F32;
+        int rc = d[i].is_buffer ? check_tensor(e->buffers[kb++], "EMA buffers", &d[i], dtype)
+                                : check_tensor(e->params[kp++], "EMA params", &d[i], dtype);
+        if (rc) return rc;
+    }
+    return RN_OK;
+}
+
 int rn_ckpt_validate(const rn_ckpt *c) {
     if (c->format_version == 0) return rn_errorf(RN_ECORRUPT, "no format version: not an rn checkpoint");
     if (c->format_version != RN_FORMAT_VERSION)
@@ -288,6 +308,7 @@ int rn_ckpt_validate(const rn_ckpt *c) {
                        c->buffers[nb]->name);
     if (rc == RN_OK && c->optim && c->optim->n_momentum > 0 && c->optim->n_momentum != np)
         rc = rn_errorf(RN_ECORRUPT, "%zu momentum tensors for %zu parameters", c->optim->n_momentum, np);
+    if (rc == RN_OK && c->ema) rc = check_ema(c->ema, d, n, np, nb);
     free(d);
     return rc;
 }
@@ -326,6 +347,10 @@ int rn_ckpt_write(const char *path, rn_ckpt *c) {
     seal(c->params, c->n_params);
     seal(c->buffers, c->n_buffers);
     if (c->optim) seal(c->optim->momentum, c->optim->n_momentum);
+    if (c->ema) {
+        seal(c->ema->params, c->ema->n_params);
+        seal(c->ema->buffers, c->ema->n_buffers);
+    }
     size_t len = rn__checkpoint__get_packed_size(c);
     uint8_t *buf = rn_malloc(len);
     if (!buf) return rn_errorf(RN_ENOMEM, "%s: out of memory packing %zu bytes", path, len);

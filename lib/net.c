@@ -74,6 +74,9 @@ struct rn_net {
     void *gh;           /* AMP: one conv or fc layer's weight (and bias) gradient in dtype,
                            on its way into grads (gh_numel) */
     int64_t gh_numel;
+    float *ema, *ema_bufs; /* rn_net_ema_enable: the moving average of params (nparams, params'
+                           layout) and of bufs (nstats); NULL: off */
+    int64_t *ema_tracked; /* host (nunits): the average's num_batches_tracked, copied */
     int have_mom;
     int lars;           /* the step is LARS (rn_net_set_lars) instead of SGD */
     float lars_eta, lars_eps;
@@ -222,7 +225,7 @@ void rn_net_destroy(rn_net *net) {
         }
     void *bufs[] = {net->params, net->fold, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
                     net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
-                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag};
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->ema, net->ema_bufs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
@@ -234,6 +237,7 @@ void rn_net_destroy(rn_net *net) {
     free(net->hrun);
     free(net->hf);
     free(net->hbuf);
+    free(net->ema_tracked);
     free(net->u);
     free(net->prefs);
     free(net);
@@ -1274,4 +1278,87 @@ int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]) {
     shape[0] = net->last_n, shape[1] = u->p, shape[2] = u->q, shape[3] = net->spec.units[unit].cout;
     if (!host) return RN_OK;
     return rn_backend_download(net->be, host, u->a, sizeof(float) * (size_t)(net->last_n * u->out_elems));
+}
+
+int rn_net_ema_enable(rn_net *net) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "a moving average of an inference network's weights");
+    if (net->ema) return RN_OK;
+    net->ema_tracked = rn_calloc((size_t)net->spec.nunits, sizeof(int64_t));
+    if (!net->ema_tracked) return RN_ENOMEM;
+    int rc = nalloc(net, sizeof(float) * (size_t)net->nparams, &net->ema);
+    if (rc == RN_OK) rc = nalloc(net, sizeof(float) * (size_t)net->nstats, &net->ema_bufs);
+    /* the gaps between parameters stay 0 in the average as they are in params */
+    if (rc == RN_OK) rc = nzero(net, net->ema, sizeof(float) * (size_t)net->nparams);
+    if (rc == RN_OK) rc = nzero(net, net->ema_bufs, sizeof(float) * (size_t)net->nstats);
+    return rc;
+}
+
+int rn_net_ema_update(rn_net *net, float keep, float take, int copy) {
+    if (!net->ema) return rn_errorf(RN_EINVAL, "no moving average: rn_net_ema_enable first");
+    int rc;
+    for (int i = 0; i < net->spec.nunits; i++) net->ema_tracked[i] = net->u[i].tracked;
+    if (copy) {
+        if ((rc = rn_backend_copy(net->be, net->ema, net->params, sizeof(float) * (size_t)net->nparams))) return rc;
+        return rn_backend_copy(net->be, net->ema_bufs, net->bufs, sizeof(float) * (size_t)net->nstats);
+    }
+    if ((rc = rn_ema_update(net->be, net->nparams, net->params, net->ema, keep, take))) return rc;
+    return rn_ema_update(net->be, net->nstats, net->bufs, net->ema_bufs, keep, take);
+}
+
+int rn_net_ema_swap(rn_net *net) {
+    if (!net->ema) return rn_errorf(RN_EINVAL, "no moving average: rn_net_ema_enable first");
+    float *p = net->params, *b = net->bufs;
+    net->params = net->ema, net->ema = p;
+    net->bufs = net->ema_bufs, net->ema_bufs = b;
+    for (int i = 0; i < net->spec.nunits; i++) {
+        int64_t k = net->u[i].tracked;
+        net->u[i].tracked = net->ema_tracked[i];
+        net->ema_tracked[i] = k;
+    }
+    /* AMP: the layers read the compute copy of whichever set is now params */
+    return net->wc ? rn_cast(net->be, RN_F32, net->dtype, net->nparams, net->params, net->wc, 0) : RN_OK;
+}
+
+/* The EMA set between the net and c->ema (allocated by the caller): into the net when
+ * to_net, else into c. The swap makes the average the net's own weights for the walk. */
+static int ema_exchange(rn_net *net, rn_ckpt *c, int to_net) {
+    if (!net->ema) return rn_errorf(RN_EINVAL, "no moving average: rn_net_ema_enable first");
+    if (!c->ema) return rn_errorf(RN_EINVAL, "checkpoint holds no EMA set");
+    /* a view of c whose params and buffers are the EMA's */
+    rn_ckpt v = *c;
+    v.params = c->ema->params, v.n_params = c->ema->n_params;
+    v.buffers = c->ema->buffers, v.n_buffers = c->ema->n_buffers;
+    float *p = net->params, *b = net->bufs;
+    net->params = net->ema, net->bufs = net->ema_bufs;
+    int64_t *tr = rn_malloc(sizeof(int64_t) * (size_t)net->spec.nunits);
+    if (!tr) {
+        net->params = p, net->bufs = b;
+        return RN_ENOMEM;
+    }
+    for (int i = 0; i < net->spec.nunits; i++) {
+        tr[i] = net->u[i].tracked;
+        net->u[i].tracked = net->ema_tracked[i];
+    }
+    int rc = RN_OK;
+    for (int i = 0; i < net->npref && rc == RN_OK; i++) {
+        const pref *pr = &net->prefs[i];
+        rn_ptensor *t = rn_ckpt_find(&v, pr->d.name);
+        if (!t) rc = rn_errorf(RN_EINVAL, "checkpoint's EMA set lacks %s", pr->d.name);
+        else rc = to_net ? put(net, net->params, pr, rn_ptensor_f32(t)) : get(net, net->params, pr, rn_ptensor_f32(t));
+    }
+    if (rc == RN_OK) rc = exchange_bn(net, &v, to_net);
+    for (int i = 0; i < net->spec.nunits; i++) {
+        net->ema_tracked[i] = net->u[i].tracked;
+        net->u[i].tracked = tr[i];
+    }
+    free(tr);
+    net->params = p, net->bufs = b;
+    return rc;
+}
+
+int rn_net_ema_load(rn_net *net, const rn_ckpt *c) { return ema_exchange(net, (rn_ckpt *)c, 1); }
+
+int rn_net_ema_store(rn_net *net, rn_ckpt *c) {
+    int rc = rn_state_ema_alloc(c);
+    return rc ? rc : ema_exchange(net, c, 0);
 }

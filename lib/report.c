@@ -111,6 +111,9 @@ static void progress_epoch(void *ctx, const rn_epoch_info *e) {
     if (e->has_val)
         fprintf(p->f, "epoch %d: val top1=%.4f top5=%.4f loss=%.4f n=%lld\n", e->epoch, e->val_top1, e->val_top5,
                 e->val_loss, (long long)e->val_n);
+    if (e->has_ema_val)
+        fprintf(p->f, "epoch %d: val EMA top1=%.4f top5=%.4f loss=%.4f n=%lld\n", e->epoch, e->ema_top1, e->ema_top5,
+                e->ema_loss, (long long)e->val_n);
 }
 
 static void progress_end(void *ctx, int64_t unreported) {
@@ -160,6 +163,9 @@ static void jsonl_epoch(void *ctx, const rn_epoch_info *e) {
     fprintf(f, ",\"seconds\":%.2f,\"img_s\":%.2f", e->seconds, e->img_s);
     if (e->has_val)
         fprintf(f, ",\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6f", e->val_top1, e->val_top5, e->val_loss);
+    if (e->has_ema_val)
+        fprintf(f, ",\"ema_val_top1\":%.6f,\"ema_val_top5\":%.6f,\"ema_val_loss\":%.6f", e->ema_top1, e->ema_top5,
+                e->ema_loss);
     fprintf(f, "}\n");
     fflush(f);
 }

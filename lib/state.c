@@ -118,6 +118,46 @@ int rn_state_momentum_alloc(rn_ckpt *c) {
     return rn_pb_set_string(&o->kind, "sgd");
 }
 
+/* n zeroed tensors shaped and named like src's */
+static int mirror(rn_ptensor *const *src, size_t n, rn_ptensor ***dst, size_t *ndst) {
+    *dst = rn_calloc(n ? n : 1, sizeof(rn_ptensor *));
+    if (!*dst) return RN_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        (*dst)[k] = rn_ptensor_new(src[k]->name, (int)src[k]->dtype, (int)src[k]->n_shape, src[k]->shape);
+        if (!(*dst)[k]) return RN_ENOMEM;
+        (*ndst)++;
+    }
+    return RN_OK;
+}
+
+int rn_state_ema_alloc(rn_ckpt *c) {
+    if (c->ema) return RN_OK;
+    c->ema = rn_malloc(sizeof *c->ema);
+    if (!c->ema) return RN_ENOMEM;
+    rn__ema_state__init(c->ema);
+    int rc = mirror(c->params, c->n_params, &c->ema->params, &c->ema->n_params);
+    if (rc == RN_OK) rc = mirror(c->buffers, c->n_buffers, &c->ema->buffers, &c->ema->n_buffers);
+    return rc;
+}
+
+void rn_state_ema_drop(rn_ckpt *c) {
+    if (c->ema) rn__ema_state__free_unpacked(c->ema, NULL);
+    c->ema = NULL;
+}
+
+int rn_state_use_ema(rn_ckpt *c, const char *what) {
+    if (!c->ema)
+        return rn_errorf(RN_EINVAL, "%s holds no EMA weights (--ema asks for them): train with rn-train --ema-decay D "
+                         "to make them, or leave out --ema", what);
+    rn_ptensor **p = c->params, **b = c->buffers;
+    size_t np = c->n_params, nb = c->n_buffers;
+    c->params = c->ema->params, c->n_params = c->ema->n_params;
+    c->buffers = c->ema->buffers, c->n_buffers = c->ema->n_buffers;
+    c->ema->params = p, c->ema->n_params = np;
+    c->ema->buffers = b, c->ema->n_buffers = nb;
+    return RN_OK;
+}
+
 int rn_state_add_epoch(rn_ckpt *c, const rn_epoch_info *e) {
     Rn__EpochMetrics **h = realloc(c->history, sizeof *h * (c->n_history + 1));
     if (!h) return rn_errorf(RN_ENOMEM, "out of memory");
@@ -135,6 +175,11 @@ int rn_state_add_epoch(rn_ckpt *c, const rn_epoch_info *e) {
     m->val_top5 = e->val_top5;
     m->val_loss = e->val_loss;
     m->val_n = e->val_n;
+    if (e->has_ema_val) {
+        m->ema_val_top1 = e->ema_top1;
+        m->ema_val_top5 = e->ema_top5;
+        m->ema_val_loss = e->ema_loss;
+    }
     h[c->n_history++] = m;
     return RN_OK;
 }

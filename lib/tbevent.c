@@ -536,6 +536,9 @@ static void sink_epoch(void *ctx, const rn_epoch_info *e) {
     int rc = rn_tb_scalar(s->w, "val/top1", e->step, e->val_top1);
     if (rc == RN_OK) rc = rn_tb_scalar(s->w, "val/top5", e->step, e->val_top5);
     if (rc == RN_OK) rc = rn_tb_scalar(s->w, "val/loss", e->step, e->val_loss);
+    if (rc == RN_OK && e->has_ema_val) rc = rn_tb_scalar(s->w, "val_ema/top1", e->step, e->ema_top1);
+    if (rc == RN_OK && e->has_ema_val) rc = rn_tb_scalar(s->w, "val_ema/top5", e->step, e->ema_top5);
+    if (rc == RN_OK && e->has_ema_val) rc = rn_tb_scalar(s->w, "val_ema/loss", e->step, e->ema_loss);
     if (rc == RN_OK) rc = rn_tb_flush(s->w);
     sink_check(s, rc);
 }

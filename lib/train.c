@@ -53,6 +53,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->profile_warmup = RN_TRAIN_PROFILE_WARMUP;
     o->profile_steps = RN_TRAIN_PROFILE_STEPS;
     o->gpu_sample = RN_TRAIN_GPU_SAMPLE;
+    o->ema_decay = -1;
 }
 
 /* The first step's gradients (unscaled: times `unscale`, 1/loss_scale under fp16 AMP),
@@ -111,6 +112,11 @@ typedef struct {
     rn_prof *prof;        /* o->profile: the profile; NULL: off */
     int profiling;        /* this step is profiled */
     rn_gpumon *mon;       /* the device's sampler (o->gpu_sample, rank 0, NVML); NULL: none */
+    /* the weights' moving average (o->ema_decay); ema 0: off */
+    int ema, ema_every;
+    double ema_decay, ema_alpha;
+    float ema_keep, ema_take; /* torch's decay and 1 - decay of ExponentialMovingAverage, as floats */
+    int64_t ema_updates;  /* AveragedModel.n_averaged */
 } run;
 
 /* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
@@ -299,6 +305,53 @@ static void divisors(int n, char *buf, size_t cap) {
     snprintf(buf + len, cap - len, "%s%d", count ? " or " : "", last);
 }
 
+/* The moving average's settings from o and the checkpoint, its set in the net (the
+ * checkpoint's when it has one). */
+static int setup_ema(run *t) {
+    const rn_train_opts *o = t->o;
+    const Rn__EmaState *e = t->ck->ema;
+    t->ema_decay = o->ema_decay >= 0 ? o->ema_decay : e ? e->decay : 0;
+    t->ema_every = o->ema_every > 0 ? o->ema_every : e ? e->every : RN_TRAIN_EMA_EVERY;
+    if (t->ema_decay <= 0) {
+        if (e && t->rank == 0 && o->progress)
+            fprintf(o->progress, "rn-train: --ema-decay 0: the EMA weights of the input are dropped; %s will hold "
+                    "none\n", o->out);
+        rn_state_ema_drop(t->ck);
+        return RN_OK;
+    }
+    if (t->ema_decay > 1) return rn_errorf(RN_EINVAL, "--ema-decay %g: give a decay in (0, 1]", t->ema_decay);
+    t->ema = 1;
+    int epochs = o->lr.total_epochs > 0 ? o->lr.total_epochs : t->st.epoch + o->epochs;
+    /* torchvision's train.py: adjust = world_size * batch_size * model_ema_steps / epochs */
+    double adjust = (double)o->batch * t->ema_every / (epochs > 0 ? epochs : 1);
+    t->ema_alpha = fmin(1.0, (1.0 - t->ema_decay) * adjust);
+    double decay = 1.0 - t->ema_alpha; /* ExponentialMovingAverage(decay=1 - alpha) */
+    t->ema_keep = (float)decay;
+    t->ema_take = (float)(1.0 - decay);
+    int rc = rn_net_ema_enable(t->r.net);
+    if (rc) return rc;
+    t->ema_updates = 0;
+    if (e) {
+        if ((rc = rn_net_ema_load(t->r.net, t->ck))) return rn_error_context(rc, "the EMA weights of the input");
+        t->ema_updates = e->updates;
+        return RN_OK;
+    }
+    /* AveragedModel starts as a deep copy of the model (a run stopped before its first
+       update saves that, not zeros); the first update copies again */
+    return rn_net_ema_update(t->r.net, 0, 0, 1);
+}
+
+/* After the step of index i within its epoch: the reference's
+ * `if i % model_ema_steps == 0: update_parameters; if epoch < warmup: n_averaged = 0`. */
+static int ema_step(run *t, int64_t i) {
+    if (!t->ema || i % t->ema_every) return RN_OK;
+    int rc = rn_net_ema_update(t->r.net, t->ema_keep, t->ema_take, t->ema_updates == 0);
+    if (rc) return rc;
+    t->ema_updates++;
+    if (t->st.epoch < t->o->lr.warmup_epochs) t->ema_updates = 0;
+    return RN_OK;
+}
+
 static int setup(run *t) {
     const rn_train_opts *o = t->o;
     char valid[256];
@@ -337,6 +390,7 @@ static int setup(run *t) {
     t->r.dist = o->dist;
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
+    if ((rc = setup_ema(t))) return rc;
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     setup_gpumon(t);
     return setup_report(t);
@@ -349,6 +403,13 @@ static int save(run *t) {
     if (t->rank != 0) return RN_OK; /* every rank holds the same state; rank 0 writes it */
     int rc = rn_net_store(t->r.net, ck);
     if (rc) return rc;
+    if (t->ema) {
+        if ((rc = rn_net_ema_store(t->r.net, ck))) return rc;
+        ck->ema->decay = t->ema_decay;
+        ck->ema->every = t->ema_every;
+        ck->ema->alpha = t->ema_alpha;
+        ck->ema->updates = t->ema_updates;
+    }
     if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
     if (o->optimizer == RN_OPT_LARS && (rc = rn_state_put_lars(ck, o->lars_eta, o->lars_eps))) return rc;
     rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
@@ -478,6 +539,7 @@ static int train_step(run *t, int first, step_result *s) {
                                (float)o->weight_decay, o->nesterov, o->no_wd_bn, &s->skipped))))
         return rc;
     if (t->profiling && (rc = rn_prof_step_end(t->prof))) return rc;
+    if ((rc = ema_step(t, ts->step - (int64_t)ts->epoch * t->spe))) return rc;
     if (t->scaled) {
         ts->skipped_steps += s->skipped;
         ts->loss_scale = t->sc.scale;
@@ -552,6 +614,17 @@ static int end_epoch(run *t, const window *ep, double lr) {
         e.val_top5 = vr.topk;
         e.val_loss = vr.loss;
         e.val_n = vr.n;
+        if (t->ema) { /* the reference evaluates the EMA model too */
+            rn_eval_result er = {0};
+            if ((rc = rn_loader_seek(t->vl, 0, 0)) || (rc = rn_net_ema_swap(t->r.net))) return rc;
+            rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &er, NULL, t->o->progress, t->o->progress_tty);
+            int src = rn_net_ema_swap(t->r.net);
+            if (rc || (rc = src)) return rc;
+            e.has_ema_val = 1;
+            e.ema_top1 = er.top1;
+            e.ema_top5 = er.topk;
+            e.ema_loss = er.loss;
+        }
     }
     rn_report_epoch(&t->rep, &e);
     return rn_state_add_epoch(t->ck, &e);

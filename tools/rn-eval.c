@@ -12,6 +12,7 @@
 #include "rn/eval.h"
 #include "rn/fileio.h"
 #include "rn/json.h"
+#include "rn/state.h"
 
 
 static void usage(FILE *f) {
@@ -27,6 +28,9 @@ static void usage(FILE *f) {
                "  -j, --json                the result as one JSON object\n"
                "      --per-class           accuracy per class (names from the checkpoint or dataset)\n"
                "      --confusion FILE.csv  write the confusion matrix (rows: true, columns: predicted)\n"
+               "      --ema                 evaluate the checkpoint's moving average of the weights\n"
+               "                            (rn-train --ema-decay; its BN statistics too) instead of\n"
+               "                            its weights; an error when it holds none\n"
                "  -k, --topk K              the second accuracy is top-K (default 5)\n"
                "  -b, --batch N             images per forward (default 64)\n"
                "      --mem-limit SIZE      memory the network may plan for, e.g. 4G (default: the\n"
@@ -125,7 +129,7 @@ static int write_confusion(const char *path, const rn_eval_result *r, const rn_c
 
 int main(int argc, char **argv) {
     enum { O_PERCLASS = 256, O_CONF, O_CROP, O_RESIZE, O_DUMP, O_DEVICE, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT,
-           O_PROFILE, O_PROFSTEPS, O_PROFWARM };
+           O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_EMA };
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},     {"ckpt", required_argument, 0, 'c'},
         {"json", no_argument, 0, 'j'},           {"per-class", no_argument, 0, O_PERCLASS},
@@ -136,7 +140,7 @@ int main(int argc, char **argv) {
         {"workers", required_argument, 0, 'w'},  {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"dist-timeout", required_argument, 0, O_DISTTIMEOUT},
         {"profile", required_argument, 0, O_PROFILE}, {"profile-steps", required_argument, 0, O_PROFSTEPS},
-        {"profile-warmup", required_argument, 0, O_PROFWARM},
+        {"profile-warmup", required_argument, 0, O_PROFWARM}, {"ema", no_argument, 0, O_EMA},
         {"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
@@ -146,13 +150,14 @@ int main(int argc, char **argv) {
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *ckpt = NULL, *confusion = NULL;
     double dist_timeout = RN_DIST_TIMEOUT;
-    int json = 0, per_class = 0, c, rc = env_rc, status = 1;
+    int json = 0, per_class = 0, ema = 0, c, rc = env_rc, status = 1;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:c:jk:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'd': o.data = optarg; break;
         case 'c': ckpt = optarg; break;
         case 'j': json = 1; break;
         case O_PERCLASS: per_class = 1; break;
+        case O_EMA: ema = 1; break;
         case O_CONF: confusion = optarg; break;
         case 'k': rc = rn_cli_int("--topk", optarg, 1, 1 << 20, &o.topk); break;
         case 'b': rc = rn_cli_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
@@ -201,6 +206,7 @@ int main(int argc, char **argv) {
     if (root && (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK) goto agree;
     if (root && (rc = rn_cli_output("rn-eval", o.profile, stderr)) != RN_OK) goto agree;
     rc = rn_ckpt_read(ckpt, &ck);
+    if (rc == RN_OK && ema) rc = rn_state_use_ema(ck, ckpt);
 agree:
     if ((rc = rn_dist_agree(d, rc, "starting")) != RN_OK) goto out;
     if ((rc = rn_eval(&o, ck, &r)) != RN_OK) goto out;

@@ -8,6 +8,7 @@
 #include "rn/convert.h"
 #include "rn/err.h"
 #include "rn/onnx.h"
+#include "rn/state.h"
 
 /* calibration defaults, each next to its flag in the usage */
 #define DEF_CALIB_BATCHES 10
@@ -18,7 +19,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: rn-export [--format safetensors|onnx] [--fold-bn] [--preprocess]\n"
+            "usage: rn-export [--format safetensors|onnx] [--ema] [--fold-bn] [--preprocess]\n"
             "                 [--int8 --calib DATA.lmdb [calibration options]] IN.pb OUT\n"
             "\n"
             "safetensors (default; OUT.safetensors): the parameters and BN buffers of a\n"
@@ -38,6 +39,9 @@ static void usage(FILE *f) {
             "\n"
             "  -f, --format F  safetensors or onnx (default: onnx for OUT.onnx, else\n"
             "                  safetensors); contradicting OUT's extension is an error\n"
+            "      --ema       the checkpoint's moving average of the weights (rn-train\n"
+            "                  --ema-decay; its BN statistics too) instead of its weights,\n"
+            "                  in either format; an error when IN holds none\n"
             "      --fold-bn   onnx: BN folded into the convs (conv weight and a bias per\n"
             "                  conv, <conv>.weight and <conv>.bias); no BatchNormalization\n"
             "      --preprocess  onnx: input is uint8 (N, H, W, 3), the RGB pixels rn's\n"
@@ -72,9 +76,12 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_FOLD = 256, OPT_PRE, OPT_INT8, OPT_CALIB, OPT_CBATCHES, OPT_METHOD, OPT_PCT, OPT_CROP, OPT_RESIZE };
+    enum {
+        OPT_FOLD = 256, OPT_PRE, OPT_INT8, OPT_CALIB, OPT_CBATCHES, OPT_METHOD, OPT_PCT, OPT_CROP, OPT_RESIZE, OPT_EMA
+    };
     static const struct option opts[] = {{"format", required_argument, 0, 'f'},
                                          {"fold-bn", no_argument, 0, OPT_FOLD},
+                                         {"ema", no_argument, 0, OPT_EMA},
                                          {"preprocess", no_argument, 0, OPT_PRE},
                                          {"int8", no_argument, 0, OPT_INT8},
                                          {"calib", required_argument, 0, OPT_CALIB},
@@ -97,7 +104,7 @@ int main(int argc, char **argv) {
                              .workers = DEF_WORKERS,
                              .method = RN_CALIB_MINMAX,
                              .percentile = DEF_PERCENTILE};
-    int fmt = FMT_NONE, c, int8 = 0, bad = 0;
+    int fmt = FMT_NONE, c, int8 = 0, bad = 0, ema = 0;
     while ((c = getopt_long(argc, argv, "f:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
         case OPT_INT8: int8 = 1; break;
@@ -130,6 +137,7 @@ int main(int argc, char **argv) {
             }
             break;
         case OPT_FOLD: oo.fold_bn = 1; break;
+        case OPT_EMA: ema = 1; break;
         case OPT_PRE: oo.preprocess = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("rn-export %s\n", RN_VERSION); return 0;
@@ -170,6 +178,7 @@ int main(int argc, char **argv) {
     int rc;
     if ((rc = rn_cli_output("rn-export", out, stderr))) goto fail;
     if ((rc = rn_ckpt_read(in, &ck))) goto fail;
+    if (ema && (rc = rn_state_use_ema(ck, in))) goto fail;
     if (int8) {
         if ((rc = rn_onnx_calibrate(ck, &co, &ranges))) goto fail;
         oo.int8 = &ranges;

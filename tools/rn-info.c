@@ -16,8 +16,10 @@ static void usage(FILE *f) {
     fprintf(f, "usage: rn-info [--json] [--tensors] FILE\n"
                "\n"
                "Describe an rn checkpoint (.pb): arch, classes, parameter count, epoch and step,\n"
-               "optimiser, provenance (who wrote it, when, with which command) and the training\n"
-               "history. The file is fully validated first (names, shapes, checksums).\n"
+               "optimiser, the moving average of the weights (rn-train --ema-decay: its decay,\n"
+               "update interval, alpha and update count) when it holds one, provenance (who wrote\n"
+               "it, when, with which command) and the training history (with the EMA's validation\n"
+               "when it was validated). The file is fully validated first (names, shapes, checksums).\n"
                "FILE may be \"-\" (stdin). A dataset folder (DATA.lmdb, made by rn-prep) is\n"
                "described instead: count, classes with counts, sizes, encoding, mean/std, command.\n"
                "A TensorBoard event file (a name holding \"tfevents\", rn-train --tensorboard), or a\n"
@@ -26,8 +28,8 @@ static void usage(FILE *f) {
                "file, then 'TAG STEP VALUE' per scalar and 'TAG STEP \"TEXT\"' per text (JSON-quoted).\n"
                "\n"
                "  -j, --json     machine-readable output (one JSON object)\n"
-               "  -t, --tensors  list every tensor (parameters, BN buffers, SGD momentum): name,\n"
-               "                 shape, dtype, crc32c\n"
+               "  -t, --tensors  list every tensor (parameters, BN buffers, SGD momentum, the EMA's\n"
+               "                 parameters and buffers): name, shape, dtype, crc32c\n"
                "  -h, --help     this help\n"
                "  -V, --version  print the version\n"
                "\n"
@@ -81,15 +83,23 @@ static int64_t count(rn_ptensor **t, size_t n) {
 
 static const char *str(const char *s) { return s ? s : ""; }
 
-/* The three tensor sets of a checkpoint: 0 params, 1 buffers, 2 SGD momentum. */
-static const char *set_names[] = {"", " buffer", " momentum"}, *set_keys[] = {"param", "buffer", "momentum"};
+/* The tensor sets of a checkpoint: 0 params, 1 buffers, 2 SGD momentum, 3 and 4 the EMA's
+ * params and buffers. */
+#define NSETS 5
+static const char *set_names[] = {"", " buffer", " momentum", " ema", " ema buffer"},
+                  *set_keys[] = {"param", "buffer", "momentum", "ema_param", "ema_buffer"};
 
 static rn_ptensor **tensor_set(const rn_ckpt *c, int set, size_t *n) {
     if (set == 0) return *n = c->n_params, c->params;
     if (set == 1) return *n = c->n_buffers, c->buffers;
+    if (set == 3) return *n = c->ema ? c->ema->n_params : 0, c->ema ? c->ema->params : NULL;
+    if (set == 4) return *n = c->ema ? c->ema->n_buffers : 0, c->ema ? c->ema->buffers : NULL;
     *n = c->optim ? c->optim->n_momentum : 0;
     return c->optim ? c->optim->momentum : NULL;
 }
+
+/* An epoch validated with EMA weights too (a loss of exactly 0 is no evaluation) */
+static int has_ema_val(const Rn__EpochMetrics *h) { return h->val_n && h->ema_val_loss != 0; }
 
 static void print_text(const char *path, const rn_ckpt *c, int tensors) {
     printf("file:          %s\n", path);
@@ -114,6 +124,9 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
             printf(" eta %g eps %g", c->optim->lars_eta, c->optim->lars_eps);
         printf("\n");
     } else printf("optimiser:     no state\n");
+    if (c->ema)
+        printf("ema:           decay %g, every %d steps, alpha %g, %lld updates since the last copy (rn-eval --ema, "
+               "rn-export --ema)\n", c->ema->decay, c->ema->every, c->ema->alpha, (long long)c->ema->updates);
     if (c->provenance) {
         const Rn__Provenance *p = c->provenance;
         printf("written by:    rn %s on %s%s%s\n", str(p->rn_version), str(p->host), p->created && *p->created ? " at " : "",
@@ -123,20 +136,25 @@ static void print_text(const char *path, const rn_ckpt *c, int tensors) {
         if (p->dataset && *p->dataset) printf("dataset:       %s\n", p->dataset);
     }
     if (c->n_history) {
-        printf("history:\n  %5s %9s %10s %10s %8s %8s %9s %8s\n", "epoch", "step", "train_loss", "lr", "val_top1",
-               "val_top5", "val_loss", "img/s");
+        int ema = 0; /* a column of the EMA's validation when any epoch has one */
+        for (size_t i = 0; i < c->n_history; i++) ema |= has_ema_val(c->history[i]);
+        printf("history:\n  %5s %9s %10s %10s %8s %8s %9s %8s%s\n", "epoch", "step", "train_loss", "lr", "val_top1",
+               "val_top5", "val_loss", "img/s", ema ? " ema_top1 ema_top5  ema_loss" : "");
         for (size_t i = 0; i < c->n_history; i++) {
             const Rn__EpochMetrics *h = c->history[i];
             printf("  %5d %9lld %10.4f %10.3g ", h->epoch, (long long)h->step, h->train_loss, h->lr);
             if (h->val_n) printf("%8.4f %8.4f %9.4f", h->val_top1, h->val_top5, h->val_loss);
             else printf("%8s %8s %9s", "-", "-", "-"); /* not validated */
-            printf(" %8.1f\n", h->images_per_second);
+            printf(" %8.1f", h->images_per_second);
+            if (ema && has_ema_val(h)) printf(" %8.4f %8.4f %9.4f", h->ema_val_top1, h->ema_val_top5, h->ema_val_loss);
+            else if (ema) printf(" %8s %8s %9s", "-", "-", "-");
+            printf("\n");
         }
     }
     if (tensors) {
         char shape[96];
         printf("tensors:\n");
-        for (int pass = 0; pass < 3; pass++) {
+        for (int pass = 0; pass < NSETS; pass++) {
             size_t n;
             rn_ptensor **t = tensor_set(c, pass, &n);
             for (size_t i = 0; i < n; i++) {
@@ -206,6 +224,14 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         }
         printf("}");
     } else printf("null");
+    printf(",\"ema\":");
+    if (c->ema) {
+        printf("{\"decay\":");
+        rn_json_number(stdout, c->ema->decay);
+        printf(",\"every\":%d,\"alpha\":", c->ema->every);
+        rn_json_number(stdout, c->ema->alpha);
+        printf(",\"updates\":%lld}", (long long)c->ema->updates);
+    } else printf("null");
     printf(",\"provenance\":");
     if (c->provenance) {
         const Rn__Provenance *p = c->provenance;
@@ -230,13 +256,21 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
             else rn_json_number(stdout, v[j]);
         }
         printf(",\"val_n\":%lld", (long long)h->val_n);
+        if (has_ema_val(h)) {
+            printf(",\"ema_val_top1\":");
+            rn_json_number(stdout, h->ema_val_top1);
+            printf(",\"ema_val_top5\":");
+            rn_json_number(stdout, h->ema_val_top5);
+            printf(",\"ema_val_loss\":");
+            rn_json_number(stdout, h->ema_val_loss);
+        }
         printf("}");
     }
     printf("]");
     if (tensors) {
         printf(",\"tensors\":[");
         int first = 1;
-        for (int pass = 0; pass < 3; pass++) {
+        for (int pass = 0; pass < NSETS; pass++) {
             size_t n;
             rn_ptensor **t = tensor_set(c, pass, &n);
             for (size_t i = 0; i < n; i++) {

@@ -459,6 +459,15 @@ int rn_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, c
 int rn_lars_update_copy(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
                         void *copy);
 
+/* ---- the exponential moving average of the weights (rn-train --ema-decay) ----
+ * avg = keep * avg + take * x, element by element in fp32, each product and the sum
+ * rounded once (no fused multiply-add), in the order torchvision's
+ * ExponentialMovingAverage computes decay * avg + (1 - decay) * param: keep is the
+ * decay, take 1 - decay, each rounded to float by the caller. x, avg: n fp32 each in
+ * backend memory, not overlapping. The CUDA backend computes the same bits. Errors:
+ * RN_EINVAL (n < 0, NULL, keep or take not finite). */
+int rn_ema_update(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take);
+
 /* ---- conversions and the overflow check of mixed precision ---- */
 
 /* y [+]= x converted, element by element: x is n elements of src_dtype, y n elements of

@@ -101,6 +101,7 @@ typedef struct rn_backend_ops {
     int (*cast)(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void *x,
                 void *y, int accumulate);
     int (*nonfinite)(rn_backend *be, int64_t n, const float *x, int32_t *flag);
+    int (*ema_update)(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take);
 
     /* collectives across processes (rn/dist.h); NULL: the backend has none (host
      * memory: rn/dist.h uses MPI) */

@@ -204,6 +204,26 @@ int rn_net_set_sync(rn_net *net, int world, rn_net_gather_fn gather, void *ctx);
  * unit, no training forward yet), RN_ENOTSUP (AMP). */
 int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]);
 
+/* The exponential moving average of the weights (rn-train --ema-decay; torchvision's
+ * ExponentialMovingAverage, an AveragedModel with use_buffers=True). rn_net_ema_enable
+ * gives a training net a second set of parameters and BN running statistics in backend
+ * memory (4 bytes per parameter and per statistic, beyond rn_net_plan's count), zero
+ * until the first update or rn_net_ema_load. rn_net_ema_update: copy != 0 sets the
+ * average to the current weights and statistics (AveragedModel's first update, n_averaged
+ * 0); else avg = keep * avg + take * w over both (rn_ema_update); num_batches_tracked is
+ * copied either way. rn_net_ema_swap exchanges the average with the live weights (call it
+ * again to swap back; under AMP the compute copy is remade), so that an evaluation
+ * forward runs the averaged model. rn_net_ema_load/store move the set between the net and
+ * c->ema's tensors (torchvision names and layouts; store allocates c->ema with
+ * rn_state_ema_alloc and leaves its decay, every, alpha and updates to the caller).
+ * Errors: RN_EINVAL (inference net; no set enabled; c without one), RN_ENOMEM, the
+ * backend's. */
+int rn_net_ema_enable(rn_net *net);
+int rn_net_ema_update(rn_net *net, float keep, float take, int copy);
+int rn_net_ema_swap(rn_net *net);
+int rn_net_ema_load(rn_net *net, const rn_ckpt *c);
+int rn_net_ema_store(rn_net *net, rn_ckpt *c);
+
 /* Profiling (rn/prof.h): with prof given, every forward and backward times each layer
  * and direction as a span of prof (named as torchvision names the module: "conv1",
  * "layer1.0.bn2", "layer2.0.downsample.0", "maxpool", "avgpool", "fc"; a BN's span holds

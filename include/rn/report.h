@@ -74,6 +74,8 @@ typedef struct {
     int has_val;
     double val_top1, val_top5, val_loss;
     int64_t val_n;
+    int has_ema_val;       /* the same validation of the EMA weights (rn-train --ema-decay) */
+    double ema_top1, ema_top5, ema_loss;
 } rn_epoch_info;
 
 typedef struct {

@@ -55,6 +55,19 @@ rn_ptensor *rn_state_momentum(const rn_ckpt *c, const char *name);
  * each already. Errors: RN_ENOMEM. */
 int rn_state_momentum_alloc(rn_ckpt *c);
 
+/* The exponential moving average of the weights (rn-train --ema-decay; proto EmaState):
+ * c->ema's params and buffers mirror c->params and c->buffers (names, dtypes, shapes).
+ * rn_state_ema_alloc gives c a zeroed set with updates 0 unless it has one; its decay,
+ * every and alpha are the caller's to fill. Errors: RN_ENOMEM. */
+int rn_state_ema_alloc(rn_ckpt *c);
+/* Remove c's EMA set, if any. */
+void rn_state_ema_drop(rn_ckpt *c);
+/* Make the EMA weights and buffers c's own params and buffers (the model's move into
+ * c->ema, which stays), so that whatever reads a checkpoint's model (rn-eval --ema,
+ * rn-export --ema) reads the averaged one. what names c in the message.
+ * Errors: RN_EINVAL (c holds no EMA set: the message says how to make one). */
+int rn_state_use_ema(rn_ckpt *c, const char *what);
+
 /* Append an epoch's metrics (val_* left 0 without validation) to c's history.
  * Errors: RN_ENOMEM. */
 int rn_state_add_epoch(rn_ckpt *c, const rn_epoch_info *e);

@@ -60,6 +60,16 @@
  * statistics' gather), "sgd" or "lars" (the optimiser step). The table and trace are written
  * (rn_prof_write) instead of the checkpoint. The numbers are those of an unprofiled run.
  *
+ * Moving average of the weights (o->ema_decay, torchvision's --model-ema): after every
+ * optimiser step whose index within its epoch is a multiple of ema_every, the average
+ * of the parameters and BN running statistics is updated (rn_net_ema_update) with
+ * alpha = min(1, (1 - decay) * batch * ema_every / epochs), batch the global --batch (the
+ * reference's world_size x batch_size) and epochs lr.total_epochs (the run's length), as
+ * avg = (1 - alpha) * avg + alpha * w, in torch's float order; the first update (and the
+ * first after each update in an epoch below lr.warmup_epochs, where the reference resets
+ * n_averaged) copies the model. The set, its settings and its update count are saved in
+ * the checkpoint (EmaState), so resuming stays exact; --val evaluates the average too.
+ *
  * Output: progress lines on o->progress, the JSONL log at o->log_path and the event file
  * in o->tensorboard (rank 0 only, opened before the first step) are the sinks of an
  * rn_report (rn/report.h, rn/tbevent.h); evaluation with --val is rn_eval_run
@@ -107,6 +117,8 @@ enum { RN_OPT_SGD = 0, RN_OPT_LARS }; /* rn_train_opts.optimizer */
  * is none, unless micro_batch is -1 (auto) and the largest micro-batch that fits needs
  * accumulation: then rn_runner_net's rule (RN_RUNNER_RECOMPUTE_AUTO) may choose blocks. */
 enum { RN_TRAIN_RECOMPUTE_AUTO = -1, RN_TRAIN_RECOMPUTE_NONE = 0, RN_TRAIN_RECOMPUTE_BLOCKS = 1 };
+
+#define RN_TRAIN_EMA_EVERY 32      /* --ema-every: torchvision's --model-ema-steps */
 
 typedef struct {
     const char *data;       /* training dataset */
@@ -156,6 +168,12 @@ typedef struct {
     int amp;                /* RN_F32 (off), RN_F16 or RN_BF16 (rn/tensor.h) */
     double loss_scale;      /* fp16: initial loss scale, when the checkpoint holds none */
     int scale_growth_interval; /* fp16: clean steps before the loss scale doubles */
+    double ema_decay;       /* the weights' moving average (rn_net_ema_*): torchvision's decay;
+                               0: off (a checkpoint's EMA set is dropped); < 0: the
+                               checkpoint's, off when it holds none */
+    int ema_every;          /* optimiser steps between EMA updates, counted within each epoch
+                               (an update after its step 0, every, 2 every, ...); 0: the
+                               checkpoint's, else RN_TRAIN_EMA_EVERY */
     rn_lr_schedule lr;
     volatile sig_atomic_t *stop; /* set (to the signal number) by a handler: save and return RN_EINTR
                                (with many processes, *stop then holds the largest signal

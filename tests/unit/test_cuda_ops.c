@@ -470,6 +470,21 @@ static void test_sgd(env *e, int64_t n) {
     }
 }
 
+/* The weights' moving average: the same bits as the CPU's */
+static void test_ema(env *e, int64_t n) {
+    float *x = randn(n, 0, 1), *avg = randn(n, 0, 1);
+    float *gx = up(e->gpu, RN_F32, x, n), *gavg = up(e->gpu, RN_F32, avg, n);
+    const float keep = (float)(1.0 - 0.0123), take = (float)(1.0 - (1.0 - 0.0123));
+    CHECK_OK(rn_ema_update(e->cpu, n, x, avg, keep, take));
+    CHECK_OK(rn_ema_update(e->gpu, n, gx, gavg, keep, take));
+    float *h = down(e->gpu, RN_F32, gavg, n);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++) diff += h[i] != avg[i];
+    CHECK(diff == 0, "ema_update: %lld of %lld values differ from the CPU's", (long long)diff, (long long)n);
+    rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gavg);
+    free(x), free(avg), free(h);
+}
+
 /* The fused AMP step: p, buf and the compute copy in each type, bit for bit */
 static void test_sgd_copy(env *e, int64_t n) {
     const int dtypes[] = {RN_F32, RN_F16, RN_BF16};
@@ -739,6 +754,7 @@ static void run_all(env *e) {
         test_lars(e, 100003);
         test_cast(e, 100003);
         test_nonfinite(e, 100003);
+        test_ema(e, 100003);
     }
 }
 

@@ -734,6 +734,49 @@ static void test_sgd(rn_backend *be) {
     CHECK(rn_sgd_update(be, &d, 2, p2, g2, b2) == RN_EINVAL, "grad_scale 0 must be refused");
 }
 
+/* The weights' moving average against torchvision's ExponentialMovingAverage in torch 1.13
+ * (decay * avg + (1 - decay) * x in float32, decay 0.9998; the values printed by torch for
+ * three updates, x halved plus 0.1 after each), and the same bits for 1 and 3 threads over
+ * many chunks. */
+static void test_ema(rn_backend *be) {
+    static const double want[3][5] = {{0.999940038, -1.99998009, 0.499950022, 0.300140023, -1.99885108e-07},
+                                      {0.999830067, -1.99975014, 0.499895036, 0.300200015, -0.000480199873},
+                                      {0.999695182, -1.99941516, 0.499837577, 0.300219983, -0.000700103876}};
+    const double decay = 0.9998;
+    const float keep = (float)decay, take = (float)(1.0 - decay);
+    float avg[5] = {1.0f, -2.0f, 0.5f, 0.3f, 1e-3f}, x[5] = {0.7f, -1.9f, 0.25f, 1.0f, -5.0f};
+    for (int step = 0; step < 3; step++) {
+        CHECK_OK(rn_ema_update(be, 5, x, avg, keep, take));
+        for (int i = 0; i < 5; i++) x[i] = x[i] * 0.5f + 0.1f;
+        char name[32];
+        snprintf(name, sizeof name, "ema update %d", step + 1);
+        CHECK_CLOSE(name, avg, want[step], 5, 1e-7);
+    }
+    const int64_t n = 3 * 16384 + 77;
+    float *a1 = malloc(sizeof(float) * n), *a3 = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) {
+        a1[i] = a3[i] = (float)sin((double)i);
+        w[i] = (float)cos(0.7 * (double)i);
+    }
+    rn_backend *b1 = NULL, *b3 = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &b1));
+    CHECK_OK(rn_backend_create("cpu", 3, NULL, &b3));
+    CHECK_OK(rn_ema_update(b1, n, w, a1, 0.75f, 0.25f));
+    CHECK_OK(rn_ema_update(b3, n, w, a3, 0.75f, 0.25f));
+    int64_t diff = 0, off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff += memcmp(&a1[i], &a3[i], sizeof(float)) != 0;
+        off += a1[i] != (float)(0.75f * (float)sin((double)i) + 0.25f * w[i]);
+    }
+    CHECK(diff == 0, "ema update: %lld of %lld values differ between 1 and 3 threads", (long long)diff, (long long)n);
+    CHECK(off == 0, "ema update: %lld of %lld values are not 0.75 avg + 0.25 x", (long long)off, (long long)n);
+    CHECK(rn_ema_update(be, 2, w, a1, NAN, 0.5f) == RN_EINVAL, "a NaN keep must be refused");
+    CHECK(rn_ema_update(be, -1, w, a1, 0.5f, 0.5f) == RN_EINVAL, "a negative count must be refused");
+    rn_backend_destroy(b1);
+    rn_backend_destroy(b3);
+    free(a1), free(a3), free(w);
+}
+
 /* The fused step of mixed precision: the same p and buf as rn_sgd_update, bit for bit,
  * and the compute copy is p rounded to the copy's type. Gradients scaled by 2^16 and
  * unscaled by grad_scale 2^-16 give the step of the unscaled gradients exactly. */
@@ -992,6 +1035,7 @@ int main(void) {
     test_xent(be);
     test_sgd(be);
     test_sgd_copy(be);
+    test_ema(be);
     test_cast(be);
     test_nonfinite(be);
     test_nan(be);
