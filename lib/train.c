@@ -35,6 +35,8 @@ void rn_train_defaults(rn_train_opts *o) {
     o->log_every = RN_TRAIN_LOG_EVERY;
     o->momentum = RN_TRAIN_MOMENTUM;
     o->weight_decay = RN_TRAIN_WD;
+    o->mix.prob = RN_MIX_PROB;
+    o->mix.switch_prob = RN_MIX_SWITCH;
     o->lr.schedule = RN_LR_STEP;
     o->lr.lr = RN_TRAIN_LR;
     o->lr.step_epochs = RN_TRAIN_LR_STEP;
@@ -51,7 +53,7 @@ void rn_train_defaults(rn_train_opts *o) {
  * and the batch they came from (u8 pixels and labels, so a reference can recompute them
  * from the same input). */
 static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn_batch *b, const uint8_t *pixels,
-                      const int32_t *labels, float unscale) {
+                      const int32_t *labels, float unscale, const rn_mix_desc *mix, int nmix) {
     rn_st_tensor *t = rn_calloc(ck->n_params + 2, sizeof *t);
     if (!t) return RN_ENOMEM;
     int rc = RN_OK;
@@ -74,8 +76,17 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
         if (unscale != 1.0f)
             for (int64_t k = 0; k < numel; k++) g[k] *= unscale;
     }
-    const char *k[] = {"arch", "content"}, *v[] = {ck->model->arch, "gradients of the first optimiser step"};
-    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, 2);
+    /* mixing on: "mix" says how each micro-batch of the dumped pixels was mixed, one "kind lambda y0 y1 x0 x1"
+       per micro-batch, ";"-separated, lambda to the last bit */
+    char mixs[1024] = "";
+    for (int i = 0; mix && i < nmix; i++) {
+        size_t at = strlen(mixs);
+        snprintf(mixs + at, sizeof mixs - at, "%s%s %.17g %d %d %d %d", i ? ";" : "",
+                 mix[i].kind == RN_MIX_MIXUP ? "mixup" : mix[i].kind == RN_MIX_CUTMIX ? "cutmix" : "none",
+                 mix[i].lambda, mix[i].y0, mix[i].y1, mix[i].x0, mix[i].x1);
+    }
+    const char *k[] = {"arch", "content", "mix"}, *v[] = {ck->model->arch, "gradients of the first optimiser step", mixs};
+    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, mix ? 3 : 2);
     for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
     free(t);
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
@@ -375,15 +386,22 @@ static int accumulate(run *t, int first, step_result *s) {
     double px = (double)b.h * b.w * b.c, es = rn_net_dtype(t->r.net) == RN_F32 ? 4 : 2;
     t0 = tbeg(t, "input");
     rc = tend(t, t0, "input", RN_PROF_COMPUTE, 0, px * b.n, rn_runner_stage(&t->r, &b));
+    int mixing = o->mix.mixup > 0 || o->mix.cutmix > 0;
+    rn_mix_desc mix[8]; /* the first micro-batches' mixing, for --dump-grads */
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         float loss;
+        /* the mixing unit is the micro-batch; its draws are keyed by its index in the whole
+           batch, so ranks and --accum slice the same units the same way */
+        rn_mix_desc md;
+        rn_mix_draw(&o->mix, t->st.seed, t->st.step, (b.first + (int64_t)k * t->micro) / t->micro, b.h, b.w, &md);
+        if (k < 8) mix[k] = md;
         t0 = tbeg(t, "input");
         if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
-                       rn_runner_input(&t->r, &b, k * t->micro, t->micro))) ||
+                       rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
-            (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                  grad_scale, k > 0, &loss)))
+            (rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
+                                      1.0 - md.lambda, grad_scale, k > 0, &loss)))
             break;
         s->loss += loss / t->steps;
     }
@@ -398,7 +416,8 @@ static int accumulate(run *t, int first, step_result *s) {
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
     if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
-        rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
+        rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale, mixing ? mix : NULL,
+                        t->accum < 8 ? t->accum : 8);
     t0 = tbeg(t, "h2d-wait");
     int wrc = tend(t, t0, "h2d-wait", RN_PROF_HOST, 0, 0, rn_backend_upload_wait(t->r.be));
     if (rc == RN_OK) rc = wrc;

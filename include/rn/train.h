@@ -75,6 +75,7 @@
 #include "rn/ckpt.h"
 #include "rn/dist.h"
 #include "rn/eval.h"
+#include "rn/mix.h"
 #include "rn/scaler.h"
 #include "rn/schedule.h"
 
@@ -128,6 +129,7 @@ typedef struct {
     uint64_t seed;
     int seed_given;         /* else the checkpoint's seed is kept */
     double momentum, weight_decay, label_smoothing;
+    rn_mix_opts mix;        /* mixup/cutmix of each micro-batch (rn/mix.h); alphas 0: off */
     int nesterov, no_wd_bn;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of
