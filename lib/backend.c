@@ -448,7 +448,8 @@ int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, 
     int rc = check_n(be, op, &dtype, (int64_t)n * h * w);
     if (rc) return rc;
     NEED(d, op);
-    if (n < 1 || h < 1 || w < 1 || c < 1) return rn_errorf(RN_EINVAL, "%s: bad shape n=%d h=%d w=%d c=%d", op, n, h, w, c);
+    if (n < 1 || h < 1 || w < 1 || c < 1)
+        return rn_errorf(RN_EINVAL, "%s: bad shape n=%d h=%d w=%d c=%d", op, n, h, w, c);
     if (d->kind != RN_MIX_NONE && d->kind != RN_MIX_MIXUP && d->kind != RN_MIX_CUTMIX)
         return rn_errorf(RN_EINVAL, "%s: kind %d (RN_MIX_NONE, RN_MIX_MIXUP or RN_MIX_CUTMIX)", op, d->kind);
     if (!(d->lambda >= 0 && d->lambda <= 1)) return rn_errorf(RN_EINVAL, "%s: lambda %g outside [0, 1]", op, d->lambda);

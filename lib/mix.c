@@ -58,7 +58,8 @@ void rn_mix_draw(const rn_mix_opts *o, uint64_t seed, int64_t step, int64_t micr
     rn_philox(rn_rng_key(seed, PURPOSE_MIX), (uint64_t)step, (uint64_t)micro, r);
     if (!(rn_u01(r[0]) < o->prob)) return;
     int cut = o->cutmix > 0 && (!(o->mixup > 0) || rn_u01(r[1]) < o->switch_prob);
-    double lam = rn_mix_beta(rn_rng_key(seed, PURPOSE_BETA), (uint64_t)step, (uint64_t)micro, cut ? o->cutmix : o->mixup);
+    double alpha = cut ? o->cutmix : o->mixup;
+    double lam = rn_mix_beta(rn_rng_key(seed, PURPOSE_BETA), (uint64_t)step, (uint64_t)micro, alpha);
     if (!cut) {
         *d = (rn_mix_desc){.kind = RN_MIX_MIXUP, .lambda = lam};
         return;

@@ -85,7 +85,8 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
                  mix[i].kind == RN_MIX_MIXUP ? "mixup" : mix[i].kind == RN_MIX_CUTMIX ? "cutmix" : "none",
                  mix[i].lambda, mix[i].y0, mix[i].y1, mix[i].x0, mix[i].x1);
     }
-    const char *k[] = {"arch", "content", "mix"}, *v[] = {ck->model->arch, "gradients of the first optimiser step", mixs};
+    const char *k[] = {"arch", "content", "mix"};
+    const char *v[] = {ck->model->arch, "gradients of the first optimiser step", mixs};
     if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, mix ? 3 : 2);
     for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
     free(t);
@@ -110,6 +111,7 @@ typedef struct {
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
+    float *logits_h;      /* (micro, classes) a micro-batch's logits on the host, for the train top-1 */
     int64_t nstats;
     rn_prof *prof;        /* o->profile: the profile; NULL: off */
     int profiling;        /* this step is profiled */
@@ -126,6 +128,7 @@ static int tend(run *t, double t0, const char *name, int track, double flops, do
 typedef struct {
     double waited;        /* seconds this rank spent waiting for the loader */
     float loss;           /* mean over the micro-batches */
+    int64_t hits, seen;   /* images whose top-1 is their dominant target (every rank's), of seen */
     double lr;
     int skipped;          /* the loss scaler skipped it */
     int last;             /* it ended an epoch */
@@ -133,7 +136,7 @@ typedef struct {
 
 /* Steps taken since a point in time (the last report, the epoch's start). */
 typedef struct {
-    int64_t steps, skipped;
+    int64_t steps, skipped, hits, seen;
     double t0, wait, loss;
 } window;
 
@@ -339,6 +342,7 @@ static void finish(run *t) {
     rn_prof_destroy(t->prof);
     free(t->stats);
     free(t->all_stats);
+    free(t->logits_h);
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
@@ -367,7 +371,37 @@ static int combine(run *t, step_result *s) {
         for (int r = 0; r < t->world; r++) s->loss += losses[r];
     }
     free(losses);
+    int64_t mine[2] = {s->hits, s->seen}, *all = rn_malloc(sizeof mine * (size_t)t->world);
+    if (!all) return RN_ENOMEM;
+    if (rc == RN_OK) rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the sum of the train top-1 hits");
+    if (rc == RN_OK) {
+        s->hits = s->seen = 0;
+        for (int r = 0; r < t->world; r++) s->hits += all[2 * r], s->seen += all[2 * r + 1];
+    }
+    free(all);
     return rc;
+}
+
+/* Images of micro-batch k whose top-1 class is their dominant target, as torchvision's reference counts its train
+ * acc1 (utils.accuracy on target.max(dim=1)): the label with the larger weight of the soft target, float(lambda)
+ * against float(1 - lambda), on a tie the smaller class index (the first maximum); unmixed, the label. */
+static int top1_hits(run *t, const rn_batch *b, int k, const rn_mix_desc *md, int64_t *hits) {
+    const int n = t->micro, classes = t->ck->model->num_classes;
+    if (!t->logits_h && !(t->logits_h = rn_malloc(sizeof(float) * (size_t)n * (size_t)classes))) return RN_ENOMEM;
+    int rc = rn_backend_download(t->r.be, t->logits_h, rn_net_logits(t->r.net), sizeof(float) * (size_t)n * classes);
+    if (rc) return rc;
+    const int32_t *lab = b->labels + (size_t)k * n;
+    float own = (float)md->lambda, other = (float)(1.0 - md->lambda);
+    for (int i = 0; i < n; i++) {
+        const float *z = t->logits_h + (size_t)i * classes;
+        int best = 0;
+        for (int j = 1; j < classes; j++)
+            if (z[j] > z[best]) best = j;
+        int a = lab[i], p = lab[(i + n - 1) % n];
+        int want = md->kind == RN_MIX_NONE || own > other ? a : own < other ? p : a < p ? a : p;
+        *hits += best == want;
+    }
+    return RN_OK;
 }
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
@@ -400,9 +434,11 @@ static int accumulate(run *t, int first, step_result *s) {
                        rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
+            (rc = top1_hits(t, &b, k, &md, &s->hits)) ||
             (rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
                                       1.0 - md.lambda, grad_scale, k > 0, &loss)))
             break;
+        s->seen += t->micro;
         s->loss += loss / t->steps;
     }
     s->last = b.last;
@@ -487,6 +523,7 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     if (o->max_steps && o->max_steps - run_steps < left) left = o->max_steps - run_steps;
     rn_step_info si = {.epoch = ts->epoch + 1, .step = ts->step, .epoch_step = ts->step - (int64_t)ts->epoch * t->spe,
                        .steps_per_epoch = t->spe, .steps_left = left, .loss = w->loss / w->steps, .lr = s->lr,
+                       .train_top1 = w->seen ? (double)w->hits / w->seen : -1,
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
@@ -590,6 +627,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         w.steps++, ep.steps++;
         w.wait += s.waited;
         w.loss += s.loss, ep.loss += s.loss;
+        w.hits += s.hits, w.seen += s.seen;
         w.skipped += s.skipped;
         if (w.steps >= o->log_every || s.last) {
             if ((rc = report_steps(&t, &w, &s, target_epoch, run_steps))) goto out;

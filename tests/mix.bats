@@ -52,8 +52,10 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
     rn-train --data train.lmdb --in h.pb --out r.pb $A --batch 8 --max-steps 2 --threads 2 $M
     diff <(tensors t1.pb) <(tensors r.pb)
     # the log reports the loss on the mixed targets: a finite number per step
-    run "$PYTHON" -c 'import json,sys,math; print(all(math.isfinite(json.loads(l)["loss"]) for l in open("t1.jsonl") if "\"step\"" in l))'
-    assert_output "True"
+    run "$PYTHON" -c 'import json, math
+S = [l for l in map(json.loads, open("t1.jsonl")) if l["kind"] == "step"]
+print(len(S), all(math.isfinite(l["loss"]) and 0 <= l["train_top1"] <= 1 for l in S))'
+    assert_output "4 True"
 }
 
 @test "--accum 2 mixes its micro-batches as --micro-batch 4 does, and mixing per micro-batch differs from per batch" {
@@ -70,10 +72,17 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
     rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     mpi_no_leak_checks
-    rn-train --data train.lmdb --in init.pb --out one2.pb $A --batch 8 --max-steps 3 --threads 1 $M --accum 2
+    rn-train --data train.lmdb --in init.pb --out one2.pb $A --batch 8 --max-steps 3 --threads 1 $M --accum 2 \
+        --log one2.jsonl
     mpirun --oversubscribe -np 2 rn-train --data train.lmdb --in init.pb --out two.pb $A --batch 8 --max-steps 3 \
-        --threads 1 $M
+        --threads 1 $M --log two.jsonl
     diff <(tensors one2.pb) <(tensors two.pb)
+    # the loss and the train top-1 are every rank's, summed: the one process's
+    top1() {
+        "$PYTHON" -c 'import json, sys
+print([(l["loss"], l["train_top1"]) for l in map(json.loads, open(sys.argv[1])) if l["kind"] == "step"])' "$1"
+    }
+    assert_equal "$(top1 two.jsonl)" "$(top1 one2.jsonl)"
 }
 
 @test "--dump-grads with mixup, cutmix and label smoothing matches torchvision's reference mixing" {
@@ -83,12 +92,16 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
         ls=0
         case "$how" in *smoothing*) ls=0.1 ;; esac
         rm -f mg.safetensors
+        rm -f mg.jsonl
         run rn-train --data train.lmdb --in init.pb --out mg.pb $A --batch 16 --max-steps 1 --threads 2 $how \
-            --dump-grads mg.safetensors
+            --dump-grads mg.safetensors --log mg.jsonl
         assert_success
-        run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" --label-smoothing $ls init.safetensors mg.safetensors
+        top1=$("$PYTHON" -c 'import json; print([json.loads(l) for l in open("mg.jsonl")][0]["train_top1"])')
+        run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" --label-smoothing $ls --top1 "$top1" \
+            init.safetensors mg.safetensors
         echo "$how: $output"
         assert_success
         assert_output --regexp "\((mixup|cutmix) lambda [01]\.[0-9]+\).*62 gradients of a batch of 16, 0 failed"
+        assert_output --partial "train top-1 against the dominant target: rn $(printf %.6f "$top1")"
     done
 }

@@ -1,12 +1,14 @@
 """rn-train --dump-grads against torchvision: the first step's gradients recomputed in
 float64 (reference) and float32 (yardstick) from the batch stored in the dump.
-usage: grads_parity.py [--freeze-bn] [--label-smoothing E] INIT.safetensors GRADS.safetensors
+usage: grads_parity.py [--freeze-bn] [--label-smoothing E] [--top1 X] INIT.safetensors GRADS.safetensors
 (--freeze-bn: torchvision in train() with every BatchNorm in eval(), as rn-train --freeze-bn;
 --label-smoothing: as rn-train's, torch's cross_entropy label_smoothing)
 A dump of a run with --mixup/--cutmix says how its micro-batch was mixed (metadata "mix": kind,
 lambda, cutmix box): the batch is mixed here by torchvision's reference code (RandomMixup /
 RandomCutmix of references/classification/transforms.py, given rn's lambda and box) and the
 loss taken on the soft targets, as train.py does.
+--top1 X: rn-train's train_top1 of that step, checked against train.py's acc1 (utils.accuracy: the
+float32 model's top-1 against target.max(dim=1), the dominant target) on the same batch.
 Criterion, tensor by tensor: ||rn - ref|| <= 10 * ||torch32 - ref|| + 1e-6 * ||ref||."""
 import sys
 
@@ -19,9 +21,12 @@ args = sys.argv[1:]
 freeze_bn = args[:1] == ["--freeze-bn"]
 if freeze_bn:
     args = args[1:]
-smoothing = 0.0
-if args[:1] == ["--label-smoothing"]:
-    smoothing = float(args[1])
+smoothing, top1 = 0.0, None
+while args[:1] in (["--label-smoothing"], ["--top1"]):
+    if args[0] == "--top1":
+        top1 = float(args[1])
+    else:
+        smoothing = float(args[1])
     args = args[2:]
 init, _ = rnst.load(args[0])
 dump, meta = rnst.load(args[1])
@@ -54,6 +59,9 @@ def mixed(x, dtype):
     return batch, target
 
 
+acc1 = {}
+
+
 def grads(dtype):
     m = getattr(torchvision.models, meta["arch"])(num_classes=classes)
     m.load_state_dict(init)
@@ -63,7 +71,10 @@ def grads(dtype):
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.eval()
     batch, target = mixed(x, dtype)
-    loss = torch.nn.functional.cross_entropy(m(batch), target, label_smoothing=smoothing)
+    out = m(batch)
+    dominant = target.max(dim=1)[1] if target.ndim == 2 else target
+    acc1[dtype] = (out.argmax(dim=1) == dominant).double().mean().item()
+    loss = torch.nn.functional.cross_entropy(out, target, label_smoothing=smoothing)
     loss.backward()
     return {n: p.grad.double() for n, p in m.named_parameters()}
 
@@ -80,4 +91,9 @@ for name, r in ref.items():
 how = (" (frozen BN)" if freeze_bn else "") + (f" ({kind} lambda {lam:.4f})" if kind != "none" else "") + \
     (f" (label smoothing {smoothing})" if smoothing else "")
 print(f"dump-grads parity{how}: {len(ref)} gradients of a batch of {len(labels)}, {fails} failed")
+if top1 is not None:
+    ok = abs(top1 - acc1[torch.float32]) < 1e-6
+    fails += not ok
+    print(f"train top-1 against the dominant target: rn {top1:.6f}, torchvision's reference {acc1[torch.float32]:.6f}"
+          f"{'' if ok else ' FAIL'}")
 sys.exit(1 if fails else 0)
