@@ -88,7 +88,7 @@ print([(l["loss"], l["train_top1"]) for l in map(json.loads, open(sys.argv[1])) 
 @test "--dump-grads with mixup, cutmix and label smoothing matches torchvision's reference mixing" {
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     rn-export init.pb init.safetensors
-    for how in "--mixup 0.4" "--cutmix 1.0" "--mixup 0.2 --label-smoothing 0.1" "--cutmix 1.0 --label-smoothing 0.1"; do
+    for how in "--mixup 4" "--cutmix 1.0" "--mixup 0.2 --label-smoothing 0.1" "--cutmix 1.0 --label-smoothing 0.1"; do
         ls=0
         case "$how" in *smoothing*) ls=0.1 ;; esac
         rm -f mg.safetensors

@@ -80,17 +80,19 @@ def grads(dtype):
 
 
 ref, t32 = grads(torch.float64), grads(torch.float32)
-fails = 0
+fails, worst = 0, 0.0
 for name, r in ref.items():
     a = dump[name].double()
     err, terr = (a - r).norm().item(), (t32[name] - r).norm().item()
     bound = 10 * terr + 1e-6 * r.norm().item()
+    worst = max(worst, err / bound if bound > 0 else 0.0)
     if not err <= bound:
         fails += 1
         print(f"FAIL {name}: ||rn-ref||={err:.3e} > {bound:.3e}")
 how = (" (frozen BN)" if freeze_bn else "") + (f" ({kind} lambda {lam:.4f})" if kind != "none" else "") + \
     (f" (label smoothing {smoothing})" if smoothing else "")
-print(f"dump-grads parity{how}: {len(ref)} gradients of a batch of {len(labels)}, {fails} failed")
+print(f"dump-grads parity{how}: {len(ref)} gradients of a batch of {len(labels)}, {fails} failed "
+      f"(worst error {worst:.3f} of its bound)")
 if top1 is not None:
     ok = abs(top1 - acc1[torch.float32]) < 1e-6
     fails += not ok
