@@ -71,6 +71,10 @@ void rn_mix_draw(const rn_mix_opts *o, uint64_t seed, int64_t step, int64_t micr
     int hw = (int)(rr * w), hh = (int)(rr * h);
     int x0 = rx - hw < 0 ? 0 : rx - hw, y0 = ry - hh < 0 ? 0 : ry - hh;
     int x1 = rx + hw > w ? w : rx + hw, y1 = ry + hh > h ? h : ry + hh;
-    *d = (rn_mix_desc){.kind = RN_MIX_CUTMIX, .lambda = 1.0 - (double)(x1 - x0) * (y1 - y0) / ((double)w * h),
-                       .y0 = y0, .y1 = y1, .x0 = x0, .x1 = x1};
+    *d = (rn_mix_desc){.kind = RN_MIX_CUTMIX,
+                       .lambda = 1.0 - (double)(x1 - x0) * (y1 - y0) / ((double)w * h),
+                       .y0 = y0,
+                       .y1 = y1,
+                       .x0 = x0,
+                       .x1 = x1};
 }

@@ -76,7 +76,8 @@ static double edge_cdf(double v, int side, double a) {
 static double ks_stat(const double *xs, int n, double a) {
     double dmax = 0;
     for (int i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && xs[j] == xs[i]; j++) {}
+        for (j = i + 1; j < n && xs[j] == xs[i]; j++) {
+        }
         double d1 = fabs(edge_cdf(xs[i], -1, a) - (double)i / n), d2 = fabs((double)j / n - edge_cdf(xs[i], 1, a));
         if (d1 > dmax) dmax = d1;
         if (d2 > dmax) dmax = d2;
@@ -228,9 +229,37 @@ static void test_input_mix(void) {
     rn_backend_destroy(be);
 }
 
+/* the same bytes on 1, 2 and 3 threads, for a batch larger than one chunk of rows */
+static void test_input_mix_threads(void) {
+    const int n = 4, h = 64, w = 48, c = 3;
+    const int64_t tot = (int64_t)n * h * w * c;
+    uint8_t *x = malloc((size_t)tot);
+    for (int64_t i = 0; i < tot; i++)
+        x[i] = (uint8_t)((i * 2654435761u) >> 9);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    const rn_mix_desc ds[2] = {{.kind = RN_MIX_MIXUP, .lambda = 0.61},
+                               {.kind = RN_MIX_CUTMIX, .lambda = 0.7, .y0 = 5, .y1 = 40, .x0 = 9, .x1 = 48}};
+    float *y[3];
+    for (int k = 0; k < 2; k++) {
+        for (int t = 0; t < 3; t++) {
+            rn_backend *be = NULL;
+            y[t] = malloc(sizeof(float) * tot);
+            CHECK_OK(rn_backend_create("cpu", t + 1, NULL, &be));
+            if (be) CHECK_OK(rn_input_mix(be, RN_F32, &ds[k], n, h, w, c, x, mean, sd, y[t]));
+            rn_backend_destroy(be);
+        }
+        CHECK(memcmp(y[0], y[1], sizeof(float) * tot) == 0 && memcmp(y[0], y[2], sizeof(float) * tot) == 0,
+              "%s: 1, 2 and 3 threads differ", k ? "cutmix" : "mixup");
+        for (int t = 0; t < 3; t++)
+            free(y[t]);
+    }
+    free(x);
+}
+
 int main(void) {
     test_beta();
     test_draw();
     test_input_mix();
+    test_input_mix_threads();
     return check_done("test_mix");
 }
