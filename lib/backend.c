@@ -484,6 +484,29 @@ int rn_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0
     return after(be, be->ops->input_erase(be, dtype, h, w, c, x, y0, bw, bh, random, key, epoch, rec, y));
 }
 
+int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                 const float *mean, const float *std, void *y) {
+    const char *op = "input_mix";
+    int rc = check_n(be, op, &dtype, (int64_t)n * h * w);
+    if (rc) return rc;
+    NEED(d, op);
+    if (n < 1 || h < 1 || w < 1 || c < 1)
+        return rn_errorf(RN_EINVAL, "%s: bad shape n=%d h=%d w=%d c=%d", op, n, h, w, c);
+    if (d->kind != RN_MIX_NONE && d->kind != RN_MIX_MIXUP && d->kind != RN_MIX_CUTMIX)
+        return rn_errorf(RN_EINVAL, "%s: kind %d (RN_MIX_NONE, RN_MIX_MIXUP or RN_MIX_CUTMIX)", op, d->kind);
+    if (!(d->lambda >= 0 && d->lambda <= 1)) return rn_errorf(RN_EINVAL, "%s: lambda %g outside [0, 1]", op, d->lambda);
+    if (d->kind == RN_MIX_CUTMIX &&
+        !(0 <= d->y0 && d->y0 <= d->y1 && d->y1 <= h && 0 <= d->x0 && d->x0 <= d->x1 && d->x1 <= w))
+        return rn_errorf(RN_EINVAL, "%s: box rows [%d, %d) columns [%d, %d) outside the %dx%d image", op, d->y0, d->y1,
+                         d->x0, d->x1, h, w);
+    NEED(x, op); NEED(mean, op); NEED(std, op); NEED(y, op);
+    for (int j = 0; j < c; j++)
+        if (!(std[j] > 0) || !isfinite(mean[j]))
+            return rn_errorf(RN_EINVAL, "%s: channel %d: mean %g std %g (std must be > 0)", op, j, mean[j], std[j]);
+    if (!be->ops->input_mix) return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no mixing", op, be->ops->kind);
+    return after(be, be->ops->input_mix(be, dtype, d, n, h, w, c, x, mean, std, y));
+}
+
 /* ---- pooling ---- */
 
 static int check_pool(rn_backend *be, const char *op, rn_pool_desc *d) {
@@ -575,10 +598,10 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
     int rc = check_dtype(be, op, &dd.dtype);
     if (rc) return rc;
     if (dd.n < 1 || dd.classes < 1 || !(dd.label_smoothing >= 0 && dd.label_smoothing <= 1) ||
-        !(dd.grad_scale > 0) || !isfinite(dd.grad_scale))
+        !(dd.grad_scale > 0) || !isfinite(dd.grad_scale) || !(dd.mix_weight >= 0 && dd.mix_weight <= 1))
         return rn_errorf(RN_EINVAL, "%s: bad descriptor n=%d classes=%d label_smoothing=%g "
-                         "grad_scale=%g (use rn_xent_desc_init)", op, dd.n, dd.classes,
-                         dd.label_smoothing, dd.grad_scale);
+                         "grad_scale=%g mix_weight=%g (use rn_xent_desc_init)", op, dd.n, dd.classes,
+                         dd.label_smoothing, dd.grad_scale, dd.mix_weight);
     NEED(logits, op); NEED(labels, op); NEED(loss, op);
     return after(be, be->ops->softmax_xent(be, &dd, logits, labels, loss, dlogits));
 }

@@ -562,6 +562,48 @@ static int cpu_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x
     return RN_OK;
 }
 
+typedef struct {
+    const rn_mix_desc *d;
+    const uint8_t *x;
+    const float *mean, *std;
+    float *y;
+    int n, h, w, c;
+} mix_job;
+
+/* image rows [r0, r1) of the n*h rows: the float operations of torchvision's reference,
+   on the values rn_input_normalize computes */
+static void mix_rows(void *ctx, int64_t r0, int64_t r1) {
+    const mix_job *j = ctx;
+    const rn_mix_desc *d = j->d;
+    const int64_t wc = (int64_t)j->w * j->c, img = j->h * wc;
+    const float la = (float)d->lambda, lb = (float)(1.0 - d->lambda);
+    for (int64_t r = r0; r < r1; r++) {
+        int i = (int)(r / j->h), yy = (int)(r % j->h), p = (i + j->n - 1) % j->n;
+        const uint8_t *xa = j->x + r * wc, *xb = j->x + (int64_t)p * img + (int64_t)yy * wc;
+        float *y = j->y + r * wc;
+        int in_rows = d->kind == RN_MIX_CUTMIX && yy >= d->y0 && yy < d->y1;
+        for (int64_t k = 0; k < wc; k++) {
+            int ch = (int)(k % j->c), xx = (int)(k / j->c);
+            float a = ((float)xa[k] / 255.0f - j->mean[ch]) / j->std[ch];
+            float b = ((float)xb[k] / 255.0f - j->mean[ch]) / j->std[ch];
+            if (d->kind == RN_MIX_MIXUP) {
+                float ta = a * la, tb = b * lb;
+                y[k] = ta + tb;
+            } else
+                y[k] = in_rows && xx >= d->x0 && xx < d->x1 ? b : a;
+        }
+    }
+}
+
+static int cpu_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
+                         const uint8_t *x, const float *mean, const float *std, void *yv) {
+    (void)dtype;
+    mix_job j = {.d = d, .x = x, .mean = mean, .std = std, .y = yv, .n = n, .h = h, .w = w, .c = c};
+    int64_t wc = (int64_t)w * c;
+    par_range(be, (int64_t)n * h, rows_per_chunk(wc), (int64_t)n * h * wc, mix_rows, &j);
+    return RN_OK;
+}
+
 /* ---- pooling ---- */
 
 /* Output rows [row0, row1) of (n*p) rows. */
@@ -709,7 +751,7 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
     const float *logits = lv;
     float *dl = dlv;
     const int n = d->n, k = d->classes;
-    const double e = d->label_smoothing;
+    const double e = d->label_smoothing, m = d->mix_weight;
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= k)
             return rn_errorf(RN_EINVAL, "softmax_xent: row %d: label %d out of range [0, %d)",
@@ -724,13 +766,26 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
             sz += z[j];
         }
         double lse = mx + log(se);
-        total += lse - (1 - e) * z[labels[i]] - e * sz / k;
+        if (m == 0) {
+            total += lse - (1 - e) * z[labels[i]] - e * sz / k;
+        } else {
+            int b = labels[(i + n - 1) % n];
+            total += lse - (1 - e) * ((1 - m) * z[labels[i]] + m * z[b]) - e * sz / k;
+        }
         if (dl) {
             float *g = dl + (int64_t)i * k;
             double s = d->grad_scale / n;
-            for (int j = 0; j < k; j++) {
-                double t = (j == labels[i] ? 1 - e : 0) + e / k;
-                g[j] = (float)((exp(z[j] - lse) - t) * s);
+            if (m == 0) {
+                for (int j = 0; j < k; j++) {
+                    double t = (j == labels[i] ? 1 - e : 0) + e / k;
+                    g[j] = (float)((exp(z[j] - lse) - t) * s);
+                }
+            } else {
+                int b = labels[(i + n - 1) % n];
+                for (int j = 0; j < k; j++) {
+                    double t = (1 - e) * ((j == labels[i] ? 1 - m : 0) + (j == b ? m : 0)) + e / k;
+                    g[j] = (float)((exp(z[j] - lse) - t) * s);
+                }
             }
         }
     }
@@ -985,6 +1040,7 @@ static const rn_backend_ops cpu_ops = {
     .relu_bwd = cpu_relu_bwd,
     .input_normalize = cpu_input_normalize,
     .input_erase = cpu_input_erase,
+    .input_mix = cpu_input_mix,
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
     .avgpool_global_fwd = cpu_gap_fwd,

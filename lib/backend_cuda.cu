@@ -1072,6 +1072,49 @@ static int cuda_input_erase(rn_backend *be, int dtype, int h, int w, int c, int 
     return BY_DTYPE(dtype, erase_t)(be, w, c, x, y0, bw, bh, random, key, epoch, rec, y);
 }
 
+/* mixup / cutmix from the u8 batch: image i and its partner i-1 normalised as normalize_k
+   does, then mixed with the CPU backend's float operations (no fused multiply-add) */
+template <typename T>
+__global__ void mix_k(int64_t total, int n, int h, int w, int c, rn_mix_desc d, float la, float lb, const uint8_t *x,
+                      norm_coef k, T *y) {
+    const int64_t img = (int64_t)h * w * c;
+    GRID_LOOP(e, total) {
+        int i = (int)(e / img), p = (i + n - 1) % n;
+        int64_t off = e % img;
+        int ch = (int)(off % c), xx = (int)(off / c % w), yy = (int)(off / ((int64_t)w * c));
+        float a = __fdiv_rn(__fsub_rn(__fdiv_rn((float)x[e], 255.0f), k.mean[ch]), k.std[ch]);
+        float b = __fdiv_rn(__fsub_rn(__fdiv_rn((float)x[(int64_t)p * img + off], 255.0f), k.mean[ch]), k.std[ch]);
+        float v;
+        if (d.kind == RN_MIX_MIXUP)
+            v = __fadd_rn(__fmul_rn(a, la), __fmul_rn(b, lb));
+        else
+            v = d.kind == RN_MIX_CUTMIX && yy >= d.y0 && yy < d.y1 && xx >= d.x0 && xx < d.x1 ? b : a;
+        y[e] = st<T>(v);
+    }
+}
+
+template <typename T>
+static int mix_t(rn_backend *be, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                 const norm_coef *k, void *y) {
+    cuda_ctx *g = CTX(be);
+    int64_t total = (int64_t)n * h * w * c;
+    mix_k<T><<<blocks_for(g, total), TPB, 0, g->stream>>>(total, n, h, w, c, *d, (float)d->lambda,
+                                                          (float)(1.0 - d->lambda), x, *k, (T *)y);
+    LAUNCHED("input_mix");
+    return RN_OK;
+}
+
+static int cuda_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
+                          const uint8_t *x, const float *mean, const float *std, void *y) {
+    if (c > NORM_MAXC)
+        return rn_errorf(RN_ENOTSUP, "input_mix: %d channels; the CUDA backend takes at most %d", c, NORM_MAXC);
+    norm_coef k;
+    memset(&k, 0, sizeof k);
+    memcpy(k.mean, mean, sizeof(float) * (size_t)c);
+    memcpy(k.std, std, sizeof(float) * (size_t)c);
+    return BY_DTYPE(dtype, mix_t)(be, d, n, h, w, c, x, &k, y);
+}
+
 /* ---- pooling: torch's rules (NaN propagates, the first maximum in row-major order
  * takes the gradient), which cuDNN does not promise for ties; ties are common after a
  * ReLU (windows of zeros). ---- */
@@ -1295,18 +1338,24 @@ __device__ double block_max(double v, double *sh) {
     return s;
 }
 
+/* mix_weight m > 0: the soft target of mixup/cutmix, row i's label weighted 1-m and row
+   i-1's m, with the CPU backend's double operations in the same order */
 template <typename T>
-__global__ void xent_k(int n, int k, float eps, float grad_scale, const T *logits, const int32_t *labels,
+__global__ void xent_k(int n, int k, float eps, float grad_scale, double m, const T *logits, const int32_t *labels,
                        float *loss, T *dl) {
     __shared__ double sh[XENT_TPB / 32];
     double total = 0;
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const T *z = logits + (int64_t)i * k;
-        int lab = labels[i];
+        int lab = labels[i], lb = labels[(i + n - 1) % n];
         if (lab < 0 || lab >= k) {
             bad = 1;
             lab = 0;
+        }
+        if (lb < 0 || lb >= k) {
+            bad = 1;
+            lb = 0;
         }
         double mx = -INFINITY, se = 0, sz = 0;
         for (int j = threadIdx.x; j < k; j += blockDim.x) mx = fmax(mx, (double)ld(z[j]));
@@ -1320,13 +1369,17 @@ __global__ void xent_k(int n, int k, float eps, float grad_scale, const T *logit
         sz = block_sum(sz, sh);
         double lse = mx + log(se);
         double zl = ld(z[lab]);
-        total += lse - (1 - (double)eps) * zl - (double)eps * sz / k;
+        if (m == 0)
+            total += lse - (1 - (double)eps) * zl - (double)eps * sz / k;
+        else
+            total += lse - (1 - (double)eps) * ((1 - m) * zl + m * (double)ld(z[lb])) - (double)eps * sz / k;
         if (dl) {
             /* every thread has read row i before any thread writes it (dl may alias logits) */
             __syncthreads();
             double s = (double)grad_scale / n;
             for (int j = threadIdx.x; j < k; j += blockDim.x) {
-                double t = (j == lab ? 1 - (double)eps : 0) + (double)eps / k;
+                double t = m == 0 ? (j == lab ? 1 - (double)eps : 0) + (double)eps / k
+                                  : (1 - (double)eps) * ((j == lab ? 1 - m : 0) + (j == lb ? m : 0)) + (double)eps / k;
                 dl[(int64_t)i * k + j] = st<T>((float)((exp((double)ld(z[j]) - lse) - t) * s));
             }
         }
@@ -1338,7 +1391,7 @@ template <typename T>
 static int xent_t(rn_backend *be, const rn_xent_desc *d, const void *logits, const int32_t *labels, float *loss,
                   void *dl) {
     cuda_ctx *g = CTX(be);
-    xent_k<T><<<1, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale,
+    xent_k<T><<<1, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale, d->mix_weight,
                                              (const T *)logits, labels, loss, (T *)dl);
     LAUNCHED("softmax_xent");
     return RN_OK;
@@ -1815,6 +1868,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->relu_bwd = cuda_relu_bwd;
     o->input_normalize = cuda_input_normalize;
     o->input_erase = cuda_input_erase;
+    o->input_mix = cuda_input_mix;
     o->maxpool_fwd = cuda_maxpool_fwd;
     o->maxpool_bwd = cuda_maxpool_bwd;
     o->avgpool_global_fwd = cuda_gap_fwd;

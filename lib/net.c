@@ -866,20 +866,21 @@ int rn_net_forward(rn_net *net, int n, int train) {
     return net->gather && !net->freeze_bn ? bn_update(net, net->hrun, 1) : RN_OK;
 }
 
-static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, float grad_scale, float *dlogits,
-                   float *loss) {
+static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, double mix_weight, float grad_scale,
+                   float *dlogits, float *loss) {
     if (n != net->last_n) return rn_errorf(RN_EINVAL, "loss of %d labels after a forward of %d images", n, net->last_n);
     int rc = rn_backend_upload(net->be, net->labels, labels, (size_t)n * sizeof(int32_t));
     rn_xent_desc xd;
     if (rc || (rc = rn_xent_desc_init(&xd, n, net->spec.num_classes))) return rc;
     xd.label_smoothing = smoothing;
     xd.grad_scale = grad_scale;
+    xd.mix_weight = mix_weight;
     if ((rc = rn_softmax_xent(net->be, &xd, net->logits, net->labels, net->loss, dlogits))) return rc;
     return rn_backend_download(net->be, loss, net->loss, sizeof(float));
 }
 
 int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss) {
-    return loss_of(net, labels, n, label_smoothing, 1.0f, NULL, loss);
+    return loss_of(net, labels, n, label_smoothing, 0, 1.0f, NULL, loss);
 }
 
 /* Backward of one conv+BN unit, its parameter gradients replacing the stored ones. dy
@@ -976,19 +977,24 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     return pend_conv(net, t0, ui, n, RN_PROF_BWD, conv_bwd(net, ui, &cd, x, dz, dx, accumulate_dx));
 }
 
-static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
-                    float *loss);
+static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                    float grad_scale, float *loss);
 
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss) {
+    return rn_net_backward_mix(net, labels, n, label_smoothing, 0, grad_scale, accumulate, loss);
+}
+
+int rn_net_backward_mix(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                        float grad_scale, int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
-    if (!accumulate) return backward(net, labels, n, label_smoothing, grad_scale, loss);
+    if (!accumulate) return backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
     /* this micro-batch's gradients on their own, then added: grads + g, element by
        element, as PyTorch adds each backward's gradient into .grad (and as rn_dist_sum
        adds the ranks' gradients, so W ranks give the bits of --accum W) */
     float *sum = net->grads;
     net->grads = net->spare;
-    int rc = backward(net, labels, n, label_smoothing, grad_scale, loss);
+    int rc = backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
     net->grads = sum;
     if (rc) return rc;
     double t0 = pbeg(net, "grad-accumulate"), np = (double)net->nparams;
@@ -1022,15 +1028,15 @@ static void block_name(const rn_resnet *s, int b, char *buf, size_t cap) {
 }
 
 /* The gradients of the last forward into net->grads (replacing them). */
-static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
-                    float *loss) {
+static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                    float grad_scale, float *loss) {
     const rn_resnet *s = &net->spec;
     double k = s->num_classes, c = s->fc_in, es = (double)net->es, hw = net->fin_hw;
     /* the softmax cross-entropy and its gradient: 6 FLOPs per logit, the logits read and
        their gradient written in fp32 */
     double t0 = pbeg(net, "loss");
     int rc = pend(net, t0, "loss", RN_PROF_BWD, 6 * n * k, 8 * n * k,
-                  loss_of(net, labels, n, label_smoothing, grad_scale, net->dlogits, loss));
+                  loss_of(net, labels, n, label_smoothing, mix_weight, grad_scale, net->dlogits, loss));
     if (rc) return rc;
     t0 = pbeg(net, "fc");
     double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);

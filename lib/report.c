@@ -87,9 +87,11 @@ static void progress_step(void *ctx, const rn_step_info *s) {
         snprintf(rank_note, sizeof rank_note, " ranks %.3f-%.3f s/step (slowest %d)", s->step_s_min, s->step_s_max,
                  s->slow_rank);
     if (s->gpu && !isnan(s->gpu_util)) snprintf(gpu_note, sizeof gpu_note, " GPU %.0f%%", s->gpu_util);
-    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f lr %.4g%s %.1f img/s data-wait %.0f%%%s%s ETA %s%s",
+    char top1[32] = "";
+    if (s->train_top1 >= 0) snprintf(top1, sizeof top1, " top1 %.3f", s->train_top1);
+    fprintf(p->f, "%sepoch %d step %lld (%lld/%lld) loss %.4f%s lr %.4g%s %.1f img/s data-wait %.0f%%%s%s ETA %s%s",
             p->tty ? "\r" : "", s->epoch, (long long)s->step, (long long)s->epoch_step,
-            (long long)s->steps_per_epoch, s->loss, s->lr, scale_note, s->img_s, 100 * s->data_wait, gpu_note,
+            (long long)s->steps_per_epoch, s->loss, top1, s->lr, scale_note, s->img_s, 100 * s->data_wait, gpu_note,
             rank_note, eta, p->tty ? "   " : "\n");
     char advice[512];
     if (gpu_note[0]) {
@@ -137,6 +139,7 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
     FILE *f = ctx;
     fprintf(f, "{\"kind\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":", s->epoch, (long long)s->step);
     rn_json_number(f, s->loss);
+    if (s->train_top1 >= 0) fprintf(f, ",\"train_top1\":%.6f", s->train_top1);
     fprintf(f, ",\"lr\":");
     rn_json_number(f, s->lr);
     fprintf(f, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":", s->img_s, s->data_wait);

@@ -249,6 +249,13 @@ int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
     return rc;
 }
 
+int rn_runner_input_mix(rn_runner *r, const rn_batch *b, int first, int n, const rn_mix_desc *d) {
+    if (d->kind == RN_MIX_NONE) return rn_runner_input(r, b, first, n);
+    const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
+    return rn_input_mix(r->be, rn_net_dtype(r->net), d, n, b->h, b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
+                        rn_net_input(r->net));
+}
+
 int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {
     int rc = rn_runner_input(r, b, first, n);
     if (rc) return rc;

@@ -37,6 +37,8 @@ void rn_train_defaults(rn_train_opts *o) {
     o->log_every = RN_TRAIN_LOG_EVERY;
     o->momentum = RN_TRAIN_MOMENTUM;
     o->weight_decay = RN_TRAIN_WD;
+    o->mix.prob = RN_MIX_PROB;
+    o->mix.switch_prob = RN_MIX_SWITCH;
     o->lr.schedule = RN_LR_STEP;
     o->lr.lr = RN_TRAIN_LR;
     o->lr.step_epochs = RN_TRAIN_LR_STEP;
@@ -60,7 +62,7 @@ void rn_train_defaults(rn_train_opts *o) {
  * and the batch they came from (u8 pixels and labels, so a reference can recompute them
  * from the same input). */
 static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn_batch *b, const uint8_t *pixels,
-                      const int32_t *labels, float unscale) {
+                      const int32_t *labels, float unscale, const rn_mix_desc *mix, int nmix) {
     rn_st_tensor *t = rn_calloc(ck->n_params + 2, sizeof *t);
     if (!t) return RN_ENOMEM;
     int rc = RN_OK;
@@ -83,8 +85,18 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
         if (unscale != 1.0f)
             for (int64_t k = 0; k < numel; k++) g[k] *= unscale;
     }
-    const char *k[] = {"arch", "content"}, *v[] = {ck->model->arch, "gradients of the first optimiser step"};
-    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, 2);
+    /* mixing on: "mix" says how each micro-batch of the dumped pixels was mixed, one "kind lambda y0 y1 x0 x1"
+       per micro-batch, ";"-separated, lambda to the last bit */
+    char mixs[1024] = "";
+    for (int i = 0; mix && i < nmix; i++) {
+        size_t at = strlen(mixs);
+        snprintf(mixs + at, sizeof mixs - at, "%s%s %.17g %d %d %d %d", i ? ";" : "",
+                 mix[i].kind == RN_MIX_MIXUP ? "mixup" : mix[i].kind == RN_MIX_CUTMIX ? "cutmix" : "none",
+                 mix[i].lambda, mix[i].y0, mix[i].y1, mix[i].x0, mix[i].x1);
+    }
+    const char *k[] = {"arch", "content", "mix"};
+    const char *v[] = {ck->model->arch, "gradients of the first optimiser step", mixs};
+    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, mix ? 3 : 2);
     for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
     free(t);
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
@@ -108,6 +120,7 @@ typedef struct {
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
+    float *logits_h;      /* (micro, classes) a micro-batch's logits on the host, for the train top-1 */
     int64_t nstats;
     rn_prof *prof;        /* o->profile: the profile; NULL: off */
     int profiling;        /* this step is profiled */
@@ -130,6 +143,7 @@ static int tend(run *t, double t0, const char *name, int track, double flops, do
 typedef struct {
     double waited;        /* seconds this rank spent waiting for the loader */
     float loss;           /* mean over the micro-batches */
+    int64_t hits, seen;   /* images whose top-1 is their dominant target (every rank's), of seen */
     double lr;
     int skipped;          /* the loss scaler skipped it */
     int last;             /* it ended an epoch */
@@ -137,7 +151,7 @@ typedef struct {
 
 /* Steps taken since a point in time (the last report, the epoch's start). */
 typedef struct {
-    int64_t steps, skipped;
+    int64_t steps, skipped, hits, seen;
     double t0, wait, loss;
 } window;
 
@@ -431,6 +445,7 @@ static void finish(run *t) {
     rn_prof_destroy(t->prof);
     free(t->stats);
     free(t->all_stats);
+    free(t->logits_h);
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
@@ -459,7 +474,37 @@ static int combine(run *t, step_result *s) {
         for (int r = 0; r < t->world; r++) s->loss += losses[r];
     }
     free(losses);
+    int64_t mine[2] = {s->hits, s->seen}, *all = rn_malloc(sizeof mine * (size_t)t->world);
+    if (!all) return RN_ENOMEM;
+    if (rc == RN_OK) rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the sum of the train top-1 hits");
+    if (rc == RN_OK) {
+        s->hits = s->seen = 0;
+        for (int r = 0; r < t->world; r++) s->hits += all[2 * r], s->seen += all[2 * r + 1];
+    }
+    free(all);
     return rc;
+}
+
+/* Images of micro-batch k whose top-1 class is their dominant target, as torchvision's reference counts its train
+ * acc1 (utils.accuracy on target.max(dim=1)): the label with the larger weight of the soft target, float(lambda)
+ * against float(1 - lambda), on a tie the smaller class index (the first maximum); unmixed, the label. */
+static int top1_hits(run *t, const rn_batch *b, int k, const rn_mix_desc *md, int64_t *hits) {
+    const int n = t->micro, classes = t->ck->model->num_classes;
+    if (!t->logits_h && !(t->logits_h = rn_malloc(sizeof(float) * (size_t)n * (size_t)classes))) return RN_ENOMEM;
+    int rc = rn_backend_download(t->r.be, t->logits_h, rn_net_logits(t->r.net), sizeof(float) * (size_t)n * classes);
+    if (rc) return rc;
+    const int32_t *lab = b->labels + (size_t)k * n;
+    float own = (float)md->lambda, other = (float)(1.0 - md->lambda);
+    for (int i = 0; i < n; i++) {
+        const float *z = t->logits_h + (size_t)i * classes;
+        int best = 0;
+        for (int j = 1; j < classes; j++)
+            if (z[j] > z[best]) best = j;
+        int a = lab[i], p = lab[(i + n - 1) % n];
+        int want = md->kind == RN_MIX_NONE || own > other ? a : own < other ? p : a < p ? a : p;
+        *hits += best == want;
+    }
+    return RN_OK;
 }
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
@@ -478,16 +523,25 @@ static int accumulate(run *t, int first, step_result *s) {
     double px = (double)b.h * b.w * b.c, es = rn_net_dtype(t->r.net) == RN_F32 ? 4 : 2;
     t0 = tbeg(t, "input");
     rc = tend(t, t0, "input", RN_PROF_COMPUTE, 0, px * b.n, rn_runner_stage(&t->r, &b));
+    int mixing = o->mix.mixup > 0 || o->mix.cutmix > 0;
+    rn_mix_desc mix[8]; /* the first micro-batches' mixing, for --dump-grads */
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         float loss;
+        /* the mixing unit is the micro-batch; its draws are keyed by its index in the whole
+           batch, so ranks and --accum slice the same units the same way */
+        rn_mix_desc md;
+        rn_mix_draw(&o->mix, t->st.seed, t->st.step, (b.first + (int64_t)k * t->micro) / t->micro, b.h, b.w, &md);
+        if (k < 8) mix[k] = md;
         t0 = tbeg(t, "input");
         if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
-                       rn_runner_input(&t->r, &b, k * t->micro, t->micro))) ||
+                       rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
-            (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                  grad_scale, k > 0, &loss)))
+            (rc = top1_hits(t, &b, k, &md, &s->hits)) ||
+            (rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
+                                      1.0 - md.lambda, grad_scale, k > 0, &loss)))
             break;
+        s->seen += t->micro;
         s->loss += loss / t->steps;
     }
     s->last = b.last;
@@ -501,7 +555,8 @@ static int accumulate(run *t, int first, step_result *s) {
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
     if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
-        rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale);
+        rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale, mixing ? mix : NULL,
+                        t->accum < 8 ? t->accum : 8);
     t0 = tbeg(t, "h2d-wait");
     int wrc = tend(t, t0, "h2d-wait", RN_PROF_HOST, 0, 0, rn_backend_upload_wait(t->r.be));
     if (rc == RN_OK) rc = wrc;
@@ -575,6 +630,7 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     if (o->max_steps && o->max_steps - run_steps < left) left = o->max_steps - run_steps;
     rn_step_info si = {.epoch = ts->epoch + 1, .step = ts->step, .epoch_step = ts->step - (int64_t)ts->epoch * t->spe,
                        .steps_per_epoch = t->spe, .steps_left = left, .loss = w->loss / w->steps, .lr = s->lr,
+                       .train_top1 = w->seen ? (double)w->hits / w->seen : -1,
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
@@ -700,6 +756,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         w.steps++, ep.steps++;
         w.wait += s.waited;
         w.loss += s.loss, ep.loss += s.loss;
+        w.hits += s.hits, w.seen += s.seen;
         w.skipped += s.skipped;
         if (w.steps >= o->log_every || s.last) {
             if ((rc = report_steps(&t, &w, &s, target_epoch, run_steps))) goto out;

@@ -145,6 +145,22 @@ static void usage(FILE *f) {
             "                          rn-export --ema); --val evaluates it too. torchvision's\n"
             "                          recipe: 0.99998. 0: off (drops IN's)\n"
             "      --ema-every N       optimiser steps between updates (default IN's, else %d)\n"
+            "Mixup and cutmix (torchvision's reference: RandomMixup / RandomCutmix; off by default):\n"
+            "      --mixup ALPHA       mix each micro-batch with itself rolled by one image:\n"
+            "                          x*lambda + x_prev*(1-lambda), lambda ~ Beta(ALPHA, ALPHA),\n"
+            "                          targets mixed the same way (soft targets, the loss on them)\n"
+            "      --cutmix ALPHA      paste a box of the rolled micro-batch into each image, its\n"
+            "                          area from lambda ~ Beta(ALPHA, ALPHA), lambda then set to\n"
+            "                          the share of the clipped box's complement\n"
+            "      --mix-prob P        probability that a micro-batch is mixed (default %g)\n"
+            "      --switch-prob P     with both: probability of cutmix rather than mixup\n"
+            "                          (default %g)\n"
+            "                          The mixing unit is the micro-batch one forward sees; every\n"
+            "                          draw is keyed by (seed, step, micro-batch), so --accum,\n"
+            "                          resume and P processes vs --accum P give the same bytes.\n"
+            "                          --label-smoothing applies to the mixed targets, as in\n"
+            "                          torchvision; the logged loss is the loss on them, the\n"
+            "                          train top-1 (train_top1) counts the dominant target\n"
             "Schedule (in optimiser steps, so --accum never changes it):\n"
             "      --lr-schedule S     step, multistep, cosine, constant or poly (default step)\n"
             "      --lr-step N         step: decay every N epochs (default %d)\n"
@@ -191,8 +207,8 @@ static void usage(FILE *f) {
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
-            RN_TRAIN_MOMENTUM, RN_TRAIN_WD, RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS, RN_TRAIN_EMA_EVERY,
-            RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
+            RN_TRAIN_MOMENTUM, RN_TRAIN_WD, RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS, RN_TRAIN_EMA_EVERY, RN_MIX_PROB,
+            RN_MIX_SWITCH, RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
             RN_TRAIN_GPU_SAMPLE, RN_TRAIN_PROFILE_STEPS,
             RN_TRAIN_PROFILE_WARMUP);
 }
@@ -243,7 +259,7 @@ enum {
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
-    O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY
+    O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB
 };
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
@@ -292,6 +308,8 @@ int main(int argc, char **argv) {
         {"lars-eps", required_argument, 0, O_LARSEPS},  {"lr-end", required_argument, 0, O_LREND},
         {"lr-power", required_argument, 0, O_LRPOWER},
         {"ema-decay", required_argument, 0, O_EMADECAY}, {"ema-every", required_argument, 0, O_EMAEVERY},
+        {"mixup", required_argument, 0, O_MIXUP},  {"cutmix", required_argument, 0, O_CUTMIX},
+        {"mix-prob", required_argument, 0, O_MIXPROB}, {"switch-prob", required_argument, 0, O_SWITCHPROB},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -299,7 +317,7 @@ int main(int argc, char **argv) {
     /* the documented RN_* overrides first, so that flags win */
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *in = NULL;
-    int c, rc = env_rc, have_epochs = 0, have_schedule = 0;
+    int c, rc = env_rc, have_epochs = 0, have_schedule = 0, mix_flags = 0;
     double dist_timeout = RN_DIST_TIMEOUT, bucket_mb = RN_DIST_BUCKET_MB;
     while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
@@ -364,6 +382,13 @@ int main(int argc, char **argv) {
         case O_EMADECAY: rc = rn_cli_float("--ema-decay", optarg, 0, 1, &o.ema_decay); break;
         case O_EMAEVERY: rc = rn_cli_int("--ema-every", optarg, 1, 1 << 30, &o.ema_every); break;
         case O_LS: rc = rn_cli_float("--label-smoothing", optarg, 0, 1, &o.label_smoothing); break;
+        case O_MIXUP: rc = rn_cli_float("--mixup", optarg, 0, 1e6, &o.mix.mixup); break;
+        case O_CUTMIX: rc = rn_cli_float("--cutmix", optarg, 0, 1e6, &o.mix.cutmix); break;
+        case O_MIXPROB: rc = rn_cli_float("--mix-prob", optarg, 0, 1, &o.mix.prob); mix_flags = 1; break;
+        case O_SWITCHPROB:
+            rc = rn_cli_float("--switch-prob", optarg, 0, 1, &o.mix.switch_prob);
+            mix_flags = 1;
+            break;
         case O_SCHED:
             have_schedule = 1;
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)
@@ -399,6 +424,8 @@ int main(int argc, char **argv) {
         }
     }
     if (rc == RN_OK) rc = check_flags(&o, in, argc - optind, argv + optind);
+    if (rc == RN_OK && mix_flags && !(o.mix.mixup > 0) && !(o.mix.cutmix > 0))
+        rc = rn_errorf(RN_EINVAL, "--mix-prob and --switch-prob need --mixup ALPHA or --cutmix ALPHA (> 0)");
     if (rc != RN_OK) {
         fprintf(stderr, "rn-train: %s\n", rn_last_error());
         return 2;

@@ -368,12 +368,19 @@ int rn_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
 /* ---- softmax cross-entropy, mean over the batch ----
  * For row i with label y_i, K classes, smoothing e (torch's label_smoothing):
  *   loss_i = (1-e) * -log softmax(z_i)[y_i] + e/K * sum_k -log softmax(z_i)[k]
- *   loss = mean_i loss_i;  dlogits_i = grad_scale * (softmax(z_i) - (1-e)*onehot(y_i) - e/K) / n */
+ *   loss = mean_i loss_i;  dlogits_i = grad_scale * (softmax(z_i) - (1-e)*onehot(y_i) - e/K) / n
+ * Soft targets of mixup/cutmix (rn/mix.h): with mix_weight m > 0 row i's target is
+ *   t_i = (1-m) * onehot(y_i) + m * onehot(y_{i-1})   (y_{-1} = y_{n-1}: torch's roll(1, 0))
+ * smoothed as torch smooths probability targets, (1-e) * t_i + e/K, so
+ *   loss_i = (1-e) * ((1-m) * -log p_i[y_i] + m * -log p_i[y_{i-1}]) + e/K * sum_k -log p_i[k]
+ *   dlogits_i = grad_scale * (softmax(z_i) - (1-e) * t_i - e/K) / n
+ * m = 0 is the hard-label path, computed exactly as without mixing. */
 typedef struct {
     int dtype;              /* element type of logits and dlogits; the loss is fp32 */
     int n, classes;
     float label_smoothing;  /* e in [0, 1] */
     float grad_scale;       /* multiplies dlogits: 1, 1/accum_steps, an AMP loss scale */
+    double mix_weight;      /* m in [0, 1]: the rolled partner's share of the target (1 - lambda) */
 } rn_xent_desc;
 
 /* Fill d: no smoothing, grad_scale 1, dtype RN_F32. */
@@ -384,6 +391,26 @@ int rn_xent_desc_init(rn_xent_desc *d, int n, int classes);
  * range (the CPU backend names the row; a GPU backend may not check). */
 int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
                     const int32_t *labels, float *loss, void *dlogits);
+
+/* ---- mixup / cutmix of a normalised input batch (rn/mix.h) ----
+ * Image i's partner is image i-1 (image 0's the last: torch's roll(1, 0)); a and b are
+ * their normalised values, (x/255 - mean)/std as rn_input_normalize computes them.
+ *   RN_MIX_NONE:   y = a (rn_input_normalize)
+ *   RN_MIX_MIXUP:  y = a * lambda + b * (1 - lambda), in fp32 (float(lambda), float(1 - lambda)
+ *                  as torch's batch.mul_(lambda).add_(rolled.mul_(1 - lambda)))
+ *   RN_MIX_CUTMIX: y = b inside rows [y0, y1) and columns [x0, x1), a elsewhere */
+enum { RN_MIX_NONE = 0, RN_MIX_MIXUP = 1, RN_MIX_CUTMIX = 2 };
+typedef struct {
+    int kind;               /* RN_MIX_* */
+    double lambda;          /* weight of each image's own pixels (mixup) and label */
+    int y0, y1, x0, x1;     /* cutmix: the box taken from the partner, 0 <= y0 <= y1 <= h, x too */
+} rn_mix_desc;
+
+/* x (n, h, w, c) u8 NHWC in backend memory -> y (n, h, w, c) of dtype, mixed as d says;
+ * mean, std (c) host floats. y must not overlap x. Errors: RN_EINVAL (shape, box, lambda
+ * outside [0, 1], std <= 0), RN_ENOTSUP (the CUDA backend: more than 64 channels). */
+int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                 const float *mean, const float *std, void *y);
 
 /* ---- SGD, torch.optim.SGD semantics exactly ----
  *   g = grad_scale * grad;  g = g + weight_decay * p

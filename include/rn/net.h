@@ -130,6 +130,12 @@ int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing
  * Training nets only. */
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss);
+/* rn_net_backward on the soft targets of mixup/cutmix (rn/mix.h): row i's target is its
+ * label with weight 1 - mix_weight and row i-1's (the last row's for row 0) with mix_weight,
+ * smoothed as torch smooths probability targets (rn/backend.h, rn_xent_desc). mix_weight 0
+ * is rn_net_backward exactly. */
+int rn_net_backward_mix(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                        float grad_scale, int accumulate, float *loss);
 
 /* Make rn_net_step a LARS step (on 1; off: SGD, the default) with trust coefficient eta
  * and epsilon eps (rn/backend.h, rn_lars_update): conv and fc weights adapted and decayed

@@ -47,6 +47,9 @@ typedef struct {
     int64_t steps_per_epoch;
     int64_t steps_left;      /* steps this run still has to take */
     double loss;             /* mean loss over the window */
+    double train_top1;       /* fraction of the window's images whose top-1 is their dominant target (the
+                                label; with mixup/cutmix the one of larger weight), as torchvision's
+                                reference counts acc1; < 0: not measured */
     double lr;               /* learning rate of the window's last step */
     double img_s;            /* images per second over the window */
     double data_wait;        /* fraction of the window spent waiting for the loader */

@@ -88,6 +88,9 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b);
 /* Normalise n images starting at image `first` of the batch last staged (ImageNet
  * mean/std) into the network's input. */
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n);
+/* rn_runner_input with the images mixed as d says (rn_input_mix: mixup or cutmix within
+ * images [first, first + n), the mixing unit of rn/mix.h). */
+int rn_runner_input_mix(rn_runner *r, const rn_batch *b, int first, int n, const rn_mix_desc *d);
 
 /* Forward n images from image `first` of the batch last staged (rn_runner_stage) with
  * running BN statistics, and copy their logits ((n, classes) fp32) into host memory:

@@ -86,6 +86,7 @@
 #include "rn/ckpt.h"
 #include "rn/dist.h"
 #include "rn/eval.h"
+#include "rn/mix.h"
 #include "rn/scaler.h"
 #include "rn/schedule.h"
 
@@ -159,6 +160,7 @@ typedef struct {
     uint64_t seed;
     int seed_given;         /* else the checkpoint's seed is kept */
     double momentum, weight_decay, label_smoothing;
+    rn_mix_opts mix;        /* mixup/cutmix of each micro-batch (rn/mix.h); alphas 0: off */
     int nesterov, no_wd_bn;
     int optimizer;          /* RN_OPT_SGD or RN_OPT_LARS (rn_net_set_lars) */
     double lars_eta, lars_eps;

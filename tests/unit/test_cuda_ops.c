@@ -419,11 +419,12 @@ static void test_fc(env *e, int n, int in, int out) {
     free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
 }
 
-static void test_xent(env *e, int n, int k, float smoothing, float grad_scale) {
+static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, double mix_weight) {
     rn_xent_desc d, dg;
     CHECK_OK(rn_xent_desc_init(&d, n, k));
     d.label_smoothing = smoothing;
     d.grad_scale = grad_scale;
+    d.mix_weight = mix_weight;
     dg = d;
     dg.dtype = e->dtype;
     int64_t nz = (int64_t)n * k;
@@ -441,12 +442,36 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale) {
     CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof(int32_t) * n));
     CHECK_OK(rn_softmax_xent(e->gpu, &dg, gz, glab, gloss, gz)); /* dlogits over logits */
     char t[120];
-    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g loss", n, k, smoothing);
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g loss", n, k, smoothing, mix_weight);
     cmp_dev(e, t, gloss, RN_F32, &loss, 1);
-    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g dlogits", n, k, smoothing);
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g dlogits", n, k, smoothing, mix_weight);
     cmp_dev(e, t, gz, e->dtype, dl, nz);
     rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
     free(z), free(lab), free(dl);
+}
+
+/* mixup and cutmix of a u8 batch: the CPU op's float operations, so equal in fp32 */
+static void test_input_mix(env *e, int n, int h, int w) {
+    const int c = 3;
+    int64_t tot = (int64_t)n * h * w * c;
+    uint8_t *px = malloc((size_t)tot);
+    for (int64_t i = 0; i < tot; i++) px[i] = (uint8_t)((i * 2654435761u + seed) >> 9);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    float *y = malloc(sizeof(float) * tot);
+    void *gpx = NULL, *gy = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, (size_t)tot, &gpx));
+    CHECK_OK(rn_backend_alloc(e->gpu, rn_dtype_size(e->dtype) * (size_t)tot, &gy));
+    CHECK_OK(rn_backend_upload(e->gpu, gpx, px, (size_t)tot));
+    const rn_mix_desc ds[2] = {{.kind = RN_MIX_MIXUP, .lambda = 0.3183098861837907},
+                               {.kind = RN_MIX_CUTMIX, .lambda = 0.75, .y0 = 1, .y1 = h - 2, .x0 = 2, .x1 = w}};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(rn_input_mix(e->cpu, RN_F32, &ds[i], n, h, w, c, px, mean, std, y));
+        for (int64_t j = 0; j < tot; j++) y[j] = rnd(e->dtype, y[j]);
+        CHECK_OK(rn_input_mix(e->gpu, e->dtype, &ds[i], n, h, w, c, gpx, mean, std, gy));
+        cmp_dev(e, i ? "input_mix cutmix" : "input_mix mixup", gy, e->dtype, y, tot);
+    }
+    rn_backend_free(e->gpu, gpx), rn_backend_free(e->gpu, gy);
+    free(px), free(y);
 }
 
 /* SGD is fp32 everywhere and written with the same float operations: equal to the bit */
@@ -746,8 +771,11 @@ static void run_all(env *e) {
     test_gap(e, 3, 49, 40);
     test_fc(e, 5, 64, 10);
     test_fc(e, 32, 2048, 1000);
-    test_xent(e, 7, 10, 0, 1);
-    test_xent(e, 32, 1000, 0.1f, 0.5f);
+    test_xent(e, 7, 10, 0, 1, 0);
+    test_xent(e, 32, 1000, 0.1f, 0.5f, 0);
+    test_xent(e, 7, 10, 0, 1, 0.37);
+    test_xent(e, 32, 1000, 0.1f, 0.5f, 0.81);
+    test_input_mix(e, 3, 9, 7);
     if (!half) {
         test_sgd(e, 100003);
         test_sgd_copy(e, 100003);
@@ -799,7 +827,7 @@ static void run_real_sizes(env *e) {
     test_bn(e, n * 7 * 7, 2048, 1, 1, 1);
     test_elementwise(e, n * 56 * 56 * 256);
     test_maxpool(e, (int)n, 112, 112, 64);
-    test_xent(e, (int)n, 1000, 0.1f, 1024.0f);
+    test_xent(e, (int)n, 1000, 0.1f, 1024.0f, 0);
     test_conv(e, (int)n, 56, 56, 64, 64, 3, 1, 1);
     test_conv(e, (int)n, 7, 7, 2048, 512, 1, 1, 0);
     test_gap(e, (int)n, 49, 2048);

@@ -678,6 +678,71 @@ static void test_xent(rn_backend *be) {
 /* ---- SGD against torch.optim.SGD (1.13), values printed by:
  *   p = Parameter([1, -2, .5, 0]); opt = SGD([p], **cfg)
  *   for g in grads: p.grad = tensor(g); opt.step(); print(p) */
+/* The soft targets of mixup/cutmix: row i's label weighted 1-m, row i-1's m (row 0 takes
+ * the last row's: torch's roll), smoothed as torch smooths probability targets. Loss and
+ * dlogits against the formula with explicit targets, dlogits against finite differences,
+ * and m = 0 bit for bit the hard-label op. */
+static void test_xent_mix(rn_backend *be) {
+    const int n = 4, k = 9;
+    int32_t labels[4] = {2, 7, 7, 0};
+    float *z = randn(5002, n * k, 0, 2), *dz = zeros(n * k), *dh = zeros(n * k), *dm0 = zeros(n * k);
+    const double ms[2] = {0.3, 0.8};
+    const float es[2] = {0.0f, 0.1f};
+    for (int c = 0; c < 4; c++) {
+        double m = ms[c & 1];
+        float e = es[c >> 1];
+        rn_xent_desc d;
+        CHECK_OK(rn_xent_desc_init(&d, n, k));
+        d.label_smoothing = e;
+        d.mix_weight = m;
+        float loss = 0;
+        CHECK_OK(rn_softmax_xent(be, &d, z, labels, &loss, dz));
+        double want = 0, rd[36];
+        for (int i = 0; i < n; i++) {
+            double mx = -INFINITY, se = 0, t[9] = {0};
+            t[labels[i]] += 1 - m;
+            t[labels[(i + n - 1) % n]] += m;
+            for (int j = 0; j < k; j++) mx = fmax(mx, z[i * k + j]);
+            for (int j = 0; j < k; j++) se += exp(z[i * k + j] - mx);
+            for (int j = 0; j < k; j++) {
+                double tj = (1 - e) * t[j] + e / k, lp = z[i * k + j] - mx - log(se);
+                want -= tj * lp;
+                rd[i * k + j] = (exp(lp) - tj) / n;
+            }
+        }
+        want /= n;
+        CHECK(fabs(loss - want) <= 1e-6 * fmax(1, fabs(want)), "mixed xent loss m=%g e=%g: %.8g want %.8g", m, e,
+              loss, want);
+        char what[96];
+        snprintf(what, sizeof what, "mixed xent dlogits formula m=%g e=%g", m, e);
+        CHECK_CLOSE(what, dz, rd, n * k, 1e-6);
+        d.grad_scale = 30.0f;
+        CHECK_OK(rn_softmax_xent(be, &d, z, labels, &loss, dz));
+        xent_ctx cx = {be, &d, z, labels};
+        gc_opts o = gc_defaults();
+        o.h = 1e-2;
+        snprintf(what, sizeof what, "mixed xent dlogits m=%g e=%g", m, e);
+        gc_check(what, xent_obj, &cx, z, n * k, dz, o);
+        /* m = 0: the hard-label op's bits */
+        float lh = 0, l0 = 0;
+        d.grad_scale = 1;
+        d.mix_weight = 0;
+        CHECK_OK(rn_softmax_xent(be, &d, z, labels, &l0, dm0));
+        rn_xent_desc h;
+        CHECK_OK(rn_xent_desc_init(&h, n, k));
+        h.label_smoothing = e;
+        CHECK_OK(rn_softmax_xent(be, &h, z, labels, &lh, dh));
+        CHECK(memcmp(&l0, &lh, sizeof l0) == 0 && memcmp(dm0, dh, sizeof(float) * n * k) == 0,
+              "mix_weight 0 differs from the hard-label op (e=%g)", e);
+    }
+    rn_xent_desc d;
+    CHECK_OK(rn_xent_desc_init(&d, n, k));
+    float loss;
+    d.mix_weight = 1.5;
+    CHECK(rn_softmax_xent(be, &d, z, labels, &loss, NULL) == RN_EINVAL, "mix_weight 1.5 accepted");
+    free(z), free(dz), free(dh), free(dm0);
+}
+
 static void test_sgd(rn_backend *be) {
     static const float grads[3][4] = {{0.3f, -0.1f, 0.25f, 1.0f},
                                       {-0.2f, 0.4f, 0.05f, -0.5f},
@@ -1033,6 +1098,7 @@ int main(void) {
     test_pool(be);
     test_fc(be);
     test_xent(be);
+    test_xent_mix(be);
     test_sgd(be);
     test_sgd_copy(be);
     test_ema(be);
