@@ -128,6 +128,9 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
         fprintf(f, ",\"step_s_min\":%.4f,\"step_s_max\":%.4f,\"fast_rank\":%d,\"slow_rank\":%d,"
                    "\"data_wait_min\":%.4f,\"data_wait_max\":%.4f",
                 s->step_s_min, s->step_s_max, s->fast_rank, s->slow_rank, s->wait_min, s->wait_max);
+    if (s->world > 1 && s->buckets > 0)
+        fprintf(f, ",\"buckets\":%d,\"buckets_early\":%d,\"buckets_done_early\":%d", s->buckets, s->buckets_early,
+                s->buckets_done_early);
     fprintf(f, "}\n");
     fflush(f);
 }

@@ -96,6 +96,7 @@ typedef struct {
     /* many processes (rn/dist.h) */
     rn_dist *dist;
     int world, rank;
+    int overlap;          /* the gradient sum overlaps the last backward (CPU ranks) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
@@ -118,6 +119,7 @@ typedef struct {
     double lr;
     int skipped;          /* the loss scaler skipped it */
     int last;             /* it ended an epoch */
+    rn_dist_sum_stats sum; /* many processes, overlapped: how the gradient sum went */
 } step_result;
 
 /* Steps taken since a point in time (the last report, the epoch's start). */
@@ -297,6 +299,8 @@ static int setup(run *t) {
     int rc = rn_runner_open(&t->r, o->device, o->threads, &o->backend);
     if (rc) return rc;
     t->r.dist = o->dist;
+    /* a device backend sums after the backward (rn_dist_sum on its NCCL communicator) */
+    t->overlap = t->world > 1 && rn_backend_is_host(t->r.be);
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
@@ -339,15 +343,17 @@ static void finish(run *t) {
  * order (rn/dist.h), so every rank goes on with the same numbers. */
 static int combine(run *t, step_result *s) {
     int rc;
+    int64_t n;
+    float *g = rn_net_grads(t->r.net, &n);
+    /* overlapped: the last backward started the buckets; wait for them */
+    if (t->overlap && (rc = rn_dist_sum_end(t->dist, &s->sum))) return rc;
     if (t->stats) {
         if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
                                     "the gather of the BN statistics")) ||
             (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
             return rc;
     }
-    int64_t n;
-    float *g = rn_net_grads(t->r.net, &n);
-    if ((rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
+    if (!t->overlap && (rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
     float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
     if (!losses) return RN_ENOMEM;
     rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the sum of the loss");
@@ -358,6 +364,9 @@ static int combine(run *t, step_result *s) {
     free(losses);
     return rc;
 }
+
+/* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part) */
+static int grad_final(void *dist, int64_t off, int64_t numel) { return rn_dist_sum_part(dist, off, numel); }
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
  * run also dumps its gradients when asked). */
@@ -381,10 +390,21 @@ static int accumulate(run *t, int first, step_result *s) {
         if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
                        rn_runner_input(&t->r, &b, k * t->micro, t->micro))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
-            (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
-            (rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                  grad_scale, k > 0, &loss)))
+            (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))))
             break;
+        /* many processes: the last micro-batch's backward hands each gradient to the sum
+           as it becomes final, and the sum's buckets go while the backward goes on */
+        int hook = t->overlap && k == t->accum - 1;
+        if (hook) {
+            int64_t n;
+            float *g = rn_net_grads(t->r.net, &n);
+            if ((rc = rn_dist_sum_begin(t->dist, g, n, "gradients"))) break;
+            rn_net_set_grad_hook(t->r.net, grad_final, t->dist);
+        }
+        rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing, grad_scale,
+                             k > 0, &loss);
+        if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
+        if (rc) break;
         s->loss += loss / t->steps;
     }
     s->last = b.last;
@@ -471,7 +491,8 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
-                       .wait_max = mine[1]};
+                       .wait_max = mine[1], .buckets = s->sum.buckets, .buckets_early = s->sum.started_early,
+                       .buckets_done_early = s->sum.done_early};
     for (int r = 0; all && r < t->world; r++) {
         const double *a = all + 2 * r;
         if (a[0] < si.step_s_min || r == 0) si.step_s_min = a[0], si.fast_rank = r;

@@ -56,6 +56,9 @@ typedef struct {
     double step_s_min, step_s_max; /* the fastest and slowest rank's seconds per step */
     double wait_min, wait_max;     /* the least and most data-wait fraction of a rank */
     int fast_rank, slow_rank;      /* who they are (by step time) */
+    /* the gradient sum of the window's last step on this rank (0 when not overlapped):
+       buckets, those started during the backward, those finished during it */
+    int buckets, buckets_early, buckets_done_early;
 } rn_step_info;
 
 /* An epoch, its training and (when has_val) its validation. */
