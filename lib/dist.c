@@ -31,7 +31,8 @@ struct rn_dist {
     /* the overlapped sum (rn_dist_sum_begin .. rn_dist_sum_end): x's parts copied into
        pack in the order given, cut into buckets there, recv the other ranks' chunks */
     int active;
-    float *x, *pack, *recv;
+    rn_backend *dev;               /* a device backend's sum (its pack and scratch), else NULL */
+    float *x, *pack, *recv, *dpack, *dscratch;
     int64_t n, cap, fill, open_lo; /* floats: x's, pack's room, given so far, the open bucket's start */
     int64_t nseg, segcap;
     int64_t (*seg)[3];             /* (offset in x, offset in pack, floats) per part */
@@ -121,7 +122,7 @@ static void op_end(rn_dist *d) {
 
 /* The overlapped sum's buckets freed (their collectives ended, or the run is failing). */
 static void free_buckets(rn_dist *d) {
-    for (int i = 0; i < d->nb; i++) {
+    for (int i = 0; d->b && i < d->nb; i++) { /* (a device sum counts buckets, keeps none) */
         free(d->b[i].cnt);
         free(d->b[i].own);
     }
@@ -367,11 +368,17 @@ static int drain(rn_dist *d, int left) {
 /* buckets in flight at most: each holds a request and its count arrays */
 #define MAX_IN_FLIGHT 64
 
-int rn_dist_sum_begin(rn_dist *d, float *x, int64_t n, const char *what) {
+int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what) {
     if (!d || d->world == 1) return RN_OK;
     if (d->active) return rn_errorf(RN_EINVAL, "%s: a sum of the %s is still in progress", what, d->what);
     free_buckets(d);
-    if (n > d->cap) {
+    d->dev = rn_backend_is_host(be) ? NULL : be;
+    if (d->dev && !rn_backend_has_coll(be))
+        return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
+                         rn_backend_name(be));
+    if (d->dev && (!pack || !scratch))
+        return rn_errorf(RN_EINVAL, "the sum of the %s on %s: give pack and scratch buffers", what, rn_backend_name(be));
+    if (!d->dev && n > d->cap) {
         free(d->pack);
         free(d->recv);
         d->recv = NULL;
@@ -380,6 +387,8 @@ int rn_dist_sum_begin(rn_dist *d, float *x, int64_t n, const char *what) {
             return rn_errorf(RN_ENOMEM, "the sum of the %s: no memory for 2 x %lld floats", what, (long long)n);
         d->cap = n;
     }
+    d->dpack = pack;
+    d->dscratch = scratch;
     snprintf(d->what, sizeof d->what, "the sum of the %s", what);
     d->x = x;
     d->n = n;
@@ -387,6 +396,15 @@ int rn_dist_sum_begin(rn_dist *d, float *x, int64_t n, const char *what) {
     d->first = d->next_gather = d->started_early = d->done_early = 0;
     d->active = 1;
     return RN_OK;
+}
+
+/* A device bucket: enqueued behind the backward on the backend's communication stream. */
+static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
+    op_begin(d, d->what);
+    int rc = rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
+    op_end(d);
+    if (rc == RN_OK) d->nb++;
+    return rc;
 }
 
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
@@ -409,24 +427,28 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
         d->seg[d->nseg][1] = d->fill;
         d->seg[d->nseg][2] = len;
         d->nseg++;
-        memcpy(d->pack + d->fill, d->x + off, sizeof(float) * (size_t)len);
+        if (d->dev) rc = rn_backend_copy(d->dev, d->dpack + d->fill, d->x + off, sizeof(float) * (size_t)len);
+        else memcpy(d->pack + d->fill, d->x + off, sizeof(float) * (size_t)len), rc = RN_OK;
+        if (rc) return rc;
         d->fill += len;
     }
     int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : d->n;
     if (step < 1) step = 1;
     while (d->fill - d->open_lo >= step) {
-        if ((rc = drain(d, MAX_IN_FLIGHT - 1)) || (rc = bucket_start(d, d->open_lo, step))) return rc;
+        if (d->dev) rc = dev_bucket(d, d->open_lo, step);
+        else if ((rc = drain(d, MAX_IN_FLIGHT - 1)) == RN_OK) rc = bucket_start(d, d->open_lo, step);
+        if (rc) return rc;
         d->open_lo += step;
         d->started_early++;
     }
-    return progress(d);
+    return d->dev ? RN_OK : progress(d);
 #else
     return RN_ENOTSUP;
 #endif
 }
 
 int rn_dist_sum_progress(rn_dist *d) {
-    if (!d || d->world == 1 || !d->active) return RN_OK;
+    if (!d || d->world == 1 || !d->active || d->dev) return RN_OK;
 #ifdef RN_HAVE_MPI
     return progress(d);
 #else
@@ -434,12 +456,32 @@ int rn_dist_sum_progress(rn_dist *d) {
 #endif
 }
 
+/* The device sum's end: the last bucket, the join, the sums copied back (stream order). */
+static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
+    int rc = RN_OK;
+    if (d->fill > d->open_lo && (rc = dev_bucket(d, d->open_lo, d->fill - d->open_lo))) return rc;
+    op_begin(d, d->what);
+    rc = rn_backend_coll_join(d->dev);
+    op_end(d);
+    for (int64_t i = 0; i < d->nseg && rc == RN_OK; i++)
+        rc = rn_backend_copy(d->dev, d->x + d->seg[i][0], d->dpack + d->seg[i][1], sizeof(float) * (size_t)d->seg[i][2]);
+    /* (when a bucket finished on the device is not known to the host: done_early 0) */
+    if (rc == RN_OK && st) *st = (rn_dist_sum_stats){.buckets = d->nb, .started_early = d->started_early,
+                                                     .floats = d->fill};
+    return rc;
+}
+
 int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
     if (st) *st = (rn_dist_sum_stats){0};
     if (!d || d->world == 1) return RN_OK;
     if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_end without rn_dist_sum_begin");
-#ifdef RN_HAVE_MPI
     int rc;
+    if (d->dev) {
+        rc = dev_end(d, st);
+        free_buckets(d);
+        return rc;
+    }
+#ifdef RN_HAVE_MPI
     /* the buckets done while the parts still came: the overlap, as far as it went */
     int done = d->first;
     if ((rc = progress(d))) goto fail;
@@ -472,7 +514,7 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
     int rc;
     if (!dev) {
         /* the overlapped sum's machinery, the whole array given at once from the top down */
-        if ((rc = rn_dist_sum_begin(d, x, n, what))) return rc;
+        if ((rc = rn_dist_sum_begin(d, be, x, NULL, NULL, n, what))) return rc;
         for (int64_t hi = n; hi > 0;) {
             int64_t lo = hi > step ? hi - step : 0;
             if ((rc = rn_dist_sum_part(d, lo, hi - lo))) {

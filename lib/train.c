@@ -96,7 +96,8 @@ typedef struct {
     /* many processes (rn/dist.h) */
     rn_dist *dist;
     int world, rank;
-    int overlap;          /* the gradient sum overlaps the last backward (CPU ranks) */
+    int overlap;          /* the gradient sum overlaps the last backward */
+    float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
@@ -299,10 +300,17 @@ static int setup(run *t) {
     int rc = rn_runner_open(&t->r, o->device, o->threads, &o->backend);
     if (rc) return rc;
     t->r.dist = o->dist;
-    /* a device backend sums after the backward (rn_dist_sum on its NCCL communicator) */
-    t->overlap = t->world > 1 && rn_backend_is_host(t->r.be);
+    t->overlap = t->world > 1;
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
+    if (t->overlap && !rn_backend_is_host(t->r.be)) {
+        /* a device backend's sum packs its buckets in memory of its own (2 x the gradients) */
+        int64_t n;
+        rn_net_grads(t->r.net, &n);
+        if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
+            (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)))
+            return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats)", (long long)n);
+    }
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     return setup_report(t);
 }
@@ -332,6 +340,10 @@ static void finish(run *t) {
     rn_prof_destroy(t->prof);
     free(t->stats);
     free(t->all_stats);
+    if (t->r.be) {
+        rn_backend_free(t->r.be, t->dpack);
+        rn_backend_free(t->r.be, t->dscratch);
+    }
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
@@ -343,17 +355,14 @@ static void finish(run *t) {
  * order (rn/dist.h), so every rank goes on with the same numbers. */
 static int combine(run *t, step_result *s) {
     int rc;
-    int64_t n;
-    float *g = rn_net_grads(t->r.net, &n);
-    /* overlapped: the last backward started the buckets; wait for them */
-    if (t->overlap && (rc = rn_dist_sum_end(t->dist, &s->sum))) return rc;
+    /* the last backward started the buckets (rn_dist_sum_part); wait for the rest */
+    if ((rc = rn_dist_sum_end(t->dist, &s->sum))) return rc;
     if (t->stats) {
         if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
                                     "the gather of the BN statistics")) ||
             (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
             return rc;
     }
-    if (!t->overlap && (rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
     float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
     if (!losses) return RN_ENOMEM;
     rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the sum of the loss");
@@ -398,7 +407,7 @@ static int accumulate(run *t, int first, step_result *s) {
         if (hook) {
             int64_t n;
             float *g = rn_net_grads(t->r.net, &n);
-            if ((rc = rn_dist_sum_begin(t->dist, g, n, "gradients"))) break;
+            if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients"))) break;
             rn_net_set_grad_hook(t->r.net, grad_final, t->dist);
         }
         rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing, grad_scale,

@@ -101,6 +101,9 @@ typedef struct rn_backend_ops {
     int (*coll_id)(rn_backend *be, void *id, size_t cap, size_t *len);
     int (*coll_init)(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s);
     int (*coll_sum)(rn_backend *be, float *x, float *scratch, int64_t n);
+    /* NULL: coll_sum (blocking) and nothing to join */
+    int (*coll_sum_async)(rn_backend *be, float *x, float *scratch, int64_t n);
+    int (*coll_join)(rn_backend *be);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -77,17 +77,20 @@ int rn_dist_attach(rn_dist *d, rn_backend *be);
  * rn_backend_coll_sum. */
 int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what);
 
-/* The sum overlapped with backward (host memory, the CPU backend): as rn_dist_sum, but
+/* The sum overlapped with backward: as rn_dist_sum, but
  * the array is given part by part as its values become final, and a bucket's reduction
  * starts as soon as its parts are in, while the caller goes on computing.
  *
- *   rn_dist_sum_begin(d, x, n, "gradients");
+ *   rn_dist_sum_begin(d, be, x, pack, scratch, n, "gradients");
  *   ... rn_dist_sum_part(d, off, len) for each final range, in the order they finish,
  *       rn_dist_sum_progress(d) between other work (MPI moves only inside MPI calls) ...
  *   rn_dist_sum_end(d, &stats);            // x = the sums, every part given
  *
- * Parts are copied, in the order given, into a packed array of n floats (d's own host
- * memory, with as much again for the other ranks' chunks); every rank must give the same
+ * Parts are copied, in the order given, into a packed array of n floats (a host backend:
+ * d's own memory, with as much again for the other ranks' chunks, pack and scratch
+ * NULL; a device backend: pack and scratch, n floats each of be's memory, the caller's,
+ * untouched by it until the end, each full bucket enqueued behind the compute with
+ * rn_backend_coll_sum_async and joined by rn_backend_coll_join); every rank must give the same
  * parts in the same order (the caller's order is the backward's, the same code on every
  * rank). The packed array is cut into buckets of rn_dist_set_bucket's size (0: one), each
  * summed as rn_dist_sum sums (an all-to-all of chunks, the rank-ordered additions, an
@@ -101,10 +104,11 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
 typedef struct {
     int buckets;       /* buckets summed */
     int started_early; /* of them, started by rn_dist_sum_part (before rn_dist_sum_end) */
-    int done_early;    /* of them, finished before rn_dist_sum_end was called */
+    int done_early;    /* of them, finished before rn_dist_sum_end was called (host only;
+                          a device backend's are not seen by the host: 0) */
     int64_t floats;    /* elements given */
 } rn_dist_sum_stats;
-int rn_dist_sum_begin(rn_dist *d, float *x, int64_t n, const char *what);
+int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what);
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len);
 int rn_dist_sum_progress(rn_dist *d);
 /* Start the last bucket, wait for all of them (under the watchdog), copy the sums back

@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         const int64_t n = 20011, gap_lo = 5000, gap_hi = 5017;
         float *x = malloc(sizeof(float) * (size_t)n);
         for (int64_t i = 0; i < n; i++) x[i] = val(R, i);
-        CHECK_OK(rn_dist_sum_begin(d, x, n, "test"));
+        CHECK_OK(rn_dist_sum_begin(d, be, x, NULL, NULL, n, "test"));
         /* parts [lo, hi) from a fixed cut of [0, n) less the gap, given odd ones from the
            top, then even ones from the bottom */
         int64_t cut[64][2], nc = 0;
