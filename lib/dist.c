@@ -267,7 +267,8 @@ static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
 static int bucket_start(rn_dist *d, int64_t lo, int64_t n) {
     int W = d->world, R = d->rank;
     if (W > 1024) return rn_errorf(RN_EINVAL, "%d ranks: rn's collectives take up to 1024", W);
-    if (n / W > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", d->what, (long long)n);
+    if (n / W > 0x7fffffff)
+        return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", d->what, (long long)n);
     if (d->nb == d->bcap) {
         int cap = d->bcap ? 2 * d->bcap : 64;
         struct obucket *nb = realloc(d->b, sizeof *nb * (size_t)cap);
@@ -331,7 +332,8 @@ static int progress(rn_dist *d) {
         struct obucket *b = &d->b[i];
         int done = 0, e, rc;
         if (b->phase == B_EXCH) {
-            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(e, "MPI_Test", d->what);
+            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return mpi_fail(e, "MPI_Test", d->what);
             if (done) b->phase = B_EXCHANGED;
         }
         if (b->phase == B_EXCHANGED && i == d->next_gather) {
@@ -339,7 +341,8 @@ static int progress(rn_dist *d) {
             d->next_gather++;
         }
         if (b->phase == B_GATHER) {
-            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(e, "MPI_Test", d->what);
+            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return mpi_fail(e, "MPI_Test", d->what);
             if (done) b->phase = B_DONE;
         }
     }
@@ -377,7 +380,8 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
         return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
                          rn_backend_name(be));
     if (d->dev && (!pack || !scratch))
-        return rn_errorf(RN_EINVAL, "the sum of the %s on %s: give pack and scratch buffers", what, rn_backend_name(be));
+        return rn_errorf(RN_EINVAL, "the sum of the %s on %s: give pack and scratch buffers", what,
+                         rn_backend_name(be));
     if (!d->dev && n > d->cap) {
         free(d->pack);
         free(d->recv);
@@ -464,7 +468,8 @@ static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
     rc = rn_backend_coll_join(d->dev);
     op_end(d);
     for (int64_t i = 0; i < d->nseg && rc == RN_OK; i++)
-        rc = rn_backend_copy(d->dev, d->x + d->seg[i][0], d->dpack + d->seg[i][1], sizeof(float) * (size_t)d->seg[i][2]);
+        rc = rn_backend_copy(d->dev, d->x + d->seg[i][0], d->dpack + d->seg[i][1],
+                             sizeof(float) * (size_t)d->seg[i][2]);
     /* (when a bucket finished on the device is not known to the host: done_early 0) */
     if (rc == RN_OK && st) *st = (rn_dist_sum_stats){.buckets = d->nb, .started_early = d->started_early,
                                                      .floats = d->fill};

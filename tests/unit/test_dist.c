@@ -72,7 +72,8 @@ int main(int argc, char **argv) {
             CHECK_OK(rn_dist_sum_part(d, cut[j][0], cut[j][1] - cut[j][0]));
             CHECK_OK(rn_dist_sum_progress(d));
         }
-        for (int64_t j = nc % 2 == 0 ? 0 : 1; j < nc; j += 2) CHECK_OK(rn_dist_sum_part(d, cut[j][0], cut[j][1] - cut[j][0]));
+        for (int64_t j = nc % 2 == 0 ? 0 : 1; j < nc; j += 2)
+            CHECK_OK(rn_dist_sum_part(d, cut[j][0], cut[j][1] - cut[j][0]));
         rn_dist_sum_stats st;
         CHECK_OK(rn_dist_sum_end(d, &st));
         int64_t bad = 0, given = 0;
