@@ -374,8 +374,14 @@ static int combine(run *t, step_result *s) {
     return rc;
 }
 
-/* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part) */
-static int grad_final(void *dist, int64_t off, int64_t numel) { return rn_dist_sum_part(dist, off, numel); }
+/* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part); profiled
+ * as "grad-sum-overlap" (the packing, the buckets started and moved on meanwhile) */
+static int grad_final(void *ctx, int64_t off, int64_t numel) {
+    run *t = ctx;
+    double t0 = tbeg(t, "grad-sum-overlap");
+    return tend(t, t0, "grad-sum-overlap", RN_PROF_HOST, 0, 8.0 * (double)numel,
+                rn_dist_sum_part(t->dist, off, numel));
+}
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
  * run also dumps its gradients when asked). */
@@ -408,7 +414,7 @@ static int accumulate(run *t, int first, step_result *s) {
             int64_t n;
             float *g = rn_net_grads(t->r.net, &n);
             if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients"))) break;
-            rn_net_set_grad_hook(t->r.net, grad_final, t->dist);
+            rn_net_set_grad_hook(t->r.net, grad_final, t);
         }
         rc = rn_net_backward(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing, grad_scale,
                              k > 0, &loss);
