@@ -1307,10 +1307,11 @@ static int cuda_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *fl
  * The communicator is non-blocking (config.blocking = 0) so that no NCCL call can hang
  * the process: each returns at once (maybe ncclInProgress) and coll_wait polls
  * ncclCommGetAsyncError, and the stream, under the timeout, aborting the communicator
- * when it runs out. Collectives run on the compute stream, not a stream of their own:
- * the gradients they sum were written there by the backward, and the optimiser step that
- * reads the sums is enqueued there after, so both orderings come from the stream itself
- * (rn_backend_coll_sum blocks in any case, so a second stream would overlap nothing). */
+ * when it runs out. rn_backend_coll_sum runs on the compute stream (the gradients it sums
+ * were written there, the step that reads the sums comes after: the stream orders both).
+ * rn_backend_coll_sum_async, the overlapped sum's, runs on comm_st, ordered by events: it
+ * waits for an event recorded on the compute stream when the bucket is handed over, and
+ * rn_backend_coll_join makes the compute stream wait for comm_st. */
 #ifdef RN_HAVE_NCCL
 
 static double now_s(void) {

@@ -7,7 +7,8 @@
  *   rn_dist_open(&argc, &argv, rn_cli_launcher_world(), timeout_s, &d);  // before threads
  *   rn_dist_rank(d), rn_dist_world(d), rn_dist_local_rank(d) ...
  *   rn_dist_attach(d, be);                 // a GPU backend: its NCCL communicator
- *   rn_dist_sum(d, be, grads, scratch, n, "gradients");   // every optimiser step
+ *   rn_dist_sum(d, be, grads, scratch, n, "gradients");   // every optimiser step, or
+ *   rn_dist_sum_begin/part/end during the backward         // the same, overlapped
  *   rn_dist_close(d);                      // MPI_Finalize
  *
  * A world of one (no launcher, or a build without MPI) makes no MPI call at all: every
