@@ -172,6 +172,17 @@ int rn_backend_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
     return be->ops->coll_sum ? be->ops->coll_sum(be, x, scratch, n) : no_coll(be);
 }
 
+int rn_backend_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t n) {
+    if (n < 0) return rn_errorf(RN_EINVAL, "coll_sum_async of %lld floats", (long long)n);
+    if (!be->ops->coll_sum) return no_coll(be);
+    return be->ops->coll_sum_async ? be->ops->coll_sum_async(be, x, scratch, n) : be->ops->coll_sum(be, x, scratch, n);
+}
+
+int rn_backend_coll_join(rn_backend *be) {
+    if (!be->ops->coll_sum) return no_coll(be);
+    return be->ops->coll_join ? be->ops->coll_join(be) : RN_OK;
+}
+
 int rn_backend_reserve(rn_backend *be, size_t bytes) {
     if (bytes <= be->ws_bytes) return RN_OK;
     void *p = NULL;

@@ -118,6 +118,9 @@ typedef struct {
     double coll_timeout; /* seconds without progress before a collective is given up */
     float *coll_small;   /* (world, world) floats: coll_sum's receive buffer when the
                             caller's scratch is too small for it (see there) */
+    cudaStream_t comm_st; /* coll_sum_async's stream (made by coll_init) */
+    cudaEvent_t grads_ev, comm_ev; /* recorded on stream before a bucket goes / on comm_st
+                            when the compute stream joins it */
 #endif
     rn_backend_ops ops;
 } cuda_ctx;
@@ -1578,10 +1581,11 @@ static int cuda_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *fl
  * The communicator is non-blocking (config.blocking = 0) so that no NCCL call can hang
  * the process: each returns at once (maybe ncclInProgress) and coll_wait polls
  * ncclCommGetAsyncError, and the stream, under the timeout, aborting the communicator
- * when it runs out. Collectives run on the compute stream, not a stream of their own:
- * the gradients they sum were written there by the backward, and the optimiser step that
- * reads the sums is enqueued there after, so both orderings come from the stream itself
- * (rn_backend_coll_sum blocks in any case, so a second stream would overlap nothing). */
+ * when it runs out. rn_backend_coll_sum runs on the compute stream (the gradients it sums
+ * were written there, the step that reads the sums comes after: the stream orders both).
+ * rn_backend_coll_sum_async, the overlapped sum's, runs on comm_st, ordered by events: it
+ * waits for an event recorded on the compute stream when the bucket is handed over, and
+ * rn_backend_coll_join makes the compute stream wait for comm_st. */
 #ifdef RN_HAVE_NCCL
 
 static double now_s(void) {
@@ -1616,7 +1620,7 @@ static int nccl_fail(cuda_ctx *g, ncclResult_t r, const char *call, const char *
  * enqueued on the stream) and, with drain, until the stream has run them. Gives up
  * after g->coll_timeout seconds: a peer that died or hangs leaves its partners waiting
  * for ever, which only an abort ends. */
-static int coll_wait(cuda_ctx *g, int drain, const char *what) {
+static int coll_wait_on(cuda_ctx *g, int drain, cudaStream_t st_drain, const char *what) {
     double t0 = now_s();
     for (;;) {
         ncclResult_t st = ncclSuccess, r = ncclCommGetAsyncError(g->comm, &st);
@@ -1626,7 +1630,7 @@ static int coll_wait(cuda_ctx *g, int drain, const char *what) {
                                     "%s (rank %d of %d, cuda:%d)", what, g->rank, g->world, g->dev);
         if (st == ncclSuccess) {
             if (!drain) return RN_OK;
-            cudaError_t e = cudaStreamQuery(g->stream);
+            cudaError_t e = cudaStreamQuery(st_drain);
             if (e == cudaSuccess) return RN_OK;
             if (e != cudaErrorNotReady) {
                 (void)cudaGetLastError();
@@ -1648,6 +1652,8 @@ static int coll_wait(cuda_ctx *g, int drain, const char *what) {
         nanosleep(&nap, NULL);
     }
 }
+
+static int coll_wait(cuda_ctx *g, int drain, const char *what) { return coll_wait_on(g, drain, g->stream, what); }
 
 static int cuda_coll_id(rn_backend *be, void *id, size_t cap, size_t *len) {
     (void)be;
@@ -1677,6 +1683,11 @@ static int cuda_coll_init(rn_backend *be, int rank, int world, const void *id, s
     /* NCCL takes the device from the calling thread */
     CU(cudaSetDevice(g->dev));
     if (!g->coll_small) CU(cudaMalloc(&g->coll_small, sizeof(float) * (size_t)world * (size_t)world));
+    if (!g->comm_st) {
+        CU(cudaStreamCreateWithFlags(&g->comm_st, cudaStreamNonBlocking));
+        CU(cudaEventCreateWithFlags(&g->grads_ev, cudaEventDisableTiming));
+        CU(cudaEventCreateWithFlags(&g->comm_ev, cudaEventDisableTiming));
+    }
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -1709,8 +1720,7 @@ __global__ void coll_add_k(int64_t m, int W, int self, float *x, const float *re
  * into x in place). ncclAllReduce would be faster but its order of additions depends on
  * the algorithm NCCL picks; ncclAllGather in place needs equal chunks, which n not a
  * multiple of W does not give, and send/recv takes any counts. */
-static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
-    cuda_ctx *g = CTX(be);
+static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStream_t st) {
     if (!g->comm)
         return rn_errorf(RN_EGPU, "NCCL sum on cuda:%d: no communicator (rn_backend_coll_init not called, or an "
                          "earlier error aborted it)", g->dev);
@@ -1729,9 +1739,9 @@ static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
         int64_t plo = chunk_lo(n, p, W), pn = chunk_lo(n, p + 1, W) - plo;
         /* both sides know both counts: a pair is skipped on both or on neither */
         call = "ncclSend";
-        if (pn && (r = ncclSend(x + plo, (size_t)pn, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+        if (pn && (r = ncclSend(x + plo, (size_t)pn, ncclFloat32, p, g->comm, st)) != ncclSuccess) break;
         call = "ncclRecv";
-        if (mine && (r = ncclRecv(recv + (int64_t)slot * mine, (size_t)mine, ncclFloat32, p, g->comm, g->stream)) !=
+        if (mine && (r = ncclRecv(recv + (int64_t)slot * mine, (size_t)mine, ncclFloat32, p, g->comm, st)) !=
                         ncclSuccess)
             break;
         slot++;
@@ -1746,7 +1756,7 @@ static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
         if (rc) return rc;
     }
     if (mine) {
-        coll_add_k<<<blocks_for(g, mine), TPB, 0, g->stream>>>(mine, W, R, x + lo, recv);
+        coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             comm_abort(g);
@@ -1759,19 +1769,52 @@ static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
         if (p == R) continue;
         int64_t plo = chunk_lo(n, p, W), pn = chunk_lo(n, p + 1, W) - plo;
         call = "ncclSend";
-        if (mine && (r = ncclSend(x + lo, (size_t)mine, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+        if (mine && (r = ncclSend(x + lo, (size_t)mine, ncclFloat32, p, g->comm, st)) != ncclSuccess) break;
         call = "ncclRecv";
-        if (pn && (r = ncclRecv(x + plo, (size_t)pn, ncclFloat32, p, g->comm, g->stream)) != ncclSuccess) break;
+        if (pn && (r = ncclRecv(x + plo, (size_t)pn, ncclFloat32, p, g->comm, st)) != ncclSuccess) break;
     }
     {
         ncclResult_t e = ncclGroupEnd();
         if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) r = e, call = "ncclGroupEnd";
     }
     if (r != ncclSuccess) goto fail;
-    return coll_wait(g, 1, "NCCL sum");
+    return coll_wait_on(g, 0, st, "NCCL sum (gather)");
 fail:
     return rn_error_context(nccl_fail(g, r, call, __FILE__, __LINE__), "NCCL sum of %lld floats (rank %d of %d)",
                             (long long)n, R, W);
+}
+
+static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
+    cuda_ctx *g = CTX(be);
+    int rc = coll_sum_on(g, x, scratch, n, g->stream);
+    return rc ? rc : coll_wait(g, 1, "NCCL sum");
+}
+
+/* The overlapped sum: a bucket goes on comm_st once the compute stream has written it
+ * (an event recorded there now: everything enqueued so far, its last gradient included),
+ * while the compute stream goes on with the backward; the host only waits until NCCL
+ * has enqueued it. Both streams touch disjoint memory meanwhile (the bucket's pack and
+ * scratch ranges are the caller's, no longer written by the backward). */
+static int cuda_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t n) {
+    cuda_ctx *g = CTX(be);
+    if (!g->comm_st) return cuda_coll_sum(be, x, scratch, n);
+    CU(cudaEventRecord(g->grads_ev, g->stream));
+    CU(cudaStreamWaitEvent(g->comm_st, g->grads_ev, 0));
+    return coll_sum_on(g, x, scratch, n, g->comm_st);
+}
+
+/* Every bucket sent so far is summed (comm_st drained under the timeout, so a dead peer
+ * is reported here and not by a later hang), and the compute stream orders after them. */
+static int cuda_coll_join(rn_backend *be) {
+    cuda_ctx *g = CTX(be);
+    if (!g->comm_st) return RN_OK;
+    if (!g->comm)
+        return rn_errorf(RN_EGPU, "NCCL sum on cuda:%d: no communicator (an earlier error aborted it)", g->dev);
+    int rc = coll_wait_on(g, 1, g->comm_st, "NCCL sum (the overlapped buckets)");
+    if (rc) return rc;
+    CU(cudaEventRecord(g->comm_ev, g->comm_st));
+    CU(cudaStreamWaitEvent(g->stream, g->comm_ev, 0));
+    return RN_OK;
 }
 
 /* Finalize flushes what is still queued and lets the peers finish theirs; when that
@@ -1804,6 +1847,9 @@ static void ctx_free(cuda_ctx *g) {
     /* before the stream its operations run on goes */
     comm_close(g);
     cudaFree(g->coll_small);
+    if (g->comm_st) cudaStreamDestroy(g->comm_st);
+    if (g->grads_ev) cudaEventDestroy(g->grads_ev);
+    if (g->comm_ev) cudaEventDestroy(g->comm_ev);
 #endif
     for (int i = 0; i < g->nplans; i++) plan_destroy(&g->plans[i]);
     free(g->plans);
@@ -1885,6 +1931,8 @@ static void fill_ops(rn_backend_ops *o) {
     o->coll_id = cuda_coll_id;
     o->coll_init = cuda_coll_init;
     o->coll_sum = cuda_coll_sum;
+    o->coll_sum_async = cuda_coll_sum_async;
+    o->coll_join = cuda_coll_join;
 #endif
 }
 

@@ -28,8 +28,33 @@ struct rn_dist {
     pthread_cond_t cv;
     char op[96];
     double since;
+    /* the overlapped sum (rn_dist_sum_begin .. rn_dist_sum_end): x's parts copied into
+       pack in the order given, cut into buckets there, recv the other ranks' chunks */
+    int active;
+    rn_backend *dev;               /* a device backend's sum (its pack and scratch), else NULL */
+    float *x, *pack, *recv, *dpack, *dscratch;
+    int64_t n, cap, fill, open_lo; /* floats: x's, pack's room, given so far, the open bucket's start */
+    int64_t nseg, segcap;
+    int64_t (*seg)[3];             /* (offset in x, offset in pack, floats) per part */
+    struct obucket *b;
+    int nb, bcap, first, next_gather, started_early, done_early;
+    char what[96];
 #ifdef RN_HAVE_MPI
     MPI_Comm local;
+    MPI_Comm ex, ag; /* the buckets' exchanges and gathers: each started in bucket order on
+                        every rank, on a communicator of its own, as MPI wants */
+#endif
+};
+
+/* One bucket of the overlapped sum: pack[lo, lo + n). */
+enum { B_EXCH = 1, B_EXCHANGED, B_GATHER, B_DONE };
+struct obucket {
+    int64_t lo, n;
+    int phase;
+    int *cnt;     /* (5, world): counts and displacements, alive until the collective ends */
+    float *own;   /* the other ranks' chunks when recv's room is too small (tiny buckets) */
+#ifdef RN_HAVE_MPI
+    MPI_Request req;
 #endif
 };
 
@@ -95,6 +120,18 @@ static void op_end(rn_dist *d) {
     pthread_mutex_unlock(&d->mu);
 }
 
+/* The overlapped sum's buckets freed (their collectives ended, or the run is failing). */
+static void free_buckets(rn_dist *d) {
+    for (int i = 0; d->b && i < d->nb; i++) { /* (a device sum counts buckets, keeps none) */
+        free(d->b[i].cnt);
+        free(d->b[i].own);
+    }
+    free(d->b);
+    d->b = NULL;
+    d->nb = d->bcap = 0;
+    d->active = 0;
+}
+
 #ifdef RN_HAVE_MPI
 static int mpi_fail(int err, const char *call, const char *what) {
     char msg[MPI_MAX_ERROR_STRING] = "";
@@ -125,6 +162,9 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
     if (!d) return RN_ENOMEM;
     d->world = d->local_world = 1;
     d->timeout = timeout_s;
+#ifdef RN_HAVE_MPI
+    d->local = d->ex = d->ag = MPI_COMM_NULL;
+#endif
     d->bucket = (size_t)(RN_DIST_BUCKET_MB * 1e6);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
@@ -142,6 +182,8 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
                   "local ranks");
         MPI_CHECK(MPI_Comm_rank(d->local, &d->local_rank), "local ranks");
         MPI_CHECK(MPI_Comm_size(d->local, &d->local_world), "local ranks");
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d->ex), "the gradient sum's communicators");
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d->ag), "the gradient sum's communicators");
         if ((rc = pthread_create(&d->dog, NULL, watch, d)))
             return rn_errorf(RN_ENOMEM, "cannot start the collectives' watchdog thread (%s)", strerror(rc));
         d->dog_started = 1;
@@ -163,10 +205,16 @@ void rn_dist_close(rn_dist *d) {
     }
 #ifdef RN_HAVE_MPI
     if (d->mpi) {
-        if (d->local != MPI_COMM_NULL && d->local) MPI_Comm_free(&d->local);
+        if (d->local != MPI_COMM_NULL) MPI_Comm_free(&d->local);
+        if (d->ex != MPI_COMM_NULL) MPI_Comm_free(&d->ex);
+        if (d->ag != MPI_COMM_NULL) MPI_Comm_free(&d->ag);
         MPI_Finalize();
     }
 #endif
+    free_buckets(d);
+    free(d->pack);
+    free(d->recv);
+    free(d->seg);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d);
@@ -209,19 +257,34 @@ static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
     return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Test", what);
 }
 
-/* One bucket of rn_dist_sum on host memory: chunk r of x ([n*r/W, n*(r+1)/W), fixed by
- * n and W) goes to rank r, which adds the world's copies of it in rank order (its own
- * copy stays in x), then every rank gathers the sums. The same split and order as the
- * CUDA backend's NCCL version (cuda_coll_sum). */
-static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char *what) {
+/* The overlapped sum on host memory. Bucket b is pack[lo, lo + n): its chunk r
+ * ([n*r/W, n*(r+1)/W), fixed by n and W) goes to rank r (an all-to-all on d->ex), which
+ * adds the world's copies of it in rank order (its own copy stays in pack), then every
+ * rank gathers the sums (an all-gather on d->ag). The same split and order as the CUDA
+ * backend's NCCL version (cuda_coll_sum). Exchanges start in bucket order as the parts
+ * arrive, gathers in bucket order as the exchanges finish, so each communicator sees the
+ * same sequence on every rank whatever the timing. */
+static int bucket_start(rn_dist *d, int64_t lo, int64_t n) {
     int W = d->world, R = d->rank;
-    int cnt[1024] = {0}, dsp[1024] = {0}, scnt[1024] = {0}, rcnt[1024] = {0}, rdsp[1024] = {0};
     if (W > 1024) return rn_errorf(RN_EINVAL, "%d ranks: rn's collectives take up to 1024", W);
-    if (n / W > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", what, (long long)n);
+    if (n / W > 0x7fffffff)
+        return rn_errorf(RN_EINVAL, "%s: a bucket of %lld floats is too large", d->what, (long long)n);
+    if (d->nb == d->bcap) {
+        int cap = d->bcap ? 2 * d->bcap : 64;
+        struct obucket *nb = realloc(d->b, sizeof *nb * (size_t)cap);
+        if (!nb) return rn_errorf(RN_ENOMEM, "%s: no memory for %d buckets", d->what, cap);
+        d->b = nb;
+        d->bcap = cap;
+    }
+    struct obucket *b = &d->b[d->nb];
+    *b = (struct obucket){.lo = lo, .n = n};
+    if (!(b->cnt = rn_calloc(5 * (size_t)W, sizeof(int)))) return RN_ENOMEM;
+    d->nb++; /* (counted now, so that a failure below frees it) */
+    int *cnt = b->cnt, *dsp = cnt + W, *scnt = dsp + W, *rcnt = scnt + W, *rdsp = rcnt + W;
     for (int r = 0; r < W; r++) {
-        int64_t lo = n * r / W, hi = n * (r + 1) / W;
-        cnt[r] = (int)(hi - lo);
-        dsp[r] = (int)lo;
+        int64_t clo = n * r / W, chi = n * (r + 1) / W;
+        cnt[r] = (int)(chi - clo);
+        dsp[r] = (int)clo;
     }
     int mine = cnt[R];
     for (int r = 0, slot = 0; r < W; r++) {
@@ -230,36 +293,220 @@ static int sum_host(rn_dist *d, float *x, float *scratch, int64_t n, const char 
         rcnt[r] = mine;
         rdsp[r] = slot++ * mine;
     }
-    /* the other ranks' copies need (W-1)*mine floats: more than scratch's n only for a
-     * bucket of fewer than about W*W floats */
-    float *recv = scratch, *own = NULL;
-    if ((int64_t)(W - 1) * mine > n) {
-        if (!(own = rn_malloc(sizeof(float) * (size_t)(W - 1) * (size_t)mine))) return RN_ENOMEM;
-        recv = own;
-    }
-    MPI_Request req;
-    int rc, e = MPI_Ialltoallv(x, scnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
-    if ((rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Ialltoallv", what))) goto fail;
-    /* ((x0 + x1) + ...) + xW-1, element by element, in loops that vectorise: the ranks
-       before this one fold into recv's first copy, then this rank's own, then the rest */
-    float *acc = x + dsp[R], *first = recv;
+    /* the other ranks' copies need (W-1)*mine floats: more than the bucket's own room in
+     * recv only for a bucket of fewer than about W*W floats */
+    if ((int64_t)(W - 1) * mine > n && !(b->own = rn_malloc(sizeof(float) * (size_t)(W - 1) * (size_t)mine)))
+        return RN_ENOMEM;
+    float *recv = b->own ? b->own : d->recv + lo;
+    int e = MPI_Ialltoallv(d->pack + lo, scnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, d->ex, &b->req);
+    if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Ialltoallv", d->what);
+    b->phase = B_EXCH;
+    return RN_OK;
+}
+
+/* ((x0 + x1) + ...) + xW-1, element by element, in loops that vectorise: the ranks before
+ * this one fold into recv's first copy, then this rank's own, then the rest; then the
+ * gather of the sums. */
+static int bucket_gather(rn_dist *d, struct obucket *b) {
+    int W = d->world, R = d->rank, *cnt = b->cnt, *dsp = cnt + W, mine = cnt[R];
+    float *acc = d->pack + b->lo + dsp[R], *first = b->own ? b->own : d->recv + b->lo;
     for (int r = 1; r < R; r++) {
-        const float *p = recv + (size_t)r * mine;
+        const float *p = first + (size_t)r * mine;
         for (int i = 0; i < mine; i++) first[i] += p[i];
     }
     if (R > 0)
         for (int i = 0; i < mine; i++) acc[i] = first[i] + acc[i];
     for (int r = R + 1; r < W; r++) {
-        const float *p = recv + (size_t)(r - 1) * mine;
+        const float *p = first + (size_t)(r - 1) * mine;
         for (int i = 0; i < mine; i++) acc[i] += p[i];
     }
-    e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, cnt, dsp, MPI_FLOAT, MPI_COMM_WORLD, &req);
-    rc = e == MPI_SUCCESS ? wait_req(d, &req, what) : mpi_fail(e, "MPI_Iallgatherv", what);
-fail:
-    free(own);
+    int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, d->pack + b->lo, cnt, dsp, MPI_FLOAT, d->ag, &b->req);
+    if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Iallgatherv", d->what);
+    b->phase = B_GATHER;
+    return RN_OK;
+}
+
+/* One look at every bucket in flight (MPI_Test also moves Open MPI's schedules on). */
+static int progress(rn_dist *d) {
+    for (int i = d->first; i < d->nb; i++) {
+        struct obucket *b = &d->b[i];
+        int done = 0, e, rc;
+        if (b->phase == B_EXCH) {
+            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return mpi_fail(e, "MPI_Test", d->what);
+            if (done) b->phase = B_EXCHANGED;
+        }
+        if (b->phase == B_EXCHANGED && i == d->next_gather) {
+            if ((rc = bucket_gather(d, b))) return rc;
+            d->next_gather++;
+        }
+        if (b->phase == B_GATHER) {
+            if ((e = MPI_Test(&b->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return mpi_fail(e, "MPI_Test", d->what);
+            if (done) b->phase = B_DONE;
+        }
+    }
+    while (d->first < d->nb && d->b[d->first].phase == B_DONE) {
+        free(d->b[d->first].cnt);
+        free(d->b[d->first].own);
+        d->b[d->first].cnt = NULL;
+        d->b[d->first].own = NULL;
+        d->first++;
+    }
+    return RN_OK;
+}
+
+/* Wait (under the watchdog) until at most `left` buckets are in flight. As wait_req,
+ * test and yield rather than spin in MPI_Wait. */
+static int drain(rn_dist *d, int left) {
+    int rc = progress(d);
+    if (rc || d->nb - d->first <= left) return rc;
+    op_begin(d, d->what);
+    while ((rc = progress(d)) == RN_OK && d->nb - d->first > left) sched_yield();
+    op_end(d);
     return rc;
 }
 #endif
+
+/* buckets in flight at most: each holds a request and its count arrays */
+#define MAX_IN_FLIGHT 64
+
+int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what) {
+    if (!d || d->world == 1) return RN_OK;
+    if (d->active) return rn_errorf(RN_EINVAL, "%s: a sum of the %s is still in progress", what, d->what);
+    free_buckets(d);
+    d->dev = rn_backend_is_host(be) ? NULL : be;
+    if (d->dev && !rn_backend_has_coll(be))
+        return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
+                         rn_backend_name(be));
+    if (d->dev && (!pack || !scratch))
+        return rn_errorf(RN_EINVAL, "the sum of the %s on %s: give pack and scratch buffers", what,
+                         rn_backend_name(be));
+    if (!d->dev && n > d->cap) {
+        free(d->pack);
+        free(d->recv);
+        d->recv = NULL;
+        d->cap = 0;
+        if (!(d->pack = rn_malloc(sizeof(float) * (size_t)n)) || !(d->recv = rn_malloc(sizeof(float) * (size_t)n)))
+            return rn_errorf(RN_ENOMEM, "the sum of the %s: no memory for 2 x %lld floats", what, (long long)n);
+        d->cap = n;
+    }
+    d->dpack = pack;
+    d->dscratch = scratch;
+    snprintf(d->what, sizeof d->what, "the sum of the %s", what);
+    d->x = x;
+    d->n = n;
+    d->fill = d->open_lo = d->nseg = 0;
+    d->first = d->next_gather = d->started_early = d->done_early = 0;
+    d->active = 1;
+    return RN_OK;
+}
+
+/* A device bucket: enqueued behind the backward on the backend's communication stream. */
+static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
+    op_begin(d, d->what);
+    int rc = rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
+    op_end(d);
+    if (rc == RN_OK) d->nb++;
+    return rc;
+}
+
+int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
+    if (!d || d->world == 1) return RN_OK;
+    if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_part without rn_dist_sum_begin");
+    if (off < 0 || len < 0 || off + len > d->n || d->fill + len > d->n)
+        return rn_errorf(RN_EINVAL, "%s: part [%lld, +%lld) outside its %lld floats, or given twice", d->what,
+                         (long long)off, (long long)len, (long long)d->n);
+#ifdef RN_HAVE_MPI
+    int rc;
+    if (len > 0) {
+        if (d->nseg == d->segcap) {
+            int64_t cap = d->segcap ? 2 * d->segcap : 256;
+            int64_t(*ns)[3] = realloc(d->seg, sizeof *ns * (size_t)cap);
+            if (!ns) return rn_errorf(RN_ENOMEM, "%s: no memory for %lld parts", d->what, (long long)cap);
+            d->seg = ns;
+            d->segcap = cap;
+        }
+        d->seg[d->nseg][0] = off;
+        d->seg[d->nseg][1] = d->fill;
+        d->seg[d->nseg][2] = len;
+        d->nseg++;
+        if (d->dev) rc = rn_backend_copy(d->dev, d->dpack + d->fill, d->x + off, sizeof(float) * (size_t)len);
+        else memcpy(d->pack + d->fill, d->x + off, sizeof(float) * (size_t)len), rc = RN_OK;
+        if (rc) return rc;
+        d->fill += len;
+    }
+    int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : d->n;
+    if (step < 1) step = 1;
+    while (d->fill - d->open_lo >= step) {
+        if (d->dev) rc = dev_bucket(d, d->open_lo, step);
+        else if ((rc = drain(d, MAX_IN_FLIGHT - 1)) == RN_OK) rc = bucket_start(d, d->open_lo, step);
+        if (rc) return rc;
+        d->open_lo += step;
+        d->started_early++;
+    }
+    return d->dev ? RN_OK : progress(d);
+#else
+    return RN_ENOTSUP;
+#endif
+}
+
+int rn_dist_sum_progress(rn_dist *d) {
+    if (!d || d->world == 1 || !d->active || d->dev) return RN_OK;
+#ifdef RN_HAVE_MPI
+    return progress(d);
+#else
+    return RN_ENOTSUP;
+#endif
+}
+
+/* The device sum's end: the last bucket, the join, the sums copied back (stream order). */
+static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
+    int rc = RN_OK;
+    if (d->fill > d->open_lo && (rc = dev_bucket(d, d->open_lo, d->fill - d->open_lo))) return rc;
+    op_begin(d, d->what);
+    rc = rn_backend_coll_join(d->dev);
+    op_end(d);
+    for (int64_t i = 0; i < d->nseg && rc == RN_OK; i++)
+        rc = rn_backend_copy(d->dev, d->x + d->seg[i][0], d->dpack + d->seg[i][1],
+                             sizeof(float) * (size_t)d->seg[i][2]);
+    /* (when a bucket finished on the device is not known to the host: done_early 0) */
+    if (rc == RN_OK && st) *st = (rn_dist_sum_stats){.buckets = d->nb, .started_early = d->started_early,
+                                                     .floats = d->fill};
+    return rc;
+}
+
+int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
+    if (st) *st = (rn_dist_sum_stats){0};
+    if (!d || d->world == 1) return RN_OK;
+    if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_end without rn_dist_sum_begin");
+    int rc;
+    if (d->dev) {
+        rc = dev_end(d, st);
+        free_buckets(d);
+        return rc;
+    }
+#ifdef RN_HAVE_MPI
+    /* the buckets done while the parts still came: the overlap, as far as it went */
+    int done = d->first;
+    if ((rc = progress(d))) goto fail;
+    if (d->fill > d->open_lo) {
+        if ((rc = drain(d, MAX_IN_FLIGHT - 1)) || (rc = bucket_start(d, d->open_lo, d->fill - d->open_lo))) goto fail;
+        d->open_lo = d->fill;
+    }
+    if ((rc = drain(d, 0))) goto fail;
+    for (int64_t i = 0; i < d->nseg; i++)
+        memcpy(d->x + d->seg[i][0], d->pack + d->seg[i][1], sizeof(float) * (size_t)d->seg[i][2]);
+    if (st) *st = (rn_dist_sum_stats){.buckets = d->nb, .started_early = d->started_early, .done_early = done,
+                                      .floats = d->fill};
+fail:
+    free_buckets(d);
+    return rc;
+#else
+    (void)st;
+    return RN_ENOTSUP;
+#endif
+}
 
 int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what) {
     if (!d || d->world == 1 || n == 0) return RN_OK;
@@ -269,23 +516,28 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
                          rn_backend_name(be));
     int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
     if (step < 1) step = 1;
+    int rc;
+    if (!dev) {
+        /* the overlapped sum's machinery, the whole array given at once from the top down */
+        if ((rc = rn_dist_sum_begin(d, be, x, NULL, NULL, n, what))) return rc;
+        for (int64_t hi = n; hi > 0;) {
+            int64_t lo = hi > step ? hi - step : 0;
+            if ((rc = rn_dist_sum_part(d, lo, hi - lo))) {
+                free_buckets(d);
+                return rc;
+            }
+            hi = lo;
+        }
+        return rn_dist_sum_end(d, NULL);
+    }
     char op[96];
     snprintf(op, sizeof op, "the sum of the %s", what);
     /* buckets from the top down: backward produces the last layers' gradients first */
     for (int64_t hi = n; hi > 0;) {
         int64_t lo = hi > step ? hi - step : 0;
-        int rc;
-        if (dev) {
-            op_begin(d, op);
-            rc = rn_backend_coll_sum(be, x + lo, scratch + lo, hi - lo);
-            op_end(d);
-        } else {
-#ifdef RN_HAVE_MPI
-            rc = sum_host(d, x + lo, scratch + lo, hi - lo, op);
-#else
-            rc = RN_ENOTSUP;
-#endif
-        }
+        op_begin(d, op);
+        rc = rn_backend_coll_sum(be, x + lo, scratch + lo, hi - lo);
+        op_end(d);
         if (rc) return rc;
         hi = lo;
     }

@@ -111,6 +111,12 @@ struct rn_net {
     void *rz[RN_NET_SLOTS], *ra[RN_NET_SLOTS]; /* (max_batch, the largest out_elems of that
                            position in any block), in dtype */
     rn_prof *prof;      /* rn_net_set_prof: every layer and direction timed; NULL: off */
+    rn_net_grad_fn on_grad; /* rn_net_set_grad_hook: told of each final gradient; NULL: off */
+    void *on_grad_ctx;
+    float *acc_into;    /* an accumulating backward with on_grad: the sum the micro-batch's
+                           gradients (in grads, then the spare buffer) are added to, tensor
+                           by tensor as each is final; NULL otherwise */
+    int reported;       /* tensors on_grad was told of in this backward */
 };
 
 static int nalloc(rn_net *net, size_t bytes, void *out) {
@@ -964,6 +970,8 @@ static int conv_bwd(rn_net *net, int ui, const rn_conv_desc *cd, const void *x, 
     return dx ? rn_conv_bwd_data(net->be, cd, dz, weight(net, u->w_off), dx, accumulate_dx) : RN_OK;
 }
 
+static int grads_final(rn_net *net, int ui);
+
 static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
                     int relu, int accumulate_dx) {
     rn_conv_desc cd;
@@ -974,11 +982,21 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     double t0 = pbeg(net, cb->bn);
     if ((rc = pend_bn(net, t0, ui, n, RN_PROF_BWD, dres != NULL, bn_bwd(net, ui, &bd, dy, dz, dres)))) return rc;
     t0 = pbeg(net, cb->conv);
-    return pend_conv(net, t0, ui, n, RN_PROF_BWD, conv_bwd(net, ui, &cd, x, dz, dx, accumulate_dx));
+    if ((rc = pend_conv(net, t0, ui, n, RN_PROF_BWD, conv_bwd(net, ui, &cd, x, dz, dx, accumulate_dx)))) return rc;
+    return grads_final(net, ui);
 }
 
 static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
                     float grad_scale, float *loss);
+
+/* a hook must have heard of every parameter once: a layer left out of grads_final
+   would leave its gradients out of the caller's sum */
+static int check_reported(rn_net *net) {
+    if (net->on_grad && net->reported != net->npref)
+        return rn_errorf(RN_EINVAL, "backward reported %d of %d gradients final (a bug in rn: lib/net.c)",
+                         net->reported, net->npref);
+    return RN_OK;
+}
 
 int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, float grad_scale,
                     int accumulate, float *loss) {
@@ -988,18 +1006,53 @@ int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoot
 int rn_net_backward_mix(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
                         float grad_scale, int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
-    if (!accumulate) return backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
+    net->reported = 0;
+    int rc;
+    if (!accumulate) {
+        rc = backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
+        return rc ? rc : check_reported(net);
+    }
     /* this micro-batch's gradients on their own, then added: grads + g, element by
        element, as PyTorch adds each backward's gradient into .grad (and as rn_dist_sum
-       adds the ranks' gradients, so W ranks give the bits of --accum W) */
+       adds the ranks' gradients, so W ranks give the bits of --accum W); with a hook,
+       each tensor as soon as it is final, so that the hook can send it on */
     float *sum = net->grads;
     net->grads = net->spare;
-    int rc = backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
+    net->acc_into = net->on_grad ? sum : NULL;
+    rc = backward(net, labels, n, label_smoothing, mix_weight, grad_scale, loss);
     net->grads = sum;
+    net->acc_into = NULL;
     if (rc) return rc;
+    if (net->on_grad) return check_reported(net);
     double t0 = pbeg(net, "grad-accumulate"), np = (double)net->nparams;
     return pend(net, t0, "grad-accumulate", RN_PROF_BWD, np, 12 * np,
                 rn_add(net->be, RN_F32, net->nparams, sum, net->spare, sum, 0));
+}
+
+void rn_net_set_grad_hook(rn_net *net, rn_net_grad_fn fn, void *ctx) {
+    net->on_grad = fn;
+    net->on_grad_ctx = ctx;
+}
+
+/* The gradients of unit ui (or of the fc, ui -1) are final in this backward: tell
+ * on_grad, tensor by tensor, after adding each into the accumulated sum. */
+static int grads_final(rn_net *net, int ui) {
+    if (!net->on_grad) return RN_OK;
+    int rc;
+    for (int i = 0; i < net->npref; i++) {
+        const pref *p = &net->prefs[i];
+        if (p->d.unit != ui || (ui < 0 && p->d.kind != RN_T_FC_W && p->d.kind != RN_T_FC_B)) continue;
+        if (net->acc_into) {
+            double t0 = pbeg(net, "grad-accumulate"), np = (double)p->numel;
+            float *sum = net->acc_into + p->off;
+            if ((rc = pend(net, t0, "grad-accumulate", RN_PROF_BWD, np, 12 * np,
+                           rn_add(net->be, RN_F32, p->numel, sum, net->grads + p->off, sum, 0))))
+                return rc;
+        }
+        if ((rc = net->on_grad(net->on_grad_ctx, p->off, p->numel))) return rc;
+        net->reported++;
+    }
+    return RN_OK;
 }
 
 /* the fc layer's backward: dfeat and the fc's gradients (under AMP through gh) */
@@ -1040,7 +1093,8 @@ static int backward(rn_net *net, const int32_t *labels, int n, float label_smoot
     if (rc) return rc;
     t0 = pbeg(net, "fc");
     double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);
-    if ((rc = pend(net, t0, "fc", RN_PROF_BWD, 4 * n * c * k + n * k, fc_bytes, fc_bwd(net, n))))
+    if ((rc = pend(net, t0, "fc", RN_PROF_BWD, 4 * n * c * k + n * k, fc_bytes, fc_bwd(net, n))) ||
+        (rc = grads_final(net, -1)))
         return rc;
     void **G = net->g;
     int dyi = 0, s1 = 1, s2 = 2, outi = 3;

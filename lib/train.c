@@ -117,6 +117,8 @@ typedef struct {
     /* many processes (rn/dist.h) */
     rn_dist *dist;
     int world, rank;
+    int overlap;          /* the gradient sum overlaps the last backward */
+    float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
@@ -147,6 +149,7 @@ typedef struct {
     double lr;
     int skipped;          /* the loss scaler skipped it */
     int last;             /* it ended an epoch */
+    rn_dist_sum_stats sum; /* many processes, overlapped: how the gradient sum went */
 } step_result;
 
 /* Steps taken since a point in time (the last report, the epoch's start). */
@@ -402,9 +405,18 @@ static int setup(run *t) {
     int rc = rn_runner_open(&t->r, o->device, o->threads, &o->backend);
     if (rc) return rc;
     t->r.dist = o->dist;
+    t->overlap = t->world > 1;
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     if ((rc = setup_ema(t))) return rc;
+    if (t->overlap && !rn_backend_is_host(t->r.be)) {
+        /* a device backend's sum packs its buckets in memory of its own (2 x the gradients) */
+        int64_t n;
+        rn_net_grads(t->r.net, &n);
+        if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
+            (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)))
+            return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats)", (long long)n);
+    }
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     setup_gpumon(t);
     return setup_report(t);
@@ -446,6 +458,10 @@ static void finish(run *t) {
     free(t->stats);
     free(t->all_stats);
     free(t->logits_h);
+    if (t->r.be) {
+        rn_backend_free(t->r.be, t->dpack);
+        rn_backend_free(t->r.be, t->dscratch);
+    }
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
@@ -457,15 +473,14 @@ static void finish(run *t) {
  * order (rn/dist.h), so every rank goes on with the same numbers. */
 static int combine(run *t, step_result *s) {
     int rc;
+    /* the last backward started the buckets (rn_dist_sum_part); wait for the rest */
+    if ((rc = rn_dist_sum_end(t->dist, &s->sum))) return rc;
     if (t->stats) {
         if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
                                     "the gather of the BN statistics")) ||
             (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
             return rc;
     }
-    int64_t n;
-    float *g = rn_net_grads(t->r.net, &n);
-    if ((rc = rn_dist_sum(t->dist, t->r.be, g, rn_net_spare(t->r.net), n, "gradients"))) return rc;
     float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
     if (!losses) return RN_ENOMEM;
     rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the sum of the loss");
@@ -507,6 +522,15 @@ static int top1_hits(run *t, const rn_batch *b, int k, const rn_mix_desc *md, in
     return RN_OK;
 }
 
+/* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part); profiled
+ * as "grad-sum-overlap" (the packing, the buckets started and moved on meanwhile) */
+static int grad_final(void *ctx, int64_t off, int64_t numel) {
+    run *t = ctx;
+    double t0 = tbeg(t, "grad-sum-overlap");
+    return tend(t, t0, "grad-sum-overlap", RN_PROF_HOST, 0, 8.0 * (double)numel,
+                rn_dist_sum_part(t->dist, off, numel));
+}
+
 /* Forward and backward over the micro-batches of the next batch (the first step of the
  * run also dumps its gradients when asked). */
 static int accumulate(run *t, int first, step_result *s) {
@@ -537,10 +561,21 @@ static int accumulate(run *t, int first, step_result *s) {
                        rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
-            (rc = top1_hits(t, &b, k, &md, &s->hits)) ||
-            (rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                      1.0 - md.lambda, grad_scale, k > 0, &loss)))
+            (rc = top1_hits(t, &b, k, &md, &s->hits)))
             break;
+        /* many processes: the last micro-batch's backward hands each gradient to the sum
+           as it becomes final, and the sum's buckets go while the backward goes on */
+        int hook = t->overlap && k == t->accum - 1;
+        if (hook) {
+            int64_t n;
+            float *g = rn_net_grads(t->r.net, &n);
+            if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients"))) break;
+            rn_net_set_grad_hook(t->r.net, grad_final, t);
+        }
+        rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
+                                 1.0 - md.lambda, grad_scale, k > 0, &loss);
+        if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
+        if (rc) break;
         s->seen += t->micro;
         s->loss += loss / t->steps;
     }
@@ -634,7 +669,8 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
-                       .wait_max = mine[1]};
+                       .wait_max = mine[1], .buckets = s->sum.buckets, .buckets_early = s->sum.started_early,
+                       .buckets_done_early = s->sum.done_early};
     if (t->mon) {
         rn_gpumon_sample g;
         rn_gpumon_take(t->mon, &g);

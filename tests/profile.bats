@@ -201,5 +201,7 @@ PY
     [ ! -e dist.pb ]
     run cat dist.txt
     assert_line --regexp '^grad-sum +step +[0-9.]+ +[0-9.]+% +1 '
+    # the overlapped part of the sum: one call per parameter tensor (resnet18: 62)
+    assert_line --regexp '^grad-sum-overlap +step +[0-9.]+ +[0-9.]+% +62 '
     assert_line --regexp '^layer4\.1\.conv2 +backward +[0-9.]+ +[0-9.]+% +1 '
 }

@@ -527,6 +527,15 @@ int rn_backend_coll_init(rn_backend *be, int rank, int world, const void *id, si
  * scratch holds n floats (device; overwritten). Blocks until done. Errors: RN_ENOTSUP,
  * RN_EGPU (a NCCL error or the timeout). */
 int rn_backend_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n);
+/* The same sum, overlapped with the backend's compute: enqueued on a communication
+ * stream after everything enqueued so far on the compute stream (an event), returning
+ * once NCCL has accepted it; x and scratch must not be touched until rn_backend_coll_join.
+ * A backend without a stream of its own for it sums at once (rn_backend_coll_sum).
+ * Errors: those of rn_backend_coll_sum. */
+int rn_backend_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t n);
+/* Wait (under the timeout) until every rn_backend_coll_sum_async so far is done; the
+ * compute stream's later ops see the sums. Errors: RN_ENOTSUP, RN_EGPU. */
+int rn_backend_coll_join(rn_backend *be);
 
 #ifdef __cplusplus
 }

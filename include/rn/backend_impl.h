@@ -121,6 +121,9 @@ typedef struct rn_backend_ops {
     /* optional, with marks: the async uploads since mark 0 on the copy stream
      * (rn_backend_copy_spans) */
     int (*copy_spans)(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
+    /* NULL: coll_sum (blocking) and nothing to join */
+    int (*coll_sum_async)(rn_backend *be, float *x, float *scratch, int64_t n);
+    int (*coll_join)(rn_backend *be);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -7,7 +7,8 @@
  *   rn_dist_open(&argc, &argv, rn_cli_launcher_world(), timeout_s, &d);  // before threads
  *   rn_dist_rank(d), rn_dist_world(d), rn_dist_local_rank(d) ...
  *   rn_dist_attach(d, be);                 // a GPU backend: its NCCL communicator
- *   rn_dist_sum(d, be, grads, scratch, n, "gradients");   // every optimiser step
+ *   rn_dist_sum(d, be, grads, scratch, n, "gradients");   // every optimiser step, or
+ *   rn_dist_sum_begin/part/end during the backward         // the same, overlapped
  *   rn_dist_close(d);                      // MPI_Finalize
  *
  * A world of one (no launcher, or a build without MPI) makes no MPI call at all: every
@@ -71,10 +72,49 @@ int rn_dist_attach(rn_dist *d, rn_backend *be);
 
 /* x (n floats in be's memory) = the sum over ranks of every rank's x, in rank order
  * (above), the same bits on every rank; scratch holds n floats of be's memory (its
- * contents are lost). In buckets of rn_dist_set_bucket's size, highest offsets first
+ * contents are lost; a host backend uses the overlapped sum's own buffers instead and
+ * leaves it alone). In buckets of rn_dist_set_bucket's size, highest offsets first
  * (backward's order). what names the array in messages. Errors: RN_EIO (MPI), those of
  * rn_backend_coll_sum. */
 int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what);
+
+/* The sum overlapped with backward: as rn_dist_sum, but
+ * the array is given part by part as its values become final, and a bucket's reduction
+ * starts as soon as its parts are in, while the caller goes on computing.
+ *
+ *   rn_dist_sum_begin(d, be, x, pack, scratch, n, "gradients");
+ *   ... rn_dist_sum_part(d, off, len) for each final range, in the order they finish,
+ *       rn_dist_sum_progress(d) between other work (MPI moves only inside MPI calls) ...
+ *   rn_dist_sum_end(d, &stats);            // x = the sums, every part given
+ *
+ * Parts are copied, in the order given, into a packed array of n floats (a host backend:
+ * d's own memory, with as much again for the other ranks' chunks, pack and scratch
+ * NULL; a device backend: pack and scratch, n floats each of be's memory, the caller's,
+ * untouched by it until the end, each full bucket enqueued behind the compute with
+ * rn_backend_coll_sum_async and joined by rn_backend_coll_join); every rank must give the same
+ * parts in the same order (the caller's order is the backward's, the same code on every
+ * rank). The packed array is cut into buckets of rn_dist_set_bucket's size (0: one), each
+ * summed as rn_dist_sum sums (an all-to-all of chunks, the rank-ordered additions, an
+ * all-gather), so every element of every given part gets the same bits as rn_dist_sum
+ * gives it: an element's sum never depends on which bucket or chunk it travels in. At
+ * most 64 buckets are in flight; a part that would start a 65th first waits for the
+ * oldest. Elements of x never given are left as they were. A world of one: nothing.
+ * Errors: RN_EINVAL (a part outside x, more floats than n, calls out of order),
+ * RN_ENOMEM, RN_EIO (MPI). After an error the sum is abandoned (rn_dist_sum_begin starts
+ * afresh); the caller is failing, and its rank with it. */
+typedef struct {
+    int buckets;       /* buckets summed */
+    int started_early; /* of them, started by rn_dist_sum_part (before rn_dist_sum_end) */
+    int done_early;    /* of them, finished before rn_dist_sum_end was called (host only;
+                          a device backend's are not seen by the host: 0) */
+    int64_t floats;    /* elements given */
+} rn_dist_sum_stats;
+int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what);
+int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len);
+int rn_dist_sum_progress(rn_dist *d);
+/* Start the last bucket, wait for all of them (under the watchdog), copy the sums back
+ * into x; stats (unless NULL) says how much overlapped. */
+int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *stats);
 
 /* all (world * bytes, host) = every rank's `mine` (bytes, host), in rank order. */
 int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, const char *what);

@@ -166,6 +166,17 @@ int rn_net_grad(rn_net *net, const char *name, float *host, int64_t numel);
 float *rn_net_grads(rn_net *net, int64_t *n);
 float *rn_net_spare(rn_net *net);
 
+/* The overlapped gradient sum (rn/dist.h): with fn set, each later rn_net_backward calls
+ * fn(ctx, off, numel) for every parameter tensor as soon as its gradient is final in
+ * this backward, grads[off, off + numel) (the flat array of rn_net_grads; under
+ * accumulate, the micro-batch's gradient already added into it, tensor by tensor, with
+ * the same element-wise fp32 add, so the bits do not change). Order: the backward's, fc
+ * first, then each conv+BN unit from the last to the stem, the same on every process; every tensor
+ * exactly once (the backward fails with RN_EINVAL otherwise). fn's error stops the
+ * backward and is returned. NULL: off (the default). */
+typedef int (*rn_net_grad_fn)(void *ctx, int64_t off, int64_t numel);
+void rn_net_set_grad_hook(rn_net *net, rn_net_grad_fn fn, void *ctx);
+
 /* Data-parallel BatchNorm (rn/dist.h). With capture on, training forwards normalise with
  * batch statistics as always but leave the running statistics and num_batches_tracked
  * alone; each forward's per-channel batch mean and unbiased variance (what the update

@@ -65,6 +65,9 @@ typedef struct {
     double gpu_util;               /* mean utilisation over the window, percent; NaN: not known */
     double gpu_mem_used;           /* mean device memory in use, bytes; NaN: not known */
     double gpu_power_w;            /* mean board power, watts; NaN: not known */
+    /* the gradient sum of the window's last step on this rank (0 when not overlapped):
+       buckets, those started during the backward, those finished during it */
+    int buckets, buckets_early, buckets_done_early;
 } rn_step_info;
 
 /* An epoch, its training and (when has_val) its validation. */

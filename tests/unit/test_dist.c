@@ -46,6 +46,60 @@ int main(int argc, char **argv) {
             free(s);
         }
     }
+    /* the overlapped sum: parts of odd sizes given in a shuffled order (the backward's
+       order is not the array's), one range never given (it stays as it was), progress
+       between the parts; every given element is the rank-ordered sum */
+    for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
+        rn_dist_set_bucket(d, buckets[b]);
+        const int64_t n = 20011, gap_lo = 5000, gap_hi = 5017;
+        float *x = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = val(R, i);
+        CHECK_OK(rn_dist_sum_begin(d, be, x, NULL, NULL, n, "test"));
+        /* parts [lo, hi) from a fixed cut of [0, n) less the gap, given odd ones from the
+           top, then even ones from the bottom */
+        int64_t cut[64][2], nc = 0;
+        for (int64_t lo = 0; lo < n; nc++) {
+            int64_t hi = lo + 1 + (nc * 7919) % 997;
+            if (hi > n) hi = n;
+            if (lo < gap_lo && hi > gap_lo) hi = gap_lo;
+            if (lo == gap_lo) lo = gap_hi, hi = lo + 1;
+            cut[nc][0] = lo, cut[nc][1] = hi;
+            lo = hi;
+            if (nc == 63) break;
+        }
+        int64_t last = cut[nc - 1][1];
+        for (int64_t j = nc - 1; j >= 0; j -= 2) {
+            CHECK_OK(rn_dist_sum_part(d, cut[j][0], cut[j][1] - cut[j][0]));
+            CHECK_OK(rn_dist_sum_progress(d));
+        }
+        for (int64_t j = nc % 2 == 0 ? 0 : 1; j < nc; j += 2)
+            CHECK_OK(rn_dist_sum_part(d, cut[j][0], cut[j][1] - cut[j][0]));
+        rn_dist_sum_stats st;
+        CHECK_OK(rn_dist_sum_end(d, &st));
+        int64_t bad = 0, given = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float acc = val(0, i);
+            int in = (i < gap_lo || i >= gap_hi) && i < last;
+            for (int r = 1; r < W && in; r++) acc += val(r, i);
+            if (!in) acc = val(R, i);
+            given += in;
+            bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+        }
+        CHECK(bad == 0, "rank %d of %d: overlapped sum in buckets of %zu bytes: %lld of %lld differ", R, W,
+              buckets[b], (long long)bad, (long long)n);
+        if (W > 1) {
+            int64_t step = buckets[b] ? (int64_t)buckets[b] / 4 : n;
+            CHECK(st.floats == given, "overlapped sum: %lld floats given, stats say %lld", (long long)given,
+                  (long long)st.floats);
+            CHECK(st.buckets == (int)((given + step - 1) / step), "overlapped sum: %d buckets of %lld floats for %lld",
+                  st.buckets, (long long)step, (long long)given);
+            /* one bucket for all: it can only start at the end; small ones start on the way */
+            if (buckets[b] == 0) CHECK(st.started_early == 0, "one bucket started early: %d", st.started_early);
+            else CHECK(st.started_early >= st.buckets - 1, "%d of %d buckets started early", st.started_early,
+                       st.buckets);
+        }
+        free(x);
+    }
     /* gathers: rank order, different sizes to rank 0 */
     int64_t mine[2] = {R, 10 * R}, *all = malloc(sizeof mine * (size_t)W);
     CHECK_OK(rn_dist_allgather(d, mine, sizeof mine, all, "test"));
