@@ -22,9 +22,9 @@ setup() { cd "$BATS_FILE_TMPDIR"; }
 T="--batch 8 --crop 32 --workers 2 --threads 2"
 
 @test "a bad chain exits 2 naming the op and the known ones, in rn-train, rn-lrfind and rn-load" {
-    run rn-train --data train.lmdb --in init.pb --out x.pb --augment rrc,jitter $T
+    run rn-train --data train.lmdb --in init.pb --out x.pb --augment rrc,mixup $T
     assert_failure 2
-    assert_output --partial "--augment: 'jitter' is not an op: known ops are rrc, crop-pad, flip, erase"
+    assert_output --partial "--augment: 'mixup' is not an op: known ops are rrc, crop-pad, flip, ta_wide, randaug, autoaug, jitter, erase"
     run rn-lrfind --data train.lmdb --in init.pb --out x.jsonl --augment erase=2
     assert_failure 2
     assert_output --partial "--augment: erase: p 2 is outside 0..1"

@@ -37,9 +37,9 @@ sums() { rn-load -q --sums "$@" | grep '^batch '; }
     run rn-load --start 1 data.lmdb
     assert_failure 2
     assert_output --partial "EPOCH:INDEX"
-    run rn-load --augment jitter data.lmdb
+    run rn-load --augment cutout data.lmdb
     assert_failure 2
-    assert_output --partial "--augment: 'jitter' is not an op: known ops are rrc, crop-pad, flip, erase"
+    assert_output --partial "--augment: 'cutout' is not an op: known ops are rrc, crop-pad, flip, ta_wide, randaug, autoaug, jitter, erase"
     run rn-load --augment flip,rrc data.lmdb
     assert_failure 2
     assert_output --partial "rrc after flip"
