@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # rn-train --mixup / --cutmix: flags, mixing off is the hard-label run bit for bit, the
 # mixed run repeats for any thread count, equals itself resumed, under --accum, and across
-# ranks; one step's gradients match torchvision's reference mixing of the same batch.
+# ranks, with erasing applied to each image before it is mixed; one step's gradients match
+# torchvision's reference mixing of the same batch.
 load helper
 
 setup_file() {
@@ -83,6 +84,37 @@ print(len(S), all(math.isfinite(l["loss"]) and 0 <= l["train_top1"] <= 1 for l i
 print([(l["loss"], l["train_top1"]) for l in map(json.loads, open(sys.argv[1])) if l["kind"] == "step"])' "$1"
     }
     assert_equal "$(top1 two.jsonl)" "$(top1 one2.jsonl)"
+}
+
+E="--augment crop-pad=4,flip,erase=0.5:random"
+
+@test "mixing with --augment ...,erase erases each image before it is mixed; the same bytes for 1 and 2 threads" {
+    rn-train --data train.lmdb --in init.pb --out ne.pb $A --batch 8 --max-steps 2 --threads 2 $M \
+        --augment crop-pad=4,flip
+    rn-train --data train.lmdb --in init.pb --out e1.pb $A --batch 8 --max-steps 2 --threads 1 $M $E
+    rn-train --data train.lmdb --in init.pb --out e2.pb $A --batch 8 --max-steps 2 --threads 2 $M $E
+    # the erase draws come after the crop and flip: without the boxes the two runs would be equal
+    run diff <(tensors ne.pb) <(tensors e2.pb)
+    assert_failure
+    diff <(tensors e1.pb) <(tensors e2.pb)
+    rn-train --data train.lmdb --in init.pb --out ea2.pb $A --batch 8 --max-steps 2 --threads 2 $M $E --accum 2
+    rn-train --data train.lmdb --in init.pb --out em4.pb $A --batch 8 --max-steps 2 --threads 2 $M $E --micro-batch 4
+    diff <(tensors ea2.pb) <(tensors em4.pb)
+}
+
+@test "2 ranks mixing erased images equal one process with --accum 2, bit for bit" {
+    command -v mpirun >/dev/null || skip "mpirun not installed (make deps installs openmpi-bin)"
+    rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi_no_leak_checks
+    rn-train --data train.lmdb --in init.pb --out eone2.pb $A --batch 8 --max-steps 3 --threads 1 $M $E --accum 2
+    mpirun --oversubscribe -np 2 rn-train --data train.lmdb --in init.pb --out etwo.pb $A --batch 8 --max-steps 3 \
+        --threads 1 $M $E
+    diff <(tensors eone2.pb) <(tensors etwo.pb)
+    rn-train --data train.lmdb --in init.pb --out eone1.pb $A --batch 8 --max-steps 3 --threads 1 $M \
+        --augment crop-pad=4,flip --accum 2
+    run diff <(tensors eone1.pb) <(tensors etwo.pb)
+    assert_failure
 }
 
 @test "--dump-grads with mixup, cutmix and label smoothing matches torchvision's reference mixing" {

@@ -224,7 +224,8 @@ static void test_input_mix(void) {
     }
     CHECK(cut_bad == 0, "cutmix: %d values not the normalised own/partner pixel", cut_bad);
     d = (rn_mix_desc){.kind = RN_MIX_CUTMIX, .lambda = 0.5, .y0 = 1, .y1 = 6, .x0 = 0, .x1 = 2};
-    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y) == RN_EINVAL, "a box past the image accepted");
+    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y) == RN_EINVAL,
+          "a box past the image accepted");
     d = (rn_mix_desc){.kind = RN_MIX_MIXUP, .lambda = 1.5};
     CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y) == RN_EINVAL, "lambda 1.5 accepted");
     free(x), free(y), free(yn);
