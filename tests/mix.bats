@@ -137,3 +137,24 @@ E="--augment crop-pad=4,flip,erase=0.5:random"
         assert_output --partial "train top-1 against the dominant target: rn $(printf %.6f "$top1")"
     done
 }
+
+@test "--dump-grads of a mixed run with erase lists the boxes, and grads_parity.py erases before mixing to match" {
+    have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
+    rn-export init.pb init.safetensors
+    for how in "--mixup 4" "--cutmix 1.0"; do
+        rm -f me.safetensors
+        rm -f me.jsonl
+        run rn-train --data train.lmdb --in init.pb --out me.pb $A --batch 16 --max-steps 1 --threads 2 $how \
+            --augment crop-pad=4,flip,erase=0.7:random --dump-grads me.safetensors --log me.jsonl
+        assert_success
+        top1=$("$PYTHON" -c 'import json; print([json.loads(l) for l in open("me.jsonl")][0]["train_top1"])')
+        run "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import rnst
+e = rnst.load(sys.argv[2])[1]["erase"].split(";")
+print(len(e) - 1, sum(b.split()[2] != "0" for b in e[1:]) > 0)' "$BATS_TEST_DIRNAME/parity" me.safetensors
+        assert_output "16 True"
+        run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" --top1 "$top1" init.safetensors me.safetensors
+        echo "$how: $output"
+        assert_success
+        assert_output --regexp "\((mixup|cutmix) lambda [01]\.[0-9]+\).*62 gradients of a batch of 16, 0 failed"
+    done
+}
