@@ -580,9 +580,9 @@ static float mix_input(const mix_job *j, int i, int yy, int64_t k, const uint8_t
     if (j->erase) {
         const rn_erase *e = &j->erase[i];
         if (e->w > 0 && e->h > 0 && yy >= e->y && yy < e->y + e->h && xx >= e->x && xx < e->x + e->w)
-            return e->random ? rn_erase_value(j->erase_key, j->erase_epoch, e->rec,
-                                              (uint32_t)((int64_t)yy * j->w * j->c + k))
-                             : 0.0f;
+            return e->random
+                       ? rn_erase_value(j->erase_key, j->erase_epoch, e->rec, (uint32_t)((int64_t)yy * j->w * j->c + k))
+                       : 0.0f;
     }
     return ((float)xr[k] / 255.0f - j->mean[ch]) / j->std[ch];
 }
@@ -611,12 +611,14 @@ static void mix_rows(void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
-static int cpu_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
-                         const uint8_t *x, const float *mean, const float *std, const rn_erase *erase,
-                         uint64_t erase_key, int64_t erase_epoch, void *yv) {
+static int cpu_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                         const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key,
+                         int64_t erase_epoch, void *yv) {
     (void)dtype;
-    mix_job j = {.d = d, .x = x, .mean = mean, .std = std, .erase = erase, .erase_key = erase_key,
-                 .erase_epoch = erase_epoch, .y = yv, .n = n, .h = h, .w = w, .c = c};
+    mix_job j = {.d = d, .x = x, .mean = mean, .std = std, .y = yv, .n = n, .h = h, .w = w, .c = c};
+    j.erase = erase;
+    j.erase_key = erase_key;
+    j.erase_epoch = erase_epoch;
     int64_t wc = (int64_t)w * c;
     par_range(be, (int64_t)n * h, rows_per_chunk(wc), (int64_t)n * h * wc, mix_rows, &j);
     return RN_OK;

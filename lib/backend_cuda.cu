@@ -1112,20 +1112,19 @@ __global__ void mix_k(int64_t total, int n, int h, int w, int c, rn_mix_desc d, 
 }
 
 template <typename T>
-static int mix_t(rn_backend *be, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
-                 const norm_coef *k, const rn_erase *er, uint64_t key, int64_t epoch, void *y) {
+static int mix_t(rn_backend *be, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x, const norm_coef *k,
+                 const rn_erase *er, uint64_t key, int64_t epoch, void *y) {
     cuda_ctx *g = CTX(be);
     int64_t total = (int64_t)n * h * w * c;
-    mix_k<T><<<blocks_for(g, total), TPB, 0, g->stream>>>(total, n, h, w, c, *d, (float)d->lambda,
-                                                          (float)(1.0 - d->lambda), x, *k, er, key, (uint64_t)epoch,
-                                                          (T *)y);
+    mix_k<T><<<blocks_for(g, total), TPB, 0, g->stream>>>(
+        total, n, h, w, c, *d, (float)d->lambda, (float)(1.0 - d->lambda), x, *k, er, key, (uint64_t)epoch, (T *)y);
     LAUNCHED("input_mix");
     return RN_OK;
 }
 
-static int cuda_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
-                          const uint8_t *x, const float *mean, const float *std, const rn_erase *erase,
-                          uint64_t erase_key, int64_t erase_epoch, void *y) {
+static int cuda_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                          const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key,
+                          int64_t erase_epoch, void *y) {
     if (c > NORM_MAXC)
         return rn_errorf(RN_ENOTSUP, "input_mix: %d channels; the CUDA backend takes at most %d", c, NORM_MAXC);
     norm_coef k;

@@ -263,8 +263,8 @@ int rn_runner_input_mix(rn_runner *r, const rn_batch *b, int first, int n, const
         if ((rc = rn_backend_upload(r->be, r->erase, er, sizeof(rn_erase) * (size_t)n))) return rc;
         er = r->erase;
     }
-    return rn_input_mix(r->be, rn_net_dtype(r->net), d, n, b->h, b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
-                        er, b->erase_key, b->erase_epoch, rn_net_input(r->net));
+    return rn_input_mix(r->be, rn_net_dtype(r->net), d, n, b->h, b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD, er,
+                        b->erase_key, b->erase_epoch, rn_net_input(r->net));
 }
 
 int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {

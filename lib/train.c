@@ -101,8 +101,7 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
         size_t cap = 64 + (size_t)b->n * 72, at;
         if (!(erases = rn_malloc(cap))) rc = RN_ENOMEM;
         for (int i = 0; erases && i < b->n; i++) {
-            if (i == 0)
-                snprintf(erases, cap, "%llu %lld", (unsigned long long)b->erase_key, (long long)b->erase_epoch);
+            if (i == 0) snprintf(erases, cap, "%llu %lld", (unsigned long long)b->erase_key, (long long)b->erase_epoch);
             at = strlen(erases);
             const rn_erase *e = &b->erase[i];
             snprintf(erases + at, cap - at, ";%d %d %d %d %u %d", e->x, e->y, e->w, e->h, e->rec, e->random);

@@ -279,8 +279,8 @@ static void test_input_mix_erase(void) {
                 } else
                     want = yy >= d->y0 && yy < d->y1 && xx >= d->x0 && xx < d->x1 ? b : a;
                 if (memcmp(&y[e], &want, sizeof want)) {
-                    if (bad++ < 3) fprintf(stderr, "  %s %s: y[%lld] %.9g, want %.9g\n", what, how, (long long)e,
-                                           y[e], want);
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s %s: y[%lld] %.9g, want %.9g\n", what, how, (long long)e, y[e], want);
                 }
                 changed += memcmp(&y[e], &plain[e], sizeof want) != 0;
             }
