@@ -496,7 +496,8 @@ int rn_input_erase(rn_backend *be, int dtype, int h, int w, int c, int x, int y0
 }
 
 int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
-                 const float *mean, const float *std, void *y) {
+                 const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key, int64_t erase_epoch,
+                 void *y) {
     const char *op = "input_mix";
     int rc = check_n(be, op, &dtype, (int64_t)n * h * w);
     if (rc) return rc;
@@ -514,8 +515,14 @@ int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, 
     for (int j = 0; j < c; j++)
         if (!(std[j] > 0) || !isfinite(mean[j]))
             return rn_errorf(RN_EINVAL, "%s: channel %d: mean %g std %g (std must be > 0)", op, j, mean[j], std[j]);
+    for (int k = 0; erase && rn_backend_is_host(be) && k < n; k++) {
+        const rn_erase *e = &erase[k];
+        if (e->w < 0 || e->h < 0 || e->x < 0 || e->y < 0 || e->x + e->w > w || e->y + e->h > h)
+            return rn_errorf(RN_EINVAL, "%s: image %d: erase box %dx%d at (%d, %d) outside the %dx%d image", op, k,
+                             e->w, e->h, e->x, e->y, w, h);
+    }
     if (!be->ops->input_mix) return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no mixing", op, be->ops->kind);
-    return after(be, be->ops->input_mix(be, dtype, d, n, h, w, c, x, mean, std, y));
+    return after(be, be->ops->input_mix(be, dtype, d, n, h, w, c, x, mean, std, erase, erase_key, erase_epoch, y));
 }
 
 /* ---- pooling ---- */

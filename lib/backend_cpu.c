@@ -566,9 +566,26 @@ typedef struct {
     const rn_mix_desc *d;
     const uint8_t *x;
     const float *mean, *std;
+    const rn_erase *erase; /* (n) or NULL */
+    uint64_t erase_key;
+    int64_t erase_epoch;
     float *y;
     int n, h, w, c;
 } mix_job;
+
+/* element k (of w * c) of row yy of image i: normalised, then erased by image i's box, as
+   rn_input_normalize then rn_input_erase write it */
+static float mix_input(const mix_job *j, int i, int yy, int64_t k, const uint8_t *xr) {
+    int ch = (int)(k % j->c), xx = (int)(k / j->c);
+    if (j->erase) {
+        const rn_erase *e = &j->erase[i];
+        if (e->w > 0 && e->h > 0 && yy >= e->y && yy < e->y + e->h && xx >= e->x && xx < e->x + e->w)
+            return e->random
+                       ? rn_erase_value(j->erase_key, j->erase_epoch, e->rec, (uint32_t)((int64_t)yy * j->w * j->c + k))
+                       : 0.0f;
+    }
+    return ((float)xr[k] / 255.0f - j->mean[ch]) / j->std[ch];
+}
 
 /* image rows [r0, r1) of the n*h rows: the float operations of torchvision's reference,
    on the values rn_input_normalize computes */
@@ -583,9 +600,8 @@ static void mix_rows(void *ctx, int64_t r0, int64_t r1) {
         float *y = j->y + r * wc;
         int in_rows = d->kind == RN_MIX_CUTMIX && yy >= d->y0 && yy < d->y1;
         for (int64_t k = 0; k < wc; k++) {
-            int ch = (int)(k % j->c), xx = (int)(k / j->c);
-            float a = ((float)xa[k] / 255.0f - j->mean[ch]) / j->std[ch];
-            float b = ((float)xb[k] / 255.0f - j->mean[ch]) / j->std[ch];
+            int xx = (int)(k / j->c);
+            float a = mix_input(j, i, yy, k, xa), b = mix_input(j, p, yy, k, xb);
             if (d->kind == RN_MIX_MIXUP) {
                 float ta = a * la, tb = b * lb;
                 y[k] = ta + tb;
@@ -595,10 +611,14 @@ static void mix_rows(void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
-static int cpu_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
-                         const uint8_t *x, const float *mean, const float *std, void *yv) {
+static int cpu_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                         const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key,
+                         int64_t erase_epoch, void *yv) {
     (void)dtype;
     mix_job j = {.d = d, .x = x, .mean = mean, .std = std, .y = yv, .n = n, .h = h, .w = w, .c = c};
+    j.erase = erase;
+    j.erase_key = erase_key;
+    j.erase_epoch = erase_epoch;
     int64_t wc = (int64_t)w * c;
     par_range(be, (int64_t)n * h, rows_per_chunk(wc), (int64_t)n * h * wc, mix_rows, &j);
     return RN_OK;

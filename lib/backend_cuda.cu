@@ -1038,22 +1038,24 @@ __device__ void philox_dev(uint64_t key, uint64_t hi, uint64_t lo, uint32_t out[
     out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
 }
 
+/* rn_erase_value */
+__device__ float erase_value_dev(uint64_t key, uint64_t epoch, uint32_t rec, uint32_t e) {
+    uint32_t r[4];
+    philox_dev(key, epoch, ((uint64_t)rec << 32) | (e >> 2), r);
+    int pair = (e & 3) >> 1;
+    double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0);
+    double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
+    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    return (float)(e & 1 ? rad * sin(th) : rad * cos(th));
+}
+
 template <typename T>
 __global__ void erase_k(int64_t n, int w, int c, int x, int y0, int bw, int random, uint64_t key, uint64_t epoch,
                         uint32_t rec, T *y) {
     GRID_LOOP(i, n) { /* i over the box's bw * bh * c elements */
         int ch = (int)(i % c), col = (int)(i / c % bw), row = (int)(i / c / bw);
         uint32_t e = (uint32_t)(((int64_t)(y0 + row) * w + x + col) * c + ch);
-        float v = 0.0f;
-        if (random) {
-            uint32_t r[4];
-            philox_dev(key, epoch, ((uint64_t)rec << 32) | (e >> 2), r);
-            int pair = (e & 3) >> 1;
-            double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0);
-            double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
-            double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-            v = (float)(e & 1 ? rad * sin(th) : rad * cos(th));
-        }
+        float v = random ? erase_value_dev(key, epoch, rec, e) : 0.0f;
         y[e] = st<T>(v);
     }
 }
@@ -1075,18 +1077,31 @@ static int cuda_input_erase(rn_backend *be, int dtype, int h, int w, int c, int 
     return BY_DTYPE(dtype, erase_t)(be, w, c, x, y0, bw, bh, random, key, epoch, rec, y);
 }
 
-/* mixup / cutmix from the u8 batch: image i and its partner i-1 normalised as normalize_k
-   does, then mixed with the CPU backend's float operations (no fused multiply-add) */
+/* element off of image i: normalised as normalize_k does, then erased by image i's box as
+   erase_k erases it */
+__device__ float mix_input_dev(const uint8_t *x, int64_t img, int i, int64_t off, int ch, int xx, int yy,
+                               const norm_coef &k, const rn_erase *er, uint64_t key, uint64_t epoch) {
+    if (er) {
+        rn_erase b = er[i];
+        if (b.w > 0 && b.h > 0 && yy >= b.y && yy < b.y + b.h && xx >= b.x && xx < b.x + b.w)
+            return b.random ? erase_value_dev(key, epoch, b.rec, (uint32_t)off) : 0.0f;
+    }
+    return __fdiv_rn(__fsub_rn(__fdiv_rn((float)x[(int64_t)i * img + off], 255.0f), k.mean[ch]), k.std[ch]);
+}
+
+/* mixup / cutmix from the u8 batch: image i and its partner i-1 normalised and erased as
+   mix_input_dev does, then mixed with the CPU backend's float operations (no fused
+   multiply-add) */
 template <typename T>
 __global__ void mix_k(int64_t total, int n, int h, int w, int c, rn_mix_desc d, float la, float lb, const uint8_t *x,
-                      norm_coef k, T *y) {
+                      norm_coef k, const rn_erase *er, uint64_t key, uint64_t epoch, T *y) {
     const int64_t img = (int64_t)h * w * c;
     GRID_LOOP(e, total) {
         int i = (int)(e / img), p = (i + n - 1) % n;
         int64_t off = e % img;
         int ch = (int)(off % c), xx = (int)(off / c % w), yy = (int)(off / ((int64_t)w * c));
-        float a = __fdiv_rn(__fsub_rn(__fdiv_rn((float)x[e], 255.0f), k.mean[ch]), k.std[ch]);
-        float b = __fdiv_rn(__fsub_rn(__fdiv_rn((float)x[(int64_t)p * img + off], 255.0f), k.mean[ch]), k.std[ch]);
+        float a = mix_input_dev(x, img, i, off, ch, xx, yy, k, er, key, epoch);
+        float b = mix_input_dev(x, img, p, off, ch, xx, yy, k, er, key, epoch);
         float v;
         if (d.kind == RN_MIX_MIXUP)
             v = __fadd_rn(__fmul_rn(a, la), __fmul_rn(b, lb));
@@ -1097,25 +1112,26 @@ __global__ void mix_k(int64_t total, int n, int h, int w, int c, rn_mix_desc d, 
 }
 
 template <typename T>
-static int mix_t(rn_backend *be, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
-                 const norm_coef *k, void *y) {
+static int mix_t(rn_backend *be, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x, const norm_coef *k,
+                 const rn_erase *er, uint64_t key, int64_t epoch, void *y) {
     cuda_ctx *g = CTX(be);
     int64_t total = (int64_t)n * h * w * c;
-    mix_k<T><<<blocks_for(g, total), TPB, 0, g->stream>>>(total, n, h, w, c, *d, (float)d->lambda,
-                                                          (float)(1.0 - d->lambda), x, *k, (T *)y);
+    mix_k<T><<<blocks_for(g, total), TPB, 0, g->stream>>>(
+        total, n, h, w, c, *d, (float)d->lambda, (float)(1.0 - d->lambda), x, *k, er, key, (uint64_t)epoch, (T *)y);
     LAUNCHED("input_mix");
     return RN_OK;
 }
 
-static int cuda_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
-                          const uint8_t *x, const float *mean, const float *std, void *y) {
+static int cuda_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                          const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key,
+                          int64_t erase_epoch, void *y) {
     if (c > NORM_MAXC)
         return rn_errorf(RN_ENOTSUP, "input_mix: %d channels; the CUDA backend takes at most %d", c, NORM_MAXC);
     norm_coef k;
     memset(&k, 0, sizeof k);
     memcpy(k.mean, mean, sizeof(float) * (size_t)c);
     memcpy(k.std, std, sizeof(float) * (size_t)c);
-    return BY_DTYPE(dtype, mix_t)(be, d, n, h, w, c, x, &k, y);
+    return BY_DTYPE(dtype, mix_t)(be, d, n, h, w, c, x, &k, erase, erase_key, erase_epoch, y);
 }
 
 /* ---- pooling: torch's rules (NaN propagates, the first maximum in row-major order

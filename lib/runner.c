@@ -14,6 +14,7 @@ void rn_runner_close(rn_runner *r) {
     if (r->be) {
         rn_backend_free(r->be, r->staging[0]);
         rn_backend_free(r->be, r->staging[1]);
+        rn_backend_free(r->be, r->erase);
     }
     rn_backend_destroy(r->be);
     memset(r, 0, sizeof *r);
@@ -180,6 +181,8 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     for (int i = 0; i < 2 && staged; i++)
         if ((rc = rn_backend_alloc(r->be, staged, (void **)&r->staging[i])))
             return rn_error_context(rc, "staging for batches of %d", batch);
+    if (staged && (rc = rn_backend_alloc(r->be, sizeof(rn_erase) * (size_t)batch, (void **)&r->erase)))
+        return rn_error_context(rc, "erase boxes for batches of %d", batch);
     /* The plan fits, but an allocation can still fail (another process took memory since,
        fragmentation): auto goes on to the next smaller micro-batch that fits what is
        usable now; a given micro-batch fails, naming one. */
@@ -252,8 +255,16 @@ int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {
 int rn_runner_input_mix(rn_runner *r, const rn_batch *b, int first, int n, const rn_mix_desc *d) {
     if (d->kind == RN_MIX_NONE) return rn_runner_input(r, b, first, n);
     const uint8_t *px = r->px + (size_t)first * b->h * b->w * b->c;
-    return rn_input_mix(r->be, rn_net_dtype(r->net), d, n, b->h, b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
-                        rn_net_input(r->net));
+    const rn_erase *er = b->erase ? b->erase + first : NULL;
+    int rc;
+    /* the boxes go to the device for the one op that reads them; the buffer is reused in stream order */
+    if (er && r->erase) {
+        if (n > r->micro) return rn_errorf(RN_EINVAL, "mixing %d images; the erase buffer holds %d", n, r->micro);
+        if ((rc = rn_backend_upload(r->be, r->erase, er, sizeof(rn_erase) * (size_t)n))) return rc;
+        er = r->erase;
+    }
+    return rn_input_mix(r->be, rn_net_dtype(r->net), d, n, b->h, b->w, b->c, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD, er,
+                        b->erase_key, b->erase_epoch, rn_net_input(r->net));
 }
 
 int rn_runner_logits(rn_runner *r, const rn_batch *b, int first, int n, float *logits) {

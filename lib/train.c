@@ -94,9 +94,25 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
                  mix[i].kind == RN_MIX_MIXUP ? "mixup" : mix[i].kind == RN_MIX_CUTMIX ? "cutmix" : "none",
                  mix[i].lambda, mix[i].y0, mix[i].y1, mix[i].x0, mix[i].x1);
     }
-    const char *k[] = {"arch", "content", "mix"};
-    const char *v[] = {ck->model->arch, "gradients of the first optimiser step", mixs};
-    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, mix ? 3 : 2);
+    /* --augment's erase: the pixels are u8 before it, so "erase" gives what a replay applies after
+       normalising: "key epoch" then each image's "x y w h rec random", ";"-separated */
+    char *erases = NULL;
+    if (rc == RN_OK && b->erase) {
+        size_t cap = 64 + (size_t)b->n * 72, at;
+        if (!(erases = rn_malloc(cap))) rc = RN_ENOMEM;
+        for (int i = 0; erases && i < b->n; i++) {
+            if (i == 0) snprintf(erases, cap, "%llu %lld", (unsigned long long)b->erase_key, (long long)b->erase_epoch);
+            at = strlen(erases);
+            const rn_erase *e = &b->erase[i];
+            snprintf(erases + at, cap - at, ";%d %d %d %d %u %d", e->x, e->y, e->w, e->h, e->rec, e->random);
+        }
+    }
+    const char *k[4] = {"arch", "content"}, *v[4] = {ck->model->arch, "gradients of the first optimiser step"};
+    int nk = 2;
+    if (mix) k[nk] = "mix", v[nk++] = mixs;
+    if (erases) k[nk] = "erase", v[nk++] = erases;
+    if (rc == RN_OK) rc = rn_st_write(path, t, (int)ck->n_params + 2, k, v, nk);
+    free(erases);
     for (size_t i = 0; i < ck->n_params; i++) free((void *)t[i].data);
     free(t);
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # rn-train --mixup / --cutmix: flags, mixing off is the hard-label run bit for bit, the
 # mixed run repeats for any thread count, equals itself resumed, under --accum, and across
-# ranks; one step's gradients match torchvision's reference mixing of the same batch.
+# ranks, with erasing applied to each image before it is mixed; one step's gradients match
+# torchvision's reference mixing of the same batch.
 load helper
 
 setup_file() {
@@ -85,6 +86,37 @@ print([(l["loss"], l["train_top1"]) for l in map(json.loads, open(sys.argv[1])) 
     assert_equal "$(top1 two.jsonl)" "$(top1 one2.jsonl)"
 }
 
+E="--augment crop-pad=4,flip,erase=0.5:random"
+
+@test "mixing with --augment ...,erase erases each image before it is mixed; the same bytes for 1 and 2 threads" {
+    rn-train --data train.lmdb --in init.pb --out ne.pb $A --batch 8 --max-steps 2 --threads 2 $M \
+        --augment crop-pad=4,flip
+    rn-train --data train.lmdb --in init.pb --out e1.pb $A --batch 8 --max-steps 2 --threads 1 $M $E
+    rn-train --data train.lmdb --in init.pb --out e2.pb $A --batch 8 --max-steps 2 --threads 2 $M $E
+    # the erase draws come after the crop and flip: without the boxes the two runs would be equal
+    run diff <(tensors ne.pb) <(tensors e2.pb)
+    assert_failure
+    diff <(tensors e1.pb) <(tensors e2.pb)
+    rn-train --data train.lmdb --in init.pb --out ea2.pb $A --batch 8 --max-steps 2 --threads 2 $M $E --accum 2
+    rn-train --data train.lmdb --in init.pb --out em4.pb $A --batch 8 --max-steps 2 --threads 2 $M $E --micro-batch 4
+    diff <(tensors ea2.pb) <(tensors em4.pb)
+}
+
+@test "2 ranks mixing erased images equal one process with --accum 2, bit for bit" {
+    command -v mpirun >/dev/null || skip "mpirun not installed (make deps installs openmpi-bin)"
+    rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mpi_no_leak_checks
+    rn-train --data train.lmdb --in init.pb --out eone2.pb $A --batch 8 --max-steps 3 --threads 1 $M $E --accum 2
+    mpirun --oversubscribe -np 2 rn-train --data train.lmdb --in init.pb --out etwo.pb $A --batch 8 --max-steps 3 \
+        --threads 1 $M $E
+    diff <(tensors eone2.pb) <(tensors etwo.pb)
+    rn-train --data train.lmdb --in init.pb --out eone1.pb $A --batch 8 --max-steps 3 --threads 1 $M \
+        --augment crop-pad=4,flip --accum 2
+    run diff <(tensors eone1.pb) <(tensors etwo.pb)
+    assert_failure
+}
+
 @test "--dump-grads with mixup, cutmix and label smoothing matches torchvision's reference mixing" {
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     rn-export init.pb init.safetensors
@@ -103,5 +135,26 @@ print([(l["loss"], l["train_top1"]) for l in map(json.loads, open(sys.argv[1])) 
         assert_success
         assert_output --regexp "\((mixup|cutmix) lambda [01]\.[0-9]+\).*62 gradients of a batch of 16, 0 failed"
         assert_output --partial "train top-1 against the dominant target: rn $(printf %.6f "$top1")"
+    done
+}
+
+@test "--dump-grads of a mixed run with erase lists the boxes, and grads_parity.py erases before mixing to match" {
+    have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
+    rn-export init.pb init.safetensors
+    for how in "--mixup 4" "--cutmix 1.0"; do
+        rm -f me.safetensors
+        rm -f me.jsonl
+        run rn-train --data train.lmdb --in init.pb --out me.pb $A --batch 16 --max-steps 1 --threads 2 $how \
+            --augment crop-pad=4,flip,erase=0.7:random --dump-grads me.safetensors --log me.jsonl
+        assert_success
+        top1=$("$PYTHON" -c 'import json; print([json.loads(l) for l in open("me.jsonl")][0]["train_top1"])')
+        run "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import rnst
+e = rnst.load(sys.argv[2])[1]["erase"].split(";")
+print(len(e) - 1, sum(b.split()[2] != "0" for b in e[1:]) > 0)' "$BATS_TEST_DIRNAME/parity" me.safetensors
+        assert_output "16 True"
+        run "$PYTHON" "$BATS_TEST_DIRNAME/parity/grads_parity.py" --top1 "$top1" init.safetensors me.safetensors
+        echo "$how: $output"
+        assert_success
+        assert_output --regexp "\((mixup|cutmix) lambda [01]\.[0-9]+\).*62 gradients of a batch of 16, 0 failed"
     done
 }

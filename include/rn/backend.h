@@ -64,6 +64,8 @@
 extern "C" {
 #endif
 
+#include "rn/augment.h" /* rn_erase, the boxes rn_input_mix erases */
+
 typedef struct rn_backend rn_backend;
 
 /* ---- context ---- */
@@ -394,7 +396,12 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
 
 /* ---- mixup / cutmix of a normalised input batch (rn/mix.h) ----
  * Image i's partner is image i-1 (image 0's the last: torch's roll(1, 0)); a and b are
- * their normalised values, (x/255 - mean)/std as rn_input_normalize computes them.
+ * their normalised values, (x/255 - mean)/std as rn_input_normalize computes them, then
+ * erased by their own boxes as rn_input_erase erases them (torchvision erases each image
+ * before the collated batch is mixed): element e = (row * w + col) * c + ch of image k
+ * inside erase[k]'s box is 0, or rn_erase_value(erase_key, erase_epoch, erase[k].rec, e)
+ * when erase[k].random. Each output element reads its two inputs and writes itself, so
+ * erasing costs no second pass and no copy of the partner.
  *   RN_MIX_NONE:   y = a (rn_input_normalize)
  *   RN_MIX_MIXUP:  y = a * lambda + b * (1 - lambda), in fp32 (float(lambda), float(1 - lambda)
  *                  as torch's batch.mul_(lambda).add_(rolled.mul_(1 - lambda)))
@@ -407,10 +414,14 @@ typedef struct {
 } rn_mix_desc;
 
 /* x (n, h, w, c) u8 NHWC in backend memory -> y (n, h, w, c) of dtype, mixed as d says;
- * mean, std (c) host floats. y must not overlap x. Errors: RN_EINVAL (shape, box, lambda
- * outside [0, 1], std <= 0), RN_ENOTSUP (the CUDA backend: more than 64 channels). */
+ * mean, std (c) host floats. erase: (n) the images' erase boxes in backend memory (an
+ * rn_backend_upload'ed copy on a device), box w or h 0 for none, every box inside the
+ * image; NULL: nothing erased. y must not overlap x. Errors: RN_EINVAL (shape, box, lambda
+ * outside [0, 1], std <= 0, an erase box outside the image where the backend is the
+ * host's), RN_ENOTSUP (the CUDA backend: more than 64 channels). */
 int rn_input_mix(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
-                 const float *mean, const float *std, void *y);
+                 const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key, int64_t erase_epoch,
+                 void *y);
 
 /* ---- SGD, torch.optim.SGD semantics exactly ----
  *   g = grad_scale * grad;  g = g + weight_decay * p

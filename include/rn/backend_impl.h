@@ -77,8 +77,9 @@ typedef struct rn_backend_ops {
     int (*input_erase)(rn_backend *be, int dtype, int h, int w, int c, int x, int y0, int bw, int bh,
                        int random, uint64_t key, int64_t epoch, uint32_t rec, void *y);
 
-    int (*input_mix)(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c,
-                     const uint8_t *x, const float *mean, const float *std, void *y);
+    int (*input_mix)(rn_backend *be, int dtype, const rn_mix_desc *d, int n, int h, int w, int c, const uint8_t *x,
+                     const float *mean, const float *std, const rn_erase *erase, uint64_t erase_key,
+                     int64_t erase_epoch, void *y);
 
     int (*maxpool_fwd)(rn_backend *be, const rn_pool_desc *d, const void *x, void *y);
     int (*maxpool_bwd)(rn_backend *be, const rn_pool_desc *d, const void *x, const void *y,

@@ -44,6 +44,8 @@ typedef struct {
     int micro, crop;     /* images per forward, and their side */
     int classes;         /* logits per image */
     size_t staged_cap;   /* bytes per staging buffer */
+    rn_erase *erase;     /* non-host backends: (micro) device copy of a micro-batch's erase boxes for
+                            rn_input_mix, uploaded by rn_runner_input_mix */
     int recompute;       /* the net recomputes its blocks' insides (RN_NET_RECOMPUTE) */
     size_t recompute_saved; /* then the bytes that saves at this micro-batch, by the plan */
 } rn_runner;
@@ -89,7 +91,9 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b);
  * mean/std) into the network's input. */
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n);
 /* rn_runner_input with the images mixed as d says (rn_input_mix: mixup or cutmix within
- * images [first, first + n), the mixing unit of rn/mix.h). */
+ * images [first, first + n), the mixing unit of rn/mix.h). Each image and its partner are
+ * erased by their own b->erase boxes before they are mixed, as torchvision's per-image
+ * RandomErasing runs before the batch's RandomMixup / RandomCutmix. */
 int rn_runner_input_mix(rn_runner *r, const rn_batch *b, int first, int n, const rn_mix_desc *d);
 
 /* Forward n images from image `first` of the batch last staged (rn_runner_stage) with

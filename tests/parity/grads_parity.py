@@ -6,10 +6,13 @@ usage: grads_parity.py [--freeze-bn] [--label-smoothing E] [--top1 X] INIT.safet
 A dump of a run with --mixup/--cutmix says how its micro-batch was mixed (metadata "mix": kind,
 lambda, cutmix box): the batch is mixed here by torchvision's reference code (RandomMixup /
 RandomCutmix of references/classification/transforms.py, given rn's lambda and box) and the
-loss taken on the soft targets, as train.py does.
+loss taken on the soft targets, as train.py does. A dump of a run with --augment ...,erase lists
+each image's erase box (metadata "erase"): the boxes are written into the normalised batch
+(zeros, or rn's N(0, 1) values from Philox) before it is mixed, as torchvision erases each image.
 --top1 X: rn-train's train_top1 of that step, checked against train.py's acc1 (utils.accuracy: the
 float32 model's top-1 against target.max(dim=1), the dominant target) on the same batch.
 Criterion, tensor by tensor: ||rn - ref|| <= 10 * ||torch32 - ref|| + 1e-6 * ||ref||."""
+import math
 import sys
 
 import torch
@@ -34,6 +37,42 @@ pixels, labels = dump.pop("input.pixels"), dump.pop("input.labels").long()
 mean = torch.tensor([0.485, 0.456, 0.406], dtype=torch.float64)
 std = torch.tensor([0.229, 0.224, 0.225], dtype=torch.float64)
 x = ((pixels.double() / 255.0 - mean) / std).permute(0, 3, 1, 2).contiguous()
+
+
+def philox(key, hi, lo):
+    """lib/rng.c's rn_philox: Philox-4x32-10 of counter (hi, lo) under key"""
+    M = 0xFFFFFFFF
+    c0, c1, c2, c3 = lo & M, lo >> 32, hi & M, hi >> 32
+    k0, k1 = key & M, key >> 32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & M, (p0 >> 32) ^ c3 ^ k1, p0 & M
+        k0, k1 = (k0 + 0x9E3779B9) & M, (k1 + 0xBB67AE85) & M
+    return c0, c1, c2, c3
+
+
+def erase_value(key, epoch, rec, e):
+    """rn_erase_value: N(0, 1) by Box-Muller in double, rounded to float32"""
+    r = philox(key, epoch & 0xFFFFFFFFFFFFFFFF, (rec << 32) | (e >> 2))
+    pair = (e & 3) >> 1
+    u1 = (r[2 * pair] + 1.0) * (1.0 / 4294967297.0)
+    u2 = r[2 * pair + 1] * (1.0 / 4294967296.0)
+    rad, th = math.sqrt(-2.0 * math.log(u1)), 6.283185307179586 * u2
+    return float(torch.tensor(rad * math.sin(th) if e & 1 else rad * math.cos(th), dtype=torch.float32))
+
+
+# --augment's erase (metadata "erase": the pixels are u8 before it): torchvision's RandomErasing on
+# each normalised image, before the batch is mixed
+if meta.get("erase"):
+    head, *boxes = meta["erase"].split(";")
+    ekey, eepoch = map(int, head.split())
+    _, H, W, C = pixels.shape
+    for k, box in enumerate(boxes):
+        bx, by, bw, bh, rec, rnd = map(int, box.split())
+        for yy in range(by, by + bh):
+            for xx in range(bx, bx + bw):
+                for ch in range(C):
+                    x[k, ch, yy, xx] = erase_value(ekey, eepoch, rec, (yy * W + xx) * C + ch) if rnd else 0.0
 classes = init["fc.weight"].shape[0]
 mix = [m.split() for m in meta.get("mix", "").split(";") if m]
 if len(mix) > 1:

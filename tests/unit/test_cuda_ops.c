@@ -450,7 +450,9 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     free(z), free(lab), free(dl);
 }
 
-/* mixup and cutmix of a u8 batch: the CPU op's float operations, so equal in fp32 */
+/* mixup and cutmix of a u8 batch: the CPU op's float operations, so equal in fp32; without
+ * erasing, then with each image's erase box (zero or random values; box 1 none, the others
+ * across the cutmix box's edge) applied to it and to it as a partner before the mixing */
 static void test_input_mix(env *e, int n, int h, int w) {
     const int c = 3;
     int64_t tot = (int64_t)n * h * w * c;
@@ -464,14 +466,26 @@ static void test_input_mix(env *e, int n, int h, int w) {
     CHECK_OK(rn_backend_upload(e->gpu, gpx, px, (size_t)tot));
     const rn_mix_desc ds[2] = {{.kind = RN_MIX_MIXUP, .lambda = 0.3183098861837907},
                                {.kind = RN_MIX_CUTMIX, .lambda = 0.75, .y0 = 1, .y1 = h - 2, .x0 = 2, .x1 = w}};
-    for (int i = 0; i < 2; i++) {
-        CHECK_OK(rn_input_mix(e->cpu, RN_F32, &ds[i], n, h, w, c, px, mean, std, y));
-        for (int64_t j = 0; j < tot; j++) y[j] = rnd(e->dtype, y[j]);
-        CHECK_OK(rn_input_mix(e->gpu, e->dtype, &ds[i], n, h, w, c, gpx, mean, std, gy));
-        cmp_dev(e, i ? "input_mix cutmix" : "input_mix mixup", gy, e->dtype, y, tot);
+    rn_erase *er = calloc((size_t)n, sizeof *er);
+    void *ger = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof *er * (size_t)n, &ger));
+    for (int mode = 0; mode < 3; mode++) { /* no erase, zero, random */
+        for (int k = 0; k < n; k++)
+            er[k] = (rn_erase){.x = k % 3, .y = k % 2, .w = k == 1 ? 0 : w / 2, .h = h - 2, .rec = 40u + (uint32_t)k,
+                               .random = mode == 2};
+        CHECK_OK(rn_backend_upload(e->gpu, ger, er, sizeof *er * (size_t)n));
+        for (int i = 0; i < 2; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "input_mix %s%s", i ? "cutmix" : "mixup",
+                     mode == 0 ? "" : mode == 1 ? " erase 0" : " erase random");
+            CHECK_OK(rn_input_mix(e->cpu, RN_F32, &ds[i], n, h, w, c, px, mean, std, mode ? er : NULL, 77, 3, y));
+            for (int64_t j = 0; j < tot; j++) y[j] = rnd(e->dtype, y[j]);
+            CHECK_OK(rn_input_mix(e->gpu, e->dtype, &ds[i], n, h, w, c, gpx, mean, std, mode ? ger : NULL, 77, 3, gy));
+            cmp_dev(e, what, gy, e->dtype, y, tot);
+        }
     }
-    rn_backend_free(e->gpu, gpx), rn_backend_free(e->gpu, gy);
-    free(px), free(y);
+    rn_backend_free(e->gpu, gpx), rn_backend_free(e->gpu, gy), rn_backend_free(e->gpu, ger);
+    free(px), free(y), free(er);
 }
 
 /* SGD is fp32 everywhere and written with the same float operations: equal to the bit */

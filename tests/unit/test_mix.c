@@ -1,12 +1,14 @@
 /* Mixup and cutmix (rn/mix.h): Beta(alpha, alpha) from Philox against the exact CDF (KS on
  * 100,000 draws), the batch-level choices of torchvision's reference (probabilities, the
  * cutmix box and its lambda), their keying, and rn_input_mix on the CPU against direct
- * loops. */
+ * loops, with and without each image's erase box applied before the mixing. */
 #include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "rn/augment.h"
 #include "rn/backend.h"
 #include "rn/err.h"
 #include "rn/mix.h"
@@ -197,7 +199,7 @@ static void test_input_mix(void) {
     const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
     float *y = malloc(sizeof(float) * tot), *yn = malloc(sizeof(float) * tot);
     rn_mix_desc d = {.kind = RN_MIX_MIXUP, .lambda = 0.3141592653589793};
-    CHECK_OK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, y));
+    CHECK_OK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y));
     CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)n * h * w, c, x, mean, sd, yn));
     double worst = 0;
     int cut_bad = 0;
@@ -210,7 +212,7 @@ static void test_input_mix(void) {
     }
     CHECK(worst < 1e-5, "mixup: max |rn - formula| %.3g", worst);
     d = (rn_mix_desc){.kind = RN_MIX_CUTMIX, .lambda = 1 - 6.0 / 35, .y0 = 1, .y1 = 3, .x0 = 4, .x1 = 7};
-    CHECK_OK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, y));
+    CHECK_OK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y));
     for (int64_t e = 0; e < tot; e++) {
         int i = (int)(e / img), p = (i + n - 1) % n;
         int64_t off = e % img;
@@ -222,14 +224,78 @@ static void test_input_mix(void) {
     }
     CHECK(cut_bad == 0, "cutmix: %d values not the normalised own/partner pixel", cut_bad);
     d = (rn_mix_desc){.kind = RN_MIX_CUTMIX, .lambda = 0.5, .y0 = 1, .y1 = 6, .x0 = 0, .x1 = 2};
-    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, y) == RN_EINVAL, "a box past the image accepted");
+    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y) == RN_EINVAL,
+          "a box past the image accepted");
     d = (rn_mix_desc){.kind = RN_MIX_MIXUP, .lambda = 1.5};
-    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, y) == RN_EINVAL, "lambda 1.5 accepted");
+    CHECK(rn_input_mix(be, RN_F32, &d, n, h, w, c, x, mean, sd, NULL, 0, 0, y) == RN_EINVAL, "lambda 1.5 accepted");
     free(x), free(y), free(yn);
     rn_backend_destroy(be);
 }
 
-/* the same bytes on 1, 2 and 3 threads, for a batch larger than one chunk of rows */
+/* With erase boxes: the mixed input is torchvision's order of operations, each image
+ * normalised (rn_input_normalize) and erased by its own box (rn_erase_apply) before the
+ * batch is mixed, bit for bit: mixup in fp32 as the op documents it, cutmix copying the
+ * erased values. Boxes cross the cutmix box's edges; image 1 has none. */
+static void test_input_mix_erase(void) {
+    rn_backend *be = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, NULL, &be));
+    if (!be) return;
+    const int n = 4, h = 6, w = 8, c = 3;
+    const int64_t img = (int64_t)h * w * c, tot = n * img;
+    const uint64_t key = rn_rng_key(SEED, 31);
+    const int64_t epoch = 2;
+    uint8_t *x = malloc((size_t)tot);
+    uint32_t r[4];
+    for (int64_t i = 0; i < tot; i++) {
+        rn_philox(rn_rng_key(SEED, 10), 0, (uint64_t)i, r);
+        x[i] = (uint8_t)r[0];
+    }
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    float *y = malloc(sizeof(float) * tot), *ref = malloc(sizeof(float) * tot), *plain = malloc(sizeof(float) * tot);
+    const rn_mix_desc ds[2] = {{.kind = RN_MIX_MIXUP, .lambda = 0.2718281828459045},
+                               {.kind = RN_MIX_CUTMIX, .lambda = 1 - 12.0 / 48, .y0 = 1, .y1 = 4, .x0 = 3, .x1 = 7}};
+    for (int random = 0; random < 2; random++) {
+        const rn_erase er[4] = {{.x = 0, .y = 0, .w = 4, .h = 3, .rec = 11, .random = random},
+                                {.x = 0, .y = 0, .w = 0, .h = 0, .rec = 12, .random = random},
+                                {.x = 5, .y = 2, .w = 3, .h = 4, .rec = 13, .random = random},
+                                {.x = 2, .y = 3, .w = 5, .h = 2, .rec = 14, .random = random}};
+        CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)n * h * w, c, x, mean, sd, ref));
+        rn_erase_apply(er, n, h, w, c, key, epoch, ref);
+        for (int k = 0; k < 2; k++) {
+            const rn_mix_desc *d = &ds[k];
+            const char *what = k ? "cutmix" : "mixup", *how = random ? "random" : "zero";
+            CHECK_OK(rn_input_mix(be, RN_F32, d, n, h, w, c, x, mean, sd, er, key, epoch, y));
+            CHECK_OK(rn_input_mix(be, RN_F32, d, n, h, w, c, x, mean, sd, NULL, 0, 0, plain));
+            int bad = 0, changed = 0;
+            const float la = (float)d->lambda, lb = (float)(1.0 - d->lambda);
+            for (int64_t e = 0; e < tot; e++) {
+                int i = (int)(e / img), p = (i + n - 1) % n;
+                int64_t off = e % img;
+                int yy = (int)(off / (w * c)), xx = (int)(off / c % w);
+                float a = ref[e], b = ref[p * img + off], want;
+                if (d->kind == RN_MIX_MIXUP) {
+                    float ta = a * la, tb = b * lb;
+                    want = ta + tb;
+                } else
+                    want = yy >= d->y0 && yy < d->y1 && xx >= d->x0 && xx < d->x1 ? b : a;
+                if (memcmp(&y[e], &want, sizeof want)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s %s: y[%lld] %.9g, want %.9g\n", what, how, (long long)e, y[e], want);
+                }
+                changed += memcmp(&y[e], &plain[e], sizeof want) != 0;
+            }
+            CHECK(bad == 0, "%s, %s erase: %d values not the erased inputs mixed", what, how, bad);
+            CHECK(changed > 0, "%s, %s erase: the same as without erasing", what, how);
+        }
+    }
+    const rn_erase out[4] = {{.x = 6, .y = 0, .w = 3, .h = 1}};
+    CHECK(rn_input_mix(be, RN_F32, &ds[0], n, h, w, c, x, mean, sd, out, key, epoch, y) == RN_EINVAL,
+          "an erase box past the image accepted");
+    free(x), free(y), free(ref), free(plain);
+    rn_backend_destroy(be);
+}
+
+/* the same bytes on 1, 2 and 3 threads (with erase boxes), for a batch larger than one chunk of rows */
 static void test_input_mix_threads(void) {
     const int n = 4, h = 64, w = 48, c = 3;
     const int64_t tot = (int64_t)n * h * w * c;
@@ -239,13 +305,17 @@ static void test_input_mix_threads(void) {
     const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
     const rn_mix_desc ds[2] = {{.kind = RN_MIX_MIXUP, .lambda = 0.61},
                                {.kind = RN_MIX_CUTMIX, .lambda = 0.7, .y0 = 5, .y1 = 40, .x0 = 9, .x1 = 48}};
+    const rn_erase er[4] = {{.x = 3, .y = 10, .w = 30, .h = 40, .rec = 1, .random = 1},
+                            {.x = 0, .y = 0, .w = 0, .h = 0},
+                            {.x = 20, .y = 30, .w = 28, .h = 34, .rec = 3, .random = 1},
+                            {.x = 1, .y = 1, .w = 10, .h = 10, .rec = 4, .random = 0}};
     float *y[3];
     for (int k = 0; k < 2; k++) {
         for (int t = 0; t < 3; t++) {
             rn_backend *be = NULL;
             y[t] = malloc(sizeof(float) * tot);
             CHECK_OK(rn_backend_create("cpu", t + 1, NULL, &be));
-            if (be) CHECK_OK(rn_input_mix(be, RN_F32, &ds[k], n, h, w, c, x, mean, sd, y[t]));
+            if (be) CHECK_OK(rn_input_mix(be, RN_F32, &ds[k], n, h, w, c, x, mean, sd, er, 5, 1, y[t]));
             rn_backend_destroy(be);
         }
         CHECK(memcmp(y[0], y[1], sizeof(float) * tot) == 0 && memcmp(y[0], y[2], sizeof(float) * tot) == 0,
@@ -260,6 +330,7 @@ int main(void) {
     test_beta();
     test_draw();
     test_input_mix();
+    test_input_mix_erase();
     test_input_mix_threads();
     return check_done("test_mix");
 }
