@@ -1,0 +1,126 @@
+#!/usr/bin/env bats
+# rn-train --recipe and --print-recipe: each recipe prints the documented flags (the same
+# line README.md shows), the printed flags parse back, a flag given on the command line
+# overrides the recipe's wherever it stands, an unknown name exits 2 naming the recipes, and
+# a short --recipe cifar run trains.
+
+load helper
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src 12 1 >/dev/null
+    rn-prep -q src train.lmdb
+    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+}
+
+setup() { cd "$BATS_FILE_TMPDIR"; }
+
+T="--workers 2 --threads 2 --seed 3"
+
+# the documented flags of each recipe (README.md, rn-train: Recipes)
+expected() {
+    case "$1" in
+    seed) echo "--batch 256 --lr 0.01 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 10 --lr-gamma 0.1" \
+        "--crop 224 --augment rrc,flip" ;;
+    torchvision) echo "--batch 256 --lr 0.1 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 30" \
+        "--lr-gamma 0.1 --epochs 90 --crop 224 --resize 256 --augment rrc,flip" ;;
+    torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
+        "--lr-epochs 600 --warmup-epochs 5 --epochs 600 --label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
+        "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --ema-decay 0.99998 --ema-every 32" ;;
+    cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --epochs 200" \
+        "--crop 32 --resize 0 --augment crop-pad=4,flip" ;;
+    mlperf) echo "--optimizer lars --batch 3264 --lr 10.5 --momentum 0.9 --wd 5e-5 --lars-eta 0.001 --lars-eps 0" \
+        "--lr-schedule poly --lr-power 2 --lr-end 1e-4 --warmup-epochs 2 --lr-epochs 37 --epochs 37" \
+        "--label-smoothing 0.1 --crop 224 --augment rrc,flip" ;;
+    esac
+}
+
+# the lr of the JSONL log's step N
+lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' | cut -d: -f2; }
+
+@test "--print-recipe prints each recipe's documented flags as one rn-train command line, exit 0" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        run rn-train --recipe "$r" --print-recipe
+        assert_success
+        assert_output "rn-train $(expected "$r")"
+    done
+}
+
+@test "README.md shows each recipe's --print-recipe line verbatim (its own line in the code block)" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        line=$(rn-train --recipe "$r" --print-recipe)
+        run grep -cxF -- "  $line" "$BATS_TEST_DIRNAME/../README.md"
+        assert_output 1
+    done
+}
+
+@test "the printed flags parse back: rn-train accepts them and trains a step (sizes overridden)" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        flags=$(rn-train --recipe "$r" --print-recipe | cut -d' ' -f2-)
+        # shellcheck disable=SC2086
+        run rn-train $flags --data train.lmdb --in init.pb --out "p-$r.pb" --max-steps 1 --batch 4 --crop 32 \
+            --resize 0 $T
+        assert_success
+        [ -f "p-$r.pb" ]
+    done
+}
+
+@test "an unknown recipe exits 2 naming the recipes; --print-recipe alone exits 2" {
+    run rn-train --recipe imagenet --print-recipe
+    assert_failure 2
+    assert_output --partial "--recipe: 'imagenet' is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    run rn-train --data train.lmdb --in init.pb --out u.pb --recipe resnet
+    assert_failure 2
+    assert_output --partial "is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    [ ! -e u.pb ]
+    run rn-train --print-recipe
+    assert_failure 2
+    assert_output --partial "--print-recipe needs --recipe NAME"
+}
+
+@test "a bad flag next to --recipe still exits 2 with its own message" {
+    run rn-train --recipe cifar --data train.lmdb --in init.pb --out b.pb --lr -1
+    assert_failure 2
+    assert_output --partial "--lr"
+    [ ! -e b.pb ]
+}
+
+@test "--recipe cifar trains on a tiny dataset: its cosine over 200 epochs, lr 0.1" {
+    run rn-train --recipe cifar --data train.lmdb --in init.pb --out c.pb --epochs 1 --batch 8 $T \
+        --log c.jsonl --log-every 1
+    assert_success
+    [ -f c.pb ]
+    assert_equal "$(lr_at c.jsonl 1)" 0.10000000000000001
+    # step 2 of 3 * 200: 0.1 * (1 + cos(pi / 600)) / 2, the recipe's --lr-epochs 200
+    want=$("$PYTHON" -c 'import math; print(repr(0.1 * (1 + math.cos(math.pi / 600)) / 2))')
+    run "$PYTHON" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-9 * b)" \
+        "$(lr_at c.jsonl 2)" "$want"
+    assert_success
+    run rn-info c.pb
+    assert_success
+    assert_output --partial "--recipe cifar"
+}
+
+@test "a flag on the command line overrides the recipe's, before or after --recipe" {
+    rn-train --recipe cifar --lr 0.05 --data train.lmdb --in init.pb --out o1.pb --max-steps 1 --batch 8 $T \
+        --log o1.jsonl --log-every 1
+    rn-train --lr 0.05 --data train.lmdb --in init.pb --out o2.pb --max-steps 1 --batch 8 $T --recipe cifar \
+        --log o2.jsonl --log-every 1
+    assert_equal "$(lr_at o1.jsonl 1)" 0.050000000000000003
+    assert_equal "$(lr_at o2.jsonl 1)" 0.050000000000000003
+    # the rest of the recipe still applies: the same weights either way
+    run cmp <(rn-info --tensors o1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors o2.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    # and it differs from the recipe's own lr
+    rn-train --recipe cifar --data train.lmdb --in init.pb --out o3.pb --max-steps 1 --batch 8 $T
+    run cmp -s <(rn-info --tensors o1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors o3.pb | sed -n '/^tensors:/,$p')
+    assert_failure
+}
+
+@test "--recipe cifar with --augment none is the same run as its flags written out with --augment none" {
+    rn-train --recipe cifar --augment none --data train.lmdb --in init.pb --out a1.pb --max-steps 1 --batch 8 $T
+    rn-train --data train.lmdb --in init.pb --out a3.pb --max-steps 1 $T --batch 8 --lr 0.1 --momentum 0.9 \
+        --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --crop 32 --resize 0 --augment none
+    run cmp <(rn-info --tensors a1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p')
+    assert_success
+}
