@@ -124,3 +124,26 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     run cmp <(rn-info --tensors a1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p')
     assert_success
 }
+
+@test "RECIPE= in the pipelines: the recipe's values are the defaults, --recipe on every rn-train, variables win" {
+    mkdir -p pipe && cd pipe
+    printf 'include %s/../pipelines/train.mk\nall: train\n' "$BATS_TEST_DIRNAME" > Makefile
+    run make -n RECIPE=cifar EPOCHS=3 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_success
+    assert_output --partial "--batch 128  --lr 0.1 --lr-schedule cosine   --lr-epochs 3 "
+    assert_output --partial "--crop 32 --resize 0 "
+    assert_output --partial "--recipe cifar "
+    assert_output --partial "printf '%s=%s\n' 'RECIPE' 'cifar'"
+    run make -n RECIPE=mlperf EPOCHS=2 BATCH=64 LR=2 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_output --partial "--batch 64  --lr 2 --lr-schedule poly   --lr-epochs 2 "
+    run make -n RECIPE=imagenet DATA=.. RN_BIN="$RN_BIN"
+    assert_failure
+    assert_output --partial "'imagenet' is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    # a real epoch, shrunk on the command line
+    run make RECIPE=cifar ARCH=resnet18 EPOCHS=1 BATCH=8 WORKERS=2 THREADS=2 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_success
+    run grep -c -- "rn-train .*--recipe cifar" runs/resnet18/commands.sh
+    assert_output 1
+    run rn-info --json runs/resnet18/epoch-001.pb
+    assert_output --partial '"epoch":1,"step":3,'
+}
