@@ -31,6 +31,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->recompute = RN_TRAIN_RECOMPUTE_AUTO;
     o->crop = RN_TRAIN_CROP;
     o->resize = -1;
+    o->val_resize = -1;
     rn_augment_default(&o->augment);
     o->shuffle = 1;
     o->epochs = 1;
@@ -108,6 +109,7 @@ typedef struct {
     rn_ckpt *ck;
     rn_run_state st;      /* where the run stands; into ck at each save */
     rn_runner r;
+    rn_runner vr;               /* --val-crop other than --crop: the eval net (t->r's backend) */
     rn_loader *l, *vl;    /* training data; validation data or NULL */
     rn_report rep;
     rn_scaler sc;         /* fp16's loss scale, when scaled */
@@ -239,10 +241,16 @@ static int setup_net(run *t) {
         }
     }
     if (o->val) {
-        if ((rc = rn_eval_loader_open(o->val, t->micro, o->crop, o->resize, o->workers, t->r.dist, t->r.be,
-                                      &t->vl)))
+        int vcrop = o->val_crop ? o->val_crop : o->crop, vresize = o->val_resize >= 0 ? o->val_resize : o->resize;
+        if ((rc = rn_eval_loader_open(o->val, t->micro, vcrop, vresize, o->workers, t->r.dist, t->r.be, &t->vl)))
             return rc;
         if ((rc = rn_runner_check_data(o->val, rn_loader_info(t->vl), t->ck))) return rc;
+        if (vcrop != o->crop) { /* nets have one input size: a second one, for inference, at the eval crop */
+            t->vr.be = t->r.be;
+            t->vr.dist = t->r.dist;
+            if ((rc = rn_runner_net(&t->vr, t->ck, t->micro, t->micro, 0, vcrop, RN_NET_INFER, RN_F32)))
+                return rn_error_context(rc, "the --val-crop network");
+        }
     }
     rn_net_freeze_bn(t->r.net, o->freeze_bn);
     /* fp16 scales the loss; bf16 has fp32's range and runs without, as in PyTorch */
@@ -449,6 +457,11 @@ static void finish(run *t) {
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
+    if (t->vr.be) { /* the eval net, not the backend it shares */
+        rn_net_destroy(t->vr.net);
+        rn_backend_free(t->vr.be, t->vr.staging[0]);
+        rn_backend_free(t->vr.be, t->vr.staging[1]);
+    }
     rn_runner_close(&t->r);
 }
 
@@ -652,6 +665,22 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     return RN_OK;
 }
 
+/* The runner --val evaluates with: t->r, or with --val-crop other than --crop the eval net
+ * loaded with the weights (ema: the moving average's) through t->ck, whose own weights are
+ * stored back after the moving average's. */
+static int val_runner(run *t, int ema, rn_runner **out) {
+    *out = &t->r;
+    if (!t->vr.net) return ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    int rc = ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    if (rc) return rc;
+    rc = rn_net_store(t->r.net, t->ck);
+    int src = ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    if (rc || (rc = src) || (rc = rn_net_load(t->vr.net, t->ck))) return rc;
+    if (ema && (rc = rn_net_store(t->r.net, t->ck))) return rc;
+    *out = &t->vr;
+    return RN_OK;
+}
+
 /* The end of an epoch: validation, the epoch event, and the checkpoint's history. */
 static int end_epoch(run *t, const window *ep, double lr) {
     rn_run_state *ts = &t->st;
@@ -661,9 +690,10 @@ static int end_epoch(run *t, const window *ep, double lr) {
     e.img_s = ep->steps * t->o->batch / (e.seconds > 0 ? e.seconds : 1e-9);
     if (t->vl) {
         rn_eval_result vr = {0};
+        rn_runner *er_run;
         int rc = rn_loader_seek(t->vl, 0, 0);
-        if (rc) return rc;
-        if ((rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress, t->o->progress_tty)))
+        if (rc || (rc = val_runner(t, 0, &er_run))) return rc;
+        if ((rc = rn_eval_run(er_run, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress, t->o->progress_tty)))
             return rc;
         e.has_val = 1;
         e.val_top1 = vr.top1;
@@ -672,9 +702,9 @@ static int end_epoch(run *t, const window *ep, double lr) {
         e.val_n = vr.n;
         if (t->ema) { /* the reference evaluates the EMA model too */
             rn_eval_result er = {0};
-            if ((rc = rn_loader_seek(t->vl, 0, 0)) || (rc = rn_net_ema_swap(t->r.net))) return rc;
-            rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &er, NULL, t->o->progress, t->o->progress_tty);
-            int src = rn_net_ema_swap(t->r.net);
+            if ((rc = rn_loader_seek(t->vl, 0, 0)) || (rc = val_runner(t, 1, &er_run))) return rc;
+            rc = rn_eval_run(er_run, t->vl, RN_EVAL_TOPK, &er, NULL, t->o->progress, t->o->progress_tty);
+            int src = er_run == &t->r ? rn_net_ema_swap(t->r.net) : RN_OK; /* t->r's weights back */
             if (rc || (rc = src)) return rc;
             e.has_ema_val = 1;
             e.ema_top1 = er.top1;

@@ -26,7 +26,8 @@ expected() {
         "--lr-gamma 0.1 --epochs 90 --crop 224 --resize 256 --augment rrc,flip" ;;
     torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
         "--lr-epochs 600 --warmup-epochs 5 --epochs 600 --label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
-        "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --ema-decay 0.99998 --ema-every 32" ;;
+        "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --val-crop 224 --val-resize 232 --ema-decay 0.99998" \
+        "--ema-every 32" ;;
     cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --epochs 200" \
         "--crop 32 --resize 0 --augment crop-pad=4,flip" ;;
     mlperf) echo "--optimizer lars --batch 3264 --lr 10.5 --momentum 0.9 --wd 5e-5 --lars-eta 0.001 --lars-eps 0" \
@@ -146,4 +147,32 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     assert_output 1
     run rn-info --json runs/resnet18/epoch-001.pb
     assert_output --partial '"epoch":1,"step":3,'
+}
+
+@test "--val-crop/--val-resize change the eval transform only: rn-eval's numbers, the same checkpoint" {
+    [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
+    V="--data train.lmdb --val val.lmdb --in init.pb --epochs 1 --batch 8 --crop 32 $T --ema-decay 0.9 --ema-every 1"
+    rn-train $V --out vc.pb --val-crop 24 --val-resize 28 --log vc.jsonl
+    rn-train $V --out vd.pb --log vd.jsonl
+    # training untouched: the same weights, momentum and moving average
+    run cmp <(rn-info --tensors vc.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors vd.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    rn-export --ema vc.pb vc-ema.safetensors
+    rn-export --ema vd.pb vd-ema.safetensors
+    run cmp vc-ema.safetensors vd-ema.safetensors
+    assert_success
+    # the logged validation is rn-eval's at crop 24 of a 28 resize, for the weights and the EMA
+    loss=$(rn-eval --data val.lmdb --ckpt vc.pb --crop 24 --resize 28 --threads 2 --json | grep -o '"loss":[0-9.e-]*')
+    ema=$(rn-eval --data val.lmdb --ckpt vc.pb --crop 24 --resize 28 --threads 2 --ema --json |
+        grep -o '"loss":[0-9.e-]*')
+    run "$PYTHON" -c "import json,sys; e=[json.loads(l) for l in open('vc.jsonl') if '\"epoch\"' in l][-1]
+a, b = float(sys.argv[1].split(':')[1]), float(sys.argv[2].split(':')[1])
+print(abs(e['val_loss'] - a) < 1e-5, abs(e['ema_val_loss'] - b) < 1e-5)" "$loss" "$ema"
+    assert_output "True True"
+    # and the default transform is rn-eval's default, a different number here
+    run "$PYTHON" -c "import json; print([json.loads(l) for l in open('vd.jsonl') if '\"epoch\"' in l][-1]['val_loss'])"
+    refute_output "$(grep -o '"val_loss":[0-9.e-]*' vc.jsonl | cut -d: -f2)"
+    run rn-train $V --out bad.pb --val-crop 4
+    assert_failure 2
+    assert_output --partial "--val-crop"
 }

@@ -62,6 +62,13 @@ static void usage(FILE *f) {
             "      --crop S            training crop (default %d)\n"
             "      --resize N          eval transform (--val, --augment none): shorter side before\n"
             "                          the centre crop (default round(S*256/224); 0: no resize)\n"
+            "      --val-crop S        --val's centre crop (default --crop): another size evaluates\n"
+            "                          on a second, inference-only network of that size (fp32, as\n"
+            "                          rn-eval), loaded with the weights at each epoch's end; its\n"
+            "                          memory comes on top of the training network's\n"
+            "      --val-resize N      --val's resize of the shorter side (default --resize, else\n"
+            "                          round(--val-crop*256/224); 0: no resize). Both: no effect\n"
+            "                          without --val\n"
             "      --augment CHAIN     training augmentation: ops joined by commas, each\n"
             "                          OP[=V][:KEY=VALUE]... (a range is LO-HI), torchvision's\n"
             "                          defaults where left out (default rrc,flip):\n"
@@ -270,38 +277,40 @@ enum {
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
-    O_RECIPE, O_PRINTRECIPE
+    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
  * that every flag given there wins, whatever its place. Where each value comes from is in
  * README.md (rn-train, Recipes) and rn-train(1). Values are never rescaled with --batch:
  * a user who changes it gives --lr too (linear scaling: lr * batch / the recipe's). */
-static const char *const recipe_seed[] = {"--batch", "256", "--lr", "0.01", "--momentum", "0.9", "--wd", "1e-4",
-                                          "--lr-schedule", "step", "--lr-step", "10", "--lr-gamma", "0.1",
-                                          "--crop", "224", "--augment", "rrc,flip", NULL};
+/* clang-format off: flag and value pairs, read as the command line they print as */
+static const char *const recipe_seed[] = {
+    "--batch", "256", "--lr", "0.01", "--momentum", "0.9", "--wd", "1e-4", "--lr-schedule", "step", "--lr-step", "10",
+    "--lr-gamma", "0.1", "--crop", "224", "--augment", "rrc,flip", NULL};
 static const char *const recipe_torchvision[] = {
     "--batch", "256", "--lr", "0.1", "--momentum", "0.9", "--wd", "1e-4", "--lr-schedule", "step", "--lr-step", "30",
     "--lr-gamma", "0.1", "--epochs", "90", "--crop", "224", "--resize", "256", "--augment", "rrc,flip", NULL};
 static const char *const recipe_torchvision_v2[] = {
     "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-bn", "--lr-schedule", "cosine",
     "--lr-epochs", "600", "--warmup-epochs", "5", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
-    "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--ema-decay", "0.99998",
-    "--ema-every", "32", NULL};
-static const char *const recipe_cifar[] = {"--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4",
-                                           "--lr-schedule", "cosine", "--lr-epochs", "200", "--epochs", "200",
-                                           "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
+    "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
+    "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", NULL};
+static const char *const recipe_cifar[] = {
+    "--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4", "--lr-schedule", "cosine",
+    "--lr-epochs", "200", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
 static const char *const recipe_mlperf[] = {
-    "--optimizer", "lars", "--batch", "3264", "--lr", "10.5", "--momentum", "0.9", "--wd", "5e-5", "--lars-eta",
-    "0.001", "--lars-eps", "0", "--lr-schedule", "poly", "--lr-power", "2", "--lr-end", "1e-4", "--warmup-epochs",
-    "2", "--lr-epochs", "37", "--epochs", "37", "--label-smoothing", "0.1", "--crop", "224", "--augment", "rrc,flip",
-    NULL};
+    "--optimizer", "lars", "--batch", "3264", "--lr", "10.5", "--momentum", "0.9", "--wd", "5e-5",
+    "--lars-eta", "0.001", "--lars-eps", "0", "--lr-schedule", "poly", "--lr-power", "2", "--lr-end", "1e-4",
+    "--warmup-epochs", "2", "--lr-epochs", "37", "--epochs", "37", "--label-smoothing", "0.1", "--crop", "224",
+    "--augment", "rrc,flip", NULL};
+/* clang-format on */
 static const struct {
     const char *name;
     const char *const *flags;
 } recipes[] = {
-    {"seed", recipe_seed},     {"torchvision", recipe_torchvision}, {"torchvision-v2", recipe_torchvision_v2},
-    {"cifar", recipe_cifar},   {"mlperf", recipe_mlperf},
+    {"seed", recipe_seed},   {"torchvision", recipe_torchvision}, {"torchvision-v2", recipe_torchvision_v2},
+    {"cifar", recipe_cifar}, {"mlperf", recipe_mlperf},
 };
 #define N_RECIPES (int)(sizeof recipes / sizeof *recipes)
 #define RECIPE_NAMES "seed, torchvision, torchvision-v2, cifar or mlperf"
@@ -314,7 +323,8 @@ static const char *const *recipe_find(const char *name) {
 
 static int recipe_len(const char *const *flags) {
     int n = 0;
-    while (flags[n]) n++;
+    while (flags[n])
+        n++;
     return n;
 }
 
@@ -340,7 +350,8 @@ int main(int argc, char **argv) {
         {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
         {"micro-batch", required_argument, 0, O_MICRO}, {"deterministic", no_argument, 0, O_DETERM}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
-        {"resize", required_argument, 0, O_RESIZE},
+        {"resize", required_argument, 0, O_RESIZE}, {"val-crop", required_argument, 0, O_VALCROP},
+        {"val-resize", required_argument, 0, O_VALRESIZE},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
         {"workers", required_argument, 0, 'w'},    {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
@@ -388,8 +399,10 @@ int main(int argc, char **argv) {
     memcpy(scan, argv, sizeof *scan * (size_t)(argc + 1));
     opterr = 0;
     while ((c = getopt_long(argc, scan, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
-        if (c == O_RECIPE) recipe = optarg;
-        else if (c == O_PRINTRECIPE) print_recipe = 1;
+        if (c == O_RECIPE)
+            recipe = optarg;
+        else if (c == O_PRINTRECIPE)
+            print_recipe = 1;
     }
     free(scan);
     opterr = 1;
@@ -407,11 +420,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     pargv[0] = argv[0];
-    for (int i = 0; i < nrecipe; i++) pargv[1 + i] = (char *)recipe_flags[i];
+    for (int i = 0; i < nrecipe; i++)
+        pargv[1 + i] = (char *)recipe_flags[i];
     memcpy(pargv + 1 + nrecipe, argv + 1, sizeof *pargv * (size_t)argc); /* argv[argc] is NULL */
     while (rc == RN_OK && (c = getopt_long(pargc, pargv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
-        case O_RECIPE: case O_PRINTRECIPE: break; /* applied above */
+        case O_RECIPE:
+        case O_PRINTRECIPE: break; /* applied above */
         case 'd': o.data = optarg; break;
         case 'i': in = optarg; break;
         case 'o': o.out = optarg; break;
@@ -432,6 +447,8 @@ int main(int argc, char **argv) {
             break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
+        case O_VALCROP: rc = rn_cli_int("--val-crop", optarg, 8, 4096, &o.val_crop); break;
+        case O_VALRESIZE: rc = rn_cli_int("--val-resize", optarg, 0, 16384, &o.val_resize); break;
         case O_AUG:
             if ((rc = rn_augment_parse(optarg, &o.augment))) rc = rn_error_context(rc, "--augment");
             break;

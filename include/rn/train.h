@@ -146,6 +146,10 @@ typedef struct {
     int recompute;          /* RN_TRAIN_RECOMPUTE_*: activation checkpointing (RN_NET_RECOMPUTE) */
     int resize;             /* eval transform (--val, augment none): shorter side before the
                                centre crop; -1: round(crop*256/224); 0: no resize */
+    int val_crop;           /* --val's centre crop; 0: crop. Another size evaluates on a second,
+                               inference-only net of that size, loaded with the weights */
+    int val_resize;         /* --val's resize; -1: resize, and when that is -1 too
+                               round(val_crop*256/224); 0: no resize */
     rn_augment augment;     /* the training chain (rn/augment.h; n = 0: the eval transform) */
     int shuffle;            /* 1 or 0 */
     int64_t overfit_batches;/* > 0: every epoch is the first N batches of epoch 0, the same
