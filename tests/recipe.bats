@@ -176,3 +176,66 @@ print(abs(e['val_loss'] - a) < 1e-5, abs(e['ema_val_loss'] - b) < 1e-5)" "$loss"
     assert_failure 2
     assert_output --partial "--val-crop"
 }
+
+@test "--crop-schedule: the crop of each epoch follows FFCV's formula; resume is exact across a change" {
+    C="--data train.lmdb --batch 8 --crop-schedule 32:96:0:3 $T"
+    run rn-train $C --in init.pb --out cs.pb --epochs 5
+    assert_success
+    # a line at the first epoch and at each change: epoch (1-based) and crop
+    got=$(grep -o 'epoch [0-9]*: crop [0-9]*' <<<"$output" | tr '\n' ' ')
+    want=$("$PYTHON" -c '
+import numpy as np
+def res(e, lo=32, hi=96, e1=0, e2=3):  # ffcv examples/imagenet get_resolution
+    if e <= e1: return lo
+    if e >= e2: return hi
+    return int(np.round(np.interp([e], [e1, e2], [lo, hi])[0] / 32)) * 32
+prev, out = None, []
+for e in range(5):
+    if res(e) != prev: out.append("epoch %d: crop %d" % (e + 1, res(e)))
+    prev = res(e)
+print(" ".join(out), end=" ")')
+    assert_equal "$got" "$want"
+    assert_equal "$want" "epoch 1: crop 32 epoch 2: crop 64 epoch 4: crop 96 "
+    # stopped inside epoch 3 (crop 64, 96 next), and at the end of epoch 2: the same bytes
+    rn-train $C --in init.pb --out m.pb --epochs 5 --max-steps 7
+    rn-train $C --in m.pb --out m5.pb --epochs 3
+    rn-train $C --in init.pb --out e2.pb --epochs 2
+    rn-train $C --in e2.pb --out e5.pb --epochs 3
+    rn-train $C --in init.pb --out w1.pb --epochs 5 --workers 1
+    want=$(rn-info --tensors cs.pb | sed -n '/^tensors:/,$p' | md5sum)
+    assert_equal "$(rn-info --tensors m5.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    assert_equal "$(rn-info --tensors e5.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    assert_equal "$(rn-info --tensors w1.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    # the crops matter: a constant crop is another run
+    rn-train --data train.lmdb --batch 8 --crop 32 $T --in init.pb --out k.pb --epochs 5
+    refute [ "$(rn-info --tensors k.pb | sed -n '/^tensors:/,$p' | md5sum)" = "$want" ]
+}
+
+@test "--crop-schedule with --val and the moving average: resume exact, val at --val-crop" {
+    [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
+    # (the moving average's alpha depends on the run's length: --lr-epochs fixes it across the resume)
+    C="--data train.lmdb --val val.lmdb --val-crop 32 --batch 8 --crop-schedule 64:32:0:2 $T --ema-decay 0.9"
+    C="$C --ema-every 1 --lr-epochs 3"
+    rn-train $C --in init.pb --out a3.pb --epochs 3 --log a3.jsonl
+    rn-train $C --in init.pb --out a1.pb --epochs 1
+    rn-train $C --in a1.pb --out b3.pb --epochs 2
+    rn-export --ema a3.pb a3.safetensors
+    rn-export --ema b3.pb b3.safetensors
+    run cmp a3.safetensors b3.safetensors
+    assert_success
+    run cmp <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors b3.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    loss=$(rn-eval --data val.lmdb --ckpt a3.pb --crop 32 --threads 2 --json | grep -o '"loss":[0-9.e-]*' | cut -d: -f2)
+    run "$PYTHON" -c "import json,sys; e=[json.loads(l) for l in open('a3.jsonl') if '\"epoch\"' in l][-1]
+print(abs(e['val_loss'] - float(sys.argv[1])) < 1e-5)" "$loss"
+    assert_output True
+}
+
+@test "bad --crop-schedule values exit 2 with a message" {
+    for bad in 1:2:3 a:b:c:d 16:64:0:2 32:64:3:3 32:64:0:2x 32:8000:0:2 32:64:-1:2; do
+        run rn-train --data train.lmdb --in init.pb --out bad.pb --crop-schedule "$bad"
+        assert_failure 2
+        assert_output --partial "--crop-schedule"
+    done
+    [ ! -e bad.pb ]
+}

@@ -1,4 +1,5 @@
 /* rn-train: train a checkpoint on a dataset. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +63,13 @@ static void usage(FILE *f) {
             "      --crop S            training crop (default %d)\n"
             "      --resize N          eval transform (--val, --augment none): shorter side before\n"
             "                          the centre crop (default round(S*256/224); 0: no resize)\n"
+            "      --crop-schedule START:END:E1:E2\n"
+            "                          progressive resizing (FFCV's): the training crop of epoch\n"
+            "                          index e (from 0; the log's epoch e+1) is START up to E1,\n"
+            "                          END from E2, in between the linear ramp rounded to a\n"
+            "                          multiple of 32; replaces --crop for training. Memory is\n"
+            "                          planned for the largest crop; the network and the loader\n"
+            "                          are rebuilt at epoch boundaries (resume stays exact)\n"
             "      --val-crop S        --val's centre crop (default --crop): another size evaluates\n"
             "                          on a second, inference-only network of that size (fp32, as\n"
             "                          rn-eval), loaded with the weights at each epoch's end; its\n"
@@ -230,6 +238,30 @@ static void usage(FILE *f) {
             RN_TRAIN_PROFILE_WARMUP);
 }
 
+/* --crop-schedule START:END:E1:E2 into sched: RN_OK, or RN_EINVAL with the message */
+static int parse_crop_schedule(const char *text, int sched[4]) {
+    long v[4];
+    char *end = (char *)text;
+    for (int i = 0; i < 4; i++) {
+        const char *p = end;
+        errno = 0;
+        v[i] = strtol(p, &end, 10);
+        if (end == p || errno || (i < 3 ? *end != ':' : *end != 0)) break;
+        if (i < 3) end++;
+        if (i == 3) goto parsed;
+    }
+    return rn_errorf(RN_EINVAL, "--crop-schedule: '%s' is not START:END:E1:E2 (four integers, e.g. 160:192:2:13)",
+                     text);
+parsed:
+    if (v[0] < 32 || v[0] > 4096 || v[1] < 32 || v[1] > 4096)
+        return rn_errorf(RN_EINVAL, "--crop-schedule %s: START and END are crops of 32 to 4096 pixels", text);
+    if (v[2] < 0 || v[3] <= v[2] || v[3] > 1000000)
+        return rn_errorf(RN_EINVAL, "--crop-schedule %s: the ramp's epochs need 0 <= E1 < E2 <= 1000000", text);
+    for (int i = 0; i < 4; i++)
+        sched[i] = (int)v[i];
+    return RN_OK;
+}
+
 /* the most steps a flag may count: far beyond any run, far from int64_t's overflow */
 #define MAX_STEPS 1000000000000000LL
 
@@ -277,7 +309,7 @@ enum {
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
-    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE
+    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -351,7 +383,7 @@ int main(int argc, char **argv) {
         {"micro-batch", required_argument, 0, O_MICRO}, {"deterministic", no_argument, 0, O_DETERM}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
         {"resize", required_argument, 0, O_RESIZE}, {"val-crop", required_argument, 0, O_VALCROP},
-        {"val-resize", required_argument, 0, O_VALRESIZE},
+        {"val-resize", required_argument, 0, O_VALRESIZE}, {"crop-schedule", required_argument, 0, O_CROPSCHED},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
         {"workers", required_argument, 0, 'w'},    {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
@@ -447,6 +479,7 @@ int main(int argc, char **argv) {
             break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
+        case O_CROPSCHED: rc = parse_crop_schedule(optarg, o.crop_sched); break;
         case O_VALCROP: rc = rn_cli_int("--val-crop", optarg, 8, 4096, &o.val_crop); break;
         case O_VALRESIZE: rc = rn_cli_int("--val-resize", optarg, 0, 16384, &o.val_resize); break;
         case O_AUG:
