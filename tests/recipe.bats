@@ -2,7 +2,9 @@
 # rn-train --recipe and --print-recipe: each recipe prints the documented flags (the same
 # line README.md shows), the printed flags parse back, a flag given on the command line
 # overrides the recipe's wherever it stands, an unknown name exits 2 naming the recipes, and
-# a short --recipe cifar run trains.
+# a short --recipe cifar run trains; RECIPE= in the pipelines. --val-crop/--val-resize:
+# rn-eval's numbers at that transform, the same checkpoint. --crop-schedule: FFCV's crops
+# per epoch, exact resume across a change, bad values refused.
 
 load helper
 
