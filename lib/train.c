@@ -31,6 +31,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->recompute = RN_TRAIN_RECOMPUTE_AUTO;
     o->crop = RN_TRAIN_CROP;
     o->resize = -1;
+    o->val_resize = -1;
     rn_augment_default(&o->augment);
     o->shuffle = 1;
     o->epochs = 1;
@@ -124,6 +125,8 @@ typedef struct {
     rn_ckpt *ck;
     rn_run_state st;      /* where the run stands; into ck at each save */
     rn_runner r;
+    rn_runner vr;         /* --val's net when its input differs from t->r's (on t->r's backend) */
+    int crop, crop_max;   /* the training crop of this epoch, the largest of the run (--crop-schedule) */
     rn_loader *l, *vl;    /* training data; validation data or NULL */
     rn_report rep;
     rn_scaler sc;         /* fp16's loss scale, when scaled */
@@ -176,6 +179,18 @@ typedef struct {
 
 static void window_reset(window *w) { *w = (window){.t0 = rn_report_clock()}; }
 
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static int set_crop(run *t, int c, int loader);
+
+int rn_train_crop_at(const int sched[4], int crop, int e) {
+    if (!sched[0]) return crop;
+    if (e <= sched[2]) return sched[0];
+    if (e >= sched[3]) return sched[1];
+    double x = sched[0] + (double)(sched[1] - sched[0]) * (e - sched[2]) / (sched[3] - sched[2]);
+    return (int)nearbyint(x / 32) * 32; /* np.round: half to even in the default rounding mode */
+}
+
 /* The training loader, positioned where ck left off; ck takes the dataset's class
  * names when it has none. */
 static int setup_data(run *t) {
@@ -183,7 +198,7 @@ static int setup_data(run *t) {
     rn_loader_opts lo;
     rn_loader_defaults(&lo);
     rn_runner_loader_memory(&lo, t->r.be);
-    lo.crop = o->crop;
+    lo.crop = t->crop;
     lo.batch = o->batch;
     lo.workers = o->workers;
     lo.train = 1;
@@ -238,7 +253,7 @@ static int setup_net(run *t) {
         mode |= RN_NET_RECOMPUTE;
     else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
-    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, o->crop, mode, o->amp);
+    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
     if (rc) return rc;
     if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
     t->micro = t->r.micro;
@@ -258,10 +273,16 @@ static int setup_net(run *t) {
         }
     }
     if (o->val) {
-        if ((rc = rn_eval_loader_open(o->val, t->micro, o->crop, o->resize, o->workers, t->r.dist, t->r.be,
-                                      &t->vl)))
+        int vcrop = o->val_crop ? o->val_crop : o->crop, vresize = o->val_resize >= 0 ? o->val_resize : o->resize;
+        if ((rc = rn_eval_loader_open(o->val, t->micro, vcrop, vresize, o->workers, t->r.dist, t->r.be, &t->vl)))
             return rc;
         if ((rc = rn_runner_check_data(o->val, rn_loader_info(t->vl), t->ck))) return rc;
+        if (vcrop != o->crop || o->crop_sched[0]) { /* a net has one input size: another, for inference */
+            t->vr.be = t->r.be;
+            t->vr.dist = t->r.dist;
+            if ((rc = rn_runner_net(&t->vr, t->ck, t->micro, t->micro, 0, vcrop, RN_NET_INFER, RN_F32)))
+                return rn_error_context(rc, "the --val-crop network");
+        }
     }
     rn_net_freeze_bn(t->r.net, o->freeze_bn);
     /* fp16 scales the loss; bf16 has fp32's range and runs without, as in PyTorch */
@@ -422,9 +443,15 @@ static int setup(run *t) {
     if (rc) return rc;
     t->r.dist = o->dist;
     t->overlap = t->world > 1;
+    /* --crop-schedule: this epoch's crop; the memory planned for the largest of the run */
+    t->crop = rn_train_crop_at(o->crop_sched, o->crop, t->st.epoch);
+    t->crop_max = t->crop;
+    for (int e = 0; o->crop_sched[0] && e <= o->crop_sched[3]; e++)
+        t->crop_max = imax(t->crop_max, rn_train_crop_at(o->crop_sched, o->crop, e));
     if ((rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     if ((rc = setup_ema(t))) return rc;
+    if ((rc = set_crop(t, t->crop, 0))) return rc;
     if (t->overlap && !rn_backend_is_host(t->r.be)) {
         /* a device backend's sum packs its buckets in memory of its own (2 x the gradients) */
         int64_t n;
@@ -481,6 +508,11 @@ static void finish(run *t) {
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
     rn_loader_destroy(t->l);
+    if (t->vr.be) { /* the eval net, not the backend it shares */
+        rn_net_destroy(t->vr.net);
+        rn_backend_free(t->vr.be, t->vr.staging[0]);
+        rn_backend_free(t->vr.be, t->vr.staging[1]);
+    }
     rn_runner_close(&t->r);
 }
 
@@ -704,6 +736,69 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     return RN_OK;
 }
 
+/* The runner --val evaluates with: t->r, or with --val-crop other than --crop the eval net
+ * loaded with the weights (ema: the moving average's) through t->ck, whose own weights are
+ * stored back after the moving average's. */
+static int val_runner(run *t, int ema, rn_runner **out) {
+    *out = &t->r;
+    if (!t->vr.net) return ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    int rc = ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    if (rc) return rc;
+    rc = rn_net_store(t->r.net, t->ck);
+    int src = ema ? rn_net_ema_swap(t->r.net) : RN_OK;
+    if (rc || (rc = src) || (rc = rn_net_load(t->vr.net, t->ck))) return rc;
+    if (ema && (rc = rn_net_store(t->r.net, t->ck))) return rc;
+    *out = &t->vr;
+    return RN_OK;
+}
+
+/* --crop-schedule: the network and the loader at crop c, at an epoch boundary. The network
+ * goes through t->ck (weights, momentum, BN buffers, the moving average) into one of the
+ * same micro-batch at the new size, as a resume from a checkpoint would make it; the
+ * loader is recreated at the position the old one had reached. */
+static int set_crop(run *t, int c, int loader) {
+    const rn_train_opts *o = t->o;
+    if (c == t->r.crop && (!loader || c == t->crop)) return RN_OK;
+    int rc;
+    if (c != t->r.crop) {
+        if ((rc = rn_net_store(t->r.net, t->ck))) return rc;
+        if (t->ema && (rc = rn_net_ema_store(t->r.net, t->ck))) return rc;
+        rn_resnet spec;
+        if ((rc = rn_ckpt_net(t->ck, &spec))) return rc;
+        rn_net_destroy(t->r.net);
+        t->r.net = NULL;
+        int mode = RN_NET_TRAIN | (t->r.recompute ? RN_NET_RECOMPUTE : 0);
+        if ((rc = rn_net_create(t->r.be, &spec, t->micro, c, c, mode, o->amp, &t->r.net)) ||
+            (rc = rn_net_load(t->r.net, t->ck)))
+            return rn_error_context(rc, "--crop-schedule");
+        t->r.crop = c;
+        if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
+        if (t->world > 1 && o->sync_bn && !o->freeze_bn) {
+            if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
+        } else if (t->stats && (rc = rn_net_bn_capture(t->r.net, 1)))
+            return rc;
+        rn_net_freeze_bn(t->r.net, o->freeze_bn);
+        if (t->ema && ((rc = rn_net_ema_enable(t->r.net)) || (rc = rn_net_ema_load(t->r.net, t->ck)))) return rc;
+    }
+    if (loader && c != t->crop) {
+        int64_t de = 0, di = 0;
+        rn_loader_position(t->l, &de, &di);
+        rn_loader_destroy(t->l);
+        t->l = NULL;
+        t->crop = c;
+        rn_run_state keep = t->st;
+        t->st.data_epoch = de;
+        t->st.data_index = di;
+        rc = setup_data(t);
+        t->st = keep;
+        if (rc) return rc;
+    }
+    t->crop = c;
+    if (t->rank == 0 && o->progress)
+        fprintf(o->progress, "rn-train: epoch %d: crop %d (--crop-schedule)\n", t->st.epoch + 1, c);
+    return RN_OK;
+}
+
 /* The end of an epoch: validation, the epoch event, and the checkpoint's history. */
 static int end_epoch(run *t, const window *ep, double lr) {
     rn_run_state *ts = &t->st;
@@ -713,9 +808,10 @@ static int end_epoch(run *t, const window *ep, double lr) {
     e.img_s = ep->steps * t->o->batch / (e.seconds > 0 ? e.seconds : 1e-9);
     if (t->vl) {
         rn_eval_result vr = {0};
+        rn_runner *er_run;
         int rc = rn_loader_seek(t->vl, 0, 0);
-        if (rc) return rc;
-        if ((rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress, t->o->progress_tty)))
+        if (rc || (rc = val_runner(t, 0, &er_run))) return rc;
+        if ((rc = rn_eval_run(er_run, t->vl, RN_EVAL_TOPK, &vr, NULL, t->o->progress, t->o->progress_tty)))
             return rc;
         e.has_val = 1;
         e.val_top1 = vr.top1;
@@ -724,9 +820,9 @@ static int end_epoch(run *t, const window *ep, double lr) {
         e.val_n = vr.n;
         if (t->ema) { /* the reference evaluates the EMA model too */
             rn_eval_result er = {0};
-            if ((rc = rn_loader_seek(t->vl, 0, 0)) || (rc = rn_net_ema_swap(t->r.net))) return rc;
-            rc = rn_eval_run(&t->r, t->vl, RN_EVAL_TOPK, &er, NULL, t->o->progress, t->o->progress_tty);
-            int src = rn_net_ema_swap(t->r.net);
+            if ((rc = rn_loader_seek(t->vl, 0, 0)) || (rc = val_runner(t, 1, &er_run))) return rc;
+            rc = rn_eval_run(er_run, t->vl, RN_EVAL_TOPK, &er, NULL, t->o->progress, t->o->progress_tty);
+            int src = er_run == &t->r ? rn_net_ema_swap(t->r.net) : RN_OK; /* t->r's weights back */
             if (rc || (rc = src)) return rc;
             e.has_ema_val = 1;
             e.ema_top1 = er.top1;
@@ -819,6 +915,9 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
             if (passes++ == 0) first_pass = last_pass;
             if ((rc = end_epoch(&t, &ep, s.lr))) goto out;
             window_reset(&ep);
+            if (o->crop_sched[0] && t.st.epoch < target_epoch &&
+                (rc = set_crop(&t, rn_train_crop_at(o->crop_sched, o->crop, t.st.epoch), 1)))
+                goto out;
         }
         if (o->save_every && t.st.step % o->save_every == 0 && (rc = save(&t))) goto out;
     }

@@ -11,13 +11,18 @@
 #               run (default runs/$(ARCH))
 #   ARCH        resnet18|34|50|101|152 (default resnet50)
 #   CLASSES     classes of the new model (default: as many as TRAIN_LMDB has)
+#   RECIPE      seed|torchvision|torchvision-v2|cifar|mlperf: rn-train --recipe (default none).
+#               Its values of EPOCHS, BATCH, LR, LR_SCHEDULE, LR_STEP, LR_GAMMA, CROP and
+#               RESIZE become those variables' defaults; every rn-train gets --recipe RECIPE
+#               for the rest (momentum, wd, augmentation, ...), the variables override it, and
+#               cosine and poly run over EPOCHS. Needs rn-train built when make starts
 #   EPOCHS      epochs to train (default 30): epoch-001.pb ... epoch-$(EPOCHS).pb
 #   BATCH       images per optimiser step (default 256)
 #   ACCUM       micro-batches per step (rn-train --accum; default 1)
 #   LR          base learning rate (default 0.01)
-#   LR_SCHEDULE step|multistep|cosine|constant (default step); LR_STEP (default 10) and
+#   LR_SCHEDULE step|multistep|cosine|constant|poly (default step); LR_STEP (default 10) and
 #               LR_GAMMA (default 0.1) for step; LR_MILESTONES (e.g. 30,60,80) for multistep;
-#               cosine runs over EPOCHS
+#               cosine and poly run over EPOCHS
 #   AMP         mixed precision (fp16|bf16), passed as rn-train --amp only when set; needs
 #               a GPU (the CPU backend computes in fp32 and refuses it)
 #   DEVICE      auto|cpu|cuda|cuda:N (default auto)
@@ -57,19 +62,29 @@ RN_COMMON_MK := 1
 
 RN_PIPELINES := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 RN_BIN ?= $(if $(wildcard $(RN_PIPELINES)/../tools/rn-train.c),$(abspath $(RN_PIPELINES)/../build/bin))
+RECIPE ?=
+ifneq ($(strip $(RECIPE)),)
+# the recipe's flags, read once: they give the defaults of the variables below
+RN_RECIPE_LINE := $(shell $(if $(RN_BIN),$(RN_BIN)/)rn-train --recipe $(RECIPE) --print-recipe)
+ifeq ($(RN_RECIPE_LINE),)
+$(error RECIPE=$(RECIPE): 'rn-train --recipe $(RECIPE) --print-recipe' printed nothing (its message is above; build rn-train first))
+endif
+endif
+# $(call rn_recipe,FLAG,DEFAULT): the value FLAG has in RECIPE's flags, else DEFAULT
+rn_recipe = $(or $(subst <,,$(firstword $(filter <%,$(subst $(1) ,<,$(RN_RECIPE_LINE))))),$(2))
 DATA ?= data
 TRAIN_LMDB ?= $(DATA)/train.lmdb
 VAL_LMDB ?= $(DATA)/val.lmdb
 ARCH ?= resnet50
 RUN ?= runs/$(ARCH)
 CLASSES ?=
-EPOCHS ?= 30
-BATCH ?= 256
+EPOCHS ?= $(call rn_recipe,--epochs,30)
+BATCH ?= $(call rn_recipe,--batch,256)
 ACCUM ?= 1
-LR ?= 0.01
-LR_SCHEDULE ?= step
-LR_STEP ?= 10
-LR_GAMMA ?= 0.1
+LR ?= $(call rn_recipe,--lr,0.01)
+LR_SCHEDULE ?= $(call rn_recipe,--lr-schedule,step)
+LR_STEP ?= $(call rn_recipe,--lr-step,10)
+LR_GAMMA ?= $(call rn_recipe,--lr-gamma,0.1)
 LR_MILESTONES ?=
 AMP ?=
 DEVICE ?= auto
@@ -78,8 +93,8 @@ THREADS ?=
 NPROC ?= 1
 MPIRUN ?= mpirun
 MPIFLAGS ?=
-CROP ?= 224
-RESIZE ?=
+CROP ?= $(call rn_recipe,--crop,224)
+RESIZE ?= $(call rn_recipe,--resize,)
 SEED ?= 0
 SAVE_EVERY ?=
 TRAIN_VAL ?= $(VAL_LMDB)

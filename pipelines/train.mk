@@ -39,10 +39,10 @@ RN_TRAIN_FLAGS = --batch $(BATCH) $(if $(filter-out 1,$(ACCUM)),--accum $(ACCUM)
   --lr $(LR) --lr-schedule $(LR_SCHEDULE) \
   $(if $(filter step,$(LR_SCHEDULE)),--lr-step $(LR_STEP) --lr-gamma $(LR_GAMMA)) \
   $(if $(filter multistep,$(LR_SCHEDULE)),--lr-milestones $(LR_MILESTONES) --lr-gamma $(LR_GAMMA)) \
-  $(if $(filter cosine,$(LR_SCHEDULE)),--lr-epochs $(EPOCHS)) \
+  $(if $(filter cosine poly,$(LR_SCHEDULE)),--lr-epochs $(EPOCHS)) \
   $(if $(AMP),--amp $(AMP)) --seed $(SEED) $(if $(SAVE_EVERY),--save-every $(SAVE_EVERY)) \
   $(if $(TRAIN_VAL),--val $(TRAIN_VAL)) --log-every $(LOG_EVERY) $(if $(TENSORBOARD),--tensorboard $(TENSORBOARD)) \
-  $(RN_EVAL_T) $(TRAIN_FLAGS)
+  $(RN_EVAL_T) $(if $(RECIPE),--recipe $(RECIPE)) $(TRAIN_FLAGS)
 
 # the top-level "epoch" of a checkpoint (the history's come later in the JSON)
 rn_epoch_of = $(RN)rn-info --json $(1) | grep -o '"epoch":[0-9]*' | head -n 1 | cut -d: -f2
@@ -56,7 +56,7 @@ elif cmp -s $(RUN)/$(1)-data.json.now $(RUN)/$(1)-data.json; then rm -f $(RUN)/$
 else echo "$(RUN): $(2) is not the dataset this run started with (compare $(RUN)/$(1)-data.json with $(RUN)/$(1)-data.json.now): use another RUN, or remove $(RUN)/$(1)-data.json to go on with the new one" >&2; exit 1; fi
 endef
 
-RN_RECORD_VARS := ARCH CLASSES EPOCHS BATCH ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES \
+RN_RECORD_VARS := RECIPE ARCH CLASSES EPOCHS BATCH ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES \
   AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL TENSORBOARD \
   INIT_FLAGS TRAIN_FLAGS EVAL_FLAGS RN_BIN
 

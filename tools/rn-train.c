@@ -1,4 +1,5 @@
 /* rn-train: train a checkpoint on a dataset. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +63,20 @@ static void usage(FILE *f) {
             "      --crop S            training crop (default %d)\n"
             "      --resize N          eval transform (--val, --augment none): shorter side before\n"
             "                          the centre crop (default round(S*256/224); 0: no resize)\n"
+            "      --crop-schedule START:END:E1:E2\n"
+            "                          progressive resizing (FFCV's): the training crop of epoch\n"
+            "                          index e (from 0; the log's epoch e+1) is START up to E1,\n"
+            "                          END from E2, in between the linear ramp rounded to a\n"
+            "                          multiple of 32; replaces --crop for training. Memory is\n"
+            "                          planned for the largest crop; the network and the loader\n"
+            "                          are rebuilt at epoch boundaries (resume stays exact)\n"
+            "      --val-crop S        --val's centre crop (default --crop): another size evaluates\n"
+            "                          on a second, inference-only network of that size (fp32, as\n"
+            "                          rn-eval), loaded with the weights at each epoch's end; its\n"
+            "                          memory comes on top of the training network's\n"
+            "      --val-resize N      --val's resize of the shorter side (default --resize, else\n"
+            "                          round(--val-crop*256/224); 0: no resize). Both: no effect\n"
+            "                          without --val\n"
             "      --augment CHAIN     training augmentation: ops joined by commas, each\n"
             "                          OP[=V][:KEY=VALUE]... (a range is LO-HI), torchvision's\n"
             "                          defaults where left out (default rrc,flip):\n"
@@ -175,6 +190,16 @@ static void usage(FILE *f) {
             "      --lr-power X        poly: lr_end + (lr - lr_end)*(1 - t/T)^X over the T steps\n"
             "                          after the warm-up (default %g, MLPerf's pow2)\n"
             "      --warmup-epochs N   linear warm-up over the first N epochs (default 0)\n"
+            "Recipes (named bundles of the flags above; see README.md and rn-train(1) for each\n"
+            "value and where it comes from):\n"
+            "      --recipe NAME       seed, torchvision, torchvision-v2, cifar or mlperf: its flags\n"
+            "                          are read first, so every flag given on the command line\n"
+            "                          overrides the recipe's, wherever it stands. --lr is the\n"
+            "                          recipe's for its --batch, never rescaled: with another\n"
+            "                          --batch give --lr too (linear scaling: lr * N / the\n"
+            "                          recipe's batch)\n"
+            "      --print-recipe      print the recipe's flags as an rn-train command line and\n"
+            "                          exit (needs no --data, --in or --out)\n"
             "Output:\n"
             "      --save-every N      also write OUT every N steps\n"
             "      --log FILE.jsonl    append one JSON object per log interval and per epoch\n"
@@ -214,6 +239,30 @@ static void usage(FILE *f) {
             RN_MIX_SWITCH, RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
             RN_TRAIN_GPU_SAMPLE, RN_TRAIN_PROFILE_STEPS,
             RN_TRAIN_PROFILE_WARMUP);
+}
+
+/* --crop-schedule START:END:E1:E2 into sched: RN_OK, or RN_EINVAL with the message */
+static int parse_crop_schedule(const char *text, int sched[4]) {
+    long v[4];
+    char *end = (char *)text;
+    for (int i = 0; i < 4; i++) {
+        const char *p = end;
+        errno = 0;
+        v[i] = strtol(p, &end, 10);
+        if (end == p || errno || (i < 3 ? *end != ':' : *end != 0)) break;
+        if (i < 3) end++;
+        if (i == 3) goto parsed;
+    }
+    return rn_errorf(RN_EINVAL, "--crop-schedule: '%s' is not START:END:E1:E2 (four integers, e.g. 160:192:2:13)",
+                     text);
+parsed:
+    if (v[0] < 32 || v[0] > 4096 || v[1] < 32 || v[1] > 4096)
+        return rn_errorf(RN_EINVAL, "--crop-schedule %s: START and END are crops of 32 to 4096 pixels", text);
+    if (v[2] < 0 || v[3] <= v[2] || v[3] > 1000000)
+        return rn_errorf(RN_EINVAL, "--crop-schedule %s: the ramp's epochs need 0 <= E1 < E2 <= 1000000", text);
+    for (int i = 0; i < 4; i++)
+        sched[i] = (int)v[i];
+    return RN_OK;
 }
 
 /* the most steps a flag may count: far beyond any run, far from int64_t's overflow */
@@ -262,8 +311,57 @@ enum {
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
-    O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB
+    O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
+    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED
 };
+
+/* --recipe: named bundles of existing flags, put before the command line's own flags so
+ * that every flag given there wins, whatever its place. Where each value comes from is in
+ * README.md (rn-train, Recipes) and rn-train(1). Values are never rescaled with --batch:
+ * a user who changes it gives --lr too (linear scaling: lr * batch / the recipe's). */
+/* clang-format off: flag and value pairs, read as the command line they print as */
+static const char *const recipe_seed[] = {
+    "--batch", "256", "--lr", "0.01", "--momentum", "0.9", "--wd", "1e-4", "--lr-schedule", "step", "--lr-step", "10",
+    "--lr-gamma", "0.1", "--crop", "224", "--augment", "rrc,flip", NULL};
+static const char *const recipe_torchvision[] = {
+    "--batch", "256", "--lr", "0.1", "--momentum", "0.9", "--wd", "1e-4", "--lr-schedule", "step", "--lr-step", "30",
+    "--lr-gamma", "0.1", "--epochs", "90", "--crop", "224", "--resize", "256", "--augment", "rrc,flip", NULL};
+static const char *const recipe_torchvision_v2[] = {
+    "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-bn", "--lr-schedule", "cosine",
+    "--lr-epochs", "600", "--warmup-epochs", "5", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
+    "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
+    "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", NULL};
+static const char *const recipe_cifar[] = {
+    "--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4", "--lr-schedule", "cosine",
+    "--lr-epochs", "200", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
+static const char *const recipe_mlperf[] = {
+    "--optimizer", "lars", "--batch", "3264", "--lr", "10.5", "--momentum", "0.9", "--wd", "5e-5",
+    "--lars-eta", "0.001", "--lars-eps", "0", "--lr-schedule", "poly", "--lr-power", "2", "--lr-end", "1e-4",
+    "--warmup-epochs", "2", "--lr-epochs", "37", "--epochs", "37", "--label-smoothing", "0.1", "--crop", "224",
+    "--augment", "rrc,flip", NULL};
+/* clang-format on */
+static const struct {
+    const char *name;
+    const char *const *flags;
+} recipes[] = {
+    {"seed", recipe_seed},   {"torchvision", recipe_torchvision}, {"torchvision-v2", recipe_torchvision_v2},
+    {"cifar", recipe_cifar}, {"mlperf", recipe_mlperf},
+};
+#define N_RECIPES (int)(sizeof recipes / sizeof *recipes)
+#define RECIPE_NAMES "seed, torchvision, torchvision-v2, cifar or mlperf"
+
+static const char *const *recipe_find(const char *name) {
+    for (int i = 0; i < N_RECIPES; i++)
+        if (strcmp(recipes[i].name, name) == 0) return recipes[i].flags;
+    return NULL;
+}
+
+static int recipe_len(const char *const *flags) {
+    int n = 0;
+    while (flags[n])
+        n++;
+    return n;
+}
 
 /* After MPI started: the message of a failure (each rank's own, marked with its rank when
  * there are several), and the end of this process. A world of more than one is stopped
@@ -287,7 +385,8 @@ int main(int argc, char **argv) {
         {"batch", required_argument, 0, 'b'},      {"accum", required_argument, 0, O_ACCUM},
         {"micro-batch", required_argument, 0, O_MICRO}, {"deterministic", no_argument, 0, O_DETERM}, {"mem-limit", required_argument, 0, O_MEMLIMIT},
         {"crop", required_argument, 0, O_CROP},    {"augment", required_argument, 0, O_AUG},
-        {"resize", required_argument, 0, O_RESIZE},
+        {"resize", required_argument, 0, O_RESIZE}, {"val-crop", required_argument, 0, O_VALCROP},
+        {"val-resize", required_argument, 0, O_VALRESIZE}, {"crop-schedule", required_argument, 0, O_CROPSCHED},
         {"no-shuffle", no_argument, 0, O_NOSHUF},  {"seed", required_argument, 0, O_SEED},
         {"workers", required_argument, 0, 'w'},    {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
@@ -313,6 +412,7 @@ int main(int argc, char **argv) {
         {"ema-decay", required_argument, 0, O_EMADECAY}, {"ema-every", required_argument, 0, O_EMAEVERY},
         {"mixup", required_argument, 0, O_MIXUP},  {"cutmix", required_argument, 0, O_CUTMIX},
         {"mix-prob", required_argument, 0, O_MIXPROB}, {"switch-prob", required_argument, 0, O_SWITCHPROB},
+        {"recipe", required_argument, 0, O_RECIPE}, {"print-recipe", no_argument, 0, O_PRINTRECIPE},
         {"version", no_argument, 0, 'V'},          {0, 0, 0, 0},
     };
     rn_train_opts o;
@@ -322,8 +422,46 @@ int main(int argc, char **argv) {
     const char *in = NULL;
     int c, rc = env_rc, have_epochs = 0, have_schedule = 0, mix_flags = 0;
     double dist_timeout = RN_DIST_TIMEOUT, bucket_mb = RN_DIST_BUCKET_MB;
-    while (rc == RN_OK && (c = getopt_long(argc, argv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
+    /* --recipe and --print-recipe first (getopt on a copy, silent): the recipe's flags then go
+     * in front of the command line's, so that a flag given there overrides the recipe's */
+    const char *recipe = NULL;
+    int print_recipe = 0;
+    char **scan = malloc(sizeof *scan * (size_t)(argc + 1));
+    if (!scan) {
+        fprintf(stderr, "rn-train: out of memory reading the command line\n");
+        return 1;
+    }
+    memcpy(scan, argv, sizeof *scan * (size_t)(argc + 1));
+    opterr = 0;
+    while ((c = getopt_long(argc, scan, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
+        if (c == O_RECIPE)
+            recipe = optarg;
+        else if (c == O_PRINTRECIPE)
+            print_recipe = 1;
+    }
+    free(scan);
+    opterr = 1;
+    optind = 0; /* glibc: start the next scan afresh */
+    const char *const *recipe_flags = NULL;
+    if (recipe && !(recipe_flags = recipe_find(recipe))) {
+        fprintf(stderr, "rn-train: --recipe: '%s' is not " RECIPE_NAMES "\n", recipe);
+        return 2;
+    }
+    int nrecipe = recipe_flags ? recipe_len(recipe_flags) : 0;
+    int pargc = argc + nrecipe;
+    char **pargv = malloc(sizeof *pargv * (size_t)(pargc + 1));
+    if (!pargv) {
+        fprintf(stderr, "rn-train: out of memory reading the command line\n");
+        return 1;
+    }
+    pargv[0] = argv[0];
+    for (int i = 0; i < nrecipe; i++)
+        pargv[1 + i] = (char *)recipe_flags[i];
+    memcpy(pargv + 1 + nrecipe, argv + 1, sizeof *pargv * (size_t)argc); /* argv[argc] is NULL */
+    while (rc == RN_OK && (c = getopt_long(pargc, pargv, "d:i:o:e:b:w:t:hV", opts, NULL)) != -1) {
         switch (c) {
+        case O_RECIPE:
+        case O_PRINTRECIPE: break; /* applied above */
         case 'd': o.data = optarg; break;
         case 'i': in = optarg; break;
         case 'o': o.out = optarg; break;
@@ -344,6 +482,9 @@ int main(int argc, char **argv) {
             break;
         case O_CROP: rc = rn_cli_int("--crop", optarg, 8, 4096, &o.crop); break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 16384, &o.resize); break;
+        case O_CROPSCHED: rc = parse_crop_schedule(optarg, o.crop_sched); break;
+        case O_VALCROP: rc = rn_cli_int("--val-crop", optarg, 8, 4096, &o.val_crop); break;
+        case O_VALRESIZE: rc = rn_cli_int("--val-resize", optarg, 0, 16384, &o.val_resize); break;
         case O_AUG:
             if ((rc = rn_augment_parse(optarg, &o.augment))) rc = rn_error_context(rc, "--augment");
             break;
@@ -426,7 +567,20 @@ int main(int argc, char **argv) {
         default: fprintf(stderr, "rn-train: see 'rn-train --help'\n"); return 2;
         }
     }
-    if (rc == RN_OK) rc = check_flags(&o, in, argc - optind, argv + optind);
+    if (rc == RN_OK && print_recipe) {
+        if (!recipe_flags) {
+            fprintf(stderr, "rn-train: --print-recipe needs --recipe NAME (" RECIPE_NAMES ")\n");
+            free(pargv);
+            return 2;
+        }
+        printf("rn-train");
+        for (int i = 0; i < nrecipe; i++) printf(" %s", recipe_flags[i]);
+        printf("\n");
+        free(pargv);
+        return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+    }
+    if (rc == RN_OK) rc = check_flags(&o, in, pargc - optind, pargv + optind);
+    free(pargv);
     if (rc == RN_OK && mix_flags && !(o.mix.mixup > 0) && !(o.mix.cutmix > 0))
         rc = rn_errorf(RN_EINVAL, "--mix-prob and --switch-prob need --mixup ALPHA or --cutmix ALPHA (> 0)");
     if (rc != RN_OK) {

@@ -146,6 +146,11 @@ typedef struct {
     int recompute;          /* RN_TRAIN_RECOMPUTE_*: activation checkpointing (RN_NET_RECOMPUTE) */
     int resize;             /* eval transform (--val, augment none): shorter side before the
                                centre crop; -1: round(crop*256/224); 0: no resize */
+    int val_crop;           /* --val's centre crop; 0: crop. Another size evaluates on a second,
+                               inference-only net of that size, loaded with the weights */
+    int val_resize;         /* --val's resize; -1: resize, and when that is -1 too
+                               round(val_crop*256/224); 0: no resize */
+    int crop_sched[4];      /* --crop-schedule START, END, E1, E2 (rn_train_crop_at); START 0: off */
     rn_augment augment;     /* the training chain (rn/augment.h; n = 0: the eval transform) */
     int shuffle;            /* 1 or 0 */
     int64_t overfit_batches;/* > 0: every epoch is the first N batches of epoch 0, the same
@@ -186,6 +191,12 @@ typedef struct {
     int argc;
     char **argv;            /* for provenance */
 } rn_train_opts;
+
+/* --crop-schedule (FFCV's progressive resizing): the training crop of epoch index e
+ * (counted from 0, the log's epoch e + 1) for sched = {START, END, E1, E2}: START up to E1,
+ * END from E2, in between START + (END - START)(e - E1)/(E2 - E1) rounded to a multiple of
+ * 32 (half to even, as numpy's round). sched[0] == 0: crop. */
+int rn_train_crop_at(const int sched[4], int crop, int e);
 
 void rn_train_defaults(rn_train_opts *o);
 

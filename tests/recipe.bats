@@ -1,0 +1,243 @@
+#!/usr/bin/env bats
+# rn-train --recipe and --print-recipe: each recipe prints the documented flags (the same
+# line README.md shows), the printed flags parse back, a flag given on the command line
+# overrides the recipe's wherever it stands, an unknown name exits 2 naming the recipes, and
+# a short --recipe cifar run trains; RECIPE= in the pipelines. --val-crop/--val-resize:
+# rn-eval's numbers at that transform, the same checkpoint. --crop-schedule: FFCV's crops
+# per epoch, exact resume across a change, bad values refused.
+
+load helper
+
+setup_file() {
+    cd "$BATS_FILE_TMPDIR"
+    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src 12 1 >/dev/null
+    rn-prep -q src train.lmdb
+    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+}
+
+setup() { cd "$BATS_FILE_TMPDIR"; }
+
+T="--workers 2 --threads 2 --seed 3"
+
+# the documented flags of each recipe (README.md, rn-train: Recipes)
+expected() {
+    case "$1" in
+    seed) echo "--batch 256 --lr 0.01 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 10 --lr-gamma 0.1" \
+        "--crop 224 --augment rrc,flip" ;;
+    torchvision) echo "--batch 256 --lr 0.1 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 30" \
+        "--lr-gamma 0.1 --epochs 90 --crop 224 --resize 256 --augment rrc,flip" ;;
+    torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
+        "--lr-epochs 600 --warmup-epochs 5 --epochs 600 --label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
+        "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --val-crop 224 --val-resize 232 --ema-decay 0.99998" \
+        "--ema-every 32" ;;
+    cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --epochs 200" \
+        "--crop 32 --resize 0 --augment crop-pad=4,flip" ;;
+    mlperf) echo "--optimizer lars --batch 3264 --lr 10.5 --momentum 0.9 --wd 5e-5 --lars-eta 0.001 --lars-eps 0" \
+        "--lr-schedule poly --lr-power 2 --lr-end 1e-4 --warmup-epochs 2 --lr-epochs 37 --epochs 37" \
+        "--label-smoothing 0.1 --crop 224 --augment rrc,flip" ;;
+    esac
+}
+
+# the lr of the JSONL log's step N
+lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' | cut -d: -f2; }
+
+@test "--print-recipe prints each recipe's documented flags as one rn-train command line, exit 0" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        run rn-train --recipe "$r" --print-recipe
+        assert_success
+        assert_output "rn-train $(expected "$r")"
+    done
+}
+
+@test "README.md shows each recipe's --print-recipe line verbatim (its own line in the code block)" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        line=$(rn-train --recipe "$r" --print-recipe)
+        run grep -cxF -- "  $line" "$BATS_TEST_DIRNAME/../README.md"
+        assert_output 1
+    done
+}
+
+@test "the printed flags parse back: rn-train accepts them and trains a step (sizes overridden)" {
+    for r in seed torchvision torchvision-v2 cifar mlperf; do
+        flags=$(rn-train --recipe "$r" --print-recipe | cut -d' ' -f2-)
+        # shellcheck disable=SC2086
+        run rn-train $flags --data train.lmdb --in init.pb --out "p-$r.pb" --max-steps 1 --batch 4 --crop 32 \
+            --resize 0 $T
+        assert_success
+        [ -f "p-$r.pb" ]
+    done
+}
+
+@test "an unknown recipe exits 2 naming the recipes; --print-recipe alone exits 2" {
+    run rn-train --recipe imagenet --print-recipe
+    assert_failure 2
+    assert_output --partial "--recipe: 'imagenet' is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    run rn-train --data train.lmdb --in init.pb --out u.pb --recipe resnet
+    assert_failure 2
+    assert_output --partial "is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    [ ! -e u.pb ]
+    run rn-train --print-recipe
+    assert_failure 2
+    assert_output --partial "--print-recipe needs --recipe NAME"
+}
+
+@test "a bad flag next to --recipe still exits 2 with its own message" {
+    run rn-train --recipe cifar --data train.lmdb --in init.pb --out b.pb --lr -1
+    assert_failure 2
+    assert_output --partial "--lr"
+    [ ! -e b.pb ]
+}
+
+@test "--recipe cifar trains on a tiny dataset: its cosine over 200 epochs, lr 0.1" {
+    run rn-train --recipe cifar --data train.lmdb --in init.pb --out c.pb --epochs 1 --batch 8 $T \
+        --log c.jsonl --log-every 1
+    assert_success
+    [ -f c.pb ]
+    assert_equal "$(lr_at c.jsonl 1)" 0.10000000000000001
+    # step 2 of 3 * 200: 0.1 * (1 + cos(pi / 600)) / 2, the recipe's --lr-epochs 200
+    want=$("$PYTHON" -c 'import math; print(repr(0.1 * (1 + math.cos(math.pi / 600)) / 2))')
+    run "$PYTHON" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-9 * b)" \
+        "$(lr_at c.jsonl 2)" "$want"
+    assert_success
+    run rn-info c.pb
+    assert_success
+    assert_output --partial "--recipe cifar"
+}
+
+@test "a flag on the command line overrides the recipe's, before or after --recipe" {
+    rn-train --recipe cifar --lr 0.05 --data train.lmdb --in init.pb --out o1.pb --max-steps 1 --batch 8 $T \
+        --log o1.jsonl --log-every 1
+    rn-train --lr 0.05 --data train.lmdb --in init.pb --out o2.pb --max-steps 1 --batch 8 $T --recipe cifar \
+        --log o2.jsonl --log-every 1
+    assert_equal "$(lr_at o1.jsonl 1)" 0.050000000000000003
+    assert_equal "$(lr_at o2.jsonl 1)" 0.050000000000000003
+    # the rest of the recipe still applies: the same weights either way
+    run cmp <(rn-info --tensors o1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors o2.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    # and it differs from the recipe's own lr
+    rn-train --recipe cifar --data train.lmdb --in init.pb --out o3.pb --max-steps 1 --batch 8 $T
+    run cmp -s <(rn-info --tensors o1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors o3.pb | sed -n '/^tensors:/,$p')
+    assert_failure
+}
+
+@test "--recipe cifar with --augment none is the same run as its flags written out with --augment none" {
+    rn-train --recipe cifar --augment none --data train.lmdb --in init.pb --out a1.pb --max-steps 1 --batch 8 $T
+    rn-train --data train.lmdb --in init.pb --out a3.pb --max-steps 1 $T --batch 8 --lr 0.1 --momentum 0.9 \
+        --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --crop 32 --resize 0 --augment none
+    run cmp <(rn-info --tensors a1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p')
+    assert_success
+}
+
+@test "RECIPE= in the pipelines: the recipe's values are the defaults, --recipe on every rn-train, variables win" {
+    mkdir -p pipe && cd pipe
+    printf 'include %s/../pipelines/train.mk\nall: train\n' "$BATS_TEST_DIRNAME" > Makefile
+    run make -n RECIPE=cifar EPOCHS=3 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_success
+    assert_output --partial "--batch 128  --lr 0.1 --lr-schedule cosine   --lr-epochs 3 "
+    assert_output --partial "--crop 32 --resize 0 "
+    assert_output --partial "--recipe cifar "
+    assert_output --partial "printf '%s=%s\n' 'RECIPE' 'cifar'"
+    run make -n RECIPE=mlperf EPOCHS=2 BATCH=64 LR=2 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_output --partial "--batch 64  --lr 2 --lr-schedule poly   --lr-epochs 2 "
+    run make -n RECIPE=imagenet DATA=.. RN_BIN="$RN_BIN"
+    assert_failure
+    assert_output --partial "'imagenet' is not seed, torchvision, torchvision-v2, cifar or mlperf"
+    # a real epoch, shrunk on the command line
+    run make RECIPE=cifar ARCH=resnet18 EPOCHS=1 BATCH=8 WORKERS=2 THREADS=2 DATA=.. TRAIN_VAL= RN_BIN="$RN_BIN"
+    assert_success
+    run grep -c -- "rn-train .*--recipe cifar" runs/resnet18/commands.sh
+    assert_output 1
+    run rn-info --json runs/resnet18/epoch-001.pb
+    assert_output --partial '"epoch":1,"step":3,'
+}
+
+@test "--val-crop/--val-resize change the eval transform only: rn-eval's numbers, the same checkpoint" {
+    [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
+    V="--data train.lmdb --val val.lmdb --in init.pb --epochs 1 --batch 8 --crop 32 $T --ema-decay 0.9 --ema-every 1"
+    rn-train $V --out vc.pb --val-crop 24 --val-resize 28 --log vc.jsonl
+    rn-train $V --out vd.pb --log vd.jsonl
+    # training untouched: the same weights, momentum and moving average
+    run cmp <(rn-info --tensors vc.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors vd.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    rn-export --ema vc.pb vc-ema.safetensors
+    rn-export --ema vd.pb vd-ema.safetensors
+    run cmp vc-ema.safetensors vd-ema.safetensors
+    assert_success
+    # the logged validation is rn-eval's at crop 24 of a 28 resize, for the weights and the EMA
+    loss=$(rn-eval --data val.lmdb --ckpt vc.pb --crop 24 --resize 28 --threads 2 --json | grep -o '"loss":[0-9.e-]*')
+    ema=$(rn-eval --data val.lmdb --ckpt vc.pb --crop 24 --resize 28 --threads 2 --ema --json |
+        grep -o '"loss":[0-9.e-]*')
+    run "$PYTHON" -c "import json,sys; e=[json.loads(l) for l in open('vc.jsonl') if '\"epoch\"' in l][-1]
+a, b = float(sys.argv[1].split(':')[1]), float(sys.argv[2].split(':')[1])
+print(abs(e['val_loss'] - a) < 1e-5, abs(e['ema_val_loss'] - b) < 1e-5)" "$loss" "$ema"
+    assert_output "True True"
+    # and the default transform is rn-eval's default, a different number here
+    run "$PYTHON" -c "import json; print([json.loads(l) for l in open('vd.jsonl') if '\"epoch\"' in l][-1]['val_loss'])"
+    refute_output "$(grep -o '"val_loss":[0-9.e-]*' vc.jsonl | cut -d: -f2)"
+    run rn-train $V --out bad.pb --val-crop 4
+    assert_failure 2
+    assert_output --partial "--val-crop"
+}
+
+@test "--crop-schedule: the crop of each epoch follows FFCV's formula; resume is exact across a change" {
+    C="--data train.lmdb --batch 8 --crop-schedule 32:96:0:3 $T"
+    run rn-train $C --in init.pb --out cs.pb --epochs 5
+    assert_success
+    # a line at the first epoch and at each change: epoch (1-based) and crop
+    got=$(grep -o 'epoch [0-9]*: crop [0-9]*' <<<"$output" | tr '\n' ' ')
+    want=$("$PYTHON" -c '
+import numpy as np
+def res(e, lo=32, hi=96, e1=0, e2=3):  # ffcv examples/imagenet get_resolution
+    if e <= e1: return lo
+    if e >= e2: return hi
+    return int(np.round(np.interp([e], [e1, e2], [lo, hi])[0] / 32)) * 32
+prev, out = None, []
+for e in range(5):
+    if res(e) != prev: out.append("epoch %d: crop %d" % (e + 1, res(e)))
+    prev = res(e)
+print(" ".join(out), end=" ")')
+    assert_equal "$got" "$want"
+    assert_equal "$want" "epoch 1: crop 32 epoch 2: crop 64 epoch 4: crop 96 "
+    # stopped inside epoch 3 (crop 64, 96 next), and at the end of epoch 2: the same bytes
+    rn-train $C --in init.pb --out m.pb --epochs 5 --max-steps 7
+    rn-train $C --in m.pb --out m5.pb --epochs 3
+    rn-train $C --in init.pb --out e2.pb --epochs 2
+    rn-train $C --in e2.pb --out e5.pb --epochs 3
+    rn-train $C --in init.pb --out w1.pb --epochs 5 --workers 1
+    want=$(rn-info --tensors cs.pb | sed -n '/^tensors:/,$p' | md5sum)
+    assert_equal "$(rn-info --tensors m5.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    assert_equal "$(rn-info --tensors e5.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    assert_equal "$(rn-info --tensors w1.pb | sed -n '/^tensors:/,$p' | md5sum)" "$want"
+    # the crops matter: a constant crop is another run
+    rn-train --data train.lmdb --batch 8 --crop 32 $T --in init.pb --out k.pb --epochs 5
+    refute [ "$(rn-info --tensors k.pb | sed -n '/^tensors:/,$p' | md5sum)" = "$want" ]
+}
+
+@test "--crop-schedule with --val and the moving average: resume exact, val at --val-crop" {
+    [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
+    # (the moving average's alpha depends on the run's length: --lr-epochs fixes it across the resume)
+    C="--data train.lmdb --val val.lmdb --val-crop 32 --batch 8 --crop-schedule 64:32:0:2 $T --ema-decay 0.9"
+    C="$C --ema-every 1 --lr-epochs 3"
+    rn-train $C --in init.pb --out a3.pb --epochs 3 --log a3.jsonl
+    rn-train $C --in init.pb --out a1.pb --epochs 1
+    rn-train $C --in a1.pb --out b3.pb --epochs 2
+    rn-export --ema a3.pb a3.safetensors
+    rn-export --ema b3.pb b3.safetensors
+    run cmp a3.safetensors b3.safetensors
+    assert_success
+    run cmp <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors b3.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    loss=$(rn-eval --data val.lmdb --ckpt a3.pb --crop 32 --threads 2 --json | grep -o '"loss":[0-9.e-]*' | cut -d: -f2)
+    run "$PYTHON" -c "import json,sys; e=[json.loads(l) for l in open('a3.jsonl') if '\"epoch\"' in l][-1]
+print(abs(e['val_loss'] - float(sys.argv[1])) < 1e-5)" "$loss"
+    assert_output True
+}
+
+@test "bad --crop-schedule values exit 2 with a message" {
+    for bad in 1:2:3 a:b:c:d 16:64:0:2 32:64:3:3 32:64:0:2x 32:8000:0:2 32:64:-1:2; do
+        run rn-train --data train.lmdb --in init.pb --out bad.pb --crop-schedule "$bad"
+        assert_failure 2
+        assert_output --partial "--crop-schedule"
+    done
+    [ ! -e bad.pb ]
+}
