@@ -3,8 +3,18 @@ ImageFolder over the JPEG folders the example makes, Resize(SIZE) + CenterCrop(S
 rn-prep --resize --center-crop stores), then RandomResizedCrop(SIZE) + flip + ImageNet
 normalisation for training and the identity for testing; SGD momentum 0.9, weight decay
 1e-4, StepLR; batch; drop_last, as rn-train.
-usage: torch_peer.py JPEG_DIR ARCH SIZE EPOCHS BATCH LR LR_STEP THREADS WORKERS
+usage: torch_peer.py JPEG_DIR ARCH SIZE EPOCHS BATCH LR LR_STEP THREADS WORKERS [options]
+Options give the torchvision-v2-style recipe, each as rn-train's flag of the same name:
+  --crop-pad N         RandomCrop(SIZE, padding=N) in place of RandomResizedCrop (crop-pad=N)
+  --ta-wide            TrivialAugmentWide after the flip (ta_wide)
+  --erase P            RandomErasing(P) after Normalize (erase=P)
+  --label-smoothing X  cross-entropy label smoothing
+  --lr-schedule cosine cosine over EPOCHS, per step (rn's cosine) in place of StepLR
+  --mixup A, --cutmix A  torchvision's reference RandomMixup / RandomCutmix (p=1), one of the
+                       two per batch with probability 1/2 when both are given
 Prints one line per epoch and 'peer: top1=... seconds=...'."""
+import argparse
+import math
 import sys
 import time
 
@@ -15,28 +25,71 @@ from torchvision import transforms as T
 root, arch = sys.argv[1], sys.argv[2]
 size, epochs, batch = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 lr, lr_step, threads, workers = float(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9])
+ap = argparse.ArgumentParser(prog="torch_peer.py JPEG_DIR ARCH SIZE EPOCHS BATCH LR LR_STEP THREADS WORKERS")
+ap.add_argument("--crop-pad", type=int, default=None)
+ap.add_argument("--ta-wide", action="store_true")
+ap.add_argument("--erase", type=float, default=0.0)
+ap.add_argument("--label-smoothing", type=float, default=0.0)
+ap.add_argument("--lr-schedule", choices=["step", "cosine"], default="step")
+ap.add_argument("--mixup", type=float, default=0.0)
+ap.add_argument("--cutmix", type=float, default=0.0)
+opt_args = ap.parse_args(sys.argv[10:])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 base = [T.Resize(size), T.CenterCrop(size)]
 rgb = T.Lambda(lambda im: im.convert("RGB"))
-train = torchvision.datasets.ImageFolder(f"{root}/train", T.Compose([rgb] + base + [
-    T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(), norm]))
+crop = T.RandomCrop(size, padding=opt_args.crop_pad) if opt_args.crop_pad is not None else T.RandomResizedCrop(size)
+aug = [crop, T.RandomHorizontalFlip()] + ([T.TrivialAugmentWide()] if opt_args.ta_wide else [])
+after = [T.RandomErasing(opt_args.erase)] if opt_args.erase > 0 else []
+train = torchvision.datasets.ImageFolder(f"{root}/train", T.Compose([rgb] + base + aug + [T.ToTensor(), norm] + after))
 test = torchvision.datasets.ImageFolder(f"{root}/test", T.Compose([rgb] + base + [T.ToTensor(), norm]))
 tl = torch.utils.data.DataLoader(train, batch_size=batch, shuffle=True, drop_last=True, num_workers=workers)
 vl = torch.utils.data.DataLoader(test, batch_size=256, num_workers=workers)
 model = getattr(torchvision.models, arch)(num_classes=len(train.classes))
 opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
-sched = torch.optim.lr_scheduler.StepLR(opt, lr_step, 0.1)
+if opt_args.lr_schedule == "cosine":  # rn's cosine: per optimiser step over the whole run
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(1.0, i / (epochs * len(tl))))))
+else:
+    sched = torch.optim.lr_scheduler.StepLR(opt, lr_step, 0.1)
+
+
+def mix(x, y):
+    """torchvision's references/classification/transforms.py RandomMixup / RandomCutmix, p=1,
+    in a RandomChoice when both are on: x (N, C, H, W) and one-hot y mixed with their roll by one."""
+    use_cutmix = opt_args.cutmix > 0 and (opt_args.mixup <= 0 or torch.rand(1).item() < 0.5)
+    alpha = opt_args.cutmix if use_cutmix else opt_args.mixup
+    lam = float(torch._sample_dirichlet(torch.tensor([alpha, alpha]))[0])
+    xr, yr = x.roll(1, 0), y.roll(1, 0)
+    if use_cutmix:
+        H, W = x.shape[-2:]
+        rx, ry = int(torch.randint(W, (1,))), int(torch.randint(H, (1,)))
+        r = 0.5 * math.sqrt(1.0 - lam)
+        rw, rh = int(r * W), int(r * H)
+        x1, y1, x2, y2 = max(rx - rw, 0), max(ry - rh, 0), min(rx + rw, W), min(ry + rh, H)
+        x = x.clone()
+        x[:, :, y1:y2, x1:x2] = xr[:, :, y1:y2, x1:x2]
+        lam = 1.0 - float((x2 - x1) * (y2 - y1)) / (W * H)
+    else:
+        x = x * lam + xr * (1.0 - lam)
+    return x, y * lam + yr * (1.0 - lam)
+
+
 t0 = time.time()
 for epoch in range(epochs):
     model.train()
     for x, y in tl:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if opt_args.mixup > 0 or opt_args.cutmix > 0:
+            x, y = mix(x, torch.nn.functional.one_hot(y, len(train.classes)).float())
+        loss = torch.nn.functional.cross_entropy(model(x), y, label_smoothing=opt_args.label_smoothing)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    sched.step()
+        if opt_args.lr_schedule == "cosine":
+            sched.step()
+    if opt_args.lr_schedule != "cosine":
+        sched.step()
     model.eval()
     correct = n = 0
     with torch.no_grad():

@@ -4,8 +4,9 @@
 # (RandomResizedCrop(224), flip, to float, normalise), same worker count, run side by side.
 # Also times rn-prep on that folder, and rn-prep on the same images as PNGs against
 # torchvision's ImageFolder + PIL decoding them ("prep-png: rn=... peer=... ratio=...": both
-# decode, Resize(256), CenterCrop(224), to u8 pixels, at $WORKERS threads/workers).
-# Ends with "loader: rn=<img/s> peer=<img/s> ratio=<r>".
+# decode, Resize(256), CenterCrop(224), to u8 pixels, at $WORKERS threads/workers), and
+# "loader-ta: rn=... peer=... ratio=...": both loaders again with TrivialAugmentWide and
+# RandomErasing(0.1) added to the training transform. Ends with "loader: rn=<img/s> peer=<img/s> ratio=<r>".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -118,9 +119,45 @@ PY
     peer_cpu=$(best "$peer_cpu" "$(sed -n 's/^peer cpu: \([0-9.]*\) img per cpu-second/\1/p' <<<"$peer_out")")
 done
 
+# The same race with the torchvision-v2-style training chain: rn-load --augment
+# rrc,flip,ta_wide,erase=0.1 against RandomResizedCrop(224), RandomHorizontalFlip,
+# TrivialAugmentWide, PILToTensor, ConvertImageDtype, Normalize, RandomErasing(0.1).
+# rn-load computes the erase boxes in its workers; rn-train paints them on the normalised
+# batch (rn_input_erase), so painting (one box on a tenth of the images) is not in rn's time.
+ta_rn=0 ta_peer=0
+for round in $(seq "$ROUNDS"); do
+    rn_out=$("$BIN/rn-load" -q --workers "$WORKERS" --batch "$BATCH" --crop 224 --float --epochs 2 \
+        --augment rrc,flip,ta_wide,erase=0.1 --seed "$round" "$DIR/data.lmdb")
+    echo "ta round $round: $(head -1 <<<"$rn_out")" >&2
+    ta_rn=$(best "$ta_rn" "$(sed -n 's/^rn-load: .*: \([0-9.]*\) img\/s.*/\1/p' <<<"$rn_out")")
+    peer_out=$("$PYTHON" - "$DIR/imgs" "$WORKERS" "$BATCH" "$round" <<'PY'
+import sys, time
+import torch
+import torchvision.datasets as D
+import torchvision.transforms as T
+from torch.utils.data import DataLoader
+root, workers, batch, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(seed)
+tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.TrivialAugmentWide(), T.PILToTensor(),
+                T.ConvertImageDtype(torch.float), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+                T.RandomErasing(0.1)])
+ds = D.ImageFolder(root, transform=tf)
+t0 = time.time()
+n = 0
+for x, y in DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers):
+    n += x.shape[0]
+dt = time.time() - t0
+print("peer: torchvision DataLoader(ImageFolder, PIL), TrivialAugmentWide: %d images in %.2f s: %.1f img/s" % (n, dt, n / dt))
+PY
+    )
+    echo "ta round $round: $(tail -1 <<<"$peer_out")" >&2
+    ta_peer=$(best "$ta_peer" "$(sed -n 's/^peer: .*: \([0-9.]*\) img\/s$/\1/p' <<<"$peer_out")")
+done
+
 echo "prep: rn-prep=$prep_rate img/s ($n 500x375 JPEGs, decode + re-encode at quality 90, $WORKERS threads)"
 # images per CPU-second (all threads and worker processes): what each costs whatever else
 # the machine is doing; the wall-clock line below is the one the target refers to
 awk -v r="$rn_cpu" -v p="$peer_cpu" 'BEGIN { printf "loader-cpu: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
 awk -v r="$png_rn" -v p="$png_peer" 'BEGIN { printf "prep-png: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
+awk -v r="$ta_rn" -v p="$ta_peer" 'BEGIN { printf "loader-ta: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
 awk -v r="$rn_rate" -v p="$peer_rate" 'BEGIN { printf "loader: rn=%.0f peer=%.0f ratio=%.2f\n", r, p, r / p }'
