@@ -33,7 +33,7 @@ T="--batch 8 --crop 32 --workers 2 --threads 2"
     assert_output --partial "--augment: rrc: scale 1-0.5"
     run rn-load --augment "erase,flip" train.lmdb
     assert_failure 2
-    assert_output --partial "flip after erase: the order is a crop op (rrc or crop-pad) first, then flip, erase last"
+    assert_output --partial "flip after erase: the order is a crop op (rrc or crop-pad) first, then flip, then the pixel ops (ta_wide, randaug, autoaug, jitter), erase last"
     [ ! -e x.pb ]
 }
 

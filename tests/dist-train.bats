@@ -7,9 +7,7 @@ load helper
 
 setup_file() {
     cd "$BATS_FILE_TMPDIR"
-    "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src 24 1 >/dev/null
-    rn-prep -q src train.lmdb
-    rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
+    toy_setup 24 >/dev/null
 }
 
 setup() {
