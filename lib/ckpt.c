@@ -41,7 +41,7 @@ rn_ptensor *rn_ptensor_new(const char *name, int dtype, int ndim, const int64_t 
         return NULL;
     }
     t->n_shape = (size_t)ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* a scalar may pass NULL */
     t->data.len = (size_t)numel * esize;
     return t;
 }
