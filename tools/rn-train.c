@@ -377,6 +377,9 @@ static int fail(rn_dist *d, int code) {
     return code;
 }
 
+/* the command line with the recipe's flags in front (main's every exit path keeps it) */
+char **rn_train_pargv; /* not static: the store must stay, so leak checkers see it reachable */
+
 int main(int argc, char **argv) {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},       {"in", required_argument, 0, 'i'},
@@ -450,6 +453,7 @@ int main(int argc, char **argv) {
     int nrecipe = recipe_flags ? recipe_len(recipe_flags) : 0;
     int pargc = argc + nrecipe;
     char **pargv = malloc(sizeof *pargv * (size_t)(pargc + 1));
+    rn_train_pargv = pargv; /* lives as long as the process: getopt's optarg points into it */
     if (!pargv) {
         fprintf(stderr, "rn-train: out of memory reading the command line\n");
         return 1;
