@@ -8,6 +8,7 @@
 
 #include "rn/augops.h"
 #include "rn/err.h"
+#include "rn/philox.h"
 #include "rn/rng.h"
 
 enum { P_NUM, P_INT, P_RANGE, P_WORD };
@@ -406,20 +407,9 @@ void rn_aug_erase_box(int w, int h, double scale_lo, double scale_hi, double rat
     box[0] = box[1] = box[2] = box[3] = 0;
 }
 
-/* the Box-Muller pair of element e: its radius and angle */
-static void erase_pair(uint64_t key, int64_t epoch, uint32_t rec, uint32_t e, double *rad, double *th) {
-    uint32_t r[4];
-    rn_philox(key, (uint64_t)epoch, ((uint64_t)rec << 32) | (e >> 2), r);
-    int pair = (e & 3) >> 1;
-    double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0); /* (0, 1] */
-    double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
-    *rad = sqrt(-2.0 * log(u1));
-    *th = 6.283185307179586 * u2;
-}
-
 float rn_erase_value(uint64_t key, int64_t epoch, uint32_t rec, uint32_t e) {
     double rad, th;
-    erase_pair(key, epoch, rec, e, &rad, &th);
+    rn_erase_pair(key, (uint64_t)epoch, rec, e, &rad, &th);
     return (float)(e & 1 ? rad * sin(th) : rad * cos(th));
 }
 
@@ -439,7 +429,7 @@ void rn_erase_apply(const rn_erase *boxes, int n, int h, int w, int c, uint64_t 
                         img[e] = 0.0f;
                         continue;
                     }
-                    if (e >> 1 != have) erase_pair(key, epoch, b->rec, e, &rad, &th), have = e >> 1;
+                    if (e >> 1 != have) rn_erase_pair(key, (uint64_t)epoch, b->rec, e, &rad, &th), have = e >> 1;
                     img[e] = (float)(e & 1 ? rad * sin(th) : rad * cos(th));
                 }
     }

@@ -44,6 +44,7 @@
 extern "C" {
 #include "rn/algocache.h"
 #include "rn/err.h"
+#include "rn/philox.h"
 #include "rn/tensor.h"
 }
 
@@ -1020,32 +1021,10 @@ static int cuda_input_normalize(rn_backend *be, int dtype, int64_t m, int c, con
     return BY_DTYPE(dtype, normalize_t)(be, m, c, x, &k, y);
 }
 
-/* Philox-4x32-10 as lib/rng.c computes it, and rn_erase_value's Box-Muller (in double,
- * as the CPU computes it) */
-__device__ void philox_dev(uint64_t key, uint64_t hi, uint64_t lo, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)lo, c1 = (uint32_t)(lo >> 32), c2 = (uint32_t)hi, c3 = (uint32_t)(hi >> 32);
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
-
-/* rn_erase_value */
+/* rn_erase_value: rn/philox.h's Box-Muller pair, the same source as the CPU's */
 __device__ float erase_value_dev(uint64_t key, uint64_t epoch, uint32_t rec, uint32_t e) {
-    uint32_t r[4];
-    philox_dev(key, epoch, ((uint64_t)rec << 32) | (e >> 2), r);
-    int pair = (e & 3) >> 1;
-    double u1 = ((double)r[2 * pair] + 1.0) * (1.0 / 4294967297.0);
-    double u2 = (double)r[2 * pair + 1] * (1.0 / 4294967296.0);
-    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    double rad, th;
+    rn_erase_pair(key, epoch, rec, e, &rad, &th);
     return (float)(e & 1 ? rad * sin(th) : rad * cos(th));
 }
 
