@@ -167,6 +167,7 @@ static void jsonl_epoch(void *ctx, const rn_epoch_info *e) {
     fprintf(f, ",\"lr\":");
     rn_json_number(f, e->lr);
     fprintf(f, ",\"seconds\":%.2f,\"img_s\":%.2f", e->seconds, e->img_s);
+    if (e->crop > 0) fprintf(f, ",\"crop\":%d", e->crop);
     if (e->has_val)
         fprintf(f, ",\"val_top1\":%.6f,\"val_top5\":%.6f,\"val_loss\":%.6f", e->val_top1, e->val_top5, e->val_loss);
     if (e->has_ema_val)

@@ -804,7 +804,7 @@ static int end_epoch(run *t, const window *ep, double lr) {
     rn_run_state *ts = &t->st;
     ts->epoch++;
     rn_epoch_info e = {.epoch = ts->epoch, .step = ts->step, .train_loss = ep->loss / (ep->steps ? ep->steps : 1),
-                       .lr = lr, .seconds = rn_report_clock() - ep->t0};
+                       .lr = lr, .seconds = rn_report_clock() - ep->t0, .crop = t->crop};
     e.img_s = ep->steps * t->o->batch / (e.seconds > 0 ? e.seconds : 1e-9);
     if (t->vl) {
         rn_eval_result vr = {0};

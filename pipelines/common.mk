@@ -12,8 +12,8 @@
 #   ARCH        resnet18|34|50|101|152 (default resnet50)
 #   CLASSES     classes of the new model (default: as many as TRAIN_LMDB has)
 #   RECIPE      seed|torchvision|torchvision-v2|cifar|mlperf: rn-train --recipe (default none).
-#               Its values of EPOCHS, BATCH, LR, LR_SCHEDULE, LR_STEP, LR_GAMMA, CROP and
-#               RESIZE become those variables' defaults; every rn-train gets --recipe RECIPE
+#               Its values of EPOCHS, BATCH, LR, LR_SCHEDULE, LR_STEP, LR_GAMMA, CROP, RESIZE,
+#               VAL_CROP and VAL_RESIZE become those variables' defaults; every rn-train gets --recipe RECIPE
 #               for the rest (momentum, wd, augmentation, ...), the variables override it, and
 #               cosine and poly run over EPOCHS. Needs rn-train built when make starts
 #   EPOCHS      epochs to train (default 30): epoch-001.pb ... epoch-$(EPOCHS).pb
@@ -34,9 +34,12 @@
 #               THREADS are per process
 #   MPIRUN      the launcher (default mpirun); MPIFLAGS: its flags (default none; e.g.
 #               --oversubscribe, --bind-to none, -H host1:4,host2:4)
-#   CROP        training and evaluation crop (default 224)
+#   CROP        training crop, and evaluation crop unless VAL_CROP says otherwise (default 224)
 #   RESIZE      evaluation resize of the shorter side (default: rn's round(CROP*256/224);
 #               0: none, for datasets already stored at CROP x CROP)
+#   VAL_CROP, VAL_RESIZE   the evaluation transform of rn-eval and of rn-train's TRAIN_VAL
+#               (rn-train --val-crop/--val-resize; default CROP and RESIZE, or the recipe's:
+#               torchvision-v2 trains at 176 and evaluates at 232/224)
 #   SEED        initialisation, data order and augmentation seed (default 0)
 #   SAVE_EVERY  also save the epoch in progress every N steps (default: off); make
 #               then resumes inside the epoch (see train.mk)
@@ -95,6 +98,8 @@ MPIRUN ?= mpirun
 MPIFLAGS ?=
 CROP ?= $(call rn_recipe,--crop,224)
 RESIZE ?= $(call rn_recipe,--resize,)
+VAL_CROP ?= $(call rn_recipe,--val-crop,$(CROP))
+VAL_RESIZE ?= $(call rn_recipe,--val-resize,$(RESIZE))
 SEED ?= 0
 SAVE_EVERY ?=
 TRAIN_VAL ?= $(VAL_LMDB)
@@ -118,7 +123,10 @@ rn_int = $(or $(patsubst 0%,%,$(patsubst 0%,%,$(patsubst 0%,%,$(1)))),0)
 # what a tool's command line starts with: nothing for one process, else the launcher
 RN_MPI = $(if $(filter-out 1,$(NPROC)),$(strip $(MPIRUN) -np $(NPROC) $(MPIFLAGS)) )
 # flags rn-train and rn-eval share
-RN_EVAL_T = --crop $(CROP) $(if $(RESIZE),--resize $(RESIZE)) --workers $(WORKERS) \
-  $(if $(THREADS),--threads $(THREADS)) --device $(DEVICE)
+RN_EVAL_T = --workers $(WORKERS) $(if $(THREADS),--threads $(THREADS)) --device $(DEVICE)
+# rn-eval's transform, and rn-train's (its --val evaluates with rn-eval's)
+RN_EVAL_X = --crop $(VAL_CROP) $(if $(VAL_RESIZE),--resize $(VAL_RESIZE))
+RN_TRAIN_X = --crop $(CROP) $(if $(RESIZE),--resize $(RESIZE)) \
+  --val-crop $(VAL_CROP) $(if $(VAL_RESIZE),--val-resize $(VAL_RESIZE))
 
 endif

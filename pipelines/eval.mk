@@ -7,7 +7,7 @@
 #                               loss on a tie, then the earlier epoch)
 #   $(RUN)/val-data.json        the validation set's identity, checked before every eval
 #
-# Variables (see common.mk): RN_BIN DATA VAL_LMDB RUN EPOCHS CROP RESIZE WORKERS THREADS
+# Variables (see common.mk): RN_BIN DATA VAL_LMDB RUN EPOCHS VAL_CROP VAL_RESIZE WORKERS THREADS
 # DEVICE NPROC MPIRUN MPIFLAGS EVAL_FLAGS (e.g. --batch 256, --topk 1); EVAL_CMD, the
 # command that evaluates the checkpoint $< and prints one line of key=value pairs, top-1
 # first and loss third (default rn-eval, as $(MPIRUN) -np $(NPROC) $(MPIFLAGS) rn-eval when
@@ -21,7 +21,7 @@ RN_EVAL_GOAL := $(.DEFAULT_GOAL)
 include $(dir $(lastword $(MAKEFILE_LIST)))train.mk
 
 RN_EVALS := $(RN_EPOCHS:%=$(RUN)/eval/epoch-%.txt)
-EVAL_CMD ?= $(RN_MPI)$(RN)rn-eval --data $(VAL_LMDB) --ckpt $< $(RN_EVAL_T) $(EVAL_FLAGS)
+EVAL_CMD ?= $(RN_MPI)$(RN)rn-eval --data $(VAL_LMDB) --ckpt $< $(RN_EVAL_X) $(RN_EVAL_T) $(EVAL_FLAGS)
 
 .PHONY: eval
 eval: $(RUN)/results.tsv

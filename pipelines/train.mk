@@ -13,7 +13,7 @@
 #
 # Variables (see common.mk): RN_BIN DATA TRAIN_LMDB VAL_LMDB RUN ARCH CLASSES EPOCHS BATCH
 # ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES AMP DEVICE WORKERS THREADS NPROC MPIRUN
-# MPIFLAGS CROP RESIZE SEED SAVE_EVERY TRAIN_VAL TENSORBOARD INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per
+# MPIFLAGS CROP RESIZE VAL_CROP VAL_RESIZE SEED SAVE_EVERY TRAIN_VAL TENSORBOARD INIT_FLAGS TRAIN_FLAGS; LOG_EVERY (steps per
 # log line, default 20). NPROC > 1 runs rn-train as $(MPIRUN) -np $(NPROC) $(MPIFLAGS) rn-train.
 # Targets: train (the last epoch), $(RUN)/epoch-NNN.pb.
 #
@@ -42,7 +42,7 @@ RN_TRAIN_FLAGS = --batch $(BATCH) $(if $(filter-out 1,$(ACCUM)),--accum $(ACCUM)
   $(if $(filter cosine poly,$(LR_SCHEDULE)),--lr-epochs $(EPOCHS)) \
   $(if $(AMP),--amp $(AMP)) --seed $(SEED) $(if $(SAVE_EVERY),--save-every $(SAVE_EVERY)) \
   $(if $(TRAIN_VAL),--val $(TRAIN_VAL)) --log-every $(LOG_EVERY) $(if $(TENSORBOARD),--tensorboard $(TENSORBOARD)) \
-  $(RN_EVAL_T) $(if $(RECIPE),--recipe $(RECIPE)) $(TRAIN_FLAGS)
+  $(RN_TRAIN_X) $(RN_EVAL_T) $(if $(RECIPE),--recipe $(RECIPE)) $(TRAIN_FLAGS)
 
 # the top-level "epoch" of a checkpoint (the history's come later in the JSON)
 rn_epoch_of = $(RN)rn-info --json $(1) | grep -o '"epoch":[0-9]*' | head -n 1 | cut -d: -f2
@@ -57,7 +57,7 @@ else echo "$(RUN): $(2) is not the dataset this run started with (compare $(RUN)
 endef
 
 RN_RECORD_VARS := RECIPE ARCH CLASSES EPOCHS BATCH ACCUM LR LR_SCHEDULE LR_STEP LR_GAMMA LR_MILESTONES \
-  AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL TENSORBOARD \
+  AMP DEVICE WORKERS THREADS NPROC MPIRUN MPIFLAGS CROP RESIZE VAL_CROP VAL_RESIZE SEED SAVE_EVERY DATA TRAIN_LMDB VAL_LMDB TRAIN_VAL TENSORBOARD \
   INIT_FLAGS TRAIN_FLAGS EVAL_FLAGS RN_BIN
 
 .PHONY: train

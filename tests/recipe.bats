@@ -149,6 +149,30 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     assert_output --partial '"epoch":1,"step":3,'
 }
 
+@test "RECIPE=torchvision-v2 in the pipelines: rn-eval and rn-train --val at its 232/224, VAL_CROP/VAL_RESIZE win" {
+    [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
+    mkdir -p pipe2 && cd pipe2
+    printf 'include %s/../pipelines/eval.mk\nall: eval\n' "$BATS_TEST_DIRNAME" > Makefile
+    run make -n RECIPE=torchvision-v2 EPOCHS=2 DATA=.. RN_BIN="$RN_BIN"
+    assert_success
+    assert_output --partial "--crop 176  --val-crop 224 --val-resize 232 "
+    assert_output --partial "--ckpt runs/resnet50/epoch-002.pb --crop 224 --resize 232 "
+    run make -n RECIPE=torchvision-v2 EPOCHS=2 VAL_CROP=32 VAL_RESIZE=0 DATA=.. RN_BIN="$RN_BIN"
+    assert_output --partial "--crop 176  --val-crop 32 --val-resize 0 "
+    assert_output --partial "--ckpt runs/resnet50/epoch-002.pb --crop 32 --resize 0 "
+    # without a recipe the eval transform is CROP/RESIZE, as before
+    run make -n EPOCHS=2 CROP=32 RESIZE=0 DATA=.. RN_BIN="$RN_BIN"
+    assert_output --partial "--crop 32 --resize 0 --val-crop 32 --val-resize 0 "
+    assert_output --partial "--ckpt runs/resnet50/epoch-002.pb --crop 32 --resize 0 "
+    # the Fashion-MNIST example takes the recipe's batch and lr, and keeps its 32 px images
+    run make -n -C "$BATS_TEST_DIRNAME/../examples/fashion-mnist" OUT="$PWD/fm" RN_BIN="$RN_BIN" \
+        RECIPE=torchvision-v2 EPOCHS=2
+    assert_success
+    assert_output --partial "--batch 1024  --lr 0.5 --lr-schedule cosine   --lr-epochs 2 "
+    assert_output --partial "--crop 32 --resize 0 --val-crop 32 --val-resize 0 "
+    assert_output --partial "--ckpt $PWD/fm/epoch-002.pb --crop 32 --resize 0 "
+}
+
 @test "--val-crop/--val-resize change the eval transform only: rn-eval's numbers, the same checkpoint" {
     [ -d val.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" vsrc 6 2 >/dev/null; rn-prep -q vsrc val.lmdb; }
     V="--data train.lmdb --val val.lmdb --in init.pb --epochs 1 --batch 8 --crop 32 $T --ema-decay 0.9 --ema-every 1"
@@ -179,8 +203,10 @@ print(abs(e['val_loss'] - a) < 1e-5, abs(e['ema_val_loss'] - b) < 1e-5)" "$loss"
 
 @test "--crop-schedule: the crop of each epoch follows FFCV's formula; resume is exact across a change" {
     C="--data train.lmdb --batch 8 --crop-schedule 32:96:0:3 $T"
-    run rn-train $C --in init.pb --out cs.pb --epochs 5
+    run rn-train $C --in init.pb --out cs.pb --epochs 5 --log cs.jsonl
     assert_success
+    # each epoch's record in the log names its crop
+    assert_equal "$(grep '"kind":"epoch"' cs.jsonl | grep -o '"crop":[0-9]*' | cut -d: -f2 | tr '\n' ' ')" "32 64 64 96 96 "
     # a line at the first epoch and at each change: epoch (1-based) and crop
     got=$(grep -o 'epoch [0-9]*: crop [0-9]*' <<<"$output" | tr '\n' ' ')
     want=$("$PYTHON" -c '

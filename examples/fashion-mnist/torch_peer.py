@@ -12,6 +12,10 @@ Options give the torchvision-v2-style recipe, each as rn-train's flag of the sam
   --lr-schedule cosine cosine over EPOCHS, per step (rn's cosine) in place of StepLR
   --mixup A, --cutmix A  torchvision's reference RandomMixup / RandomCutmix (p=1), one of the
                        two per batch with probability 1/2 when both are given
+  --wd W               weight decay (default 1e-4); --no-wd-bn: none on BN and biases (rn's)
+  --warmup-epochs W    linear warm-up as rn's: the step-k lr times (k+1)/(W x steps per epoch)
+  --ema-decay D, --ema-every N  torchvision's reference ExponentialMovingAverage (its
+                       adjustment for batch and N, reset during the warm-up), evaluated too
 Prints one line per epoch and 'peer: top1=... seconds=...'."""
 import argparse
 import math
@@ -33,6 +37,11 @@ ap.add_argument("--label-smoothing", type=float, default=0.0)
 ap.add_argument("--lr-schedule", choices=["step", "cosine"], default="step")
 ap.add_argument("--mixup", type=float, default=0.0)
 ap.add_argument("--cutmix", type=float, default=0.0)
+ap.add_argument("--wd", type=float, default=1e-4)
+ap.add_argument("--no-wd-bn", action="store_true")
+ap.add_argument("--warmup-epochs", type=int, default=0)
+ap.add_argument("--ema-decay", type=float, default=0.0)
+ap.add_argument("--ema-every", type=int, default=32)
 opt_args = ap.parse_args(sys.argv[10:])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
@@ -47,12 +56,33 @@ test = torchvision.datasets.ImageFolder(f"{root}/test", T.Compose([rgb] + base +
 tl = torch.utils.data.DataLoader(train, batch_size=batch, shuffle=True, drop_last=True, num_workers=workers)
 vl = torch.utils.data.DataLoader(test, batch_size=256, num_workers=workers)
 model = getattr(torchvision.models, arch)(num_classes=len(train.classes))
-opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+if opt_args.no_wd_bn:  # rn's --no-wd-bn: BN weights and biases, and every bias (1-D tensors)
+    groups = [{"params": [p for p in model.parameters() if p.ndim > 1]},
+              {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+else:
+    groups = model.parameters()
+opt = torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=opt_args.wd)
+warm = opt_args.warmup_epochs * len(tl)
+
+
+def warmup(i):
+    return (i + 1) / warm if i < warm else 1.0
+
+
 if opt_args.lr_schedule == "cosine":  # rn's cosine: per optimiser step over the whole run
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(1.0, i / (epochs * len(tl))))))
+        opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(1.0, i / (epochs * len(tl))))) * warmup(i))
+elif warm:
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.1 ** ((i // len(tl)) // lr_step) * warmup(i))
 else:
     sched = torch.optim.lr_scheduler.StepLR(opt, lr_step, 0.1)
+per_step = opt_args.lr_schedule == "cosine" or warm > 0
+ema = None
+if opt_args.ema_decay > 0:  # references/classification/train.py and utils.py
+    alpha = min(1.0, (1.0 - opt_args.ema_decay) * batch * opt_args.ema_every / epochs)
+    decay = 1.0 - alpha
+    ema = torch.optim.swa_utils.AveragedModel(
+        model, avg_fn=lambda avg, p, n: decay * avg + (1.0 - decay) * p, use_buffers=True)
 
 
 def mix(x, y):
@@ -76,25 +106,35 @@ def mix(x, y):
     return x, y * lam + yr * (1.0 - lam)
 
 
+def top1(m):
+    m.eval()
+    correct = n = 0
+    with torch.no_grad():
+        for x, y in vl:
+            correct += (m(x).argmax(1) == y).sum().item()
+            n += len(y)
+    return correct / n, n
+
+
 t0 = time.time()
 for epoch in range(epochs):
     model.train()
-    for x, y in tl:
+    for i, (x, y) in enumerate(tl):
         if opt_args.mixup > 0 or opt_args.cutmix > 0:
             x, y = mix(x, torch.nn.functional.one_hot(y, len(train.classes)).float())
         loss = torch.nn.functional.cross_entropy(model(x), y, label_smoothing=opt_args.label_smoothing)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if opt_args.lr_schedule == "cosine":
+        if ema is not None and i % opt_args.ema_every == 0:
+            ema.update_parameters(model)
+            if epoch < opt_args.warmup_epochs:
+                ema.n_averaged.fill_(0)
+        if per_step:
             sched.step()
-    if opt_args.lr_schedule != "cosine":
+    if not per_step:
         sched.step()
-    model.eval()
-    correct = n = 0
-    with torch.no_grad():
-        for x, y in vl:
-            correct += (model(x).argmax(1) == y).sum().item()
-            n += len(y)
-    print(f"epoch {epoch + 1}: top1={correct / n:.4f} n={n} ({time.time() - t0:.0f} s)", flush=True)
-print(f"peer: top1={correct / n:.4f} seconds={time.time() - t0:.0f}")
+    acc, n = top1(model)
+    ema_text = f" ema_top1={top1(ema)[0]:.4f}" if ema is not None else ""
+    print(f"epoch {epoch + 1}: top1={acc:.4f}{ema_text} n={n} ({time.time() - t0:.0f} s)", flush=True)
+print(f"peer: top1={acc:.4f}{ema_text} seconds={time.time() - t0:.0f}")

@@ -77,6 +77,7 @@ typedef struct {
     double train_loss;       /* mean of the steps' losses */
     double lr;               /* of its last step */
     double seconds, img_s;
+    int crop;                /* its training crop (--crop, or --crop-schedule's) */
     int has_val;
     double val_top1, val_top5, val_loss;
     int64_t val_n;
