@@ -437,17 +437,20 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
 }
 
 /* Where Winograd pays on this machine's OpenBLAS, measured per ResNet-50 3x3 shape with
- * tests/bench/ops.c (README, "Winograd"): from ~48 tiles per call it matched or beat
- * im2col + GEMM (1.2x at 14x14 batch 1, 1.5-3.5x at batch 32); below that the per-call
- * filter transform and idle threads lose (0.1-0.7x), and so do outputs of 1x1 or 3x3,
- * whose 4x4 tiles are mostly padding (0.3x at 1x1 batch 32). Channels below 32 were not
- * measured and keep im2col. */
-#define WINO_TILES_PAY 48
+ * tests/bench/ops.c (README, "Winograd"). The choice looks at one image, never at the
+ * batch: a rank's slice of a batch, rn-train's --val and rn-eval at another --batch take
+ * the same algorithm for each image (dist.bats compares ranks' logits bit for bit). From 16
+ * tiles per image (7x7 and 8x8 outputs) it won 1.3-1.5x at batch 32 and 1.2-3.5x from
+ * 14x14 up at batch 1; 7x7 at batch 1 lost (0.7x: the per-call filter transform over 16
+ * tiles). Smaller outputs, or 1x1 and 3x3 ones whose 4x4 tiles are mostly padding, lose at
+ * small batches (0.1-0.4x). Channels below 32 were not measured and keep im2col. */
+#define WINO_IMG_TILES 16
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
-    if (be->opts.cpu_no_winograd || !wino_shape(d) || d->c < 32 || d->k < 32 || wino_tiles_total(d) < WINO_TILES_PAY) return 0;
+    int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
+    if (be->opts.cpu_no_winograd || !wino_shape(d) || d->c < 32 || d->k < 32 || img_tiles < WINO_IMG_TILES)
+        return 0;
     /* the share of the tiles' 2x2 outputs inside P x Q: at least 0.7 */
-    int64_t cover = 4 * ceil_div(d->p, 2) * ceil_div(d->q, 2);
-    return 10 * (int64_t)d->p * d->q >= 7 * cover;
+    return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;
 }
 
 static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * (int64_t)d->k * d->c, SPLIT_ALIGN); }
