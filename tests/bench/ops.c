@@ -5,8 +5,9 @@
  * e.g. `build/tests/bench_ops 32 64 2 3x3`; a fifth argument "fwd" skips the backwards. The
  * "infer" column is rn_conv_bias_fwd (the inference net's conv: Winograd where the backend
  * picks it, named in the last column), "exact" the same op on a second context with
- * Winograd off (cpu_no_winograd), "x" infer's speed over exact's in the same process. Each number is the fastest of a few calls: on a
- * shared machine the minimum is what the code can do. */
+ * Winograd off (cpu_no_winograd), "x" infer's speed over exact's in the same process. Each
+ * number is the fastest of a few calls: on a shared machine the minimum is what the code
+ * can do. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,8 @@ int main(int argc, char **argv) {
         }
         printf("%-26s %6d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f  %s\n", name, s->count, flop / t[0] * 1e-9,
                s->ks == 7 ? 0 : flop / t[1] * 1e-9, flop / t[2] * 1e-9,
-               flop / t[3] * 1e-9, flop / t[4] * 1e-9, flop / t[5] * 1e-9, t[5] / t[4], rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+               flop / t[3] * 1e-9, flop / t[4] * 1e-9, flop / t[5] * 1e-9, t[5] / t[4],
+               rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
         tot_inf += t[4] * s->count;
         tot_ex += t[5] * s->count;
         tot_flop += flop * s->count;
