@@ -439,12 +439,13 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
 /* Where Winograd pays on this machine's OpenBLAS, measured per ResNet-50 3x3 shape with
  * tests/bench/ops.c (README, "Winograd"). The choice looks at one image, never at the
  * batch: a rank's slice of a batch, rn-train's --val and rn-eval at another --batch take
- * the same algorithm for each image (dist.bats compares ranks' logits bit for bit). From 16
- * tiles per image (7x7 and 8x8 outputs) it won 1.3-1.5x at batch 32 and 1.2-3.5x from
- * 14x14 up at batch 1; 7x7 at batch 1 lost (0.7x: the per-call filter transform over 16
- * tiles). Smaller outputs, or 1x1 and 3x3 ones whose 4x4 tiles are mostly padding, lose at
- * small batches (0.1-0.4x). Channels below 32 were not measured and keep im2col. */
-#define WINO_IMG_TILES 16
+ * the same algorithm for each image (dist.bats compares ranks' logits bit for bit). From 49
+ * tiles per image (14x14 outputs) it won 1.5-3.9x per layer at batch 32 and 1.0-3.5x at
+ * batch 1. 7x7 and 8x8 outputs (16 tiles) won 1.3-1.5x at batch 32 but lost at batch 1
+ * (0.4-0.7x per layer, and ResNet-50 at 224x224 batch 1 ran 0.85x over all: the filter
+ * transform, per call and from cold weights, is not paid back by 16 tiles); smaller
+ * outputs lose more. Channels below 32 were not measured and keep im2col. */
+#define WINO_IMG_TILES 49
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
     if (be->opts.cpu_no_winograd || !wino_shape(d) || d->c < 32 || d->k < 32 || img_tiles < WINO_IMG_TILES)

@@ -219,10 +219,10 @@ rnst.save("nan.safetensors", sd, meta)'
 }
 
 @test "RN_CPU_WINOGRAD=0: rn-eval through im2col + GEMM instead of Winograd differs by rounding only; a bad value exits 2" {
-    # the toy net's first 3x3 convs (8x8 outputs, 64 channels) take Winograd F(2x2,3x3)
+    # at --crop 64 the toy net's first 3x3 convs (16x16 outputs, 64 channels) take Winograd F(2x2,3x3)
     rn-train --data train.lmdb --in init.pb --out w.pb --max-steps 2 $T
-    RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 32 --threads 2 --dump-logits wino.st > wino.out
-    RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 32 --threads 2 --dump-logits gemm.st > gemm.out
+    RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits wino.st > wino.out
+    RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits gemm.st > gemm.out
     run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
 import rnst
 a = rnst.load("wino.st")[0]["logits"].double()

@@ -289,15 +289,15 @@ static void test_wino(rn_backend *be) {
     CHECK_OK(rn_backend_create("cpu", 2, &o, &exact));
     if (!exact) return;
     test_wino_case(be, exact, 1, 15, 13, 33, 35, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
-    test_wino_case(be, exact, 3, 8, 8, 32, 40, 0, 0);    /* even, several images */
-    test_wino_case(be, exact, 2, 9, 10, 37, 64, 1, 0);
-    test_wino_case(be, exact, 2, 11, 11, 300, 50, 0, 1); /* long dot products */
+    test_wino_case(be, exact, 3, 14, 14, 32, 40, 0, 0);  /* even, several images */
+    test_wino_case(be, exact, 2, 17, 18, 37, 64, 1, 0);
+    test_wino_case(be, exact, 2, 13, 14, 300, 50, 0, 1); /* long dot products */
     test_wino_case(be, exact, 2, 40, 38, 64, 48, 1, 1);  /* two tile blocks, the last partial */
-    test_wino_case(be, exact, 1, 7, 7, 512, 512, 1, 1);  /* ResNet-50's last 3x3 at batch 1 */
-    /* too few tiles per image (9 < 16) at any batch, im2col; and so is a 1x1 output */
+    test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1); /* ResNet-50's 14x14 3x3 at batch 1 */
+    /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output */
     rn_conv_desc d;
-    CHECK_OK(rn_conv_desc_init(&d, 64, 6, 6, 512, 512, 3, 3, 1, 1));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "6x6 batch 64: %s",
+    CHECK_OK(rn_conv_desc_init(&d, 64, 7, 7, 512, 512, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "7x7 batch 64: %s",
           rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
     CHECK_OK(rn_conv_desc_init(&d, 64, 1, 1, 512, 512, 3, 3, 1, 1));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "1x1 batch 64: %s",
