@@ -154,15 +154,25 @@ static int conv_team(const rn_backend *be, const rn_conv_desc *d) {
     return team_for(be, 2.0 * rows_total(d) * kcols(d) * d->k);
 }
 
+static int wino_use(const rn_backend *be, const rn_conv_desc *d);
+static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d);
+
 /* forward and backward-data: one tile per thread; backward-filter: one tile, cut by
- * columns */
+ * columns; the inference forward of a Winograd shape: its transformed filters and one
+ * block of tiles per thread */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     if (pointwise(d)) return 0;
-    return (size_t)be->nthreads * tile_stride(d) * sizeof(float);
+    size_t im2col = (size_t)be->nthreads * tile_stride(d) * sizeof(float);
+    if ((d->dirs & RN_CONV_FWD) && wino_use(be, d)) {
+        size_t wino = wino_workspace(be, d);
+        if (wino > im2col) return wino;
+    }
+    return im2col;
 }
 
 const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
-    (void)be, (void)dir;
+    (void)be;
+    if (dir == RN_CONV_BIAS_FWD && wino_use(be, d)) return "Winograd F(2x2,3x3)";
     return pointwise(d) ? "GEMM (pointwise)" : "im2col + GEMM";
 }
 
@@ -391,6 +401,214 @@ static void conv_bias_block(void *ctx, int64_t t, int worker) {
     if (j->relu) relu_block(y, d->k, mb, j0, nb);
 }
 
+/* ---- Winograd F(2x2,3x3) for the inference path's 3x3 stride-1 pad-1 convs ----
+ * (Lavin & Gray 2015.) Output tiles of 2x2 from overlapping 4x4 input tiles: with
+ * V = B^T d B (per tile, per channel) and U = G g G^T (per filter, per channel), each of
+ * the 16 elements e of the 4x4 transform domain is one GEMM
+ *   M[e] (tiles, K) = V[e] (tiles, C) * U[e]^T,
+ * and the 2x2 output is A^T M A: 16 GEMMs of C*K per tile of 4 outputs instead of 36 C*K
+ * multiplications (2.25x fewer, less where edge tiles are partial). The transforms add
+ * and halve only; the error is a few ulps of the sum of |terms| as for a plain dot
+ * product, with a larger constant (test_ops compares it against the naive conv in double
+ * relative to that sum). Tiles run in fixed blocks of wino_tiles(d) (from the shape
+ * alone): each tile's GEMM rows have the same call shape and place for any thread count.
+ * U is computed per call into the workspace, split over filters: an elementwise
+ * transform, no reduction. The training path and RN_NET_INFER_EXACT call rn_conv_fwd,
+ * which keeps im2col + GEMM. */
+#define WINO_BYTES ((size_t)4 << 20) /* per worker: one block's V and M */
+#define WINO_MIN_TILES 64
+/* filters per weight-transform task */
+#define WINO_UK 16
+
+static int wino_shape(const rn_conv_desc *d) {
+    return d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 1 && d->pad_w == 1;
+}
+
+static int64_t wino_tiles_total(const rn_conv_desc *d) {
+    return (int64_t)d->n * ceil_div(d->p, 2) * ceil_div(d->q, 2);
+}
+
+/* Tiles per block: V and M of one block in WINO_BYTES, at least WINO_MIN_TILES, a
+ * multiple of SPLIT_ALIGN, at most all. */
+static int64_t wino_tiles(const rn_conv_desc *d) {
+    int64_t t = (int64_t)(WINO_BYTES / (16 * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN * SPLIT_ALIGN;
+    if (t < WINO_MIN_TILES) t = WINO_MIN_TILES;
+    return min64(t, wino_tiles_total(d));
+}
+
+/* Where Winograd pays on this machine's OpenBLAS, measured per ResNet-50 3x3 shape with
+ * tests/bench/ops.c (README, "Winograd"). The choice looks at one image, never at the
+ * batch: a rank's slice of a batch, rn-train's --val and rn-eval at another --batch take
+ * the same algorithm for each image (dist.bats compares ranks' logits bit for bit). From 49
+ * tiles per image (14x14 outputs) it won 1.5-3.9x per layer at batch 32 and 1.0-3.5x at
+ * batch 1. 7x7 and 8x8 outputs (16 tiles) won 1.3-1.5x at batch 32 but lost at batch 1
+ * (0.4-0.7x per layer, and ResNet-50 at 224x224 batch 1 ran 0.85x over all: the filter
+ * transform, per call and from cold weights, is not paid back by 16 tiles); smaller
+ * outputs lose more. Channels below 32 were not measured and keep im2col. */
+#define WINO_IMG_TILES 49
+static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
+    int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
+    if (be->opts.cpu_no_winograd || !wino_shape(d) || d->c < 32 || d->k < 32 || img_tiles < WINO_IMG_TILES)
+        return 0;
+    /* the share of the tiles' 2x2 outputs inside P x Q: at least 0.7 */
+    return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;
+}
+
+static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * (int64_t)d->k * d->c, SPLIT_ALIGN); }
+static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c, SPLIT_ALIGN); }
+static int64_t wino_worker_floats(const rn_conv_desc *d) {
+    return round_up(16 * wino_tiles(d) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
+}
+
+static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d) {
+    return sizeof(float) * (size_t)(wino_u_floats(d) + wino_zero_floats(d) + be->nthreads * wino_worker_floats(d));
+}
+
+/* U[e] (K, C) = G g G^T for filters [k0, k0 + WINO_UK): w is OHWI, so each filter's nine
+ * taps are runs of C channels, vectorised over c. */
+RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int64_t C = d->c, K = d->k;
+    float *U = j->ws;
+    for (int64_t k = t * WINO_UK; k < min64((t + 1) * WINO_UK, K); k++) {
+        const float *g = j->w + k * 9 * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            float r[4][3];
+            for (int b = 0; b < 3; b++) {
+                float g0 = g[(0 * 3 + b) * C + c], g1 = g[(1 * 3 + b) * C + c], g2 = g[(2 * 3 + b) * C + c];
+                r[0][b] = g0;
+                r[1][b] = 0.5f * (g0 + g1 + g2);
+                r[2][b] = 0.5f * (g0 - g1 + g2);
+                r[3][b] = g2;
+            }
+            for (int a = 0; a < 4; a++) {
+                float *u = U + (int64_t)(a * 4) * K * C + k * C + c;
+                u[0] = r[a][0];
+                u[K * C] = 0.5f * (r[a][0] + r[a][1] + r[a][2]);
+                u[2 * K * C] = 0.5f * (r[a][0] - r[a][1] + r[a][2]);
+                u[3 * K * C] = r[a][2];
+            }
+        }
+    }
+}
+
+/* V[e] rows [0, rows) = B^T d B of tiles [t0, t0 + rows); positions outside the image
+ * read the zero row. */
+RN_HOT static void wino_input(const rn_conv_desc *d, const float *x, const float *zero, int64_t t0, int64_t rows,
+                              int64_t tb, float *V) {
+    const int64_t C = d->c, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * C;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
+        int hi0 = (int)(rem / tw) * 2 - 1, wi0 = (int)(rem % tw) * 2 - 1;
+        const float *src[16];
+        for (int i = 0; i < 4; i++)
+            for (int jj = 0; jj < 4; jj++) {
+                int hi = hi0 + i, wi = wi0 + jj;
+                src[i * 4 + jj] = hi >= 0 && hi < d->h && wi >= 0 && wi < d->w
+                                      ? x + ((ni * d->h + hi) * (int64_t)d->w + wi) * C
+                                      : zero;
+            }
+        float *v = V + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            float s[4][4];
+            for (int b = 0; b < 4; b++) {
+                float d0 = src[b][c], d1 = src[4 + b][c], d2 = src[8 + b][c], d3 = src[12 + b][c];
+                s[0][b] = d0 - d2;
+                s[1][b] = d1 + d2;
+                s[2][b] = d2 - d1;
+                s[3][b] = d1 - d3;
+            }
+            for (int a = 0; a < 4; a++) {
+                float *o = v + (int64_t)(a * 4) * es + c;
+                o[0] = s[a][0] - s[a][2];
+                o[es] = s[a][1] + s[a][2];
+                o[2 * es] = s[a][2] - s[a][1];
+                o[3 * es] = s[a][1] - s[a][3];
+            }
+        }
+    }
+}
+
+#define WINO_KB 64 /* output channels per step of the output transform */
+
+/* y of tiles [t0, t0 + rows) = [relu](A^T M A + (bias [+ res])), the same epilogue as the
+ * im2col path; the parts of edge tiles past P or Q are dropped. */
+RN_HOT static void wino_output(const conv_job *j, const float *Mo, int64_t t0, int64_t rows, int64_t tb) {
+    const rn_conv_desc *d = j->d;
+    const int64_t K = d->k, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * K;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
+        int p0 = (int)(rem / tw) * 2, q0 = (int)(rem % tw) * 2;
+        for (int64_t k0 = 0; k0 < K; k0 += WINO_KB) {
+            int64_t kn = min64(WINO_KB, K - k0);
+            float o[4][WINO_KB];
+            const float *m = Mo + r * K + k0;
+#pragma omp simd
+            for (int64_t c = 0; c < kn; c++) {
+                float s[2][4];
+                for (int b = 0; b < 4; b++) {
+                    float m0 = m[b * es + c], m1 = m[(4 + b) * es + c], m2 = m[(8 + b) * es + c],
+                          m3 = m[(12 + b) * es + c];
+                    s[0][b] = m0 + m1 + m2;
+                    s[1][b] = m1 - m2 - m3;
+                }
+                for (int a = 0; a < 2; a++) {
+                    o[a * 2][c] = s[a][0] + s[a][1] + s[a][2];
+                    o[a * 2 + 1][c] = s[a][1] - s[a][2] - s[a][3];
+                }
+            }
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    if (p0 + a >= d->p || q0 + b >= d->q) continue;
+                    int64_t at = ((ni * d->p + p0 + a) * (int64_t)d->q + q0 + b) * K + k0;
+                    float *y = j->y + at;
+                    const float *bias = j->bias + k0, *res = j->res ? j->res + at : NULL, *v = o[a * 2 + b];
+                    if (res) {
+#pragma omp simd
+                        for (int64_t c = 0; c < kn; c++) y[c] = v[c] + (bias[c] + res[c]);
+                    } else {
+#pragma omp simd
+                        for (int64_t c = 0; c < kn; c++) y[c] = v[c] + bias[c];
+                    }
+                    if (j->relu) {
+#pragma omp simd
+                        for (int64_t c = 0; c < kn; c++) y[c] = y[c] < 0.0f ? 0.0f : y[c];
+                    }
+                }
+        }
+    }
+}
+
+/* One block of tiles: input transform, 16 GEMMs, output transform, in the worker's
+ * slice of the workspace. */
+static void wino_block(void *ctx, int64_t blk, int worker) {
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int64_t C = d->c, K = d->k, tb = j->mt, t0 = blk * tb, rows = min64(tb, wino_tiles_total(d) - t0);
+    const float *U = j->ws, *zero = j->ws + wino_u_floats(d);
+    float *V = j->ws + wino_u_floats(d) + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d);
+    float *Mo = V + 16 * tb * C;
+    wino_input(d, j->x, zero, t0, rows, tb, V);
+    for (int e = 0; e < 16; e++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, (int)C, 1.0f, V + e * tb * C,
+                    (int)C, U + e * K * C, (int)C, 0.0f, Mo + e * tb * K, (int)K);
+    wino_output(j, Mo, t0, rows, tb);
+}
+
+static int wino_run(rn_backend *be, conv_job *j) {
+    const rn_conv_desc *d = j->d;
+    const int nt = (int)j->tn;
+    memset(j->ws + wino_u_floats(d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
+    rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), nt, wino_weights, j);
+    j->mt = wino_tiles(d);
+    rn_cpu_pool_run(be->impl, ceil_div(wino_tiles_total(d), j->mt), nt, wino_block, j);
+    return RN_OK;
+}
+
 int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
                          const float *bias, const void *res, int relu, void *yv) {
     int rc = check_int(d, "conv_bias_fwd");
@@ -398,6 +616,7 @@ int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, 
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .bias = bias, .res = res,
                   .relu = relu};
+    if (wino_use(be, d)) return wino_run(be, &j);
     if (whole(d)) {
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
         j.g = grid_of(rows_total(d), d->k);

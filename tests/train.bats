@@ -218,6 +218,26 @@ rnst.save("nan.safetensors", sd, meta)'
     assert_output --partial "62 gradients of a batch of 16, 0 failed"
 }
 
+@test "RN_CPU_WINOGRAD=0: rn-eval through im2col + GEMM instead of Winograd differs by rounding only; a bad value exits 2" {
+    # at --crop 64 the toy net's first 3x3 convs (16x16 outputs, 64 channels) take Winograd F(2x2,3x3)
+    rn-train --data train.lmdb --in init.pb --out w.pb --max-steps 2 $T
+    RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits wino.st > wino.out
+    RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits gemm.st > gemm.out
+    run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
+import rnst
+a = rnst.load("wino.st")[0]["logits"].double()
+b = rnst.load("gemm.st")[0]["logits"].double()
+d = (a - b).abs().max().item()
+assert 0 < d <= 1e-4 * max(1.0, b.abs().max().item()), d
+assert (a.argmax(1) == b.argmax(1)).all()
+print("max |logit diff|", d)'
+    echo "$output"
+    assert_success
+    run env RN_CPU_WINOGRAD=yes rn-eval --data val.lmdb --ckpt w.pb --crop 32
+    assert_failure 2
+    assert_output --partial "RN_CPU_WINOGRAD='yes': expected 1 or 0"
+}
+
 @test "rn-predict gives the classes and probabilities rn-eval computes for the same images" {
     rn-train --data train.lmdb --in init.pb --out p.pb --max-steps 3 $T
     # raw records hold the source pixels, where the default re-encodes them (quality 90)

@@ -224,6 +224,91 @@ static void test_conv_bias(rn_backend *be) {
     test_conv_bias_case(be, 2, 40, 40, 512, 16, 1, 1, 0, 0, 0);
 }
 
+/* Winograd F(2x2,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and every
+ * output within WINO_TOL of the sum of its terms' magnitudes (sum |x w| + |bias| + |res|)
+ * from the naive conv in double, and from the im2col path (a context with Winograd off).
+ * F(2,3)'s transforms add, subtract and halve before and after a dot product of C terms,
+ * so its error is that of a float dot product (~C ulps of the magnitude sum at worst, far
+ * less on average) with a small constant; relative to the output value itself it is
+ * unbounded where the terms cancel, so the magnitude sum is the scale. Measured: ~1e-7
+ * (about one ulp); 1e-6 leaves 10x for other BLAS kernels and is still far below what a
+ * wrong coefficient or misplaced tap makes (whole terms: 1e-3 of the sum and more). */
+#define WINO_TOL 1e-6
+static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int w, int c, int k, int residual,
+                           int relu) {
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, n, h, w, c, k, 3, 3, 1, 1));
+    int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)k * 9 * c, ny = (int64_t)n * d.p * d.q * k;
+    uint64_t s = (uint64_t)(h * 131 + w * 17 + c * 7 + k * 3 + n);
+    float *x = randn(s, nx, 0.1f, 1), *wt = randn(s + 1, nw, 0, 0.2f), *bias = randn(s + 2, k, 0, 1);
+    float *res = residual ? randn(s + 3, ny, 0, 1) : NULL, *y = zeros(ny), *yi = zeros(ny);
+    double *ref = malloc(sizeof(double) * (size_t)ny), *mag = malloc(sizeof(double) * (size_t)ny);
+    conv_naive_fwd(&d, x, wt, ref);
+    /* the magnitude sum: the naive conv of |x| and |w| */
+    float *ax = zeros(nx), *aw = zeros(nw);
+    for (int64_t i = 0; i < nx; i++) ax[i] = fabsf(x[i]);
+    for (int64_t i = 0; i < nw; i++) aw[i] = fabsf(wt[i]);
+    conv_naive_fwd(&d, ax, aw, mag);
+    for (int64_t i = 0; i < ny; i++) {
+        ref[i] += (double)bias[i % k] + (res ? (double)res[i] : 0.0);
+        mag[i] += fabs((double)bias[i % k]) + (res ? fabs((double)res[i]) : 0.0);
+        if (relu && ref[i] < 0) ref[i] = 0;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "winograd n%d %dx%dx%d k%d res %d relu %d", n, h, w, c, k, residual, relu);
+    reserve(be, rn_conv_workspace(be, &d));
+    reserve(exact, rn_conv_workspace(exact, &d));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "Winograd F(2x2,3x3)") == 0, "%s: algo %s", what,
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "%s: Winograd off: algo %s",
+          what, rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD));
+    /* NaN first: a stale output from an earlier case must not pass */
+    for (int64_t i = 0; i < ny; i++) y[i] = NAN;
+    CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
+    CHECK_OK(rn_conv_bias_fwd(exact, &d, x, wt, bias, res, relu, yi));
+    double worst = 0, worst_i = 0, scale = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double e = fabs((double)y[i] - ref[i]) / mag[i], ei = fabs((double)y[i] - (double)yi[i]) / mag[i];
+        if (!(e <= worst)) worst = e, at = i; /* NaN counts as worst */
+        if (ei > worst_i) worst_i = ei;
+        if (mag[i] > scale) scale = mag[i];
+    }
+    CHECK(worst <= WINO_TOL, "%s: error %.3g of the magnitude sum at %lld (got %.7g want %.7g)", what, worst,
+          (long long)at, (double)y[at], ref[at]);
+    CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the im2col path", what, worst_i);
+    printf("  %s: max error %.2g of the magnitude sum (%.2g vs im2col)\n", what, worst, worst_i);
+    free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
+}
+
+static void test_wino(rn_backend *be) {
+    rn_backend_opts o;
+    rn_backend_opts_init(&o);
+    o.cpu_no_winograd = 1;
+    rn_backend *exact = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &exact));
+    if (!exact) return;
+    test_wino_case(be, exact, 1, 15, 13, 33, 35, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
+    test_wino_case(be, exact, 3, 14, 14, 32, 40, 0, 0);  /* even, several images */
+    test_wino_case(be, exact, 2, 17, 18, 37, 64, 1, 0);
+    test_wino_case(be, exact, 2, 13, 14, 300, 50, 0, 1); /* long dot products */
+    test_wino_case(be, exact, 2, 40, 38, 64, 48, 1, 1);  /* two tile blocks, the last partial */
+    test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1); /* ResNet-50's 14x14 3x3 at batch 1 */
+    /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output */
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, 64, 7, 7, 512, 512, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "7x7 batch 64: %s",
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    CHECK_OK(rn_conv_desc_init(&d, 64, 1, 1, 512, 512, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "1x1 batch 64: %s",
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    /* rn_conv_fwd (training, exact inference) never takes it */
+    CHECK_OK(rn_conv_desc_init(&d, 2, 40, 38, 64, 48, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), "im2col + GEMM") == 0, "conv_fwd: %s",
+          rn_conv_algo(be, &d, RN_CONV_FWD));
+    rn_backend_destroy(exact);
+}
+
 /* ---- batch norm ---- */
 
 typedef struct {
@@ -1093,6 +1178,7 @@ int main(void) {
     if (!be) return check_done("test_ops");
     test_conv(be);
     test_conv_bias(be);
+    test_wino(be);
     test_bn(be);
     test_elementwise(be);
     test_pool(be);

@@ -61,6 +61,9 @@ static void conv_case_run(const conv_case *cc) {
         CHECK_OK(rn_backend_reserve(be[t], rn_conv_workspace(be[t], &d)));
         CHECK_OK(rn_conv_fwd(be[t], &d, x, w, y[t]));
         CHECK_OK(rn_conv_bias_fwd(be[t], &d, x, w, bias, dy, 1, yb[t]));
+        if (strncmp(cc->why, "Winograd", 8) == 0)
+            CHECK(strcmp(rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD), "Winograd F(2x2,3x3)") == 0,
+                  "%s: conv_bias_fwd ran %s", cc->why, rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD));
         CHECK_OK(rn_conv_bwd_data(be[t], &d, dy, w, dx[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dw[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dwa[t], 1));
@@ -155,6 +158,8 @@ int main(int argc, char **argv) {
         {"few rows, wide output", 2, 4, 256, 64, 3, 1, 1},
         {"odd sizes", 3, 9, 24, 40, 3, 2, 1},
         {"stem 7x7/2", 2, 32, 3, 64, 7, 2, 3},
+        {"Winograd, two tile blocks", 2, 40, 64, 48, 3, 1, 1},
+        {"Winograd, odd sizes and channels", 3, 13, 33, 35, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case_run(&convs[i]);
     fc_case_run(32, 2048, 1000);
