@@ -436,19 +436,19 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
     return min64(t, wino_tiles_total(d));
 }
 
-/* Where Winograd pays on this machine's OpenBLAS, measured per ResNet-50 3x3 shape with
- * tests/bench/ops.c (README, "Winograd"). The choice looks at one image, never at the
- * batch: a rank's slice of a batch, rn-train's --val and rn-eval at another --batch take
- * the same algorithm for each image (dist.bats compares ranks' logits bit for bit). From 49
- * tiles per image (14x14 outputs) it won 1.5-3.9x per layer at batch 32 and 1.0-3.5x at
- * batch 1. 7x7 and 8x8 outputs (16 tiles) won 1.3-1.5x at batch 32 but lost at batch 1
- * (0.4-0.7x per layer, and ResNet-50 at 224x224 batch 1 ran 0.85x over all: the filter
- * transform, per call and from cold weights, is not paid back by 16 tiles); smaller
- * outputs lose more. Channels below 32 were not measured and keep im2col. */
+/* Which shapes take it when cpu_winograd is on (RN_CPU_WINOGRAD=1; off by default). The
+ * choice looks at one image, never at the batch: a rank's slice of a batch, rn-train's
+ * --val and rn-eval at another --batch take the same algorithm for each image (dist.bats
+ * compares ranks' logits bit for bit). Measured on an idle 2-core EPYC (OpenBLAS Zen, 2
+ * threads, tests/bench/ops.c, README "Winograd"), Winograd over im2col + GEMM per ResNet-50
+ * 3x3 shape at batch 32: 56x56x64 0.68-0.78x, 28x28x128 0.90-1.09x, 14x14x256 1.25-1.54x,
+ * 7x7x512 (16 tiles, not taken) even; at batch 1 every shape lost (0.40-0.66x: one block
+ * of tiles runs on one thread, and the filter transform is per call). Hence off by
+ * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs). */
 #define WINO_IMG_TILES 49
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
-    if (be->opts.cpu_no_winograd || !wino_shape(d) || d->c < 32 || d->k < 32 || img_tiles < WINO_IMG_TILES)
+    if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < 128 || d->k < 128 || img_tiles < WINO_IMG_TILES)
         return 0;
     /* the share of the tiles' 2x2 outputs inside P x Q: at least 0.7 */
     return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;

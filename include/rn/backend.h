@@ -80,8 +80,9 @@ typedef struct {
                                  reported by the op that caused it (RN_SYNC=1) */
     size_t cpu_memory;        /* CPU: behave as a device of this many bytes, allocations past
                                  it failing (0: the machine's memory; RN_CPU_MEMORY=SIZE) */
-    int cpu_no_winograd;      /* CPU: rn_conv_bias_fwd keeps im2col + GEMM for 3x3 convs
-                                 (RN_CPU_WINOGRAD=0; default: Winograd where it pays) */
+    int cpu_winograd;         /* CPU: rn_conv_bias_fwd runs 3x3 stride-1 convs of 128+ channels
+                                 and 14x14+ outputs as Winograd F(2x2,3x3) (RN_CPU_WINOGRAD=1;
+                                 default 0: im2col + GEMM, faster at batch 1 and overall) */
     int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
                                  local rank, rn/dist.h); "cuda:N" names its own */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */
@@ -232,7 +233,7 @@ int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 /* The name of the algorithm direction dir (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER) of d's
  * shape runs with on this context, or with dir RN_CONV_BIAS_FWD the one rn_conv_bias_fwd
- * runs (the CPU: "Winograd F(2x2,3x3)" for the 3x3 stride-1 pad-1 shapes where it pays,
+ * runs (the CPU: "Winograd F(2x2,3x3)" for the shapes of cpu_winograd when it is on,
  * else rn_conv_fwd's), e.g. "cuDNN WINOGRAD_NONFUSED" or "im2col + GEMM";
  * "not chosen yet" before its first use on CUDA. Static storage. */
 const char *rn_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);

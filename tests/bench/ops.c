@@ -3,9 +3,10 @@
  * reference. Not part of `make test` or `make bench`; `make` builds it:
  *   build/tests/bench_ops [batch] [size] [threads] [filter] [fwd]    (default 8 224 2, all rows)
  * e.g. `build/tests/bench_ops 32 64 2 3x3`; a fifth argument "fwd" skips the backwards. The
- * "infer" column is rn_conv_bias_fwd (the inference net's conv: Winograd where the backend
- * picks it, named in the last column), "exact" the same op on a second context with
- * Winograd off (cpu_no_winograd), "x" infer's speed over exact's in the same process. Each
+ * "infer" column is rn_conv_bias_fwd (the inference net's conv) on a context with Winograd
+ * on (cpu_winograd, RN_CPU_WINOGRAD=1: where the backend takes it, named in the last
+ * column), "exact" the same op on a default context (Winograd off), "x" infer's speed over
+ * exact's in the same process. Each
  * number is the fastest of a few calls: on a shared machine the minimum is what the code
  * can do. */
 #include <cblas.h>
@@ -47,10 +48,10 @@ int main(int argc, char **argv) {
     const char *only = argc > 4 ? argv[4] : NULL;   /* e.g. "3x3": only matching rows */
     int fwd_only = argc > 5 && strcmp(argv[5], "fwd") == 0;
     rn_backend *be, *be_ex;
-    rn_backend_opts ex;
-    rn_backend_opts_init(&ex);
-    ex.cpu_no_winograd = 1;
-    if (rn_backend_create("cpu", threads, NULL, &be) || rn_backend_create("cpu", threads, &ex, &be_ex)) {
+    rn_backend_opts wi;
+    rn_backend_opts_init(&wi);
+    wi.cpu_winograd = 1;
+    if (rn_backend_create("cpu", threads, &wi, &be) || rn_backend_create("cpu", threads, NULL, &be_ex)) {
         fprintf(stderr, "%s\n", rn_last_error());
         return 1;
     }

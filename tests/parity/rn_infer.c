@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "rn/backend.h"
+#include "rn/cli.h"
 #include "rn/ckpt.h"
 #include "rn/convert.h"
 #include "rn/err.h"
@@ -25,7 +26,10 @@ static int logits_of(const rn_ckpt *ck, const rn_st_tensor *x, int mode, int thr
     rn_backend *be = NULL;
     rn_net *net = NULL;
     TRY(rn_ckpt_net(ck, &spec));
-    TRY(rn_backend_create("cpu", threads, NULL, &be));
+    rn_backend_opts o; /* RN_CPU_WINOGRAD and the rest, as rn-eval */
+    rn_backend_opts_init(&o);
+    TRY(rn_cli_backend_env(&o));
+    TRY(rn_backend_create("cpu", threads, &o, &be));
     TRY(rn_net_create(be, &spec, n, h, w, mode, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     TRY(rn_backend_upload(be, rn_net_input(net), x->data, x->nbytes));

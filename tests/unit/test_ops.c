@@ -226,7 +226,7 @@ static void test_conv_bias(rn_backend *be) {
 
 /* Winograd F(2x2,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and every
  * output within WINO_TOL of the sum of its terms' magnitudes (sum |x w| + |bias| + |res|)
- * from the naive conv in double, and from the im2col path (a context with Winograd off).
+ * from the naive conv in double, and from the im2col path (a default context: Winograd off).
  * F(2,3)'s transforms add, subtract and halve before and after a dot product of C terms,
  * so its error is that of a float dot product (~C ulps of the magnitude sum at worst, far
  * less on average) with a small constant; relative to the output value itself it is
@@ -281,20 +281,21 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
 }
 
-static void test_wino(rn_backend *be) {
+static void test_wino(rn_backend *exact) {
     rn_backend_opts o;
     rn_backend_opts_init(&o);
-    o.cpu_no_winograd = 1;
-    rn_backend *exact = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &o, &exact));
-    if (!exact) return;
-    test_wino_case(be, exact, 1, 15, 13, 33, 35, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
-    test_wino_case(be, exact, 3, 14, 14, 32, 40, 0, 0);  /* even, several images */
-    test_wino_case(be, exact, 2, 17, 18, 37, 64, 1, 0);
-    test_wino_case(be, exact, 2, 13, 14, 300, 50, 0, 1); /* long dot products */
-    test_wino_case(be, exact, 2, 40, 38, 64, 48, 1, 1);  /* two tile blocks, the last partial */
-    test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1); /* ResNet-50's 14x14 3x3 at batch 1 */
-    /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output */
+    o.cpu_winograd = 1;
+    rn_backend *be = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &be));
+    if (!be) return;
+    test_wino_case(be, exact, 1, 15, 13, 129, 131, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
+    test_wino_case(be, exact, 3, 14, 14, 128, 136, 0, 0);  /* even, several images */
+    test_wino_case(be, exact, 2, 17, 18, 133, 128, 1, 0);
+    test_wino_case(be, exact, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
+    test_wino_case(be, exact, 2, 40, 38, 128, 128, 1, 1);  /* three tile blocks, the last partial */
+    test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
+    /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
+     * fewer than 128 channels */
     rn_conv_desc d;
     CHECK_OK(rn_conv_desc_init(&d, 64, 7, 7, 512, 512, 3, 3, 1, 1));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "7x7 batch 64: %s",
@@ -302,11 +303,16 @@ static void test_wino(rn_backend *be) {
     CHECK_OK(rn_conv_desc_init(&d, 64, 1, 1, 512, 512, 3, 3, 1, 1));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "1x1 batch 64: %s",
           rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    /* rn_conv_fwd (training, exact inference) never takes it */
-    CHECK_OK(rn_conv_desc_init(&d, 2, 40, 38, 64, 48, 3, 3, 1, 1));
+    CHECK_OK(rn_conv_desc_init(&d, 32, 56, 56, 64, 64, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "56x56x64 batch 32: %s",
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    /* rn_conv_fwd (training, exact inference) never takes it; nor does a default context */
+    CHECK_OK(rn_conv_desc_init(&d, 2, 40, 38, 128, 128, 3, 3, 1, 1));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), "im2col + GEMM") == 0, "conv_fwd: %s",
           rn_conv_algo(be, &d, RN_CONV_FWD));
-    rn_backend_destroy(exact);
+    CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "default context: %s",
+          rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD));
+    rn_backend_destroy(be);
 }
 
 /* ---- batch norm ---- */

@@ -145,7 +145,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("test_threads: OpenBLAS kernel %s\n", openblas_get_corename());
-    for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, NULL, &be[t]));
+    rn_backend_opts o; /* Winograd on (RN_CPU_WINOGRAD=1): its shapes below take it */
+    rn_backend_opts_init(&o);
+    o.cpu_winograd = 1;
+    for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &be[t]));
     for (int t = 1; t <= NT; t++)
         if (!be[t]) return check_done("test_threads");
     static const conv_case convs[] = {
@@ -158,8 +161,8 @@ int main(int argc, char **argv) {
         {"few rows, wide output", 2, 4, 256, 64, 3, 1, 1},
         {"odd sizes", 3, 9, 24, 40, 3, 2, 1},
         {"stem 7x7/2", 2, 32, 3, 64, 7, 2, 3},
-        {"Winograd, two tile blocks", 2, 40, 64, 48, 3, 1, 1},
-        {"Winograd, odd sizes and channels", 3, 13, 33, 35, 3, 1, 1},
+        {"Winograd, three tile blocks", 2, 40, 128, 128, 3, 1, 1},
+        {"Winograd, odd sizes and channels", 3, 13, 129, 131, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case_run(&convs[i]);
     fc_case_run(32, 2048, 1000);
