@@ -281,6 +281,13 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
 }
 
+/* the algorithm a square 3x3 stride-1 conv of n images, h x h, c channels in and out takes */
+static void wino_expect(rn_backend *be, int n, int h, int c, int dir, const char *want, const char *what) {
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, n, h, h, c, c, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, dir), want) == 0, "%s: %s", what, rn_conv_algo(be, &d, dir));
+}
+
 static void test_wino(rn_backend *exact) {
     rn_backend_opts o;
     rn_backend_opts_init(&o);
@@ -295,23 +302,14 @@ static void test_wino(rn_backend *exact) {
     test_wino_case(be, exact, 2, 40, 38, 128, 128, 1, 1);  /* three tile blocks, the last partial */
     test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
     /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
-     * fewer than 128 channels */
-    rn_conv_desc d;
-    CHECK_OK(rn_conv_desc_init(&d, 64, 7, 7, 512, 512, 3, 3, 1, 1));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "7x7 batch 64: %s",
-          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    CHECK_OK(rn_conv_desc_init(&d, 64, 1, 1, 512, 512, 3, 3, 1, 1));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "1x1 batch 64: %s",
-          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    CHECK_OK(rn_conv_desc_init(&d, 32, 56, 56, 64, 64, 3, 3, 1, 1));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "56x56x64 batch 32: %s",
-          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    /* rn_conv_fwd (training, exact inference) never takes it; nor does a default context */
-    CHECK_OK(rn_conv_desc_init(&d, 2, 40, 38, 128, 128, 3, 3, 1, 1));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), "im2col + GEMM") == 0, "conv_fwd: %s",
-          rn_conv_algo(be, &d, RN_CONV_FWD));
-    CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "default context: %s",
-          rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD));
+     * fewer than 128 channels; rn_conv_fwd (training, exact inference) never takes it, nor
+     * does a default context */
+    wino_expect(be, 64, 7, 512, RN_CONV_BIAS_FWD, "im2col + GEMM", "7x7 batch 64");
+    wino_expect(be, 64, 1, 512, RN_CONV_BIAS_FWD, "im2col + GEMM", "1x1 batch 64");
+    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "im2col + GEMM", "56x56x64 batch 32");
+    wino_expect(be, 2, 40, 128, RN_CONV_FWD, "im2col + GEMM", "conv_fwd 40x40x128");
+    wino_expect(exact, 2, 40, 128, RN_CONV_BIAS_FWD, "im2col + GEMM", "default context 40x40x128");
+    wino_expect(be, 2, 40, 128, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "40x40x128");
     rn_backend_destroy(be);
 }
 
