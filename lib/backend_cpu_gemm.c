@@ -446,9 +446,11 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
  * of tiles runs on one thread, and the filter transform is per call). Hence off by
  * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs). */
 #define WINO_IMG_TILES 49
+#define WINO_MIN_CHANNELS 128
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
-    if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < 128 || d->k < 128 || img_tiles < WINO_IMG_TILES)
+    if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS ||
+        img_tiles < WINO_IMG_TILES)
         return 0;
     /* the share of the tiles' 2x2 outputs inside P x Q: at least 0.7 */
     return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;
