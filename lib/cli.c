@@ -234,6 +234,7 @@ int rn_cli_backend_env(rn_backend_opts *o) {
     if ((s = getenv("RN_CPU_MEMORY")) && *s && (rc = rn_cli_size("RN_CPU_MEMORY", s, 1, &o->cpu_memory)) != RN_OK)
         goto fail;
     if ((rc = env_flag("RN_CPU_WINOGRAD", &o->cpu_winograd)) != RN_OK) goto fail;
+    if ((rc = env_choice("RN_CPU_GEMM", "own", "openblas", &o->cpu_conv_openblas)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_TF32", &o->cuda_tf32)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_DETERMINISTIC", &o->cuda_deterministic)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_CONV_ALGO", "find", "heuristic", &o->cuda_conv_heuristic)) != RN_OK) goto fail;

@@ -42,6 +42,9 @@ infer_parity() {
     [ -n "${RN_SANITIZE:-}" ] && skip "resnet50 under the sanitizers is too slow; covered by the plain build"
     infer_parity resnet50 64 2
 }
+@test "RN_CPU_GEMM=openblas: inference path with its GEMMs through OpenBLAS: resnet18 48x48 batch 3 matches the exact path and torchvision, same bits at 1, 2 and 3 threads" {
+    RN_CPU_GEMM=openblas infer_parity resnet18 48 3
+}
 @test "RN_CPU_WINOGRAD=1: inference path with Winograd 3x3 convs (2 of ResNet-50's 4 stages at 224x224 batch 2) matches the exact path and torchvision" {
     [ -n "${RN_SANITIZE:-}" ] && skip "resnet50 under the sanitizers is too slow; covered by the plain build"
     RN_CPU_WINOGRAD=1 infer_parity resnet50 224 2

@@ -240,6 +240,32 @@ print("max |logit diff|", d)'
     assert_output --partial "RN_CPU_WINOGRAD='yes': expected 1 or 0"
 }
 
+@test "RN_CPU_GEMM=openblas: rn-eval's convs through OpenBLAS instead of rn's kernel differ by rounding only; a bad value exits 2" {
+    rn-train --data train.lmdb --in init.pb --out w.pb --max-steps 2 $T
+    rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits own.st > own.out
+    RN_CPU_GEMM=own rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 3 --dump-logits own3.st > own3.out
+    RN_CPU_GEMM=openblas rn-eval --data val.lmdb --ckpt w.pb --crop 64 --threads 2 --dump-logits blas.st > blas.out
+    cmp own.st own3.st
+    run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
+import rnst
+a = rnst.load("own.st")[0]["logits"].double()
+b = rnst.load("blas.st")[0]["logits"].double()
+d = (a - b).abs().max().item()
+assert d <= 1e-4 * max(1.0, b.abs().max().item()), d
+assert (a.argmax(1) == b.argmax(1)).all()
+print("max |logit diff|", d)'
+    echo "$output"
+    assert_success
+    # where the CPU has AVX2 and FMA the two are different code: some logit differs
+    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+        run cmp -s own.st blas.st
+        assert_failure
+    fi
+    run env RN_CPU_GEMM=mkl rn-eval --data val.lmdb --ckpt w.pb --crop 32
+    assert_failure 2
+    assert_output --partial "RN_CPU_GEMM='mkl': expected own or openblas"
+}
+
 @test "rn-predict gives the classes and probabilities rn-eval computes for the same images" {
     rn-train --data train.lmdb --in init.pb --out p.pb --max-steps 3 $T
     # raw records hold the source pixels, where the default re-encodes them (quality 90)

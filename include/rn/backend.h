@@ -83,6 +83,9 @@ typedef struct {
     int cpu_winograd;         /* CPU: rn_conv_bias_fwd runs 3x3 stride-1 convs of 128+ channels
                                  and 14x14+ outputs as Winograd F(2x2,3x3) (RN_CPU_WINOGRAD=1;
                                  default 0: im2col + GEMM, faster at batch 1 and overall) */
+    int cpu_conv_openblas;    /* CPU: rn_conv_bias_fwd's GEMMs through OpenBLAS (RN_CPU_GEMM=openblas);
+                                 default 0: rn's own AVX2 kernel with the bias, residual and
+                                 ReLU fused, where the CPU has AVX2 and FMA */
     int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
                                  local rank, rn/dist.h); "cuda:N" names its own */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */

@@ -17,4 +17,15 @@ void rn_cpu_pool_destroy(rn_cpu_pool *p);
 int rn_cpu_pool_size(const rn_cpu_pool *p);
 void rn_cpu_pool_run(rn_cpu_pool *p, int64_t ntasks, int team, rn_cpu_task_fn fn, void *ctx);
 
+/* The inference conv's own GEMM (lib/backend_cpu_fused.c): AVX2 + FMA on x86-64; where
+ * rn_cpu_fused_available() is 0 the others must not be called. Weights are packed into
+ * panels of RN_FUSED_NR output channels (ceil(k / RN_FUSED_NR) * RN_FUSED_NR * kc floats);
+ * rows go through the kernel RN_FUSED_MR at a time. */
+#define RN_FUSED_NR 16
+#define RN_FUSED_MR 6
+int rn_cpu_fused_available(void);
+void rn_cpu_fused_pack(const float *w, int64_t k, int64_t kc, int64_t p0, int64_t p1, float *wp);
+void rn_cpu_fused_gemm(const float *a, int64_t lda, int64_t rows, int64_t kc, const float *wp, int64_t k,
+                       int64_t p0, int64_t p1, const float *bias, const float *res, int relu, float *y);
+
 #endif

@@ -183,6 +183,22 @@ static void test_conv(rn_backend *be) {
     test_conv_case(be, 2, 4, 4, 256, 128, 1, 2, 0, 0);
 }
 
+/* Does the default context run rn_conv_bias_fwd on rn's own AVX2 kernel (the CPU has AVX2
+ * and FMA)? Then its algorithm names say "fused GEMM". */
+static int cpu_fused(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* The algorithm rn_conv_bias_fwd takes on a context for a shape outside Winograd's. */
+static const char *plain_algo(int openblas, int pointwise) {
+    if (!openblas && cpu_fused()) return pointwise ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
+    return pointwise ? "GEMM (pointwise)" : "im2col + GEMM";
+}
+
 /* rn_conv_bias_fwd against the naive conv in double plus bias [+ residual], [ReLU]; the
  * large cases take the tiled path, the small ones the whole-matrix one. */
 static void test_conv_bias_case(rn_backend *be, int n, int h, int w, int c, int k, int ks, int stride, int pad,
@@ -199,10 +215,11 @@ static void test_conv_bias_case(rn_backend *be, int n, int h, int w, int c, int 
         if (relu && ref[i] < 0) ref[i] = 0;
     }
     reserve(be, rn_conv_workspace(be, &d));
+    for (int64_t i = 0; i < ny; i++) y[i] = NAN; /* a stale output must not pass */
     CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
-    char what[96];
-    snprintf(what, sizeof what, "conv_bias %dx%dx%dx%d k%d %dx%d/%d res %d relu %d", n, h, w, c, k, ks, ks, stride,
-             residual, relu);
+    char what[160];
+    snprintf(what, sizeof what, "conv_bias %dx%dx%dx%d k%d %dx%d/%d res %d relu %d (%s)", n, h, w, c, k, ks, ks,
+             stride, residual, relu, rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
     CHECK_CLOSE(what, y, ref, ny, 1e-5);
     /* a NaN bias stays NaN through the ReLU, as in PyTorch */
     bias[0] = NAN;
@@ -213,7 +230,16 @@ static void test_conv_bias_case(rn_backend *be, int n, int h, int w, int c, int 
     free(x), free(wt), free(bias), free(res), free(y), free(ref);
 }
 
-static void test_conv_bias(rn_backend *be) {
+static void test_conv_bias_on(rn_backend *be, int openblas) {
+    rn_conv_desc d;
+    CHECK_OK(rn_conv_desc_init(&d, 2, 8, 8, 64, 64, 3, 3, 1, 1));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), plain_algo(openblas, 0)) == 0, "3x3 conv_bias runs %s",
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    CHECK_OK(rn_conv_desc_init(&d, 2, 8, 8, 64, 64, 1, 1, 1, 0));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), plain_algo(openblas, 1)) == 0, "1x1 conv_bias runs %s",
+          rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), "GEMM (pointwise)") == 0, "1x1 conv_fwd runs %s",
+          rn_conv_algo(be, &d, RN_CONV_FWD));
     test_conv_bias_case(be, 2, 5, 7, 3, 5, 3, 1, 1, 1, 1);
     test_conv_bias_case(be, 2, 7, 5, 3, 5, 7, 2, 3, 0, 1);
     test_conv_bias_case(be, 2, 16, 15, 64, 16, 1, 2, 0, 0, 0);
@@ -222,11 +248,31 @@ static void test_conv_bias(rn_backend *be) {
     test_conv_bias_case(be, 2, 32, 32, 64, 16, 3, 1, 1, 1, 1);
     test_conv_bias_case(be, 2, 40, 40, 512, 16, 1, 1, 0, 1, 1);
     test_conv_bias_case(be, 2, 40, 40, 512, 16, 1, 1, 0, 0, 0);
+    /* the own kernel's edges: rows not a multiple of 6 (35, 1), filters not of 16 (37, 1),
+     * dot products in several chunks of 256 with a partial last one (300, 9 * 40) */
+    test_conv_bias_case(be, 1, 5, 7, 300, 37, 1, 1, 0, 1, 1);
+    test_conv_bias_case(be, 1, 1, 1, 300, 1, 1, 1, 0, 1, 0);
+    test_conv_bias_case(be, 3, 9, 11, 40, 37, 3, 2, 1, 0, 1);
+    test_conv_bias_case(be, 1, 20, 20, 40, 40, 3, 1, 1, 1, 1);
+}
+
+/* rn_conv_bias_fwd on the default context (rn's own kernel where the CPU has AVX2 and
+ * FMA) and on one that keeps OpenBLAS (RN_CPU_GEMM=openblas). */
+static void test_conv_bias(rn_backend *be) {
+    test_conv_bias_on(be, 0);
+    rn_backend_opts o;
+    rn_backend_opts_init(&o);
+    o.cpu_conv_openblas = 1;
+    rn_backend *blas = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
+    if (!blas) return;
+    test_conv_bias_on(blas, 1);
+    rn_backend_destroy(blas);
 }
 
 /* Winograd F(2x2,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and every
  * output within WINO_TOL of the sum of its terms' magnitudes (sum |x w| + |bias| + |res|)
- * from the naive conv in double, and from the im2col path (a default context: Winograd off).
+ * from the naive conv in double, and from a default context (Winograd off).
  * F(2,3)'s transforms add, subtract and halve before and after a dot product of C terms,
  * so its error is that of a float dot product (~C ulps of the magnitude sum at worst, far
  * less on average) with a small constant; relative to the output value itself it is
@@ -260,7 +306,7 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     reserve(exact, rn_conv_workspace(exact, &d));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "Winograd F(2x2,3x3)") == 0, "%s: algo %s", what,
           rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), "im2col + GEMM") == 0, "%s: Winograd off: algo %s",
+    CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), plain_algo(0, 0)) == 0, "%s: Winograd off: algo %s",
           what, rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD));
     /* NaN first: a stale output from an earlier case must not pass */
     for (int64_t i = 0; i < ny; i++) y[i] = NAN;
@@ -276,8 +322,8 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     }
     CHECK(worst <= WINO_TOL, "%s: error %.3g of the magnitude sum at %lld (got %.7g want %.7g)", what, worst,
           (long long)at, (double)y[at], ref[at]);
-    CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the im2col path", what, worst_i);
-    printf("  %s: max error %.2g of the magnitude sum (%.2g vs im2col)\n", what, worst, worst_i);
+    CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the path with Winograd off", what, worst_i);
+    printf("  %s: max error %.2g of the magnitude sum (%.2g vs Winograd off)\n", what, worst, worst_i);
     free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
 }
 
@@ -304,11 +350,11 @@ static void test_wino(rn_backend *exact) {
     /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
      * fewer than 128 channels; rn_conv_fwd (training, exact inference) never takes it, nor
      * does a default context */
-    wino_expect(be, 64, 7, 512, RN_CONV_BIAS_FWD, "im2col + GEMM", "7x7 batch 64");
-    wino_expect(be, 64, 1, 512, RN_CONV_BIAS_FWD, "im2col + GEMM", "1x1 batch 64");
-    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "im2col + GEMM", "56x56x64 batch 32");
+    wino_expect(be, 64, 7, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "7x7 batch 64");
+    wino_expect(be, 64, 1, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "1x1 batch 64");
+    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, plain_algo(0, 0), "56x56x64 batch 32");
     wino_expect(be, 2, 40, 128, RN_CONV_FWD, "im2col + GEMM", "conv_fwd 40x40x128");
-    wino_expect(exact, 2, 40, 128, RN_CONV_BIAS_FWD, "im2col + GEMM", "default context 40x40x128");
+    wino_expect(exact, 2, 40, 128, RN_CONV_BIAS_FWD, plain_algo(0, 0), "default context 40x40x128");
     rn_backend_destroy(be);
 }
 

@@ -40,7 +40,8 @@ static void same(const char *what, int threads, const float *a, const float *b, 
 }
 
 #define NT 3
-static rn_backend *be[NT + 1]; /* be[t]: t threads */
+static rn_backend *be[NT + 1];   /* be[t]: t threads */
+static rn_backend *blas[NT + 1]; /* the same, rn_conv_bias_fwd through OpenBLAS (RN_CPU_GEMM=openblas) */
 
 typedef struct {
     const char *why; /* the way of cutting the work it exercises */
@@ -54,13 +55,16 @@ static void conv_case_run(const conv_case *cc) {
     int64_t nx = (int64_t)d.n * d.h * d.w * d.c, nw = (int64_t)d.k * d.kh * d.kw * d.c,
             ny = (int64_t)d.n * d.p * d.q * d.k;
     float *x = randn(1, nx, 1), *w = randn(2, nw, 0.05f), *dy = randn(3, ny, 1), *bias = randn(5, d.k, 1);
-    float *y[NT + 1], *dx[NT + 1], *dw[NT + 1], *dwa[NT + 1], *yb[NT + 1];
+    float *y[NT + 1], *dx[NT + 1], *dw[NT + 1], *dwa[NT + 1], *yb[NT + 1], *ybb[NT + 1];
     char what[160];
     for (int t = 1; t <= NT; t++) {
         y[t] = zeros(ny), dx[t] = zeros(nx), dw[t] = zeros(nw), dwa[t] = randn(4, nw, 1), yb[t] = zeros(ny);
+        ybb[t] = zeros(ny);
         CHECK_OK(rn_backend_reserve(be[t], rn_conv_workspace(be[t], &d)));
+        CHECK_OK(rn_backend_reserve(blas[t], rn_conv_workspace(blas[t], &d)));
         CHECK_OK(rn_conv_fwd(be[t], &d, x, w, y[t]));
         CHECK_OK(rn_conv_bias_fwd(be[t], &d, x, w, bias, dy, 1, yb[t]));
+        CHECK_OK(rn_conv_bias_fwd(blas[t], &d, x, w, bias, dy, 1, ybb[t]));
         if (strncmp(cc->why, "Winograd", 8) == 0)
             CHECK(strcmp(rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD), "Winograd F(2x2,3x3)") == 0,
                   "%s: conv_bias_fwd ran %s", cc->why, rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD));
@@ -69,16 +73,17 @@ static void conv_case_run(const conv_case *cc) {
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dwa[t], 1));
     }
     for (int t = 2; t <= NT; t++) {
-        const char *dir[] = {"fwd", "bwd_data", "bwd_filter", "bwd_filter accumulate", "bias_fwd"};
-        float **out[] = {y, dx, dw, dwa, yb};
-        int64_t len[] = {ny, nx, nw, nw, ny};
-        for (int i = 0; i < 5; i++) {
+        const char *dir[] = {"fwd", "bwd_data", "bwd_filter", "bwd_filter accumulate", "bias_fwd",
+                             "bias_fwd OpenBLAS"};
+        float **out[] = {y, dx, dw, dwa, yb, ybb};
+        int64_t len[] = {ny, nx, nw, nw, ny, ny};
+        for (int i = 0; i < 6; i++) {
             snprintf(what, sizeof what, "conv n%d %dx%dx%d k%d %dx%d/%d (%s) %s", d.n, d.h, d.w,
                      d.c, d.k, d.kh, d.kw, cc->stride, cc->why, dir[i]);
             same(what, t, out[i][1], out[i][t], len[i]);
         }
     }
-    for (int t = 1; t <= NT; t++) free(y[t]), free(dx[t]), free(dw[t]), free(dwa[t]), free(yb[t]);
+    for (int t = 1; t <= NT; t++) free(y[t]), free(dx[t]), free(dw[t]), free(dwa[t]), free(yb[t]), free(ybb[t]);
     free(x), free(w), free(dy), free(bias);
 }
 
@@ -149,8 +154,10 @@ int main(int argc, char **argv) {
     rn_backend_opts_init(&o);
     o.cpu_winograd = 1;
     for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &be[t]));
+    o.cpu_conv_openblas = 1;
+    for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &blas[t]));
     for (int t = 1; t <= NT; t++)
-        if (!be[t]) return check_done("test_threads");
+        if (!be[t] || !blas[t]) return check_done("test_threads");
     static const conv_case convs[] = {
         {"whole-matrix blocks", 2, 14, 64, 32, 3, 1, 1},
         {"row tiles, runs of one image", 8, 32, 16, 16, 3, 1, 1},
@@ -170,6 +177,6 @@ int main(int argc, char **argv) {
     fc_case_run(5, 300, 7);
     bn_case_run(2 * 14 * 14, 32);
     bn_case_run(8 * 7 * 7, 512);
-    for (int t = 1; t <= NT; t++) rn_backend_destroy(be[t]);
+    for (int t = 1; t <= NT; t++) rn_backend_destroy(be[t]), rn_backend_destroy(blas[t]);
     return check_done("test_threads");
 }
