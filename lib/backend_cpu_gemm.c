@@ -270,6 +270,7 @@ typedef struct {
     int accumulate;
     const float *bias, *res; /* conv_bias_fwd: (k) and (M, k) or NULL */
     int relu;
+    int packed; /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (16, K, C) */
 } conv_job;
 
 /* Rows are independent: tiles of rows are handed out one at a time, each worker using
@@ -452,8 +453,12 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
  * 7x7x512 (16 tiles, not taken) even; at batch 1 every shape lost (0.40-0.66x: one block
  * of tiles runs on one thread, and the filter transform is per call). Hence off by
  * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs). */
+#ifndef WINO_IMG_TILES
 #define WINO_IMG_TILES 49
+#endif
+#ifndef WINO_MIN_CHANNELS
 #define WINO_MIN_CHANNELS 128
+#endif
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
     if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS ||
@@ -463,8 +468,11 @@ static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;
 }
 
-static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * (int64_t)d->k * d->c, SPLIT_ALIGN); }
-static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c, SPLIT_ALIGN); }
+/* U: 16 (K, C) matrices, or 16 sets of K / RN_FUSED_NR panels (K rounded up) */
+static int64_t wino_k_pad(const rn_conv_desc *d) { return round_up(d->k, RN_FUSED_NR); }
+static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * wino_k_pad(d) * d->c, SPLIT_ALIGN); }
+/* zeros: the row that positions outside the image read (C) and the kernel's bias (K) */
+static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c > d->k ? d->c : d->k, SPLIT_ALIGN); }
 static int64_t wino_worker_floats(const rn_conv_desc *d) {
     return round_up(16 * wino_tiles(d) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
 }
@@ -474,15 +482,18 @@ static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d) {
 }
 
 /* U[e] (K, C) = G g G^T for filters [k0, k0 + WINO_UK): w is OHWI, so each filter's nine
- * taps are runs of C channels, vectorised over c. */
+ * taps are runs of C channels, vectorised over c. Packed (j->packed), U[e] is written as
+ * rn_cpu_fused_pack would lay it out: element (k, c) at panel k / NR, row c, lane k % NR. */
 RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
-    const int64_t C = d->c, K = d->k;
+    const int64_t C = d->c, K = d->k, NR = RN_FUSED_NR;
+    const int64_t es = j->packed ? wino_k_pad(d) * C : K * C, cs = j->packed ? NR : 1;
     float *U = j->ws;
     for (int64_t k = t * WINO_UK; k < min64((t + 1) * WINO_UK, K); k++) {
         const float *g = j->w + k * 9 * C;
+        const int64_t ko = j->packed ? k / NR * C * NR + k % NR : k * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) {
             float r[4][3];
@@ -494,11 +505,11 @@ RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
                 r[3][b] = g2;
             }
             for (int a = 0; a < 4; a++) {
-                float *u = U + (int64_t)(a * 4) * K * C + k * C + c;
+                float *u = U + (int64_t)(a * 4) * es + ko + c * cs;
                 u[0] = r[a][0];
-                u[K * C] = 0.5f * (r[a][0] + r[a][1] + r[a][2]);
-                u[2 * K * C] = 0.5f * (r[a][0] - r[a][1] + r[a][2]);
-                u[3 * K * C] = r[a][2];
+                u[es] = 0.5f * (r[a][0] + r[a][1] + r[a][2]);
+                u[2 * es] = 0.5f * (r[a][0] - r[a][1] + r[a][2]);
+                u[3 * es] = r[a][2];
             }
         }
     }
@@ -602,16 +613,26 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     float *V = j->ws + wino_u_floats(d) + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d);
     float *Mo = V + 16 * tb * C;
     wino_input(d, j->x, zero, t0, rows, tb, V);
-    for (int e = 0; e < 16; e++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, (int)C, 1.0f, V + e * tb * C,
-                    (int)C, U + e * K * C, (int)C, 0.0f, Mo + e * tb * K, (int)K);
+    if (j->packed) {
+        const int64_t panels = wino_k_pad(d) / RN_FUSED_NR;
+        for (int e = 0; e < 16; e++)
+            rn_cpu_fused_gemm(V + e * tb * C, C, rows, C, U + e * wino_k_pad(d) * C, K, 0, panels, zero, NULL, 0,
+                              Mo + e * tb * K);
+    } else {
+        for (int e = 0; e < 16; e++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, (int)C, 1.0f, V + e * tb * C,
+                        (int)C, U + e * K * C, (int)C, 0.0f, Mo + e * tb * K, (int)K);
+    }
     wino_output(j, Mo, t0, rows, tb);
 }
 
 static int wino_run(rn_backend *be, conv_job *j) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
+    j->packed = fused_use(be);
     memset(j->ws + wino_u_floats(d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
+    /* the last panel's lanes past K: zeros, not stale workspace */
+    if (j->packed && d->k % RN_FUSED_NR) memset(j->ws, 0, sizeof(float) * (size_t)wino_u_floats(d));
     rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), nt, wino_weights, j);
     j->mt = wino_tiles(d);
     rn_cpu_pool_run(be->impl, ceil_div(wino_tiles_total(d), j->mt), nt, wino_block, j);

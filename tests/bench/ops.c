@@ -3,12 +3,12 @@
  * reference. Not part of `make test` or `make bench`; `make` builds it:
  *   build/tests/bench_ops [batch] [size] [threads] [filter] [fwd]    (default 8 224 2, all rows)
  * e.g. `build/tests/bench_ops 32 64 2 3x3`; a fifth argument "fwd" skips the backwards. The
- * "infer" column is rn_conv_bias_fwd (the inference net's conv) on a context with Winograd
- * on (cpu_winograd, RN_CPU_WINOGRAD=1: where the backend takes it, named in the last
- * column), "exact" the same op on a default context (Winograd off), "x" infer's speed over
- * exact's in the same process. Each
- * number is the fastest of a few calls: on a shared machine the minimum is what the code
- * can do. */
+ * "infer" column is rn_conv_bias_fwd (the inference net's conv) on a context set from the
+ * environment as the tools set theirs (default: rn's own fused GEMM kernel where the CPU
+ * has AVX2 and FMA; RN_CPU_WINOGRAD=1, RN_CPU_GEMM=openblas), its algorithm named in the
+ * last column; "blas" the same op through OpenBLAS without Winograd (the path before
+ * either); "x" infer's speed over blas's, their calls alternating. Each number is the
+ * fastest of a few calls: on a shared machine the minimum is what the code can do. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "rn/backend.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/rng.h"
 
@@ -48,17 +49,19 @@ int main(int argc, char **argv) {
     const char *only = argc > 4 ? argv[4] : NULL;   /* e.g. "3x3": only matching rows */
     int fwd_only = argc > 5 && strcmp(argv[5], "fwd") == 0;
     rn_backend *be, *be_ex;
-    rn_backend_opts wi;
-    rn_backend_opts_init(&wi);
-    wi.cpu_winograd = 1;
-    if (rn_backend_create("cpu", threads, &wi, &be) || rn_backend_create("cpu", threads, NULL, &be_ex)) {
+    rn_backend_opts env, blas;
+    rn_backend_opts_init(&env);
+    rn_backend_opts_init(&blas);
+    blas.cpu_conv_openblas = 1;
+    if (rn_cli_backend_env(&env) || rn_backend_create("cpu", threads, &env, &be) ||
+        rn_backend_create("cpu", threads, &blas, &be_ex)) {
         fprintf(stderr, "%s\n", rn_last_error());
         return 1;
     }
     printf("%s; batch %d, %dx%d\n", rn_backend_name(be), batch, size, size);
     printf("%-26s %6s %8s %8s %8s %8s %8s %8s %6s   GFLOP/s (sgemm: the same GEMM, one call, one "
-           "thread; infer: conv_bias_fwd, x: infer/exact)\n", "conv (h c->k kxk/s)", "times", "fwd", "bwd_d",
-           "bwd_f", "sgemm", "infer", "exact", "x");
+           "thread; infer: conv_bias_fwd, blas: the same through OpenBLAS, x: infer/blas)\n", "conv (h c->k kxk/s)",
+           "times", "fwd", "bwd_d", "bwd_f", "sgemm", "infer", "blas", "x");
     double tot_flop = 0, tot_t[3] = {0, 0, 0}, tot_g = 0, tot_inf = 0, tot_ex = 0;
     for (size_t i = 0; i < sizeof R50 / sizeof *R50; i++) {
         const shape *s = &R50[i];
@@ -86,22 +89,24 @@ int main(int argc, char **argv) {
         if (reps > 20) reps = 20;
         if (reps < 3) reps = 3;
         double t[6];
-        for (int op = 0; op < 6; op++) {
-            /* one warm-up call, then the fastest of the timed ones */
-            t[op] = 1e30;
+        for (int op = 0; op < 6; op++) t[op] = 1e30;
+        for (int op = 0; op < 5; op++) {
+            /* one warm-up call, then the fastest of the timed ones; ops 4 and 5 (infer and
+               blas) alternate, so that a slow spell of the machine hits both */
             if (fwd_only && (op == 1 || op == 2)) continue;
-            for (int r = -1; r < reps; r++) {
+            for (int r = -1; r < (op == 4 ? 2 * reps : reps); r++) {
+                int o = op == 4 && r >= 0 && r % 2 ? 5 : op;
                 double t0 = now();
-                if (op == 0) rn_conv_fwd(be, &d, x, w, y);
-                else if (op == 1) rn_conv_bwd_data(be, &d, y, w, dx, 0);
-                else if (op == 2) rn_conv_bwd_filter(be, &d, x, y, dw, 0);
-                else if (op == 4) rn_conv_bias_fwd(be, &d, x, w, bias, NULL, 1, yb);
-                else if (op == 5) rn_conv_bias_fwd(be_ex, &d, x, w, bias, NULL, 1, yb);
+                if (o == 0) rn_conv_fwd(be, &d, x, w, y);
+                else if (o == 1) rn_conv_bwd_data(be, &d, y, w, dx, 0);
+                else if (o == 2) rn_conv_bwd_filter(be, &d, x, y, dw, 0);
+                else if (o == 4) rn_conv_bias_fwd(be, &d, x, w, bias, NULL, 1, yb);
+                else if (o == 5) rn_conv_bias_fwd(be_ex, &d, x, w, bias, NULL, 1, yb);
                 else
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch * d.p * d.q, s->k,
                                 s->ks * s->ks * s->c, 1.0f, col, s->ks * s->ks * s->c, w,
                                 s->ks * s->ks * s->c, 0.0f, y, s->k);
-                if (r >= 0 && now() - t0 < t[op]) t[op] = now() - t0;
+                if (r >= 0 && now() - t0 < t[o]) t[o] = now() - t0;
             }
         }
         printf("%-26s %6d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f  %s\n", name, s->count, flop / t[0] * 1e-9,
@@ -122,7 +127,7 @@ int main(int argc, char **argv) {
            tot_flop / tot_t[0] * 1e-9, tot_t[0] * 1e3, tot_t[1] * 1e3,
            tot_flop / tot_t[2] * 1e-9, tot_t[2] * 1e3, step * 1e3,
            (3 * tot_flop - 0) / step * 1e-9);
-    printf("all convs: infer (conv_bias_fwd) %.0f ms, exact (Winograd off) %.0f ms: %.2fx\n", tot_inf * 1e3,
+    printf("all convs: infer (conv_bias_fwd) %.0f ms, blas (OpenBLAS, no Winograd) %.0f ms: %.2fx\n", tot_inf * 1e3,
            tot_ex * 1e3, tot_ex / tot_inf);
     (void)tot_g;
     rn_backend_destroy(be);
