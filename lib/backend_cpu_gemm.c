@@ -270,7 +270,10 @@ typedef struct {
     int accumulate;
     const float *bias, *res; /* conv_bias_fwd: (k) and (M, k) or NULL */
     int relu;
-    int packed; /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (16, K, C) */
+    int packed;      /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (16, K, C) */
+    float *pk;       /* where the weights' packed form is made (the workspace's front, or the
+                        caller's buffer in rn_cpu_conv_bias_pack) */
+    const float *wp; /* the packed form the GEMMs read */
 } conv_job;
 
 /* Rows are independent: tiles of rows are handed out one at a time, each worker using
@@ -490,7 +493,7 @@ RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
     const rn_conv_desc *d = j->d;
     const int64_t C = d->c, K = d->k, NR = RN_FUSED_NR;
     const int64_t es = j->packed ? wino_k_pad(d) * C : K * C, cs = j->packed ? NR : 1;
-    float *U = j->ws;
+    float *U = j->pk;
     for (int64_t k = t * WINO_UK; k < min64((t + 1) * WINO_UK, K); k++) {
         const float *g = j->w + k * 9 * C;
         const int64_t ko = j->packed ? k / NR * C * NR + k % NR : k * C;
@@ -609,7 +612,7 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     const int64_t C = d->c, K = d->k, tb = j->mt, t0 = blk * tb, rows = min64(tb, wino_tiles_total(d) - t0);
-    const float *U = j->ws, *zero = j->ws + wino_u_floats(d);
+    const float *U = j->wp, *zero = j->ws + wino_u_floats(d);
     float *V = j->ws + wino_u_floats(d) + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d);
     float *Mo = V + 16 * tb * C;
     wino_input(d, j->x, zero, t0, rows, tb, V);
@@ -626,14 +629,28 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     wino_output(j, Mo, t0, rows, tb);
 }
 
-static int wino_run(rn_backend *be, conv_job *j) {
+/* j->pk = U, the transformed filters */
+static void wino_pack(rn_backend *be, conv_job *j) {
+    const rn_conv_desc *d = j->d;
+    j->packed = fused_use(be);
+    /* the last panel's lanes past K: zeros, not stale memory */
+    if (j->packed && d->k % RN_FUSED_NR) memset(j->pk, 0, sizeof(float) * (size_t)wino_u_floats(d));
+    rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), (int)j->tn, wino_weights, j);
+}
+
+/* prepared: j->w is U from rn_cpu_conv_bias_pack */
+static int wino_run(rn_backend *be, conv_job *j, int prepared) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
-    j->packed = fused_use(be);
     memset(j->ws + wino_u_floats(d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
-    /* the last panel's lanes past K: zeros, not stale workspace */
-    if (j->packed && d->k % RN_FUSED_NR) memset(j->ws, 0, sizeof(float) * (size_t)wino_u_floats(d));
-    rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), nt, wino_weights, j);
+    if (prepared) {
+        j->packed = fused_use(be);
+        j->wp = j->w;
+    } else {
+        j->pk = j->ws;
+        wino_pack(be, j);
+        j->wp = j->ws;
+    }
     j->mt = wino_tiles(d);
     rn_cpu_pool_run(be->impl, ceil_div(wino_tiles_total(d), j->mt), nt, wino_block, j);
     return RN_OK;
@@ -667,7 +684,7 @@ static void fused_pack_task(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, fused_panels(j->d));
-    rn_cpu_fused_pack(j->w, j->d->k, kcols(j->d), p0, p1, j->ws);
+    rn_cpu_fused_pack(j->w, j->d->k, kcols(j->d), p0, p1, j->pk);
 }
 
 static void fused_im2col_part(void *ctx, int64_t t, int worker) {
@@ -695,15 +712,22 @@ static void fused_task(void *ctx, int64_t t, int worker) {
         im2col(d, j->x, m0, rows, 0, kc, col);
         a = col;
     }
-    rn_cpu_fused_gemm(a, kc, rows, kc, j->ws, d->k, p0, p1, j->bias, j->res ? j->res + m0 * d->k : NULL, j->relu,
+    rn_cpu_fused_gemm(a, kc, rows, kc, j->wp, d->k, p0, p1, j->bias, j->res ? j->res + m0 * d->k : NULL, j->relu,
                       j->y + m0 * d->k);
 }
 
-static int fused_run(rn_backend *be, conv_job *j) {
+/* prepared: j->w is already packed (rn_cpu_conv_bias_pack) */
+static int fused_run(rn_backend *be, conv_job *j, int prepared) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
     const int64_t panels = fused_panels(d), row_tiles = ceil_div(rows_total(d), FUSED_ROWS);
-    rn_cpu_pool_run(be->impl, ceil_div(panels, FUSED_PACK_PANELS), nt, fused_pack_task, j);
+    if (prepared) {
+        j->wp = j->w;
+    } else {
+        j->pk = j->ws;
+        rn_cpu_pool_run(be->impl, ceil_div(panels, FUSED_PACK_PANELS), nt, fused_pack_task, j);
+        j->wp = j->ws;
+    }
     /* panels per task: all, unless the row tiles are fewer than PARTS and the rows are
        shared (a 1x1 conv's x or a whole im2col matrix) */
     j->ipt = panels;
@@ -713,15 +737,36 @@ static int fused_run(rn_backend *be, conv_job *j) {
     return RN_OK;
 }
 
+size_t rn_cpu_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d) {
+    if (wino_use(be, d)) return sizeof(float) * (size_t)wino_u_floats(d);
+    if (fused_use(be)) return sizeof(float) * (size_t)fused_w_floats(d);
+    return 0;
+}
+
+int rn_cpu_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *wv, void *packed) {
+    int rc = check_int(d, "conv_bias_pack");
+    if (rc) return rc;
+    conv_job j = {.d = d, .w = wv, .pk = packed, .tn = be->nthreads};
+    if (wino_use(be, d)) {
+        wino_pack(be, &j);
+    } else {
+        int64_t panels = fused_panels(d), all = fused_w_floats(d);
+        rn_cpu_pool_run(be->impl, ceil_div(panels, FUSED_PACK_PANELS), be->nthreads, fused_pack_task, &j);
+        /* the tail rounded up to SPLIT_ALIGN: defined bytes, never read */
+        memset(j.pk + panels * RN_FUSED_NR * kcols(d), 0, sizeof(float) * (size_t)(all - panels * RN_FUSED_NR * kcols(d)));
+    }
+    return RN_OK;
+}
+
 int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
-                         const float *bias, const void *res, int relu, void *yv) {
+                         const float *bias, const void *res, int relu, int packed, void *yv) {
     int rc = check_int(d, "conv_bias_fwd");
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .bias = bias, .res = res,
                   .relu = relu};
-    if (wino_use(be, d)) return wino_run(be, &j);
-    if (fused_use(be)) return fused_run(be, &j);
+    if (wino_use(be, d)) return wino_run(be, &j, packed);
+    if (fused_use(be)) return fused_run(be, &j, packed);
     if (whole(d)) {
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
         j.g = grid_of(rows_total(d), d->k);

@@ -23,6 +23,8 @@ typedef struct {
     int64_t out_elems;  /* per image: p*q*cout */
     int64_t w_off, g_off, b_off; /* conv weight, BN gamma, BN beta offsets into params */
     int64_t stat_off;   /* running_mean at bufs+stat_off, running_var at bufs+stat_off+cout */
+    int64_t pk_off;     /* the folded weights in rn_conv_bias_fwd's own form at packed+pk_off
+                           (rn_conv_bias_pack), or -1: it reads them from fold */
     void *z, *a;        /* train: conv output / BN output (max_batch, p, q, cout), in dtype */
     float *save_mean, *save_invstd; /* (cout) */
     void *reserve;
@@ -48,6 +50,9 @@ struct rn_net {
     float *fold;        /* RN_NET_INFER with rn_conv_bias_fwd: (nparams) in params' layout,
                            conv weights with their BN folded in and each BN's beta slot
                            holding the folded bias (made by rn_net_load); else NULL */
+    float *packed;      /* with fold: the units' folded weights as rn_conv_bias_pack makes
+                           them, once per load instead of once per forward (unit_rt.pk_off);
+                           NULL when no unit has such a form */
     float *spare;       /* training: (nparams) a micro-batch's own gradients before they are
                            added to grads; rn_net_spare's scratch between steps */
     float *capt;        /* training: (nstats) the batch statistics of the last forward, in
@@ -229,7 +234,7 @@ void rn_net_destroy(rn_net *net) {
             rn_backend_free(be, net->u[i].save_invstd);
             rn_backend_free(be, net->u[i].reserve);
         }
-    void *bufs[] = {net->params, net->fold, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
+    void *bufs[] = {net->params, net->fold, net->packed, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
                     net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
                     net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->ema, net->ema_bufs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
@@ -458,6 +463,17 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     if (mode == RN_NET_INFER && !amp && rn_backend_has_conv_bias(be)) {
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->fold))) goto fail;
         if ((rc = nzero(net, net->fold, (size_t)net->nparams * fl))) goto fail;
+        int64_t npacked = 0;
+        for (int ui = 0; ui < spec->nunits; ui++) {
+            rn_conv_desc cd;
+            if ((rc = conv_desc(net, ui, max_batch, &cd))) goto fail;
+            size_t bytes = rn_conv_bias_packed_bytes(be, &cd);
+            net->u[ui].pk_off = bytes ? npacked : -1;
+            npacked += align16((int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
+        }
+        if (npacked && ((rc = nalloc(net, (size_t)npacked * fl, &net->packed)) ||
+                        (rc = nzero(net, net->packed, (size_t)npacked * fl))))
+            goto fail;
     }
     if (amp && (rc = nzero(net, net->wc, (size_t)net->nparams * es))) goto fail;
     if (mode == RN_NET_TRAIN) {
@@ -636,7 +652,13 @@ static int fold_bn(rn_net *net) {
             beta[k] = (float)((double)beta[k] - (double)mean[k] * s);
         }
     }
-    rc = rn_backend_upload(net->be, net->fold, p, (size_t)net->nparams * sizeof(float));
+    if ((rc = rn_backend_upload(net->be, net->fold, p, (size_t)net->nparams * sizeof(float)))) goto fail;
+    for (int i = 0; i < net->spec.nunits && rc == RN_OK; i++) {
+        rn_conv_desc cd;
+        if (net->u[i].pk_off < 0) continue;
+        if ((rc = conv_desc(net, i, net->max_batch, &cd)) == RN_OK)
+            rc = rn_conv_bias_pack(net->be, &cd, net->fold + net->u[i].w_off, net->packed + net->u[i].pk_off);
+    }
 fail:
     free(p);
     free(st);
@@ -747,6 +769,10 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
     if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
     double t0 = pbeg(net, cb->conv);
     /* (the folded path's row is the conv's: its BN, residual and ReLU are in it) */
+    if (!train && net->fold && u->pk_off >= 0)
+        return pend_conv(net, t0, ui, n, RN_PROF_FWD,
+                         rn_conv_bias_fwd_packed(net->be, &cd, x, net->packed + u->pk_off, net->fold + u->b_off, res,
+                                                 relu, y));
     if (!train && net->fold)
         return pend_conv(net, t0, ui, n, RN_PROF_FWD,
                          rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, relu, y));

@@ -250,6 +250,18 @@ int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void
  * (rn_backend_has_conv_bias), those of rn_conv_fwd. */
 int rn_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
                      const float *bias, const void *residual, int relu, void *y);
+/* The weights in the form rn_conv_bias_fwd reads them, made once instead of on every
+ * call (the inference net does it when it loads weights): on the CPU the panels of rn's
+ * own GEMM kernel, or for a Winograd shape the transformed filters. Bytes: 0 where the
+ * form is w itself (then use rn_conv_bias_fwd). The form depends on d's shape and the
+ * context's settings, not on d->n: a packed copy serves every batch size. */
+size_t rn_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d);
+/* packed (rn_conv_bias_packed_bytes, backend memory) = w (k, kh, kw, c) in that form.
+ * Errors: RN_EINVAL when the size is 0, those of rn_conv_bias_fwd. */
+int rn_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *w, void *packed);
+/* rn_conv_bias_fwd with weights from rn_conv_bias_pack: the same bits. */
+int rn_conv_bias_fwd_packed(rn_backend *be, const rn_conv_desc *d, const void *x, const void *packed,
+                            const float *bias, const void *residual, int relu, void *y);
 /* 1 when be has rn_conv_bias_fwd (the CPU backend), else 0. */
 int rn_backend_has_conv_bias(const rn_backend *be);
 /* dx (n, h, w, c) [+]= dL/dx given dy (n, p, q, k). */

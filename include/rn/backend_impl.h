@@ -41,7 +41,10 @@ typedef struct rn_backend_ops {
     int (*conv_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y);
     /* rn_conv_bias_fwd; NULL where the backend has none (rn_backend_has_conv_bias) */
     int (*conv_bias_fwd)(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
-                         const float *bias, const void *residual, int relu, void *y);
+                         const float *bias, const void *residual, int relu, int packed, void *y);
+    /* rn_conv_bias_packed_bytes and rn_conv_bias_pack; present with conv_bias_fwd */
+    size_t (*conv_bias_packed_bytes)(rn_backend *be, const rn_conv_desc *d);
+    int (*conv_bias_pack)(rn_backend *be, const rn_conv_desc *d, const void *w, void *packed);
     int (*conv_bwd_data)(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                          void *dx, int accumulate);
     int (*conv_bwd_filter)(rn_backend *be, const rn_conv_desc *d, const void *x,
@@ -154,7 +157,9 @@ const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
                     void *y);
 int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w,
-                         const float *bias, const void *residual, int relu, void *y);
+                         const float *bias, const void *residual, int relu, int packed, void *y);
+size_t rn_cpu_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d);
+int rn_cpu_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *w, void *packed);
 int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, const void *w,
                          void *dx, int accumulate);
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x,
