@@ -664,7 +664,16 @@ static int wino_run(rn_backend *be, conv_job *j, int prepared) {
  * packed into the front of the workspace once per call, split over panels; a conv
  * whose im2col matrix fits one tile builds it whole behind them first (shared by the
  * groups), a larger one builds each row tile in its worker's slice. */
-#define FUSED_ROWS 48 /* a multiple of RN_FUSED_MR; 48 ran ~5% faster than 96 or 192 on ResNet-50 */
+#define FUSED_ROWS 48 /* a multiple of RN_FUSED_MR; 96 and 192 measured within the noise of it */
+/* Up to this many rows are one tile when the rows are shared (x itself, or the whole
+ * im2col matrix): every task then streams its panels of the weights once (a small
+ * batch's late layers, where the weights outweigh the activations), and its 256-column
+ * chunk of rows (256 KiB) still fits L2. */
+#define FUSED_ONE_TILE 256
+
+static int64_t fused_rows(const rn_conv_desc *d) {
+    return rows_total(d) <= FUSED_ONE_TILE && (pointwise(d) || whole(d)) ? rows_total(d) : FUSED_ROWS;
+}
 #define FUSED_PACK_PANELS 4
 
 static int fused_use(const rn_backend *be) { return !be->opts.cpu_conv_openblas && rn_cpu_fused_available(); }
@@ -700,7 +709,7 @@ static void fused_task(void *ctx, int64_t t, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     const int64_t M = rows_total(d), kc = kcols(d), groups = ceil_div(fused_panels(d), j->ipt);
-    int64_t m0 = t / groups * FUSED_ROWS, rows = min64(M - m0, FUSED_ROWS);
+    int64_t m0 = t / groups * fused_rows(d), rows = min64(M - m0, fused_rows(d));
     int64_t p0 = t % groups * j->ipt, p1 = min64(p0 + j->ipt, fused_panels(d));
     const float *a;
     if (pointwise(d)) {
@@ -720,7 +729,7 @@ static void fused_task(void *ctx, int64_t t, int worker) {
 static int fused_run(rn_backend *be, conv_job *j, int prepared) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
-    const int64_t panels = fused_panels(d), row_tiles = ceil_div(rows_total(d), FUSED_ROWS);
+    const int64_t panels = fused_panels(d), row_tiles = ceil_div(rows_total(d), fused_rows(d));
     if (prepared) {
         j->wp = j->w;
     } else {
