@@ -183,20 +183,40 @@ static void test_conv(rn_backend *be) {
     test_conv_case(be, 2, 4, 4, 256, 128, 1, 2, 0, 0);
 }
 
-/* Does the default context run rn_conv_bias_fwd on rn's own AVX2 kernel (the CPU has AVX2
- * and FMA)? Then its algorithm names say "fused GEMM". */
-static int cpu_fused(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
+/* The algorithm rn_conv_bias_fwd takes on a context for a shape outside Winograd's: rn's
+ * own kernel ("fused GEMM") by default where the CPU has AVX2 and FMA. */
+static const char *plain_algo(int openblas, int pointwise) {
+    if (!openblas && rn_cpu_fused_available()) return pointwise ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
+    return pointwise ? "GEMM (pointwise)" : "im2col + GEMM";
 }
 
-/* The algorithm rn_conv_bias_fwd takes on a context for a shape outside Winograd's. */
-static const char *plain_algo(int openblas, int pointwise) {
-    if (!openblas && cpu_fused()) return pointwise ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
-    return pointwise ? "GEMM (pointwise)" : "im2col + GEMM";
+/* rn_conv_bias_fwd_packed with the weights from rn_conv_bias_pack gives y's bits (what
+ * rn_conv_bias_fwd gave), or, where the context takes w as it is, is refused. */
+static void packed_same(rn_backend *be, const rn_conv_desc *d, const float *x, const float *w, const float *bias,
+                        const float *res, int relu, const float *y, const char *what) {
+    size_t bytes = rn_conv_bias_packed_bytes(be, d);
+    int64_t ny = (int64_t)d->n * d->p * d->q * d->k;
+    if (!bytes) {
+        CHECK(rn_conv_bias_fwd_packed(be, d, x, w, bias, res, relu, (float *)y) == RN_EINVAL,
+              "%s: packed call without a packed form accepted", what);
+        CHECK(rn_conv_bias_pack(be, d, w, (float *)y) == RN_EINVAL, "%s: pack without a packed form accepted", what);
+        return;
+    }
+    float *pk = malloc(bytes), *yp = malloc(sizeof(float) * (size_t)ny);
+    memset(pk, 0xff, bytes); /* NaN: a lane the pack forgot would show */
+    for (int64_t i = 0; i < ny; i++) yp[i] = NAN;
+    CHECK_OK(rn_conv_bias_pack(be, d, w, pk));
+    CHECK_OK(rn_conv_bias_fwd_packed(be, d, x, pk, bias, res, relu, yp));
+    CHECK(memcmp(y, yp, sizeof(float) * (size_t)ny) == 0, "%s: packed weights give other bits", what);
+    /* the same packed copy serves a smaller batch: the first image alone */
+    if (d->n > 1) {
+        rn_conv_desc d1 = *d;
+        d1.n = 1;
+        for (int64_t i = 0; i < ny; i++) yp[i] = NAN;
+        CHECK_OK(rn_conv_bias_fwd_packed(be, &d1, x, pk, bias, res, relu, yp));
+        CHECK(memcmp(y, yp, sizeof(float) * (size_t)(ny / d->n)) == 0, "%s: packed, batch 1: other bits", what);
+    }
+    free(pk), free(yp);
 }
 
 /* rn_conv_bias_fwd against the naive conv in double plus bias [+ residual], [ReLU]; the
@@ -221,6 +241,7 @@ static void test_conv_bias_case(rn_backend *be, int n, int h, int w, int c, int 
     snprintf(what, sizeof what, "conv_bias %dx%dx%dx%d k%d %dx%d/%d res %d relu %d (%s)", n, h, w, c, k, ks, ks,
              stride, residual, relu, rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
     CHECK_CLOSE(what, y, ref, ny, 1e-5);
+    packed_same(be, &d, x, wt, bias, res, relu, y, what);
     /* a NaN bias stays NaN through the ReLU, as in PyTorch */
     bias[0] = NAN;
     CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
@@ -323,6 +344,7 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     CHECK(worst <= WINO_TOL, "%s: error %.3g of the magnitude sum at %lld (got %.7g want %.7g)", what, worst,
           (long long)at, (double)y[at], ref[at]);
     CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the path with Winograd off", what, worst_i);
+    packed_same(be, &d, x, wt, bias, res, relu, y, what);
     printf("  %s: max error %.2g of the magnitude sum (%.2g vs Winograd off)\n", what, worst, worst_i);
     free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
 }
