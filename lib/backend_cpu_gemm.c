@@ -329,8 +329,9 @@ int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const
     return RN_OK;
 }
 
-/* ---- the inference path's conv: y = [relu](conv + bias [+ res]) ----
- * Each tile or block of y is first set to bias (+ res), the GEMM adds into it (beta 1,
+/* ---- the inference path's conv through OpenBLAS: y = [relu](conv + bias [+ res]) ----
+ * Where rn's own kernel does not run (a CPU without AVX2 and FMA, RN_CPU_GEMM=openblas;
+ * fused_run below otherwise). Each tile or block of y is first set to bias (+ res), the GEMM adds into it (beta 1,
  * which also spares OpenBLAS its pass that zeroes C for beta 0), then ReLU runs over it
  * while it is still in cache: no pass of BN over the whole output as the exact path
  * has. Tiles hold at most about OUT_TILE_BYTES of output for that: smaller tiles cost more
@@ -423,9 +424,11 @@ static void conv_bias_block(void *ctx, int64_t t, int worker) {
  * product, with a larger constant (test_ops compares it against the naive conv in double
  * relative to that sum). Tiles run in fixed blocks of wino_tiles(d) (from the shape
  * alone): each tile's GEMM rows have the same call shape and place for any thread count.
- * U is computed per call into the workspace, split over filters: an elementwise
- * transform, no reduction. The training path and RN_NET_INFER_EXACT call rn_conv_fwd,
- * which keeps im2col + GEMM. */
+ * The 16 GEMMs run on rn's own kernel where it runs (backend_cpu_fused.c; then U is
+ * written straight into its panels), else through OpenBLAS. U is made by
+ * rn_cpu_conv_bias_pack once per load (the inference net), or per call into the
+ * workspace, split over filters: an elementwise transform, no reduction. The training
+ * path and RN_NET_INFER_EXACT call rn_conv_fwd, which keeps im2col + GEMM. */
 #define WINO_BYTES ((size_t)4 << 20) /* per worker: one block's V and M */
 #define WINO_MIN_TILES 64
 /* filters per weight-transform task */
@@ -456,12 +459,8 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
  * 7x7x512 (16 tiles, not taken) even; at batch 1 every shape lost (0.40-0.66x: one block
  * of tiles runs on one thread, and the filter transform is per call). Hence off by
  * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs). */
-#ifndef WINO_IMG_TILES
 #define WINO_IMG_TILES 49
-#endif
-#ifndef WINO_MIN_CHANNELS
 #define WINO_MIN_CHANNELS 128
-#endif
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
     if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS ||
