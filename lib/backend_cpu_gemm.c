@@ -458,7 +458,10 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
  * 3x3 shape at batch 32: 56x56x64 0.68-0.78x, 28x28x128 0.90-1.09x, 14x14x256 1.25-1.54x,
  * 7x7x512 (16 tiles, not taken) even; at batch 1 every shape lost (0.40-0.66x: one block
  * of tiles runs on one thread, and the filter transform is per call). Hence off by
- * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs). */
+ * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs).
+ * With the GEMMs on rn's kernel and U made at load (README "Winograd"), against rn's own
+ * im2col path at batch 32: 28x28x128 0.96-1.04x, 14x14x256 1.26-1.33x; the whole forward
+ * at batch 1 0.96x: still off by default. */
 #define WINO_IMG_TILES 49
 #define WINO_MIN_CHANNELS 128
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {

@@ -1,7 +1,8 @@
 /* The CPU backend gives the same bytes for any thread count: every conv direction in
  * each of its ways of cutting the work (whole-matrix blocks, row tiles, runs of images,
- * column blocks of dw, pointwise and strided 1x1), the fully connected layer and
- * BatchNorm, on 1, 2 and 3 threads, compared bit for bit with 1 thread.
+ * column blocks of dw, pointwise and strided 1x1), the inference conv (conv_bias_fwd) on
+ * rn's own kernel and through OpenBLAS, the fully connected layer and BatchNorm, on 1, 2
+ * and 3 threads, compared bit for bit with 1 thread.
  *
  * OpenBLAS picks its kernel at load time (OPENBLAS_CORETYPE, else the CPU it finds), and
  * kernels sum in different orders, so tests/kernels.bats runs this binary under every
