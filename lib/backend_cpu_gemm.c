@@ -755,8 +755,9 @@ size_t rn_cpu_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d) {
 }
 
 int rn_cpu_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *wv, void *packed) {
-    int rc = check_int(d, "conv_bias_pack");
-    if (rc) return rc;
+    /* the batch plays no part in packing: only the weights' size is checked */
+    if (kcols(d) * d->k > INT_MAX)
+        return rn_errorf(RN_EINVAL, "conv_bias_pack: weights too large (k=%d x %lld)", d->k, (long long)kcols(d));
     conv_job j = {.d = d, .w = wv, .pk = packed, .tn = be->nthreads};
     if (wino_use(be, d)) {
         wino_pack(be, &j);

@@ -659,6 +659,10 @@ static int fold_bn(rn_net *net) {
         if ((rc = conv_desc(net, i, net->max_batch, &cd)) == RN_OK)
             rc = rn_conv_bias_pack(net->be, &cd, net->fold + net->u[i].w_off, net->packed + net->u[i].pk_off);
     }
+    /* a pack that failed part-way: every unit reads fold (these weights) from now on,
+       never a mix of this load's packed copies and an earlier one's */
+    if (rc != RN_OK)
+        for (int i = 0; i < net->spec.nunits; i++) net->u[i].pk_off = -1;
 fail:
     free(p);
     free(st);
