@@ -321,17 +321,25 @@ int rn_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void
 
 int rn_backend_has_conv_bias(const rn_backend *be) { return be->ops->conv_bias_fwd != NULL; }
 
-static int bias_fwd(rn_backend *be, const char *op, const rn_conv_desc *d, const void *x, const void *w,
-                    const float *bias, const void *residual, int relu, int packed, void *y) {
+/* The checks rn_conv_bias_fwd, _fwd_packed and _pack share: the op exists, d is
+ * consistent and F32, and with packed a packed form exists for d on be. */
+static int bias_check(rn_backend *be, const char *op, rn_conv_desc *d, int packed) {
     if (!be->ops->conv_bias_fwd) return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no fused conv", op, be->ops->kind);
-    rn_conv_desc dd = *d;
-    int rc = check_conv(be, op, &dd, RN_CONV_FWD);
+    int rc = check_conv(be, op, d, RN_CONV_FWD);
     if (rc) return rc;
-    if (dd.dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "%s: F32 only, not %s", op, rn_dtype_name(dd.dtype));
-    NEED(x, op); NEED(w, op); NEED(bias, op); NEED(y, op);
-    if (packed && !be->ops->conv_bias_packed_bytes(be, &dd))
+    if (d->dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "%s: F32 only, not %s", op, rn_dtype_name(d->dtype));
+    if (packed && !be->ops->conv_bias_packed_bytes(be, d))
         return rn_errorf(RN_EINVAL, "%s: this shape takes unpacked weights on %s (rn_conv_bias_packed_bytes is 0): "
                          "call rn_conv_bias_fwd", op, be->name);
+    return RN_OK;
+}
+
+static int bias_fwd(rn_backend *be, const char *op, const rn_conv_desc *d, const void *x, const void *w,
+                    const float *bias, const void *residual, int relu, int packed, void *y) {
+    rn_conv_desc dd = *d;
+    int rc = bias_check(be, op, &dd, packed);
+    if (rc) return rc;
+    NEED(x, op); NEED(w, op); NEED(bias, op); NEED(y, op);
     return after(be, be->ops->conv_bias_fwd(be, &dd, x, w, bias, residual, relu, packed, y));
 }
 
@@ -350,15 +358,10 @@ size_t rn_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d) {
 }
 
 int rn_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *w, void *packed) {
-    if (!be->ops->conv_bias_pack) return rn_errorf(RN_ENOTSUP, "conv_bias_pack: the %s backend has no fused conv", be->ops->kind);
     rn_conv_desc dd = *d;
-    int rc = check_conv(be, "conv_bias_pack", &dd, RN_CONV_FWD);
+    int rc = bias_check(be, "conv_bias_pack", &dd, 1);
     if (rc) return rc;
-    if (dd.dtype != RN_F32) return rn_errorf(RN_ENOTSUP, "conv_bias_pack: F32 only, not %s", rn_dtype_name(dd.dtype));
     NEED(w, "conv_bias_pack"); NEED(packed, "conv_bias_pack");
-    if (!be->ops->conv_bias_packed_bytes(be, &dd))
-        return rn_errorf(RN_EINVAL, "conv_bias_pack: this shape takes unpacked weights on %s "
-                         "(rn_conv_bias_packed_bytes is 0)", be->name);
     return after(be, be->ops->conv_bias_pack(be, &dd, w, packed));
 }
 

@@ -159,9 +159,12 @@ static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d);
 static int fused_use(const rn_backend *be);
 static size_t fused_workspace(const rn_backend *be, const rn_conv_desc *d);
 
+/* K rounded up to whole panels of rn's own kernel (backend_cpu_fused.c) */
+static int64_t k_pad(const rn_conv_desc *d) { return round_up(d->k, RN_FUSED_NR); }
+
 /* forward and backward-data: one tile per thread; backward-filter: one tile, cut by
  * columns; the inference forward of a Winograd shape: its transformed filters and one
- * block of tiles per thread */
+ * block of tiles per thread; on rn's own kernel: the im2col tiles and the packed weights */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
     size_t im2col = pointwise(d) ? 0 : (size_t)be->nthreads * tile_stride(d) * sizeof(float);
     if ((d->dirs & RN_CONV_FWD) && wino_use(be, d)) {
@@ -474,8 +477,7 @@ static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
 }
 
 /* U: 16 (K, C) matrices, or 16 sets of K / RN_FUSED_NR panels (K rounded up) */
-static int64_t wino_k_pad(const rn_conv_desc *d) { return round_up(d->k, RN_FUSED_NR); }
-static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * wino_k_pad(d) * d->c, SPLIT_ALIGN); }
+static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * k_pad(d) * d->c, SPLIT_ALIGN); }
 /* zeros: the row that positions outside the image read (C) and the kernel's bias (K) */
 static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c > d->k ? d->c : d->k, SPLIT_ALIGN); }
 static int64_t wino_worker_floats(const rn_conv_desc *d) {
@@ -494,7 +496,7 @@ RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     const int64_t C = d->c, K = d->k, NR = RN_FUSED_NR;
-    const int64_t es = j->packed ? wino_k_pad(d) * C : K * C, cs = j->packed ? NR : 1;
+    const int64_t es = j->packed ? k_pad(d) * C : K * C, cs = j->packed ? NR : 1;
     float *U = j->pk;
     for (int64_t k = t * WINO_UK; k < min64((t + 1) * WINO_UK, K); k++) {
         const float *g = j->w + k * 9 * C;
@@ -619,9 +621,9 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     float *Mo = V + 16 * tb * C;
     wino_input(d, j->x, zero, t0, rows, tb, V);
     if (j->packed) {
-        const int64_t panels = wino_k_pad(d) / RN_FUSED_NR;
+        const int64_t panels = k_pad(d) / RN_FUSED_NR;
         for (int e = 0; e < 16; e++)
-            rn_cpu_fused_gemm(V + e * tb * C, C, rows, C, U + e * wino_k_pad(d) * C, K, 0, panels, zero, NULL, 0,
+            rn_cpu_fused_gemm(V + e * tb * C, C, rows, C, U + e * k_pad(d) * C, K, 0, panels, zero, NULL, 0,
                               Mo + e * tb * K);
     } else {
         for (int e = 0; e < 16; e++)
@@ -662,10 +664,11 @@ static int wino_run(rn_backend *be, conv_job *j, int prepared) {
  * Tasks are FUSED_ROWS rows by a group of output-channel panels: groups only when there
  * are too few row tiles to keep the threads busy (late layers at a small batch), both cut
  * from the shape alone. The kernel's result for an element does not depend on the cut
- * anyway (its summation order is fixed), so threads change nothing. The weights are
- * packed into the front of the workspace once per call, split over panels; a conv
- * whose im2col matrix fits one tile builds it whole behind them first (shared by the
- * groups), a larger one builds each row tile in its worker's slice. */
+ * anyway (its summation order is fixed), so threads change nothing. The workspace is
+ * the im2col path's (a conv whose im2col matrix fits one tile builds it whole first,
+ * shared by the groups; a larger one builds each row tile in its worker's slice) with
+ * the weights packed behind it, once per call, split over panels, unless the caller
+ * packed them once (rn_cpu_conv_bias_pack). */
 #define FUSED_ROWS 48 /* a multiple of RN_FUSED_MR; 96 and 192 measured within the noise of it */
 /* Up to this many rows are one tile when the rows are shared (x itself, or the whole
  * im2col matrix): every task then streams its panels of the weights once (a small
@@ -680,15 +683,15 @@ static int64_t fused_rows(const rn_conv_desc *d) {
 
 static int fused_use(const rn_backend *be) { return !be->opts.cpu_conv_openblas && rn_cpu_fused_available(); }
 
-static int64_t fused_panels(const rn_conv_desc *d) { return ceil_div(d->k, RN_FUSED_NR); }
-static int64_t fused_w_floats(const rn_conv_desc *d) {
-    return round_up(fused_panels(d) * RN_FUSED_NR * kcols(d), SPLIT_ALIGN);
+static int64_t fused_panels(const rn_conv_desc *d) { return k_pad(d) / RN_FUSED_NR; }
+static int64_t fused_w_floats(const rn_conv_desc *d) { return round_up(k_pad(d) * kcols(d), SPLIT_ALIGN); }
+/* the im2col path's workspace, in front of the packed weights */
+static int64_t fused_col_floats(const rn_backend *be, const rn_conv_desc *d) {
+    return pointwise(d) ? 0 : be->nthreads * tile_stride(d);
 }
 
 static size_t fused_workspace(const rn_backend *be, const rn_conv_desc *d) {
-    int64_t col = pointwise(d) ? 0 : whole(d) ? round_up(rows_total(d) * kcols(d), SPLIT_ALIGN)
-                                              : be->nthreads * tile_stride(d);
-    return sizeof(float) * (size_t)(fused_w_floats(d) + col);
+    return sizeof(float) * (size_t)(fused_col_floats(be, d) + fused_w_floats(d));
 }
 
 static void fused_pack_task(void *ctx, int64_t t, int worker) {
@@ -698,12 +701,9 @@ static void fused_pack_task(void *ctx, int64_t t, int worker) {
     rn_cpu_fused_pack(j->w, j->d->k, kcols(j->d), p0, p1, j->pk);
 }
 
-static void fused_im2col_part(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const conv_job *j = ctx;
-    int64_t m = rows_total(j->d), r0 = m * t / j->tn, r1 = m * (t + 1) / j->tn;
-    float *col = j->ws + fused_w_floats(j->d);
-    if (r1 > r0) im2col(j->d, j->x, r0, r1 - r0, 0, kcols(j->d), col + r0 * kcols(j->d));
+/* j->pk = the weights in the kernel's panels */
+static void fused_pack(rn_backend *be, conv_job *j) {
+    rn_cpu_pool_run(be->impl, ceil_div(fused_panels(j->d), FUSED_PACK_PANELS), (int)j->tn, fused_pack_task, j);
 }
 
 /* Task t: row tile t / groups, panel group t % groups (j->ipt panels each). */
@@ -717,9 +717,9 @@ static void fused_task(void *ctx, int64_t t, int worker) {
     if (pointwise(d)) {
         a = j->x + m0 * d->c;
     } else if (whole(d)) {
-        a = j->ws + fused_w_floats(d) + m0 * kc;
+        a = j->ws + m0 * kc;
     } else {
-        float *col = j->ws + fused_w_floats(d) + (int64_t)worker * tile_stride(d);
+        float *col = j->ws + (int64_t)worker * tile_stride(d);
         im2col(d, j->x, m0, rows, 0, kc, col);
         a = col;
     }
@@ -735,15 +735,15 @@ static int fused_run(rn_backend *be, conv_job *j, int prepared) {
     if (prepared) {
         j->wp = j->w;
     } else {
-        j->pk = j->ws;
-        rn_cpu_pool_run(be->impl, ceil_div(panels, FUSED_PACK_PANELS), nt, fused_pack_task, j);
-        j->wp = j->ws;
+        j->pk = j->ws + fused_col_floats(be, d);
+        fused_pack(be, j);
+        j->wp = j->pk;
     }
     /* panels per task: all, unless the row tiles are fewer than PARTS and the rows are
        shared (a 1x1 conv's x or a whole im2col matrix) */
     j->ipt = panels;
     if (row_tiles < PARTS && (pointwise(d) || whole(d))) j->ipt = ceil_div(panels, min64(ceil_div(PARTS, row_tiles), panels));
-    if (!pointwise(d) && whole(d)) rn_cpu_pool_run(be->impl, nt, nt, fused_im2col_part, j);
+    if (!pointwise(d) && whole(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, j);
     rn_cpu_pool_run(be->impl, row_tiles * ceil_div(panels, j->ipt), nt, fused_task, j);
     return RN_OK;
 }
@@ -759,14 +759,8 @@ int rn_cpu_conv_bias_pack(rn_backend *be, const rn_conv_desc *d, const void *wv,
     if (kcols(d) * d->k > INT_MAX)
         return rn_errorf(RN_EINVAL, "conv_bias_pack: weights too large (k=%d x %lld)", d->k, (long long)kcols(d));
     conv_job j = {.d = d, .w = wv, .pk = packed, .tn = be->nthreads};
-    if (wino_use(be, d)) {
-        wino_pack(be, &j);
-    } else {
-        int64_t panels = fused_panels(d), all = fused_w_floats(d);
-        rn_cpu_pool_run(be->impl, ceil_div(panels, FUSED_PACK_PANELS), be->nthreads, fused_pack_task, &j);
-        /* the tail rounded up to SPLIT_ALIGN: defined bytes, never read */
-        memset(j.pk + panels * RN_FUSED_NR * kcols(d), 0, sizeof(float) * (size_t)(all - panels * RN_FUSED_NR * kcols(d)));
-    }
+    if (wino_use(be, d)) wino_pack(be, &j);
+    else fused_pack(be, &j);
     return RN_OK;
 }
 
