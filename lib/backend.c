@@ -16,6 +16,7 @@
 void rn_backend_opts_init(rn_backend_opts *o) {
     memset(o, 0, sizeof *o);
     o->cuda_workspace = RN_CUDA_WORKSPACE_DEFAULT;
+    o->cpu_winograd = 1;
 }
 
 int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out) {

@@ -425,13 +425,14 @@ static void conv_bias_block(void *ctx, int64_t t, int worker) {
  * multiplications (2.25x fewer, less where edge tiles are partial). The transforms add
  * and halve only; the error is a few ulps of the sum of |terms| as for a plain dot
  * product, with a larger constant (test_ops compares it against the naive conv in double
- * relative to that sum). Tiles run in fixed blocks of wino_tiles(d) (from the shape
- * alone): each tile's GEMM rows have the same call shape and place for any thread count.
- * The 16 GEMMs run on rn's own kernel where it runs (backend_cpu_fused.c; then U is
- * written straight into its panels), else through OpenBLAS. U is made by
- * rn_cpu_conv_bias_pack once per load (the inference net), or per call into the
- * workspace, split over filters: an elementwise transform, no reduction. The training
- * path and RN_NET_INFER_EXACT call rn_conv_fwd, which keeps im2col + GEMM. */
+ * relative to that sum). The transforms run eight channels at a time (GCC's vector
+ * extension; written as scalar loops they were not vectorised and cost more than the
+ * GEMMs). The 16 GEMMs run on rn's own kernel where it runs (backend_cpu_fused.c; then U
+ * is written straight into its panels), else through OpenBLAS (wino_run says how each
+ * cuts the tiles into blocks). U is made by rn_cpu_conv_bias_pack once per load (the
+ * inference net), or per call into the workspace, split over filters: an elementwise
+ * transform, no reduction. The training path and RN_NET_INFER_EXACT call rn_conv_fwd,
+ * which keeps im2col + GEMM. */
 #define WINO_BYTES ((size_t)4 << 20) /* per worker: one block's V and M */
 #define WINO_MIN_TILES 64
 /* filters per weight-transform task */
@@ -445,28 +446,34 @@ static int64_t wino_tiles_total(const rn_conv_desc *d) {
     return (int64_t)d->n * ceil_div(d->p, 2) * ceil_div(d->q, 2);
 }
 
-/* Tiles per block: V and M of one block in WINO_BYTES, at least WINO_MIN_TILES, a
- * multiple of SPLIT_ALIGN, at most all. */
+/* Tiles per block at most: V and M of one block in WINO_BYTES, at least WINO_MIN_TILES,
+ * a multiple of SPLIT_ALIGN, at most all (the workspace holds one such block per thread). */
 static int64_t wino_tiles(const rn_conv_desc *d) {
     int64_t t = (int64_t)(WINO_BYTES / (16 * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN * SPLIT_ALIGN;
     if (t < WINO_MIN_TILES) t = WINO_MIN_TILES;
     return min64(t, wino_tiles_total(d));
 }
 
-/* Which shapes take it when cpu_winograd is on (RN_CPU_WINOGRAD=1; off by default). The
- * choice looks at one image, never at the batch: a rank's slice of a batch, rn-train's
- * --val and rn-eval at another --batch take the same algorithm for each image (dist.bats
- * compares ranks' logits bit for bit). Measured on an idle 2-core EPYC (OpenBLAS Zen, 2
- * threads, tests/bench/ops.c, README "Winograd"), Winograd over im2col + GEMM per ResNet-50
- * 3x3 shape at batch 32: 56x56x64 0.68-0.78x, 28x28x128 0.90-1.09x, 14x14x256 1.25-1.54x,
- * 7x7x512 (16 tiles, not taken) even; at batch 1 every shape lost (0.40-0.66x: one block
- * of tiles runs on one thread, and the filter transform is per call). Hence off by
- * default, and when on only from 128 channels and 49 tiles per image (14x14 outputs).
- * With the GEMMs on rn's kernel and U made at load (README "Winograd"), against rn's own
- * im2col path at batch 32: 28x28x128 0.96-1.04x, 14x14x256 1.26-1.33x; the whole forward
- * at batch 1 0.96x: still off by default. */
+/* On rn's kernel an element's bits do not depend on how the tiles are cut, so the
+ * blocks can follow the thread count: a multiple of nt blocks of at most wino_tiles(d),
+ * as even as whole MR-row groups allow (batch 1's 28x28 layer is one block of 196 tiles
+ * otherwise, run by one thread). */
+static int64_t wino_tiles_even(const rn_conv_desc *d, int nt) {
+    int64_t total = wino_tiles_total(d), blocks = round_up(ceil_div(total, wino_tiles(d)), nt);
+    return min64(wino_tiles(d), round_up(ceil_div(total, blocks), RN_FUSED_MR));
+}
+
+/* Which shapes take it when cpu_winograd is on (the default; RN_CPU_WINOGRAD=0 turns it
+ * off). The choice looks at one image, never at the batch: a rank's slice of a batch,
+ * rn-train's --val and rn-eval at another --batch take the same algorithm for each image
+ * (dist.bats compares ranks' logits bit for bit). Measured on the 2-core EPYC (2 threads,
+ * packed weights, `build/tests/bench_ops B 224 2 3x3/1 fwd`, README "Winograd"), against
+ * rn's own im2col path per ResNet-50 3x3/1 shape at batch 32 and batch 1: 56x56x64 2.0x
+ * and 1.5x, 28x28x128 2.1x and 1.7x, 14x14x256 2.45x and 1.75x; 7x7x512 (16 tiles per
+ * image: 2x2 tiles of an 8x8 grid, 77% of it inside) even. Hence from 64 channels and 49
+ * tiles per image (14x14 outputs). */
 #define WINO_IMG_TILES 49
-#define WINO_MIN_CHANNELS 128
+#define WINO_MIN_CHANNELS 64
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
     int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
     if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS ||
@@ -522,11 +529,20 @@ RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
     }
 }
 
+/* Eight lanes of float: GCC's vector extension, so that the transforms below are written
+ * once and compile to one AVX2 instruction per operation in RN_HOT's avx2 clone (the
+ * compiler did not vectorise the per-channel loops on its own: they ran scalar). The
+ * operations and their order are those of the scalar tail, element for element, so the
+ * bits do not depend on which lanes an element falls in. */
+typedef float v8 __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+
 /* V[e] rows [0, rows) = B^T d B of tiles [t0, t0 + rows); positions outside the image
  * read the zero row. */
 RN_HOT static void wino_input(const rn_conv_desc *d, const float *x, const float *zero, int64_t t0, int64_t rows,
                               int64_t tb, float *V) {
-    const int64_t C = d->c, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * C;
+    const int64_t C = d->c, C8 = C / 8 * 8, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * C;
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
         int hi0 = (int)(rem / tw) * 2 - 1, wi0 = (int)(rem % tw) * 2 - 1;
@@ -539,8 +555,25 @@ RN_HOT static void wino_input(const rn_conv_desc *d, const float *x, const float
                                       : zero;
             }
         float *v = V + r * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; c++) {
+        for (int64_t c = 0; c < C8; c += 8) {
+            v8 s[4][4];
+            for (int b = 0; b < 4; b++) {
+                v8 d0 = *(const v8u *)(src[b] + c), d1 = *(const v8u *)(src[4 + b] + c),
+                   d2 = *(const v8u *)(src[8 + b] + c), d3 = *(const v8u *)(src[12 + b] + c);
+                s[0][b] = d0 - d2;
+                s[1][b] = d1 + d2;
+                s[2][b] = d2 - d1;
+                s[3][b] = d1 - d3;
+            }
+            for (int a = 0; a < 4; a++) {
+                float *o = v + (int64_t)(a * 4) * es + c;
+                *(v8u *)o = s[a][0] - s[a][2];
+                *(v8u *)(o + es) = s[a][1] + s[a][2];
+                *(v8u *)(o + 2 * es) = s[a][2] - s[a][1];
+                *(v8u *)(o + 3 * es) = s[a][1] - s[a][3];
+            }
+        }
+        for (int64_t c = C8; c < C; c++) {
             float s[4][4];
             for (int b = 0; b < 4; b++) {
                 float d0 = src[b][c], d1 = src[4 + b][c], d2 = src[8 + b][c], d3 = src[12 + b][c];
@@ -560,52 +593,61 @@ RN_HOT static void wino_input(const rn_conv_desc *d, const float *x, const float
     }
 }
 
-#define WINO_KB 64 /* output channels per step of the output transform */
-
 /* y of tiles [t0, t0 + rows) = [relu](A^T M A + (bias [+ res])), the same epilogue as the
  * im2col path; the parts of edge tiles past P or Q are dropped. */
 RN_HOT static void wino_output(const conv_job *j, const float *Mo, int64_t t0, int64_t rows, int64_t tb) {
     const rn_conv_desc *d = j->d;
-    const int64_t K = d->k, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * K;
+    const int64_t K = d->k, K8 = K / 8 * 8, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * K;
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
         int p0 = (int)(rem / tw) * 2, q0 = (int)(rem % tw) * 2;
-        for (int64_t k0 = 0; k0 < K; k0 += WINO_KB) {
-            int64_t kn = min64(WINO_KB, K - k0);
-            float o[4][WINO_KB];
-            const float *m = Mo + r * K + k0;
-#pragma omp simd
-            for (int64_t c = 0; c < kn; c++) {
-                float s[2][4];
-                for (int b = 0; b < 4; b++) {
-                    float m0 = m[b * es + c], m1 = m[(4 + b) * es + c], m2 = m[(8 + b) * es + c],
-                          m3 = m[(12 + b) * es + c];
-                    s[0][b] = m0 + m1 + m2;
-                    s[1][b] = m1 - m2 - m3;
-                }
-                for (int a = 0; a < 2; a++) {
-                    o[a * 2][c] = s[a][0] + s[a][1] + s[a][2];
-                    o[a * 2 + 1][c] = s[a][1] - s[a][2] - s[a][3];
-                }
+        const float *m = Mo + r * K;
+        float *y[4];
+        const float *res[4];
+        for (int a = 0; a < 4; a++) {
+            int64_t at = ((ni * d->p + p0 + a / 2) * (int64_t)d->q + q0 + a % 2) * K;
+            int in = p0 + a / 2 < d->p && q0 + a % 2 < d->q;
+            y[a] = in ? j->y + at : NULL;
+            res[a] = in && j->res ? j->res + at : NULL;
+        }
+        for (int64_t c = 0; c < K8; c += 8) {
+            v8 s[2][4], o[4];
+            for (int b = 0; b < 4; b++) {
+                v8 m0 = *(const v8u *)(m + b * es + c), m1 = *(const v8u *)(m + (4 + b) * es + c),
+                   m2 = *(const v8u *)(m + (8 + b) * es + c), m3 = *(const v8u *)(m + (12 + b) * es + c);
+                s[0][b] = m0 + m1 + m2;
+                s[1][b] = m1 - m2 - m3;
             }
-            for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 2; b++) {
-                    if (p0 + a >= d->p || q0 + b >= d->q) continue;
-                    int64_t at = ((ni * d->p + p0 + a) * (int64_t)d->q + q0 + b) * K + k0;
-                    float *y = j->y + at;
-                    const float *bias = j->bias + k0, *res = j->res ? j->res + at : NULL, *v = o[a * 2 + b];
-                    if (res) {
-#pragma omp simd
-                        for (int64_t c = 0; c < kn; c++) y[c] = v[c] + (bias[c] + res[c]);
-                    } else {
-#pragma omp simd
-                        for (int64_t c = 0; c < kn; c++) y[c] = v[c] + bias[c];
-                    }
-                    if (j->relu) {
-#pragma omp simd
-                        for (int64_t c = 0; c < kn; c++) y[c] = y[c] < 0.0f ? 0.0f : y[c];
-                    }
-                }
+            for (int a = 0; a < 2; a++) {
+                o[a * 2] = s[a][0] + s[a][1] + s[a][2];
+                o[a * 2 + 1] = s[a][1] - s[a][2] - s[a][3];
+            }
+            v8 bias = *(const v8u *)(j->bias + c), zero = {0};
+            for (int a = 0; a < 4; a++) {
+                if (!y[a]) continue;
+                v8 v = res[a] ? o[a] + (bias + *(const v8u *)(res[a] + c)) : o[a] + bias;
+                /* v < 0 ? 0 : v, as the scalar tail: NaN and -0 pass */
+                if (j->relu) v = (v8)((v8i)v & ~(v8i)(v < zero));
+                *(v8u *)(y[a] + c) = v;
+            }
+        }
+        for (int64_t c = K8; c < K; c++) {
+            float s[2][4], o[4];
+            for (int b = 0; b < 4; b++) {
+                float m0 = m[b * es + c], m1 = m[(4 + b) * es + c], m2 = m[(8 + b) * es + c], m3 = m[(12 + b) * es + c];
+                s[0][b] = m0 + m1 + m2;
+                s[1][b] = m1 - m2 - m3;
+            }
+            for (int a = 0; a < 2; a++) {
+                o[a * 2] = s[a][0] + s[a][1] + s[a][2];
+                o[a * 2 + 1] = s[a][1] - s[a][2] - s[a][3];
+            }
+            for (int a = 0; a < 4; a++) {
+                if (!y[a]) continue;
+                float v = res[a] ? o[a] + (j->bias[c] + res[a][c]) : o[a] + j->bias[c];
+                if (j->relu) v = v < 0.0f ? 0.0f : v;
+                y[a][c] = v;
+            }
         }
     }
 }
@@ -615,7 +657,13 @@ RN_HOT static void wino_output(const conv_job *j, const float *Mo, int64_t t0, i
 static void wino_block(void *ctx, int64_t blk, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
-    const int64_t C = d->c, K = d->k, tb = j->mt, t0 = blk * tb, rows = min64(tb, wino_tiles_total(d) - t0);
+    const int64_t C = d->c, K = d->k, tb = j->mt;
+    int64_t t0 = blk * tb, rows = min64(tb, wino_tiles_total(d) - t0);
+    if (!j->packed) { /* blocks within one image (wino_run) */
+        int64_t img = ceil_div(d->p, 2) * ceil_div(d->q, 2), per = ceil_div(img, tb), bi = blk % per;
+        t0 = blk / per * img + bi * tb;
+        rows = min64(tb, img - bi * tb);
+    }
     const float *U = j->wp, *zero = j->ws + wino_u_floats(d);
     float *V = j->ws + wino_u_floats(d) + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d);
     float *Mo = V + 16 * tb * C;
@@ -655,8 +703,19 @@ static int wino_run(rn_backend *be, conv_job *j, int prepared) {
         wino_pack(be, j);
         j->wp = j->ws;
     }
-    j->mt = wino_tiles(d);
-    rn_cpu_pool_run(be->impl, ceil_div(wino_tiles_total(d), j->mt), nt, wino_block, j);
+    /* On rn's kernel blocks run across images, as even over the threads as they can be. An
+     * OpenBLAS sgemm's bits can depend on its call's shape, so there every block lies
+     * within one image and is cut from the image's shape alone: a tile's GEMM call is the
+     * same at any batch (a rank's slice, another --batch) and thread count. */
+    int64_t img = ceil_div(d->p, 2) * ceil_div(d->q, 2), blocks;
+    if (j->packed) {
+        j->mt = wino_tiles_even(d, nt);
+        blocks = ceil_div(wino_tiles_total(d), j->mt);
+    } else {
+        j->mt = min64(wino_tiles(d), img);
+        blocks = d->n * ceil_div(img, j->mt);
+    }
+    rn_cpu_pool_run(be->impl, blocks, nt, wino_block, j);
     return RN_OK;
 }
 

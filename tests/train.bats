@@ -218,13 +218,13 @@ rnst.save("nan.safetensors", sd, meta)'
     assert_output --partial "62 gradients of a batch of 16, 0 failed"
 }
 
-@test "RN_CPU_WINOGRAD=1: rn-eval through Winograd instead of im2col + GEMM differs by rounding only; a bad value exits 2" {
-    # at --crop 128 the toy net's second-stage 3x3 convs (16x16 outputs, 128 channels) take Winograd F(2x2,3x3)
+@test "RN_CPU_WINOGRAD=0: rn-eval through im2col + GEMM instead of Winograd differs by rounding only; a bad value exits 2" {
+    # at --crop 128 the toy net's first- and second-stage 3x3 convs (32x32 and 16x16 outputs, 64 and 128 channels) take Winograd F(2x2,3x3) by default
     rn-train --data train.lmdb --in init.pb --out w.pb --max-steps 2 $T
-    RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits wino.st > wino.out
-    rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits gemm.st > gemm.out
-    RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits off.st > off.out
-    cmp gemm.st off.st
+    RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits gemm.st > gemm.out
+    rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits wino.st > wino.out
+    RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits on.st > on.out
+    cmp wino.st on.st
     run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
 import rnst
 a = rnst.load("wino.st")[0]["logits"].double()

@@ -37,8 +37,8 @@ static void usage(FILE *f) {
                "\n"
                "Environment (CPU): RN_CPU_GEMM=own|openblas runs the convolutions on rn's own AVX2\n"
                "  kernel (default where the CPU has AVX2 and FMA) or through OpenBLAS;\n"
-               "  RN_CPU_WINOGRAD=1 the larger 3x3 ones as Winograd F(2x2,3x3). Either changes\n"
-               "  the logits by rounding only.\n"
+               "  RN_CPU_WINOGRAD=0 the larger 3x3 ones as im2col + GEMM instead of Winograd\n"
+               "  F(2x2,3x3) (the default). Either changes the logits by rounding only.\n"
                "\n"
                "Exit status: 0 success, 1 failure (or an unreadable image), 2 bad usage.\n", rn_imgfile_formats());
 }

@@ -80,9 +80,9 @@ typedef struct {
                                  reported by the op that caused it (RN_SYNC=1) */
     size_t cpu_memory;        /* CPU: behave as a device of this many bytes, allocations past
                                  it failing (0: the machine's memory; RN_CPU_MEMORY=SIZE) */
-    int cpu_winograd;         /* CPU: rn_conv_bias_fwd runs 3x3 stride-1 convs of 128+ channels
-                                 and 14x14+ outputs as Winograd F(2x2,3x3) (RN_CPU_WINOGRAD=1;
-                                 default 0: im2col + GEMM, faster at batch 1 and overall) */
+    int cpu_winograd;         /* CPU: rn_conv_bias_fwd runs 3x3 stride-1 convs of 64+ channels
+                                 and 14x14+ outputs as Winograd F(2x2,3x3) (default 1 from
+                                 rn_backend_opts_init; 0, RN_CPU_WINOGRAD=0: im2col + GEMM) */
     int cpu_conv_openblas;    /* CPU: rn_conv_bias_fwd's GEMMs through OpenBLAS (RN_CPU_GEMM=openblas);
                                  default 0: rn's own AVX2 kernel with the bias, residual and
                                  ReLU fused, where the CPU has AVX2 and FMA */

@@ -1,9 +1,9 @@
 /* Inference benchmark body for make bench-infer: forwards of a random batch through the
  * inference net of MODEL.pb at SIZE x SIZE, timed after one warm-up forward, so start-up,
  * loading and data are left out (rn-eval's marginal rate).
- *   bench_infer_step MODEL.pb SIZE BATCH STEPS THREADS fast|wino|openblas|exact
- * fast: rn-eval's inference path (RN_NET_INFER); wino: the same with Winograd on
- * (cpu_winograd, RN_CPU_WINOGRAD=1); openblas: the same with its convs' GEMMs through
+ *   bench_infer_step MODEL.pb SIZE BATCH STEPS THREADS fast|im2col|openblas|exact
+ * fast: rn-eval's inference path (RN_NET_INFER); im2col: the same with Winograd off
+ * (cpu_winograd 0, RN_CPU_WINOGRAD=0); openblas: the same with its convs' GEMMs through
  * OpenBLAS (cpu_conv_openblas, RN_CPU_GEMM=openblas); exact: the training ops with BN in inference mode
  * (RN_NET_INFER_EXACT). Prints "img/s=<x> ms=<per batch>". */
 #include <stdio.h>
@@ -27,7 +27,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 7) {
-        fprintf(stderr, "usage: bench_infer_step MODEL.pb SIZE BATCH STEPS THREADS fast|wino|openblas|exact\n");
+        fprintf(stderr, "usage: bench_infer_step MODEL.pb SIZE BATCH STEPS THREADS fast|im2col|openblas|exact\n");
         return 2;
     }
     int size = atoi(argv[2]), batch = atoi(argv[3]), steps = atoi(argv[4]), threads = atoi(argv[5]);
@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_net(ck, &spec));
     rn_backend_opts bo;
     rn_backend_opts_init(&bo);
-    bo.cpu_winograd = strcmp(argv[6], "wino") == 0;
+    bo.cpu_winograd = strcmp(argv[6], "im2col") != 0;
     bo.cpu_conv_openblas = strcmp(argv[6], "openblas") == 0;
     TRY(rn_backend_create("cpu", threads, &bo, &be));
     TRY(rn_net_create(be, &spec, batch, size, size, mode, RN_F32, &net));

@@ -293,7 +293,7 @@ static void test_conv_bias(rn_backend *be) {
 
 /* Winograd F(2x2,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and every
  * output within WINO_TOL of the sum of its terms' magnitudes (sum |x w| + |bias| + |res|)
- * from the naive conv in double, and from a default context (Winograd off).
+ * from the naive conv in double, and from a context with Winograd off (im2col + GEMM).
  * F(2,3)'s transforms add, subtract and halve before and after a dot product of C terms,
  * so its error is that of a float dot product (~C ulps of the magnitude sum at worst, far
  * less on average) with a small constant; relative to the output value itself it is
@@ -356,28 +356,38 @@ static void wino_expect(rn_backend *be, int n, int h, int c, int dir, const char
     CHECK(strcmp(rn_conv_algo(be, &d, dir), want) == 0, "%s: %s", what, rn_conv_algo(be, &d, dir));
 }
 
-static void test_wino(rn_backend *exact) {
+/* be: a default context, Winograd on (RN_CPU_WINOGRAD unset or 1) */
+static void test_wino(rn_backend *be) {
     rn_backend_opts o;
     rn_backend_opts_init(&o);
-    o.cpu_winograd = 1;
-    rn_backend *be = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &o, &be));
-    if (!be) return;
-    test_wino_case(be, exact, 1, 15, 13, 129, 131, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
-    test_wino_case(be, exact, 3, 14, 14, 128, 136, 0, 0);  /* even, several images */
-    test_wino_case(be, exact, 2, 17, 18, 133, 128, 1, 0);
-    test_wino_case(be, exact, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
-    test_wino_case(be, exact, 2, 40, 38, 128, 128, 1, 1);  /* three tile blocks, the last partial */
-    test_wino_case(be, exact, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
+    o.cpu_winograd = 0;
+    rn_backend *off = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &off));
+    if (!off) return;
+    test_wino_case(be, off, 1, 15, 13, 129, 131, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
+    test_wino_case(be, off, 3, 14, 14, 128, 136, 0, 0);  /* even, several images */
+    test_wino_case(be, off, 2, 17, 18, 133, 128, 1, 0);
+    test_wino_case(be, off, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
+    test_wino_case(be, off, 2, 40, 38, 128, 128, 1, 1);  /* three tile blocks, the last partial */
+    test_wino_case(be, off, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
+    test_wino_case(be, off, 1, 20, 19, 64, 70, 1, 1);    /* the fewest channels it takes */
     /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
-     * fewer than 128 channels; rn_conv_fwd (training, exact inference) never takes it, nor
-     * does a default context */
+     * fewer than 64 channels; rn_conv_fwd (training, exact inference) never takes it, nor
+     * does a context with it off */
     wino_expect(be, 64, 7, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "7x7 batch 64");
     wino_expect(be, 64, 1, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "1x1 batch 64");
-    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, plain_algo(0, 0), "56x56x64 batch 32");
+    wino_expect(be, 32, 56, 32, RN_CONV_BIAS_FWD, plain_algo(0, 0), "56x56x32 batch 32");
+    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "56x56x64 batch 32");
     wino_expect(be, 2, 40, 128, RN_CONV_FWD, "im2col + GEMM", "conv_fwd 40x40x128");
-    wino_expect(exact, 2, 40, 128, RN_CONV_BIAS_FWD, plain_algo(0, 0), "default context 40x40x128");
-    rn_backend_destroy(be);
+    wino_expect(off, 2, 40, 128, RN_CONV_BIAS_FWD, plain_algo(0, 0), "Winograd off 40x40x128");
+    /* its 16 GEMMs through OpenBLAS (RN_CPU_GEMM=openblas) */
+    o.cpu_winograd = 1;
+    o.cpu_conv_openblas = 1;
+    rn_backend *blas = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
+    if (blas) test_wino_case(blas, off, 2, 17, 18, 133, 128, 1, 1);
+    rn_backend_destroy(blas);
+    rn_backend_destroy(off);
 }
 
 /* ---- batch norm ---- */

@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("test_threads: OpenBLAS kernel %s\n", openblas_get_corename());
-    rn_backend_opts o; /* Winograd on (RN_CPU_WINOGRAD=1): its shapes below take it */
+    rn_backend_opts o; /* Winograd on (the default): its shapes below take it */
     rn_backend_opts_init(&o);
     o.cpu_winograd = 1;
     for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &be[t]));
