@@ -455,9 +455,9 @@ static int64_t wino_tiles(const rn_conv_desc *d) {
 }
 
 /* On rn's kernel an element's bits do not depend on how the tiles are cut, so the
- * blocks can follow the thread count: a multiple of nt blocks of at most wino_tiles(d),
- * as even as whole MR-row groups allow (batch 1's 28x28 layer is one block of 196 tiles
- * otherwise, run by one thread). */
+ * blocks can follow the thread count: about a multiple of nt blocks (whole MR-row groups
+ * each, the last one shorter) of at most wino_tiles(d) tiles (batch 1's 28x28 layer is
+ * one block of 196 tiles otherwise, run by one thread). */
 static int64_t wino_tiles_even(const rn_conv_desc *d, int nt) {
     int64_t total = wino_tiles_total(d), blocks = round_up(ceil_div(total, wino_tiles(d)), nt);
     return min64(wino_tiles(d), round_up(ceil_div(total, blocks), RN_FUSED_MR));

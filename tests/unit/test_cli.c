@@ -169,7 +169,8 @@ static void test_lists(void) {
  * backends read no variable themselves. */
 static void test_backend_env(void) {
     const char *vars[] = {"RN_SYNC", "RN_CPU_MEMORY", "RN_CUDA_TF32", "RN_CUDA_DETERMINISTIC", "RN_CUDA_CONV_ALGO",
-                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB", "RN_CUDA_ALGO_CACHE", "XDG_CACHE_HOME", "HOME"};
+                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB", "RN_CUDA_ALGO_CACHE", "RN_CPU_WINOGRAD", "RN_CPU_GEMM",
+                          "XDG_CACHE_HOME", "HOME"};
     const char *h = getenv("HOME");
     char *home = h ? strdup(h) : NULL;
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);

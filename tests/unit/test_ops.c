@@ -346,6 +346,13 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
     CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the path with Winograd off", what, worst_i);
     packed_same(be, &d, x, wt, bias, res, relu, y, what);
     printf("  %s: max error %.2g of the magnitude sum (%.2g vs Winograd off)\n", what, worst, worst_i);
+    /* a NaN bias stays NaN through the ReLU in the vector lanes (channel 0) and in the
+       scalar tail (channel k - 1 when k is not a multiple of 8), as in PyTorch */
+    bias[0] = bias[k - 1] = NAN;
+    CHECK_OK(rn_conv_bias_fwd(be, &d, x, wt, bias, res, relu, y));
+    int nan_kept = 1;
+    for (int64_t i = 0; i < ny; i += k) nan_kept &= isnan(y[i]) && isnan(y[i + k - 1]);
+    CHECK(nan_kept, "%s: NaN bias not propagated through ReLU", what);
     free(x), free(wt), free(bias), free(res), free(y), free(yi), free(ref), free(mag), free(ax), free(aw);
 }
 
@@ -368,7 +375,7 @@ static void test_wino(rn_backend *be) {
     test_wino_case(be, off, 3, 14, 14, 128, 136, 0, 0);  /* even, several images */
     test_wino_case(be, off, 2, 17, 18, 133, 128, 1, 0);
     test_wino_case(be, off, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
-    test_wino_case(be, off, 2, 40, 38, 128, 128, 1, 1);  /* three tile blocks, the last partial */
+    test_wino_case(be, off, 2, 40, 38, 128, 128, 1, 1);  /* several tile blocks, the last partial */
     test_wino_case(be, off, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
     test_wino_case(be, off, 1, 20, 19, 64, 70, 1, 1);    /* the fewest channels it takes */
     /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
@@ -385,7 +392,9 @@ static void test_wino(rn_backend *be) {
     o.cpu_conv_openblas = 1;
     rn_backend *blas = NULL;
     CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
-    if (blas) test_wino_case(blas, off, 2, 17, 18, 133, 128, 1, 1);
+    if (blas) test_wino_case(blas, off, 2, 17, 18, 133, 128, 1, 1); /* one block per image */
+    /* two blocks per image (256 + 124 tiles), scalar tails in both transforms */
+    if (blas) test_wino_case(blas, off, 2, 40, 38, 129, 131, 1, 1);
     rn_backend_destroy(blas);
     rn_backend_destroy(off);
 }

@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         {"few rows, wide output", 2, 4, 256, 64, 3, 1, 1},
         {"odd sizes", 3, 9, 24, 40, 3, 2, 1},
         {"stem 7x7/2", 2, 32, 3, 64, 7, 2, 3},
-        {"Winograd, three tile blocks", 2, 40, 128, 128, 3, 1, 1},
+        {"Winograd, several tile blocks", 2, 40, 128, 128, 3, 1, 1},
         {"Winograd, odd sizes and channels", 3, 13, 129, 131, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case_run(&convs[i]);
