@@ -155,6 +155,7 @@ static int conv_team(const rn_backend *be, const rn_conv_desc *d) {
 }
 
 static int wino_use(const rn_backend *be, const rn_conv_desc *d);
+static int wino_m(const rn_backend *be, const rn_conv_desc *d);
 static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d);
 static int fused_use(const rn_backend *be);
 static size_t fused_workspace(const rn_backend *be, const rn_conv_desc *d);
@@ -180,7 +181,8 @@ size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
 
 const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
     (void)be;
-    if (dir == RN_CONV_BIAS_FWD && wino_use(be, d)) return "Winograd F(2x2,3x3)";
+    if (dir == RN_CONV_BIAS_FWD && wino_use(be, d))
+        return wino_m(be, d) == 4 ? "Winograd F(4x4,3x3)" : "Winograd F(2x2,3x3)";
     if (dir == RN_CONV_BIAS_FWD && fused_use(be))
         return pointwise(d) ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
     return pointwise(d) ? "GEMM (pointwise)" : "im2col + GEMM";
@@ -273,7 +275,9 @@ typedef struct {
     int accumulate;
     const float *bias, *res; /* conv_bias_fwd: (k) and (M, k) or NULL */
     int relu;
-    int packed;      /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (16, K, C) */
+    int packed;      /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (E, K, C) */
+    int wm;          /* Winograd: the output tile's side, 2 or 4 */
+    int64_t wslice;  /* Winograd: floats of a worker's slice of the workspace */
     float *pk;       /* where the weights' packed form is made (the workspace's front, or the
                         caller's buffer in rn_cpu_conv_bias_pack) */
     const float *wp; /* the packed form the GEMMs read */
@@ -416,277 +420,352 @@ static void conv_bias_block(void *ctx, int64_t t, int worker) {
     if (j->relu) relu_block(y, d->k, mb, j0, nb);
 }
 
-/* ---- Winograd F(2x2,3x3) for the inference path's 3x3 stride-1 pad-1 convs ----
- * (Lavin & Gray 2015.) Output tiles of 2x2 from overlapping 4x4 input tiles: with
- * V = B^T d B (per tile, per channel) and U = G g G^T (per filter, per channel), each of
- * the 16 elements e of the 4x4 transform domain is one GEMM
+/* ---- Winograd F(4x4,3x3) and F(2x2,3x3) for the inference path's 3x3 stride-1 pad-1 convs ----
+ * (Lavin & Gray 2015.) Output tiles of m x m (m = 4 or 2) from overlapping a x a input
+ * tiles (a = m + 2): with V = B^T d B (per tile, per channel) and U = G g G^T (per filter,
+ * per channel), each of the E = a^2 elements e of the transform domain is one GEMM
  *   M[e] (tiles, K) = V[e] (tiles, C) * U[e]^T,
- * and the 2x2 output is A^T M A: 16 GEMMs of C*K per tile of 4 outputs instead of 36 C*K
- * multiplications (2.25x fewer, less where edge tiles are partial). The transforms add
- * and halve only; the error is a few ulps of the sum of |terms| as for a plain dot
- * product, with a larger constant (test_ops compares it against the naive conv in double
- * relative to that sum). The transforms run eight channels at a time (GCC's vector
- * extension; written as scalar loops they were not vectorised and cost more than the
- * GEMMs). The 16 GEMMs run on rn's own kernel where it runs (backend_cpu_fused.c; then U
- * is written straight into its panels), else through OpenBLAS (wino_run says how each
- * cuts the tiles into blocks). U is made by rn_cpu_conv_bias_pack once per load (the
- * inference net), or per call into the workspace, split over filters: an elementwise
- * transform, no reduction. The training path and RN_NET_INFER_EXACT call rn_conv_fwd,
- * which keeps im2col + GEMM. */
+ * and the m x m output is A^T M A: E GEMMs of C*K per tile of m^2 outputs instead of
+ * 9 m^2 C*K multiplications (F(2x2): 16 for 36, 2.25x fewer; F(4x4): 36 for 144, 4x;
+ * less where edge tiles are partial). F(2x2)'s transforms add and halve only, so its
+ * error is that of a float dot product with a small constant (~1e-7 of the sum of the
+ * terms' magnitudes in test_ops); F(4x4)'s scale by up to 8 and its filters by 1/6 and
+ * 1/24 (computed in double, rounded once), about 3e-6 of that sum: ~30x F(2x2)'s, still
+ * a few millionths, and ResNet-50's logits stay within torchvision's float64 tolerance
+ * (parity.bats). cpu_winograd = 2 keeps F(2x2) only. The transforms run eight channels at a
+ * time (GCC's vector extension; written as scalar loops they were not vectorised and
+ * cost more than the GEMMs). The GEMMs run on rn's own kernel where it runs
+ * (backend_cpu_fused.c; then U is written straight into its panels), else through
+ * OpenBLAS (wino_run says how each cuts the tiles into blocks). U is made by
+ * rn_cpu_conv_bias_pack once per load (the inference net), or per call into the
+ * workspace, split over filters: an elementwise transform, no reduction. The training
+ * path and RN_NET_INFER_EXACT call rn_conv_fwd, which keeps im2col + GEMM. */
 #define WINO_BYTES ((size_t)4 << 20) /* per worker: one block's V and M */
 #define WINO_MIN_TILES 64
 /* filters per weight-transform task */
 #define WINO_UK 16
+/* the largest input tile side: F(4x4,3x3)'s 6 */
+#define WINO_AMAX 6
 
 static int wino_shape(const rn_conv_desc *d) {
     return d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 1 && d->pad_w == 1;
 }
 
-static int64_t wino_tiles_total(const rn_conv_desc *d) {
-    return (int64_t)d->n * ceil_div(d->p, 2) * ceil_div(d->q, 2);
+/* one image's tiles of m x m outputs */
+static int64_t wino_img_tiles(const rn_conv_desc *d, int m) { return ceil_div(d->p, m) * ceil_div(d->q, m); }
+
+/* Which shapes take it when cpu_winograd is on (1, the default; 2: F(2x2) only;
+ * RN_CPU_WINOGRAD=0 turns it off), and with which output tile: m = 4, F(4x4,3x3), or
+ * m = 2, F(2x2,3x3); 0: neither. The choice looks at one image, never at the batch: a
+ * rank's slice of a batch, rn-train's --val and rn-eval at another --batch take the same
+ * algorithm for each image (dist.bats compares ranks' logits bit for bit). A tile size
+ * is taken only where at least 70% of its tiles' outputs lie inside P x Q and the image
+ * has enough tiles: F(4x4) 16 (14x14 outputs), F(2x2) 49 (also 14x14). Measured on the
+ * 2-core EPYC (2 threads, packed weights, `build/tests/bench_ops B 224 2 3x3/1 fwd`,
+ * README "Winograd"): F(2x2) against rn's own im2col path per ResNet-50 3x3/1 shape at
+ * batch 32 and 1: 56x56x64 2.0x and 1.5x, 28x28x128 2.1x and 1.7x, 14x14x256 2.45x and
+ * 1.75x; 7x7x512 (2x2 tiles of an 8x8 grid, 77% inside) even; F(4x4) against F(2x2),
+ * best of 4 alternating runs: 56x56 1.5x and 1.9x, 28x28 1.45x and 1.5x, 14x14 (16 tiles
+ * of a 16x16 grid, 77% inside) 1.2x and even. */
+#define WINO_MIN_CHANNELS 64
+#define WINO2_IMG_TILES 49
+#define WINO4_IMG_TILES 16
+static int wino_fits(const rn_conv_desc *d, int m, int64_t min_tiles) {
+    int64_t t = wino_img_tiles(d, m);
+    return t >= min_tiles && 10 * (int64_t)d->p * d->q >= 7 * (int64_t)m * m * t;
+}
+static int wino_m(const rn_backend *be, const rn_conv_desc *d) {
+    if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS) return 0;
+    if (be->opts.cpu_winograd == 1 && wino_fits(d, 4, WINO4_IMG_TILES)) return 4;
+    return wino_fits(d, 2, WINO2_IMG_TILES) ? 2 : 0;
+}
+static int wino_use(const rn_backend *be, const rn_conv_desc *d) { return wino_m(be, d) != 0; }
+
+/* the transform domain's elements: (m + 2)^2 GEMMs */
+static int wino_e(const rn_backend *be, const rn_conv_desc *d) { return (wino_m(be, d) + 2) * (wino_m(be, d) + 2); }
+
+static int64_t wino_tiles_total(const rn_backend *be, const rn_conv_desc *d) {
+    return (int64_t)d->n * wino_img_tiles(d, wino_m(be, d));
 }
 
 /* Tiles per block at most: V and M of one block in WINO_BYTES, at least WINO_MIN_TILES,
  * a multiple of SPLIT_ALIGN, at most all (the workspace holds one such block per thread). */
-static int64_t wino_tiles(const rn_conv_desc *d) {
-    int64_t t = (int64_t)(WINO_BYTES / (16 * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN * SPLIT_ALIGN;
+static int64_t wino_tiles(const rn_backend *be, const rn_conv_desc *d) {
+    int64_t t = (int64_t)(WINO_BYTES / (wino_e(be, d) * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN *
+                SPLIT_ALIGN;
     if (t < WINO_MIN_TILES) t = WINO_MIN_TILES;
-    return min64(t, wino_tiles_total(d));
+    return min64(t, wino_tiles_total(be, d));
 }
 
 /* On rn's kernel an element's bits do not depend on how the tiles are cut, so the
  * blocks can follow the thread count: about a multiple of nt blocks (whole MR-row groups
- * each, the last one shorter) of at most wino_tiles(d) tiles (batch 1's 28x28 layer is
- * one block of 196 tiles otherwise, run by one thread). */
-static int64_t wino_tiles_even(const rn_conv_desc *d, int nt) {
-    int64_t total = wino_tiles_total(d), blocks = round_up(ceil_div(total, wino_tiles(d)), nt);
-    return min64(wino_tiles(d), round_up(ceil_div(total, blocks), RN_FUSED_MR));
+ * each, the last one shorter) of at most wino_tiles tiles (batch 1's 28x28 layer is one
+ * block otherwise, run by one thread). */
+static int64_t wino_tiles_even(const rn_backend *be, const rn_conv_desc *d, int nt) {
+    int64_t total = wino_tiles_total(be, d), blocks = round_up(ceil_div(total, wino_tiles(be, d)), nt);
+    return min64(wino_tiles(be, d), round_up(ceil_div(total, blocks), RN_FUSED_MR));
 }
 
-/* Which shapes take it when cpu_winograd is on (the default; RN_CPU_WINOGRAD=0 turns it
- * off). The choice looks at one image, never at the batch: a rank's slice of a batch,
- * rn-train's --val and rn-eval at another --batch take the same algorithm for each image
- * (dist.bats compares ranks' logits bit for bit). Measured on the 2-core EPYC (2 threads,
- * packed weights, `build/tests/bench_ops B 224 2 3x3/1 fwd`, README "Winograd"), against
- * rn's own im2col path per ResNet-50 3x3/1 shape at batch 32 and batch 1: 56x56x64 2.0x
- * and 1.5x, 28x28x128 2.1x and 1.7x, 14x14x256 2.45x and 1.75x; 7x7x512 (16 tiles per
- * image: 2x2 tiles of an 8x8 grid, 77% of it inside) even. Hence from 64 channels and 49
- * tiles per image (14x14 outputs). */
-#define WINO_IMG_TILES 49
-#define WINO_MIN_CHANNELS 64
-static int wino_use(const rn_backend *be, const rn_conv_desc *d) {
-    int64_t img_tiles = ceil_div(d->p, 2) * ceil_div(d->q, 2);
-    if (!be->opts.cpu_winograd || !wino_shape(d) || d->c < WINO_MIN_CHANNELS || d->k < WINO_MIN_CHANNELS ||
-        img_tiles < WINO_IMG_TILES)
-        return 0;
-    /* the share of the tiles' 2x2 outputs inside P x Q: at least 0.7 */
-    return 10 * (int64_t)d->p * d->q >= 7 * 4 * img_tiles;
+/* U: E (K, C) matrices, or E sets of K / RN_FUSED_NR panels (K rounded up) */
+static int64_t wino_u_floats(const rn_backend *be, const rn_conv_desc *d) {
+    return round_up(wino_e(be, d) * k_pad(d) * d->c, SPLIT_ALIGN);
 }
-
-/* U: 16 (K, C) matrices, or 16 sets of K / RN_FUSED_NR panels (K rounded up) */
-static int64_t wino_u_floats(const rn_conv_desc *d) { return round_up(16 * k_pad(d) * d->c, SPLIT_ALIGN); }
 /* zeros: the row that positions outside the image read (C) and the kernel's bias (K) */
 static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c > d->k ? d->c : d->k, SPLIT_ALIGN); }
-static int64_t wino_worker_floats(const rn_conv_desc *d) {
-    return round_up(16 * wino_tiles(d) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
+static int64_t wino_worker_floats(const rn_backend *be, const rn_conv_desc *d) {
+    return round_up(wino_e(be, d) * wino_tiles(be, d) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
 }
 
 static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d) {
-    return sizeof(float) * (size_t)(wino_u_floats(d) + wino_zero_floats(d) + be->nthreads * wino_worker_floats(d));
+    return sizeof(float) *
+           (size_t)(wino_u_floats(be, d) + wino_zero_floats(d) + be->nthreads * wino_worker_floats(be, d));
+}
+
+/* The one-dimensional transforms, a = m + 2 points (Lavin & Gray's matrices; F(4x4) on
+ * the points 0, 1, -1, 2, -2). Filters: u = G g, in double, rounded once at the end. */
+static void wino_g(int m, const double g[3], double u[WINO_AMAX]) {
+    if (m == 2) {
+        u[0] = g[0];
+        u[1] = 0.5 * (g[0] + g[1] + g[2]);
+        u[2] = 0.5 * (g[0] - g[1] + g[2]);
+        u[3] = g[2];
+        return;
+    }
+    u[0] = g[0] / 4;
+    u[1] = -(g[0] + g[1] + g[2]) / 6;
+    u[2] = -(g[0] - g[1] + g[2]) / 6;
+    u[3] = g[0] / 24 + g[1] / 12 + g[2] / 6;
+    u[4] = g[0] / 24 - g[1] / 12 + g[2] / 6;
+    u[5] = g[2];
+}
+
+/* Eight lanes of float: GCC's vector extension, so that the tile transforms are written
+ * once and compile to one AVX2 instruction per operation in RN_HOT's avx2 clone (the
+ * compiler did not vectorise per-channel scalar loops on its own). A channel count that
+ * is not a multiple of 8 runs its last channels in the low lanes of the same code, so an
+ * element's bits never depend on which lane it is in. There is no multiply-add to
+ * contract (-std=c11 leaves contraction off anyway): each line is the same IEEE
+ * operations in every lane and clone. */
+typedef float v8 __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* *v = lanes [0, n) of p, the rest 0; and lanes [0, n) of *v back */
+static inline __attribute__((always_inline)) void ld8(v8 *v, const float *p, int n) {
+    if (n == 8) {
+        *v = *(const v8u *)p;
+        return;
+    }
+    *v = (v8){0};
+    memcpy(v, p, sizeof(float) * (size_t)n);
+}
+static inline __attribute__((always_inline)) void st8(float *p, const v8 *v, int n) {
+    if (n == 8) *(v8u *)p = *v;
+    else memcpy(p, v, sizeof(float) * (size_t)n);
+}
+
+/* y = B^T x */
+static inline __attribute__((always_inline)) void wino_bt(int m, const v8 *x, v8 *y) {
+    if (m == 2) {
+        y[0] = x[0] - x[2];
+        y[1] = x[1] + x[2];
+        y[2] = x[2] - x[1];
+        y[3] = x[1] - x[3];
+        return;
+    }
+    const v8 four = {4, 4, 4, 4, 4, 4, 4, 4}, five = {5, 5, 5, 5, 5, 5, 5, 5}, two = {2, 2, 2, 2, 2, 2, 2, 2};
+    y[0] = (four * x[0] - five * x[2]) + x[4];
+    y[1] = (x[3] + x[4]) - four * (x[1] + x[2]);
+    y[2] = (x[4] - x[3]) + four * (x[1] - x[2]);
+    y[3] = (x[4] - x[2]) - two * (x[1] - x[3]);
+    y[4] = (x[4] - x[2]) + two * (x[1] - x[3]);
+    y[5] = (four * x[1] - five * x[3]) + x[5];
+}
+
+/* z = A^T x */
+static inline __attribute__((always_inline)) void wino_at(int m, const v8 *x, v8 *z) {
+    if (m == 2) {
+        z[0] = x[0] + x[1] + x[2];
+        z[1] = x[1] - x[2] - x[3];
+        return;
+    }
+    const v8 two = {2, 2, 2, 2, 2, 2, 2, 2}, four = {4, 4, 4, 4, 4, 4, 4, 4}, eight = {8, 8, 8, 8, 8, 8, 8, 8};
+    v8 s = x[1] + x[2], t = x[1] - x[2], u = x[3] + x[4], w = x[3] - x[4];
+    z[0] = (x[0] + s) + u;
+    z[1] = t + two * w;
+    z[2] = s + four * u;
+    z[3] = (t + eight * w) + x[5];
 }
 
 /* U[e] (K, C) = G g G^T for filters [k0, k0 + WINO_UK): w is OHWI, so each filter's nine
- * taps are runs of C channels, vectorised over c. Packed (j->packed), U[e] is written as
- * rn_cpu_fused_pack would lay it out: element (k, c) at panel k / NR, row c, lane k % NR. */
-RN_HOT static void wino_weights(void *ctx, int64_t t, int worker) {
+ * taps are runs of C channels. Packed (j->packed), U[e] is written as rn_cpu_fused_pack
+ * would lay it out: element (k, c) at panel k / NR, row c, lane k % NR. */
+static void wino_weights(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
+    const int m = j->wm, a = m + 2;
     const int64_t C = d->c, K = d->k, NR = RN_FUSED_NR;
     const int64_t es = j->packed ? k_pad(d) * C : K * C, cs = j->packed ? NR : 1;
     float *U = j->pk;
     for (int64_t k = t * WINO_UK; k < min64((t + 1) * WINO_UK, K); k++) {
         const float *g = j->w + k * 9 * C;
         const int64_t ko = j->packed ? k / NR * C * NR + k % NR : k * C;
-#pragma omp simd
         for (int64_t c = 0; c < C; c++) {
-            float r[4][3];
+            double r[WINO_AMAX][3];
             for (int b = 0; b < 3; b++) {
-                float g0 = g[(0 * 3 + b) * C + c], g1 = g[(1 * 3 + b) * C + c], g2 = g[(2 * 3 + b) * C + c];
-                r[0][b] = g0;
-                r[1][b] = 0.5f * (g0 + g1 + g2);
-                r[2][b] = 0.5f * (g0 - g1 + g2);
-                r[3][b] = g2;
+                double col[3] = {g[(0 * 3 + b) * C + c], g[(1 * 3 + b) * C + c], g[(2 * 3 + b) * C + c]}, u[WINO_AMAX];
+                wino_g(m, col, u);
+                for (int i = 0; i < a; i++) r[i][b] = u[i];
             }
-            for (int a = 0; a < 4; a++) {
-                float *u = U + (int64_t)(a * 4) * es + ko + c * cs;
-                u[0] = r[a][0];
-                u[es] = 0.5f * (r[a][0] + r[a][1] + r[a][2]);
-                u[2 * es] = 0.5f * (r[a][0] - r[a][1] + r[a][2]);
-                u[3 * es] = r[a][2];
+            for (int i = 0; i < a; i++) {
+                double u[WINO_AMAX];
+                wino_g(m, r[i], u);
+                for (int e = 0; e < a; e++) U[(int64_t)(i * a + e) * es + ko + c * cs] = (float)u[e];
             }
         }
     }
 }
 
-/* Eight lanes of float: GCC's vector extension, so that the transforms below are written
- * once and compile to one AVX2 instruction per operation in RN_HOT's avx2 clone (the
- * compiler did not vectorise the per-channel loops on its own: they ran scalar). The
- * operations and their order are those of the scalar tail, element for element, so the
- * bits do not depend on which lanes an element falls in. */
-typedef float v8 __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+/* The input transform of one tile's channels [c, c + n): o[(i a + e) es] = (B^T d B)[i][e] */
+static inline __attribute__((always_inline)) void wino_in_tile(int m, const float *const *src, int64_t c, int n,
+                                                               float *o, int64_t es) {
+    const int a = m + 2;
+    v8 s[WINO_AMAX][WINO_AMAX];
+    for (int b = 0; b < a; b++) {
+        v8 x[WINO_AMAX], y[WINO_AMAX];
+        for (int i = 0; i < a; i++) ld8(&x[i], src[i * a + b] + c, n);
+        wino_bt(m, x, y);
+        for (int i = 0; i < a; i++) s[i][b] = y[i];
+    }
+    for (int i = 0; i < a; i++) {
+        v8 y[WINO_AMAX];
+        wino_bt(m, s[i], y);
+        for (int e = 0; e < a; e++) st8(o + (int64_t)(i * a + e) * es, &y[e], n);
+    }
+}
 
 /* V[e] rows [0, rows) = B^T d B of tiles [t0, t0 + rows); positions outside the image
  * read the zero row. */
-RN_HOT static void wino_input(const rn_conv_desc *d, const float *x, const float *zero, int64_t t0, int64_t rows,
-                              int64_t tb, float *V) {
-    const int64_t C = d->c, C8 = C / 8 * 8, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * C;
+static inline __attribute__((always_inline)) void wino_input_m(int m, const rn_conv_desc *d, const float *x,
+                                                               const float *zero, int64_t t0, int64_t rows,
+                                                               int64_t tb, float *V) {
+    const int a = m + 2;
+    const int64_t C = d->c, th = ceil_div(d->p, m), tw = ceil_div(d->q, m), es = tb * C;
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
-        int hi0 = (int)(rem / tw) * 2 - 1, wi0 = (int)(rem % tw) * 2 - 1;
-        const float *src[16];
-        for (int i = 0; i < 4; i++)
-            for (int jj = 0; jj < 4; jj++) {
+        int hi0 = (int)(rem / tw) * m - 1, wi0 = (int)(rem % tw) * m - 1;
+        const float *src[WINO_AMAX * WINO_AMAX];
+        for (int i = 0; i < a; i++)
+            for (int jj = 0; jj < a; jj++) {
                 int hi = hi0 + i, wi = wi0 + jj;
-                src[i * 4 + jj] = hi >= 0 && hi < d->h && wi >= 0 && wi < d->w
+                src[i * a + jj] = hi >= 0 && hi < d->h && wi >= 0 && wi < d->w
                                       ? x + ((ni * d->h + hi) * (int64_t)d->w + wi) * C
                                       : zero;
             }
-        float *v = V + r * C;
-        for (int64_t c = 0; c < C8; c += 8) {
-            v8 s[4][4];
-            for (int b = 0; b < 4; b++) {
-                v8 d0 = *(const v8u *)(src[b] + c), d1 = *(const v8u *)(src[4 + b] + c),
-                   d2 = *(const v8u *)(src[8 + b] + c), d3 = *(const v8u *)(src[12 + b] + c);
-                s[0][b] = d0 - d2;
-                s[1][b] = d1 + d2;
-                s[2][b] = d2 - d1;
-                s[3][b] = d1 - d3;
-            }
-            for (int a = 0; a < 4; a++) {
-                float *o = v + (int64_t)(a * 4) * es + c;
-                *(v8u *)o = s[a][0] - s[a][2];
-                *(v8u *)(o + es) = s[a][1] + s[a][2];
-                *(v8u *)(o + 2 * es) = s[a][2] - s[a][1];
-                *(v8u *)(o + 3 * es) = s[a][1] - s[a][3];
-            }
-        }
-        for (int64_t c = C8; c < C; c++) {
-            float s[4][4];
-            for (int b = 0; b < 4; b++) {
-                float d0 = src[b][c], d1 = src[4 + b][c], d2 = src[8 + b][c], d3 = src[12 + b][c];
-                s[0][b] = d0 - d2;
-                s[1][b] = d1 + d2;
-                s[2][b] = d2 - d1;
-                s[3][b] = d1 - d3;
-            }
-            for (int a = 0; a < 4; a++) {
-                float *o = v + (int64_t)(a * 4) * es + c;
-                o[0] = s[a][0] - s[a][2];
-                o[es] = s[a][1] + s[a][2];
-                o[2 * es] = s[a][2] - s[a][1];
-                o[3 * es] = s[a][1] - s[a][3];
-            }
-        }
+        for (int64_t c = 0; c < C; c += 8) wino_in_tile(m, src, c, C - c < 8 ? (int)(C - c) : 8, V + r * C + c, es);
     }
+}
+RN_HOT static void wino_input(int m, const rn_conv_desc *d, const float *x, const float *zero, int64_t t0,
+                              int64_t rows, int64_t tb, float *V) {
+    if (m == 4) wino_input_m(4, d, x, zero, t0, rows, tb, V);
+    else wino_input_m(2, d, x, zero, t0, rows, tb, V);
 }
 
 /* y of tiles [t0, t0 + rows) = [relu](A^T M A + (bias [+ res])), the same epilogue as the
  * im2col path; the parts of edge tiles past P or Q are dropped. */
-RN_HOT static void wino_output(const conv_job *j, const float *Mo, int64_t t0, int64_t rows, int64_t tb) {
+static inline __attribute__((always_inline)) void wino_output_m(int m, const conv_job *j, const float *Mo,
+                                                                int64_t t0, int64_t rows, int64_t tb) {
     const rn_conv_desc *d = j->d;
-    const int64_t K = d->k, K8 = K / 8 * 8, th = ceil_div(d->p, 2), tw = ceil_div(d->q, 2), es = tb * K;
+    const int a = m + 2;
+    const int64_t K = d->k, th = ceil_div(d->p, m), tw = ceil_div(d->q, m), es = tb * K;
+    const v8 zero = {0};
     for (int64_t r = 0; r < rows; r++) {
         int64_t t = t0 + r, ni = t / (th * tw), rem = t % (th * tw);
-        int p0 = (int)(rem / tw) * 2, q0 = (int)(rem % tw) * 2;
-        const float *m = Mo + r * K;
-        float *y[4];
-        const float *res[4];
-        for (int a = 0; a < 4; a++) {
-            int64_t at = ((ni * d->p + p0 + a / 2) * (int64_t)d->q + q0 + a % 2) * K;
-            int in = p0 + a / 2 < d->p && q0 + a % 2 < d->q;
-            y[a] = in ? j->y + at : NULL;
-            res[a] = in && j->res ? j->res + at : NULL;
+        int p0 = (int)(rem / tw) * m, q0 = (int)(rem % tw) * m;
+        const float *mr = Mo + r * K;
+        float *y[4 * 4];
+        const float *res[4 * 4];
+        for (int i = 0; i < m * m; i++) {
+            int64_t at = ((ni * d->p + p0 + i / m) * (int64_t)d->q + q0 + i % m) * K;
+            int in = p0 + i / m < d->p && q0 + i % m < d->q;
+            y[i] = in ? j->y + at : NULL;
+            res[i] = in && j->res ? j->res + at : NULL;
         }
-        for (int64_t c = 0; c < K8; c += 8) {
-            v8 s[2][4], o[4];
-            for (int b = 0; b < 4; b++) {
-                v8 m0 = *(const v8u *)(m + b * es + c), m1 = *(const v8u *)(m + (4 + b) * es + c),
-                   m2 = *(const v8u *)(m + (8 + b) * es + c), m3 = *(const v8u *)(m + (12 + b) * es + c);
-                s[0][b] = m0 + m1 + m2;
-                s[1][b] = m1 - m2 - m3;
+        for (int64_t c = 0; c < K; c += 8) {
+            const int n = K - c < 8 ? (int)(K - c) : 8;
+            v8 s[4][WINO_AMAX];
+            for (int e = 0; e < a; e++) {
+                v8 x[WINO_AMAX], z[4];
+                for (int i = 0; i < a; i++) ld8(&x[i], mr + (int64_t)(i * a + e) * es + c, n);
+                wino_at(m, x, z);
+                for (int i = 0; i < m; i++) s[i][e] = z[i];
             }
-            for (int a = 0; a < 2; a++) {
-                o[a * 2] = s[a][0] + s[a][1] + s[a][2];
-                o[a * 2 + 1] = s[a][1] - s[a][2] - s[a][3];
-            }
-            v8 bias = *(const v8u *)(j->bias + c), zero = {0};
-            for (int a = 0; a < 4; a++) {
-                if (!y[a]) continue;
-                v8 v = res[a] ? o[a] + (bias + *(const v8u *)(res[a] + c)) : o[a] + bias;
-                /* v < 0 ? 0 : v, as the scalar tail: NaN and -0 pass */
-                if (j->relu) v = (v8)((v8i)v & ~(v8i)(v < zero));
-                *(v8u *)(y[a] + c) = v;
-            }
-        }
-        for (int64_t c = K8; c < K; c++) {
-            float s[2][4], o[4];
-            for (int b = 0; b < 4; b++) {
-                float m0 = m[b * es + c], m1 = m[(4 + b) * es + c], m2 = m[(8 + b) * es + c], m3 = m[(12 + b) * es + c];
-                s[0][b] = m0 + m1 + m2;
-                s[1][b] = m1 - m2 - m3;
-            }
-            for (int a = 0; a < 2; a++) {
-                o[a * 2] = s[a][0] + s[a][1] + s[a][2];
-                o[a * 2 + 1] = s[a][1] - s[a][2] - s[a][3];
-            }
-            for (int a = 0; a < 4; a++) {
-                if (!y[a]) continue;
-                float v = res[a] ? o[a] + (j->bias[c] + res[a][c]) : o[a] + j->bias[c];
-                if (j->relu) v = v < 0.0f ? 0.0f : v;
-                y[a][c] = v;
+            v8 bias, rv;
+            ld8(&bias, j->bias + c, n);
+            for (int i = 0; i < m; i++) {
+                v8 z[4];
+                wino_at(m, s[i], z);
+                for (int e = 0; e < m; e++) {
+                    int o = i * m + e;
+                    if (!y[o]) continue;
+                    v8 v;
+                    if (res[o]) {
+                        ld8(&rv, res[o] + c, n);
+                        v = z[e] + (bias + rv);
+                    } else {
+                        v = z[e] + bias;
+                    }
+                    /* v < 0 ? 0 : v: NaN and -0 pass */
+                    if (j->relu) v = (v8)((v8i)v & ~(v8i)(v < zero));
+                    st8(y[o] + c, &v, n);
+                }
             }
         }
     }
 }
+RN_HOT static void wino_output(int m, const conv_job *j, const float *Mo, int64_t t0, int64_t rows, int64_t tb) {
+    if (m == 4) wino_output_m(4, j, Mo, t0, rows, tb);
+    else wino_output_m(2, j, Mo, t0, rows, tb);
+}
 
-/* One block of tiles: input transform, 16 GEMMs, output transform, in the worker's
+/* One block of tiles: input transform, E GEMMs, output transform, in the worker's
  * slice of the workspace. */
 static void wino_block(void *ctx, int64_t blk, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
-    const int64_t C = d->c, K = d->k, tb = j->mt;
-    int64_t t0 = blk * tb, rows = min64(tb, wino_tiles_total(d) - t0);
+    const int m = j->wm, E = (m + 2) * (m + 2);
+    const int64_t C = d->c, K = d->k, tb = j->mt, uf = round_up(E * k_pad(d) * C, SPLIT_ALIGN);
+    int64_t t0 = blk * tb, rows = min64(tb, d->n * wino_img_tiles(d, m) - t0);
     if (!j->packed) { /* blocks within one image (wino_run) */
-        int64_t img = ceil_div(d->p, 2) * ceil_div(d->q, 2), per = ceil_div(img, tb), bi = blk % per;
+        int64_t img = wino_img_tiles(d, m), per = ceil_div(img, tb), bi = blk % per;
         t0 = blk / per * img + bi * tb;
         rows = min64(tb, img - bi * tb);
     }
-    const float *U = j->wp, *zero = j->ws + wino_u_floats(d);
-    float *V = j->ws + wino_u_floats(d) + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d);
-    float *Mo = V + 16 * tb * C;
-    wino_input(d, j->x, zero, t0, rows, tb, V);
+    const float *U = j->wp, *zero = j->ws + uf;
+    float *V = j->ws + uf + wino_zero_floats(d) + (int64_t)worker * j->wslice;
+    float *Mo = V + E * tb * C;
+    wino_input(m, d, j->x, zero, t0, rows, tb, V);
     if (j->packed) {
         const int64_t panels = k_pad(d) / RN_FUSED_NR;
-        for (int e = 0; e < 16; e++)
+        for (int e = 0; e < E; e++)
             rn_cpu_fused_gemm(V + e * tb * C, C, rows, C, U + e * k_pad(d) * C, K, 0, panels, zero, NULL, 0,
                               Mo + e * tb * K);
     } else {
-        for (int e = 0; e < 16; e++)
+        for (int e = 0; e < E; e++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)K, (int)C, 1.0f, V + e * tb * C,
                         (int)C, U + e * K * C, (int)C, 0.0f, Mo + e * tb * K, (int)K);
     }
-    wino_output(j, Mo, t0, rows, tb);
+    wino_output(m, j, Mo, t0, rows, tb);
 }
 
 /* j->pk = U, the transformed filters */
 static void wino_pack(rn_backend *be, conv_job *j) {
     const rn_conv_desc *d = j->d;
     j->packed = fused_use(be);
+    j->wm = wino_m(be, d);
     /* the last panel's lanes past K: zeros, not stale memory */
-    if (j->packed && d->k % RN_FUSED_NR) memset(j->pk, 0, sizeof(float) * (size_t)wino_u_floats(d));
+    if (j->packed && d->k % RN_FUSED_NR) memset(j->pk, 0, sizeof(float) * (size_t)wino_u_floats(be, d));
     rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), (int)j->tn, wino_weights, j);
 }
 
@@ -694,25 +773,27 @@ static void wino_pack(rn_backend *be, conv_job *j) {
 static int wino_run(rn_backend *be, conv_job *j, int prepared) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
-    memset(j->ws + wino_u_floats(d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
+    memset(j->ws + wino_u_floats(be, d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
     if (prepared) {
         j->packed = fused_use(be);
+        j->wm = wino_m(be, d);
         j->wp = j->w;
     } else {
         j->pk = j->ws;
         wino_pack(be, j);
         j->wp = j->ws;
     }
+    j->wslice = wino_worker_floats(be, d);
     /* On rn's kernel blocks run across images, as even over the threads as they can be. An
      * OpenBLAS sgemm's bits can depend on its call's shape, so there every block lies
      * within one image and is cut from the image's shape alone: a tile's GEMM call is the
      * same at any batch (a rank's slice, another --batch) and thread count. */
-    int64_t img = ceil_div(d->p, 2) * ceil_div(d->q, 2), blocks;
+    int64_t img = wino_img_tiles(d, j->wm), blocks;
     if (j->packed) {
-        j->mt = wino_tiles_even(d, nt);
-        blocks = ceil_div(wino_tiles_total(d), j->mt);
+        j->mt = wino_tiles_even(be, d, nt);
+        blocks = ceil_div(wino_tiles_total(be, d), j->mt);
     } else {
-        j->mt = min64(wino_tiles(d), img);
+        j->mt = min64(wino_tiles(be, d), img);
         blocks = d->n * ceil_div(img, j->mt);
     }
     rn_cpu_pool_run(be->impl, blocks, nt, wino_block, j);
@@ -808,7 +889,7 @@ static int fused_run(rn_backend *be, conv_job *j, int prepared) {
 }
 
 size_t rn_cpu_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d) {
-    if (wino_use(be, d)) return sizeof(float) * (size_t)wino_u_floats(d);
+    if (wino_use(be, d)) return sizeof(float) * (size_t)wino_u_floats(be, d);
     if (fused_use(be)) return sizeof(float) * (size_t)fused_w_floats(d);
     return 0;
 }

@@ -206,6 +206,17 @@ static int env_choice(const char *name, const char *off, const char *on, int *ou
     return RN_OK;
 }
 
+/* RN_CPU_WINOGRAD: 0, 1 or 2 (rn_backend_opts.cpu_winograd) */
+static int env_winograd(int *out) {
+    const char *s = getenv("RN_CPU_WINOGRAD");
+    if (!s || !*s) return RN_OK;
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0 && strcmp(s, "2") != 0)
+        return rn_errorf(RN_EINVAL, "RN_CPU_WINOGRAD='%s': expected 0 (off), 1 (F(4x4) and F(2x2), the default) "
+                         "or 2 (F(2x2) only)", s);
+    *out = s[0] - '0';
+    return RN_OK;
+}
+
 static int env_count(const char *name) {
     const char *s = getenv(name);
     if (!s || !*s) return 0;
@@ -233,7 +244,7 @@ int rn_cli_backend_env(rn_backend_opts *o) {
     if ((rc = env_flag("RN_SYNC", &o->sync_each_op)) != RN_OK) goto fail;
     if ((s = getenv("RN_CPU_MEMORY")) && *s && (rc = rn_cli_size("RN_CPU_MEMORY", s, 1, &o->cpu_memory)) != RN_OK)
         goto fail;
-    if ((rc = env_flag("RN_CPU_WINOGRAD", &o->cpu_winograd)) != RN_OK) goto fail;
+    if ((rc = env_winograd(&o->cpu_winograd)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CPU_GEMM", "own", "openblas", &o->cpu_conv_openblas)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_TF32", &o->cuda_tf32)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_DETERMINISTIC", &o->cuda_deterministic)) != RN_OK) goto fail;

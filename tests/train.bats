@@ -218,26 +218,31 @@ rnst.save("nan.safetensors", sd, meta)'
     assert_output --partial "62 gradients of a batch of 16, 0 failed"
 }
 
-@test "RN_CPU_WINOGRAD=0: rn-eval through im2col + GEMM instead of Winograd differs by rounding only; a bad value exits 2" {
-    # at --crop 128 the toy net's first- and second-stage 3x3 convs (32x32 and 16x16 outputs, 64 and 128 channels) take Winograd F(2x2,3x3) by default
+@test "RN_CPU_WINOGRAD=0 (im2col + GEMM) and 2 (F(2x2) only): rn-eval differs from the default Winograd by rounding only; a bad value exits 2" {
+    # at --crop 128 the toy net's first- and second-stage 3x3 convs (32x32 and 16x16 outputs, 64 and 128 channels) take Winograd F(4x4,3x3) by default
     rn-train --data train.lmdb --in init.pb --out w.pb --max-steps 2 $T
     RN_CPU_WINOGRAD=0 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits gemm.st > gemm.out
+    RN_CPU_WINOGRAD=2 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits two.st > two.out
     rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits wino.st > wino.out
     RN_CPU_WINOGRAD=1 rn-eval --data val.lmdb --ckpt w.pb --crop 128 --threads 2 --dump-logits on.st > on.out
     cmp wino.st on.st
     run env PYTHONPATH="$BATS_TEST_DIRNAME/parity" "$PYTHON" -c '
 import rnst
-a = rnst.load("wino.st")[0]["logits"].double()
 b = rnst.load("gemm.st")[0]["logits"].double()
-d = (a - b).abs().max().item()
-assert 0 < d <= 1e-4 * max(1.0, b.abs().max().item()), d
-assert (a.argmax(1) == b.argmax(1)).all()
-print("max |logit diff|", d)'
+for f in ("wino.st", "two.st"):
+    a = rnst.load(f)[0]["logits"].double()
+    d = (a - b).abs().max().item()
+    assert 0 < d <= 1e-4 * max(1.0, b.abs().max().item()), (f, d)
+    assert (a.argmax(1) == b.argmax(1)).all(), f
+    print(f, "max |logit diff| from im2col", d)
+a = rnst.load("wino.st")[0]["logits"].double()
+t = rnst.load("two.st")[0]["logits"].double()
+assert (a - t).abs().max().item() > 0, "F(2x2) only gave the default bytes"'
     echo "$output"
     assert_success
     run env RN_CPU_WINOGRAD=yes rn-eval --data val.lmdb --ckpt w.pb --crop 32
     assert_failure 2
-    assert_output --partial "RN_CPU_WINOGRAD='yes': expected 1 or 0"
+    assert_output --partial "RN_CPU_WINOGRAD='yes': expected 0 (off), 1 (F(4x4) and F(2x2), the default) or 2 (F(2x2) only)"
 }
 
 @test "RN_CPU_GEMM=openblas: rn-eval's convs through OpenBLAS instead of rn's kernel differ by rounding only; a bad value exits 2" {

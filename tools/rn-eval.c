@@ -69,7 +69,8 @@ static void usage(FILE *f) {
                "Environment (CPU): RN_CPU_GEMM=own|openblas runs the convolutions on rn's own AVX2\n"
                "  kernel (default where the CPU has AVX2 and FMA) or through OpenBLAS;\n"
                "  RN_CPU_WINOGRAD=0 the larger 3x3 ones as im2col + GEMM instead of Winograd\n"
-               "  F(2x2,3x3) (the default). Either changes the logits by rounding only.\n"
+               "  F(4x4,3x3) or F(2x2,3x3) (1, the default), 2 as F(2x2,3x3) only. Each changes\n"
+               "  the logits by rounding only.\n"
                "\n"
                "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage.\n",
             RN_DIST_TIMEOUT, RN_EVAL_PROFILE_STEPS, RN_EVAL_PROFILE_WARMUP);

@@ -233,7 +233,7 @@ static void usage(FILE *f) {
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
             "--val on the CPU: RN_CPU_GEMM=own|openblas (rn's AVX2 kernel, the default where the\n"
-            "CPU has it, or OpenBLAS) and RN_CPU_WINOGRAD=0|1 (Winograd 3x3 convs, default 1), as\n"
+            "CPU has it, or OpenBLAS) and RN_CPU_WINOGRAD=0|1|2 (Winograd 3x3 convs, default 1), as\n"
             "rn-eval (see rn-train(1)).\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,

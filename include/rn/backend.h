@@ -81,8 +81,11 @@ typedef struct {
     size_t cpu_memory;        /* CPU: behave as a device of this many bytes, allocations past
                                  it failing (0: the machine's memory; RN_CPU_MEMORY=SIZE) */
     int cpu_winograd;         /* CPU: rn_conv_bias_fwd runs 3x3 stride-1 convs of 64+ channels
-                                 and 14x14+ outputs as Winograd F(2x2,3x3) (default 1 from
-                                 rn_backend_opts_init; 0, RN_CPU_WINOGRAD=0: im2col + GEMM) */
+                                 as Winograd: 1 (the default from rn_backend_opts_init)
+                                 F(4x4,3x3) where 4x4 output tiles fit the image (14x14 and
+                                 up), else F(2x2,3x3) where 2x2 ones do; 2: F(2x2,3x3) only
+                                 (about 30x less rounding error per conv); 0: im2col + GEMM
+                                 (RN_CPU_WINOGRAD=0|1|2) */
     int cpu_conv_openblas;    /* CPU: rn_conv_bias_fwd's GEMMs through OpenBLAS (RN_CPU_GEMM=openblas);
                                  default 0: rn's own AVX2 kernel with the bias, residual and
                                  ReLU fused, where the CPU has AVX2 and FMA */
@@ -236,7 +239,8 @@ int rn_conv_desc_init(rn_conv_desc *d, int n, int h, int w, int c, int k, int kh
 size_t rn_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 /* The name of the algorithm direction dir (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER) of d's
  * shape runs with on this context, or with dir RN_CONV_BIAS_FWD the one rn_conv_bias_fwd
- * runs (the CPU: "Winograd F(2x2,3x3)" for the shapes of cpu_winograd when it is on,
+ * runs (the CPU: "Winograd F(4x4,3x3)" or "Winograd F(2x2,3x3)" for the shapes of
+ * cpu_winograd when it is on,
  * else rn_conv_fwd's), e.g. "cuDNN WINOGRAD_NONFUSED" or "im2col + GEMM";
  * "not chosen yet" before its first use on CUDA. Static storage. */
 const char *rn_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);

@@ -191,8 +191,17 @@ static void test_backend_env(void) {
     CHECK(o.sync_each_op && o.cpu_memory == (size_t)64 << 20 && o.cuda_tf32 && o.cuda_deterministic &&
               o.cuda_conv_heuristic && o.cuda_bn_cudnn && o.cuda_workspace == (size_t)256 << 20,
           "every variable read");
+    CHECK(d.cpu_winograd == 1 && !d.cpu_conv_openblas, "CPU defaults: Winograd 1, own GEMM kernel");
+    const char *wino[] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        setenv("RN_CPU_WINOGRAD", wino[i], 1);
+        CHECK_OK(rn_cli_backend_env(&o));
+        CHECK(o.cpu_winograd == i, "RN_CPU_WINOGRAD=%s: %d", wino[i], o.cpu_winograd);
+    }
+    unsetenv("RN_CPU_WINOGRAD");
     const char *bad[][2] = {{"RN_SYNC", "yes"}, {"RN_CPU_MEMORY", "lots"}, {"RN_CUDA_CONV_ALGO", "fast"},
-                            {"RN_CUDA_BN", "bogus"}, {"RN_CUDA_WORKSPACE_MB", "-1"}};
+                            {"RN_CUDA_BN", "bogus"}, {"RN_CUDA_WORKSPACE_MB", "-1"}, {"RN_CPU_WINOGRAD", "3"},
+                            {"RN_CPU_WINOGRAD", "yes"}, {"RN_CPU_GEMM", "mkl"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv(bad[i][0], bad[i][1], 1);
         CHECK(rn_cli_backend_env(&o) == RN_EINVAL && strstr(rn_last_error(), bad[i][0]), "%s=%s accepted: %s",

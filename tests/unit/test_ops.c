@@ -291,18 +291,23 @@ static void test_conv_bias(rn_backend *be) {
     rn_backend_destroy(blas);
 }
 
-/* Winograd F(2x2,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and every
- * output within WINO_TOL of the sum of its terms' magnitudes (sum |x w| + |bias| + |res|)
- * from the naive conv in double, and from a context with Winograd off (im2col + GEMM).
- * F(2,3)'s transforms add, subtract and halve before and after a dot product of C terms,
- * so its error is that of a float dot product (~C ulps of the magnitude sum at worst, far
- * less on average) with a small constant; relative to the output value itself it is
- * unbounded where the terms cancel, so the magnitude sum is the scale. Measured: ~1e-7
- * (about one ulp); 1e-6 leaves 10x for other BLAS kernels and is still far below what a
- * wrong coefficient or misplaced tap makes (whole terms: 1e-3 of the sum and more). */
+/* Winograd F(mxm,3x3) in rn_conv_bias_fwd: the algorithm must be the one that ran, and
+ * every output within its tolerance of the sum of its terms' magnitudes (sum |x w| +
+ * |bias| + |res|) from the naive conv in double, and from a context with Winograd off
+ * (im2col + GEMM). F(2,3)'s transforms add, subtract and halve before and after a dot
+ * product of C terms, so its error is that of a float dot product (~C ulps of the
+ * magnitude sum at worst, far less on average) with a small constant; relative to the
+ * output value itself it is unbounded where the terms cancel, so the magnitude sum is the
+ * scale. Measured: ~1e-7 (about one ulp); 1e-6 leaves 10x for other BLAS kernels and is
+ * still far below what a wrong coefficient or misplaced tap makes (whole terms: 1e-3 of
+ * the sum and more). F(4,3)'s transforms scale by up to 8 (and its filters by 1/24):
+ * measured 2-3e-6, so 2e-5, still 50x below a wrong term. */
 #define WINO_TOL 1e-6
-static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int w, int c, int k, int residual,
+#define WINO4_TOL 2e-5
+static void test_wino_case(rn_backend *be, rn_backend *exact, int m, int n, int h, int w, int c, int k, int residual,
                            int relu) {
+    const char *algo = m == 4 ? "Winograd F(4x4,3x3)" : "Winograd F(2x2,3x3)";
+    const double tol = m == 4 ? WINO4_TOL : WINO_TOL;
     rn_conv_desc d;
     CHECK_OK(rn_conv_desc_init(&d, n, h, w, c, k, 3, 3, 1, 1));
     int64_t nx = (int64_t)n * h * w * c, nw = (int64_t)k * 9 * c, ny = (int64_t)n * d.p * d.q * k;
@@ -322,10 +327,11 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
         if (relu && ref[i] < 0) ref[i] = 0;
     }
     char what[128];
-    snprintf(what, sizeof what, "winograd n%d %dx%dx%d k%d res %d relu %d", n, h, w, c, k, residual, relu);
+    snprintf(what, sizeof what, "winograd F(%dx%d) n%d %dx%dx%d k%d res %d relu %d", m, m, n, h, w, c, k, residual,
+             relu);
     reserve(be, rn_conv_workspace(be, &d));
     reserve(exact, rn_conv_workspace(exact, &d));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), "Winograd F(2x2,3x3)") == 0, "%s: algo %s", what,
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), algo) == 0, "%s: algo %s", what,
           rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
     CHECK(strcmp(rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD), plain_algo(0, 0)) == 0, "%s: Winograd off: algo %s",
           what, rn_conv_algo(exact, &d, RN_CONV_BIAS_FWD));
@@ -341,9 +347,9 @@ static void test_wino_case(rn_backend *be, rn_backend *exact, int n, int h, int 
         if (ei > worst_i) worst_i = ei;
         if (mag[i] > scale) scale = mag[i];
     }
-    CHECK(worst <= WINO_TOL, "%s: error %.3g of the magnitude sum at %lld (got %.7g want %.7g)", what, worst,
+    CHECK(worst <= tol, "%s: error %.3g of the magnitude sum at %lld (got %.7g want %.7g)", what, worst,
           (long long)at, (double)y[at], ref[at]);
-    CHECK(worst_i <= WINO_TOL, "%s: %.3g of the magnitude sum from the path with Winograd off", what, worst_i);
+    CHECK(worst_i <= tol, "%s: %.3g of the magnitude sum from the path with Winograd off", what, worst_i);
     packed_same(be, &d, x, wt, bias, res, relu, y, what);
     printf("  %s: max error %.2g of the magnitude sum (%.2g vs Winograd off)\n", what, worst, worst_i);
     /* a NaN bias stays NaN through the ReLU in the vector lanes (channel 0) and in the
@@ -363,40 +369,54 @@ static void wino_expect(rn_backend *be, int n, int h, int c, int dir, const char
     CHECK(strcmp(rn_conv_algo(be, &d, dir), want) == 0, "%s: %s", what, rn_conv_algo(be, &d, dir));
 }
 
-/* be: a default context, Winograd on (RN_CPU_WINOGRAD unset or 1) */
+/* be: a default context, Winograd on (RN_CPU_WINOGRAD unset or 1): F(4x4) where its
+ * tiles fit, else F(2x2) */
 static void test_wino(rn_backend *be) {
     rn_backend_opts o;
     rn_backend_opts_init(&o);
     o.cpu_winograd = 0;
-    rn_backend *off = NULL;
+    rn_backend *off = NULL, *two = NULL, *blas = NULL, *blas2 = NULL;
     CHECK_OK(rn_backend_create("cpu", 2, &o, &off));
-    if (!off) return;
-    test_wino_case(be, off, 1, 15, 13, 129, 131, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
-    test_wino_case(be, off, 3, 14, 14, 128, 136, 0, 0);  /* even, several images */
-    test_wino_case(be, off, 2, 17, 18, 133, 128, 1, 0);
-    test_wino_case(be, off, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
-    test_wino_case(be, off, 2, 40, 38, 128, 128, 1, 1);  /* several tile blocks, the last partial */
-    test_wino_case(be, off, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
-    test_wino_case(be, off, 1, 20, 19, 64, 70, 1, 1);    /* the fewest channels it takes */
-    /* too few tiles per image (16 < 49) at any batch, im2col; and so is a 1x1 output, and
-     * fewer than 64 channels; rn_conv_fwd (training, exact inference) never takes it, nor
-     * does a context with it off */
+    o.cpu_winograd = 2; /* RN_CPU_WINOGRAD=2: F(2x2) only */
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &two));
+    o.cpu_conv_openblas = 1; /* RN_CPU_GEMM=openblas: the GEMMs through OpenBLAS */
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas2));
+    o.cpu_winograd = 1;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
+    if (!off || !two || !blas || !blas2) goto done;
+    test_wino_case(be, off, 4, 1, 15, 13, 129, 131, 1, 1);  /* odd P and Q: partial edge tiles; odd C, K */
+    test_wino_case(be, off, 4, 3, 14, 14, 128, 136, 0, 0);  /* several images, 77% of the tiles inside */
+    test_wino_case(be, off, 4, 2, 17, 18, 133, 128, 1, 0);
+    test_wino_case(be, off, 4, 2, 13, 14, 300, 150, 0, 1);  /* long dot products */
+    test_wino_case(be, off, 4, 2, 40, 38, 128, 128, 1, 1);  /* several tile blocks, the last partial */
+    test_wino_case(be, off, 4, 1, 14, 14, 256, 256, 1, 1);  /* ResNet-50's 14x14 3x3 at batch 1 */
+    test_wino_case(be, off, 4, 1, 20, 19, 64, 70, 1, 1);    /* the fewest channels it takes */
+    test_wino_case(be, off, 2, 2, 13, 13, 64, 72, 1, 1);    /* 4x4 tiles 66% inside: F(2x2) */
+    test_wino_case(two, off, 2, 1, 15, 13, 129, 131, 1, 1);
+    test_wino_case(two, off, 2, 2, 40, 38, 128, 128, 1, 1);
+    test_wino_case(two, off, 2, 1, 14, 14, 256, 256, 1, 1);
+    test_wino_case(two, off, 2, 1, 20, 19, 64, 70, 1, 1);
+    /* through OpenBLAS: one block per image, and two (121 tiles, blocks of 112) */
+    test_wino_case(blas, off, 4, 2, 17, 18, 133, 128, 1, 1);
+    test_wino_case(blas, off, 4, 1, 44, 44, 128, 128, 1, 1);
+    /* two blocks per image (380 tiles, blocks of 240), scalar tails in both transforms */
+    test_wino_case(blas2, off, 2, 2, 40, 38, 129, 131, 1, 1);
+    /* too few tiles per image (4x4 tiles: 4 < 16; 2x2 tiles: 16 < 49) at any batch,
+     * im2col; and so is a 1x1 output, and fewer than 64 channels; rn_conv_fwd (training,
+     * exact inference) never takes it, nor does a context with it off */
     wino_expect(be, 64, 7, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "7x7 batch 64");
     wino_expect(be, 64, 1, 512, RN_CONV_BIAS_FWD, plain_algo(0, 0), "1x1 batch 64");
     wino_expect(be, 32, 56, 32, RN_CONV_BIAS_FWD, plain_algo(0, 0), "56x56x32 batch 32");
-    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "56x56x64 batch 32");
+    wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(4x4,3x3)", "56x56x64 batch 32");
+    wino_expect(be, 1, 13, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "13x13x64 batch 1");
+    wino_expect(two, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "F(2x2) only: 56x56x64 batch 32");
     wino_expect(be, 2, 40, 128, RN_CONV_FWD, "im2col + GEMM", "conv_fwd 40x40x128");
     wino_expect(off, 2, 40, 128, RN_CONV_BIAS_FWD, plain_algo(0, 0), "Winograd off 40x40x128");
-    /* its 16 GEMMs through OpenBLAS (RN_CPU_GEMM=openblas) */
-    o.cpu_winograd = 1;
-    o.cpu_conv_openblas = 1;
-    rn_backend *blas = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
-    if (blas) test_wino_case(blas, off, 2, 17, 18, 133, 128, 1, 1); /* one block per image */
-    /* two blocks per image (256 + 124 tiles), scalar tails in both transforms */
-    if (blas) test_wino_case(blas, off, 2, 40, 38, 129, 131, 1, 1);
-    rn_backend_destroy(blas);
+done:
     rn_backend_destroy(off);
+    rn_backend_destroy(two);
+    rn_backend_destroy(blas);
+    rn_backend_destroy(blas2);
 }
 
 /* ---- batch norm ---- */
