@@ -465,8 +465,9 @@ static int64_t wino_img_tiles(const rn_conv_desc *d, int m) { return ceil_div(d-
  * README "Winograd"): F(2x2) against rn's own im2col path per ResNet-50 3x3/1 shape at
  * batch 32 and 1: 56x56x64 2.0x and 1.5x, 28x28x128 2.1x and 1.7x, 14x14x256 2.45x and
  * 1.75x; 7x7x512 (2x2 tiles of an 8x8 grid, 77% inside) even; F(4x4) against F(2x2),
- * best of 4 alternating runs: 56x56 1.5x and 1.9x, 28x28 1.45x and 1.5x, 14x14 (16 tiles
- * of a 16x16 grid, 77% inside) 1.2x and even. */
+ * best of 3-4 alternating runs: 56x56 1.1-1.5x and 1.1-1.9x, 28x28 1.45-1.7x and
+ * 1.3-1.6x, 14x14 (16 tiles of a 16x16 grid, 77% inside) 0.9-1.2x and even (with the
+ * three passes of a small batch, wino_run). */
 #define WINO_MIN_CHANNELS 64
 #define WINO2_IMG_TILES 49
 #define WINO4_IMG_TILES 16
@@ -759,6 +760,44 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     wino_output(m, j, Mo, t0, rows, tb);
 }
 
+/* All tiles as one block shared by the threads, in three passes (wino_run): tiles in
+ * runs of WINO_RUN for the transforms, and (element, group of WINO_PG panels) for the
+ * GEMMs, so that a thread streams only its part of U. */
+#define WINO_RUN 8
+#define WINO_PG 4
+static float *wino_shared(const conv_job *j, int64_t *tb) {
+    const rn_conv_desc *d = j->d;
+    const int E = (j->wm + 2) * (j->wm + 2);
+    *tb = d->n * wino_img_tiles(d, j->wm);
+    return j->ws + round_up(E * k_pad(d) * d->c, SPLIT_ALIGN) + wino_zero_floats(d);
+}
+static void wino_in_run(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    int64_t tb;
+    float *V = wino_shared(j, &tb);
+    const float *zero = V - wino_zero_floats(j->d);
+    wino_input(j->wm, j->d, j->x, zero, t * WINO_RUN, min64(WINO_RUN, tb - t * WINO_RUN), tb, V + t * WINO_RUN * j->d->c);
+}
+static void wino_gemm_part(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int64_t C = d->c, K = d->k, panels = k_pad(d) / RN_FUSED_NR, groups = ceil_div(panels, WINO_PG);
+    const int64_t e = t / groups, p0 = t % groups * WINO_PG, p1 = min64(p0 + WINO_PG, panels);
+    int64_t tb;
+    float *V = wino_shared(j, &tb), *Mo = V + (j->wm + 2) * (j->wm + 2) * tb * C;
+    const float *zero = V - wino_zero_floats(d);
+    rn_cpu_fused_gemm(V + e * tb * C, C, tb, C, j->wp + e * k_pad(d) * C, K, p0, p1, zero, NULL, 0, Mo + e * tb * K);
+}
+static void wino_out_run(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    int64_t tb;
+    float *V = wino_shared(j, &tb), *Mo = V + (j->wm + 2) * (j->wm + 2) * tb * j->d->c;
+    wino_output(j->wm, j, Mo + t * WINO_RUN * j->d->k, t * WINO_RUN, min64(WINO_RUN, tb - t * WINO_RUN), tb);
+}
+
 /* j->pk = U, the transformed filters */
 static void wino_pack(rn_backend *be, conv_job *j) {
     const rn_conv_desc *d = j->d;
@@ -789,6 +828,16 @@ static int wino_run(rn_backend *be, conv_job *j, int prepared) {
      * within one image and is cut from the image's shape alone: a tile's GEMM call is the
      * same at any batch (a rank's slice, another --batch) and thread count. */
     int64_t img = wino_img_tiles(d, j->wm), blocks;
+    if (j->packed && nt > 1 && wino_tiles_total(be, d) <= wino_tiles(be, d)) {
+        /* every tile fits one block (a small batch): the three passes, each split over
+           the threads, instead of one block on one thread */
+        const int64_t total = wino_tiles_total(be, d), runs = ceil_div(total, WINO_RUN);
+        const int64_t gemms = (int64_t)(j->wm + 2) * (j->wm + 2) * ceil_div(k_pad(d) / RN_FUSED_NR, WINO_PG);
+        rn_cpu_pool_run(be->impl, runs, nt, wino_in_run, j);
+        rn_cpu_pool_run(be->impl, gemms, nt, wino_gemm_part, j);
+        rn_cpu_pool_run(be->impl, runs, nt, wino_out_run, j);
+        return RN_OK;
+    }
     if (j->packed) {
         j->mt = wino_tiles_even(be, d, nt);
         blocks = ceil_div(wino_tiles_total(be, d), j->mt);
