@@ -66,9 +66,11 @@ static void conv_case_run(const conv_case *cc) {
         CHECK_OK(rn_conv_fwd(be[t], &d, x, w, y[t]));
         CHECK_OK(rn_conv_bias_fwd(be[t], &d, x, w, bias, dy, 1, yb[t]));
         CHECK_OK(rn_conv_bias_fwd(blas[t], &d, x, w, bias, dy, 1, ybb[t]));
-        if (strncmp(cc->why, "Winograd", 8) == 0)
-            CHECK(strstr(cc->why, rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD) + strlen("Winograd ")) != NULL,
-                  "%s: conv_bias_fwd ran %s", cc->why, rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD));
+        /* a Winograd case names its tile size, "Winograd F(4x4,3x3), ..." */
+        const char *algo = rn_conv_algo(be[t], &d, RN_CONV_BIAS_FWD);
+        if (strncmp(cc->why, "Winograd ", 9) == 0)
+            CHECK(strncmp(algo, "Winograd ", 9) == 0 && strncmp(cc->why + 9, algo + 9, strlen(algo + 9)) == 0,
+                  "%s: conv_bias_fwd ran %s", cc->why, algo);
         CHECK_OK(rn_conv_bwd_data(be[t], &d, dy, w, dx[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dw[t], 0));
         CHECK_OK(rn_conv_bwd_filter(be[t], &d, x, dy, dwa[t], 1));
@@ -169,7 +171,14 @@ int main(int argc, char **argv) {
         {"few rows, wide output", 2, 4, 256, 64, 3, 1, 1},
         {"odd sizes", 3, 9, 24, 40, 3, 2, 1},
         {"stem 7x7/2", 2, 32, 3, 64, 7, 2, 3},
+        /* 200 tiles: blocks at any thread count (one block holds 112) */
         {"Winograd F(4x4,3x3), several tile blocks", 2, 40, 128, 128, 3, 1, 1},
+        /* 16 tiles: one block at 1 thread, the three passes at 2 and 3 (and through
+           OpenBLAS a block per image); partial tiles, odd channels */
+        {"Winograd F(4x4,3x3), three passes, partial tiles, odd channels", 1, 15, 129, 131, 3, 1, 1},
+        /* 121 tiles per image: through OpenBLAS two blocks per image */
+        {"Winograd F(4x4,3x3), two blocks per image", 2, 44, 128, 128, 3, 1, 1},
+        /* 147 tiles of 2x2 (one block holds 240): the three passes at 2 and 3 threads */
         {"Winograd F(2x2,3x3), odd sizes and channels", 3, 13, 129, 131, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case_run(&convs[i]);
