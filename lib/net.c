@@ -51,8 +51,10 @@ struct rn_net {
                            conv weights with their BN folded in and each BN's beta slot
                            holding the folded bias (made by rn_net_load); else NULL */
     float *packed;      /* with fold: the units' folded weights as rn_conv_bias_pack makes
-                           them, once per load instead of once per forward (unit_rt.pk_off);
-                           NULL when no unit has such a form */
+                           them, once per load instead of once per forward (unit_rt.pk_off),
+                           and the fc's (fc_pk_off); NULL when none has such a form */
+    int64_t fc_pk_off;  /* with fold: the fc weight, run as a 1x1 conv (fc_conv_desc), at
+                           packed+fc_pk_off, or -1: it reads it from fold */
     float *spare;       /* training: (nparams) a micro-batch's own gradients before they are
                            added to grads; rn_net_spare's scratch between steps */
     float *capt;        /* training: (nstats) the batch statistics of the last forward, in
@@ -154,6 +156,17 @@ static int conv_desc(const rn_net *net, int ui, int n, rn_conv_desc *d) {
     d->dirs = net->mode != RN_NET_TRAIN ? RN_CONV_FWD
             : ui == 0                   ? RN_CONV_FWD | RN_CONV_BWD_FILTER
                                         : RN_CONV_ALL;
+    return rc;
+}
+
+/* The inference net's fc as rn_conv_bias_fwd runs it: a 1x1 conv over n images of 1x1
+ * pixels (feat (n, fc_in) is NHWC, the fc weight (out, in) is (k, 1, 1, c)). Its bits then
+ * depend on one image's features only, not on the batch (OpenBLAS's sgemm gives other bits
+ * for the same row at another M). */
+static int fc_conv_desc(const rn_net *net, int n, rn_conv_desc *d) {
+    int rc = rn_conv_desc_init(d, n, 1, 1, net->spec.fc_in, net->spec.num_classes, 1, 1, 1, 0);
+    d->dtype = net->dtype;
+    d->dirs = RN_CONV_FWD;
     return rc;
 }
 
@@ -372,6 +385,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     net->mode = mode;
     net->recompute = recompute;
     net->max_batch = max_batch;
+    net->fc_pk_off = -1;
     net->h = h;
     net->w = w;
     int rc = RN_OK;
@@ -437,6 +451,11 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     if (mode == RN_NET_TRAIN) /* rn_net_set_lars's norms: bounded by the largest tensor */
         for (int i = 0; i < net->npref; i++)
             if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
+    if (mode == RN_NET_INFER && dtype == RN_F32 && rn_backend_has_conv_bias(be)) { /* fc_fwd's 1x1 conv */
+        rn_conv_desc fd;
+        if ((rc = fc_conv_desc(net, max_batch, &fd))) goto fail;
+        if (rn_conv_workspace(be, &fd) > ws) ws = rn_conv_workspace(be, &fd);
+    }
     if (plan) net->bytes += ws;
     else if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
 
@@ -471,6 +490,11 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             net->u[ui].pk_off = bytes ? npacked : -1;
             npacked += align16((int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
         }
+        rn_conv_desc fd;
+        if ((rc = fc_conv_desc(net, max_batch, &fd))) goto fail;
+        size_t fbytes = rn_conv_bias_packed_bytes(be, &fd);
+        net->fc_pk_off = fbytes ? npacked : -1;
+        npacked += align16((int64_t)((fbytes + sizeof(float) - 1) / sizeof(float)));
         if (npacked && ((rc = nalloc(net, (size_t)npacked * fl, &net->packed)) ||
                         (rc = nzero(net, net->packed, (size_t)npacked * fl))))
             goto fail;
@@ -659,10 +683,15 @@ static int fold_bn(rn_net *net) {
         if ((rc = conv_desc(net, i, net->max_batch, &cd)) == RN_OK)
             rc = rn_conv_bias_pack(net->be, &cd, net->fold + net->u[i].w_off, net->packed + net->u[i].pk_off);
     }
+    rn_conv_desc fd;
+    if (rc == RN_OK && net->fc_pk_off >= 0 && (rc = fc_conv_desc(net, net->max_batch, &fd)) == RN_OK)
+        rc = rn_conv_bias_pack(net->be, &fd, net->fold + net->fc_w, net->packed + net->fc_pk_off);
     /* a pack that failed part-way: every unit reads fold (these weights) from now on,
        never a mix of this load's packed copies and an earlier one's */
-    if (rc != RN_OK)
+    if (rc != RN_OK) {
         for (int i = 0; i < net->spec.nunits; i++) net->u[i].pk_off = -1;
+        net->fc_pk_off = -1;
+    }
 fail:
     free(p);
     free(st);
@@ -788,6 +817,16 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
 
 static int fc_fwd(rn_net *net, int n) {
     rn_fc_desc fd = {net->dtype, n, net->spec.fc_in, net->spec.num_classes};
+    if (net->mode == RN_NET_INFER && net->fold) {
+        rn_conv_desc cd;
+        int rc = fc_conv_desc(net, n, &cd);
+        if (rc) return rc;
+        const float *b = net->fold + net->fc_b;
+        return net->fc_pk_off >= 0
+                   ? rn_conv_bias_fwd_packed(net->be, &cd, net->feat, net->packed + net->fc_pk_off, b, NULL, 0,
+                                             net->logits)
+                   : rn_conv_bias_fwd(net->be, &cd, net->feat, net->fold + net->fc_w, b, NULL, 0, net->logits);
+    }
     if (!net->wc)
         return rn_fc_fwd(net->be, &fd, net->feat, net->params + net->fc_w, net->params + net->fc_b, net->logits);
     int rc = rn_fc_fwd(net->be, &fd, net->feat, weight(net, net->fc_w), weight(net, net->fc_b), net->logits_h);

@@ -271,6 +271,16 @@ print("max |logit diff|", d)'
     assert_output --partial "RN_CPU_GEMM='mkl': expected own or openblas"
 }
 
+@test "rn-eval's logits are the same bytes at any --batch on rn's kernel (with 1000 classes the fc went through OpenBLAS, whose bits for one image changed with the batch)" {
+    grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo || skip "no AVX2 and FMA: rn's kernel does not run here"
+    rn-init --arch resnet18 --classes 1000 --seed 3 -o k.pb
+    rn-eval --data val.lmdb --ckpt k.pb --crop 64 --threads 2 --batch 1 --dump-logits b1.st > /dev/null
+    rn-eval --data val.lmdb --ckpt k.pb --crop 64 --threads 2 --batch 3 --dump-logits b3.st > /dev/null
+    rn-eval --data val.lmdb --ckpt k.pb --crop 64 --threads 3 --dump-logits b64.st > /dev/null
+    cmp b1.st b3.st
+    cmp b1.st b64.st
+}
+
 @test "rn-predict gives the classes and probabilities rn-eval computes for the same images" {
     rn-train --data train.lmdb --in init.pb --out p.pb --max-steps 3 $T
     # raw records hold the source pixels, where the default re-encodes them (quality 90)

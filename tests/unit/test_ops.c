@@ -208,13 +208,19 @@ static void packed_same(rn_backend *be, const rn_conv_desc *d, const float *x, c
     CHECK_OK(rn_conv_bias_pack(be, d, w, pk));
     CHECK_OK(rn_conv_bias_fwd_packed(be, d, x, pk, bias, res, relu, yp));
     CHECK(memcmp(y, yp, sizeof(float) * (size_t)ny) == 0, "%s: packed weights give other bits", what);
-    /* the same packed copy serves a smaller batch: the first image alone */
+    /* the same packed copy serves a smaller batch: the first image alone, and the last
+       (whose rows end a partial tile in the batch): the bits must not depend on the batch */
     if (d->n > 1) {
         rn_conv_desc d1 = *d;
         d1.n = 1;
-        for (int64_t i = 0; i < ny; i++) yp[i] = NAN;
-        CHECK_OK(rn_conv_bias_fwd_packed(be, &d1, x, pk, bias, res, relu, yp));
-        CHECK(memcmp(y, yp, sizeof(float) * (size_t)(ny / d->n)) == 0, "%s: packed, batch 1: other bits", what);
+        int64_t xi = (int64_t)d->h * d->w * d->c, yi = ny / d->n;
+        for (int last = 0; last <= 1; last++) {
+            int64_t ix = last ? (d->n - 1) * xi : 0, iy = last ? (d->n - 1) * yi : 0;
+            for (int64_t i = 0; i < ny; i++) yp[i] = NAN;
+            CHECK_OK(rn_conv_bias_fwd_packed(be, &d1, x + ix, pk, bias, res ? res + iy : NULL, relu, yp));
+            CHECK(memcmp(y + iy, yp, sizeof(float) * (size_t)yi) == 0, "%s: packed, image %d alone: other bits",
+                  what, last ? d->n - 1 : 0);
+        }
     }
     free(pk), free(yp);
 }
@@ -275,6 +281,9 @@ static void test_conv_bias_on(rn_backend *be, int openblas) {
     test_conv_bias_case(be, 1, 1, 1, 300, 1, 1, 1, 0, 1, 0);
     test_conv_bias_case(be, 3, 9, 11, 40, 37, 3, 2, 1, 0, 1);
     test_conv_bias_case(be, 1, 20, 20, 40, 40, 3, 1, 1, 1, 1);
+    /* the inference net's fc as a 1x1 conv: 13 images of 1x1 (two tiles of 6 and one
+       row), 1000 classes (62 panels and a half) */
+    test_conv_bias_case(be, 13, 1, 1, 520, 1000, 1, 1, 0, 0, 0);
 }
 
 /* rn_conv_bias_fwd on the default context (rn's own kernel where the CPU has AVX2 and
