@@ -9,7 +9,9 @@
 #   infer-cpu-b32: rn=<img/s> peer=<onnxruntime img/s> ratio=<rn/peer>
 #   infer-cpu-b1-ms: rn=<ms> peer=<onnxruntime ms> ratio=<peer/rn>
 #   infer-cpu-b32-torch, infer-cpu-b1-ms-torch: the same against PyTorch
-# so a ratio above 1 is rn ahead. Every OPENBLAS_* variable is unset for all sides (the
+# so a ratio above 1 is rn ahead (each the best round of each side), and before them a
+# comment per batch with every round's rn/onnxruntime ratio (rn against the onnxruntime
+# run right after it), how many rn led and their median. Every OPENBLAS_* variable is unset for all sides (the
 # kernel OpenBLAS detects; see cpu.sh for why a forced one is unfair). Without node or
 # npm the onnxruntime rows say "skipped". onnxruntime-node is installed into
 # $BUILD/node by npm (--ignore-scripts: the Linux x64 CPU library ships in the package).
@@ -47,7 +49,7 @@ fi
 # sides alternate ROUNDS times and the best run of each counts: on a shared machine the
 # run least disturbed by other work
 run_batch() { # batch steps -> sets R O T (rn, onnxruntime, torch outputs: best img/s and ms)
-    local r o t
+    local r o t pairs=()
     R_ips="" R_ms="" O_ips="" O_ms="" T_ips="" T_ms=""
     for round in $(seq "$ROUNDS"); do
         r=$("${ENVCMD[@]}" "$body" "$dir/r50.pb" 224 "$1" "$2" "$THREADS" fast)
@@ -57,11 +59,18 @@ run_batch() { # batch steps -> sets R O T (rn, onnxruntime, torch outputs: best 
             o=$("${ENVCMD[@]}" NODE_PATH="$BUILD/node/node_modules" node tests/bench/infer_ort.js "$dir/r50.onnx" "$1" "$2" "$THREADS")
             echo "# b$1 round $round onnxruntime: $o" >&2
             O_ips=$(best "$(field img/s <<<"$o")" "$O_ips" 0) O_ms=$(best "$(field ms <<<"$o")" "$O_ms" 1)
+            pairs+=("$(ratio "$(field img/s <<<"$r")" "$(field img/s <<<"$o")")")
         fi
         t=$("${ENVCMD[@]}" "$PYTHON" tests/bench/infer_peer.py time "$dir/r50.safetensors" resnet50 224 "$1" "$2" "$THREADS")
         echo "# b$1 round $round torch: $t" >&2
         T_ips=$(best "$(field img/s <<<"$t")" "$T_ips" 0) T_ms=$(best "$(field ms <<<"$t")" "$T_ms" 1)
     done
+    # each round's rn against the onnxruntime run right after it: less exposed to a
+    # disturbance than the best of each side, which may come from different rounds
+    [ "${#pairs[@]}" -gt 0 ] && printf '%s\n' "${pairs[@]}" | sort -n | awk -v b="$1" '
+        { r[NR] = $1; s = s " " $1; if ($1 > 1) up++ }
+        END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+              printf "# b%s rounds rn/onnxruntime (sorted):%s; rn ahead in %d of %d, median %.2f\n", b, s, up, NR, m }' >&2
 }
 
 echo "# resnet50 224x224, $THREADS threads, best of $ROUNDS rounds, OPENBLAS_* unset; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" >&2
