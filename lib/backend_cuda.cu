@@ -107,6 +107,8 @@ typedef struct {
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
     size_t coef_cap;
+    double *xent_part; /* softmax_xent's per-row loss terms, xent_cap doubles */
+    size_t xent_cap;
     cudaEvent_t *marks;  /* rn_backend_mark's timestamps on stream, nmarks created */
     int64_t nmarks;
     /* since mark 0: each async upload's start and end on copy (rn_backend_copy_spans) */
@@ -1310,9 +1312,10 @@ static int cuda_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const
     return BY_DTYPE(d->dtype, fc_bwd_t)(be, d, x, w, dy, dx, dw, db, accumulate);
 }
 
-/* ---- softmax cross-entropy: one block walks the rows in order, so the mean is the same
- * sum in the same order every run; n*classes is tiny next to any convolution. A label
- * out of range makes the loss NaN (the CPU backend names the row instead). ---- */
+/* ---- softmax cross-entropy: one block per row writes the row's term of the loss and its
+ * gradient row, then one thread adds the terms in row order, so the mean is the same sum
+ * in the same order every run (and as when one block walked the rows: the same bits).
+ * A label out of range makes the loss NaN (the CPU backend names the row instead). ---- */
 
 #define XENT_TPB 512
 
@@ -1336,62 +1339,78 @@ __device__ double block_max(double v, double *sh) {
     return s;
 }
 
-/* mix_weight m > 0: the soft target of mixup/cutmix, row i's label weighted 1-m and row
-   i-1's m, with the CPU backend's double operations in the same order */
+/* Row blockIdx.x: its term of the loss sum into part (NaN for a label out of range) and,
+   when dl is given, its gradient row. mix_weight m > 0: the soft target of mixup/cutmix,
+   row i's label weighted 1-m and row i-1's m, with the CPU backend's double operations in
+   the same order. */
 template <typename T>
-__global__ void xent_k(int n, int k, float eps, float grad_scale, double m, const T *logits, const int32_t *labels,
-                       float *loss, T *dl) {
+__global__ void xent_rows_k(int n, int k, float eps, float grad_scale, double m, const T *logits,
+                            const int32_t *labels, double *part, T *dl) {
     __shared__ double sh[XENT_TPB / 32];
-    double total = 0;
-    int bad = 0;
-    for (int i = 0; i < n; i++) {
-        const T *z = logits + (int64_t)i * k;
-        int lab = labels[i], lb = labels[(i + n - 1) % n];
-        if (lab < 0 || lab >= k) {
-            bad = 1;
-            lab = 0;
-        }
-        if (lb < 0 || lb >= k) {
-            bad = 1;
-            lb = 0;
-        }
-        double mx = -INFINITY, se = 0, sz = 0;
-        for (int j = threadIdx.x; j < k; j += blockDim.x) mx = fmax(mx, (double)ld(z[j]));
-        mx = block_max(mx, sh);
+    const int i = blockIdx.x;
+    const T *z = logits + (int64_t)i * k;
+    int lab = labels[i], lb = labels[(i + n - 1) % n], bad = 0;
+    if (lab < 0 || lab >= k) {
+        bad = 1;
+        lab = 0;
+    }
+    if (lb < 0 || lb >= k) {
+        bad = 1;
+        lb = 0;
+    }
+    double mx = -INFINITY, se = 0, sz = 0;
+    for (int j = threadIdx.x; j < k; j += blockDim.x) mx = fmax(mx, (double)ld(z[j]));
+    mx = block_max(mx, sh);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        double v = ld(z[j]);
+        se += exp(v - mx);
+        sz += v;
+    }
+    se = block_sum(se, sh);
+    sz = block_sum(sz, sh);
+    double lse = mx + log(se);
+    double zl = ld(z[lab]);
+    double term = m == 0 ? lse - (1 - (double)eps) * zl - (double)eps * sz / k
+                         : lse - (1 - (double)eps) * ((1 - m) * zl + m * (double)ld(z[lb])) - (double)eps * sz / k;
+    if (threadIdx.x == 0) part[i] = bad ? NAN : term;
+    if (dl) {
+        /* every thread has read row i before any thread writes it (dl may alias logits) */
+        __syncthreads();
+        double s = (double)grad_scale / n;
         for (int j = threadIdx.x; j < k; j += blockDim.x) {
-            double v = ld(z[j]);
-            se += exp(v - mx);
-            sz += v;
-        }
-        se = block_sum(se, sh);
-        sz = block_sum(sz, sh);
-        double lse = mx + log(se);
-        double zl = ld(z[lab]);
-        if (m == 0)
-            total += lse - (1 - (double)eps) * zl - (double)eps * sz / k;
-        else
-            total += lse - (1 - (double)eps) * ((1 - m) * zl + m * (double)ld(z[lb])) - (double)eps * sz / k;
-        if (dl) {
-            /* every thread has read row i before any thread writes it (dl may alias logits) */
-            __syncthreads();
-            double s = (double)grad_scale / n;
-            for (int j = threadIdx.x; j < k; j += blockDim.x) {
-                double t = m == 0 ? (j == lab ? 1 - (double)eps : 0) + (double)eps / k
-                                  : (1 - (double)eps) * ((j == lab ? 1 - m : 0) + (j == lb ? m : 0)) + (double)eps / k;
-                dl[(int64_t)i * k + j] = st<T>((float)((exp((double)ld(z[j]) - lse) - t) * s));
-            }
+            double t = m == 0 ? (j == lab ? 1 - (double)eps : 0) + (double)eps / k
+                              : (1 - (double)eps) * ((j == lab ? 1 - m : 0) + (j == lb ? m : 0)) + (double)eps / k;
+            dl[(int64_t)i * k + j] = st<T>((float)((exp((double)ld(z[j]) - lse) - t) * s));
         }
     }
-    if (threadIdx.x == 0) *loss = bad ? NAN : (float)(total / n);
 }
 
+/* the mean of the rows' terms, added in row order by one thread */
+__global__ void xent_mean_k(int n, const double *part, float *loss) {
+    double total = 0;
+    for (int i = 0; i < n; i++) total += part[i];
+    *loss = (float)(total / n);
+}
+
+/* The rows' terms live in a small buffer of the context (as BN's inference coefficients):
+ * a loss may run where no workspace is reserved. */
 template <typename T>
 static int xent_t(rn_backend *be, const rn_xent_desc *d, const void *logits, const int32_t *labels, float *loss,
                   void *dl) {
     cuda_ctx *g = CTX(be);
-    xent_k<T><<<1, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale, d->mix_weight,
-                                             (const T *)logits, labels, loss, (T *)dl);
-    LAUNCHED("softmax_xent");
+    if ((size_t)d->n > g->xent_cap) {
+        double *p = NULL;
+        int rc = cuda_alloc(be, (size_t)d->n * sizeof(double), (void **)&p);
+        if (rc) return rn_error_context(rc, "softmax_xent: the loss terms of %d rows", d->n);
+        FREED(cudaFree(g->xent_part)); /* waits for the ops that used it */
+        g->xent_part = p;
+        g->xent_cap = (size_t)d->n;
+    }
+    xent_rows_k<T><<<d->n, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale,
+                                                     d->mix_weight, (const T *)logits, labels, g->xent_part, (T *)dl);
+    LAUNCHED("softmax_xent rows");
+    xent_mean_k<<<1, 1, 0, g->stream>>>(d->n, g->xent_part, loss);
+    LAUNCHED("softmax_xent mean");
     return RN_OK;
 }
 static int cuda_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits, const int32_t *labels,
@@ -1861,6 +1880,7 @@ static void ctx_free(cuda_ctx *g) {
     for (int i = 0; i < g->ncopy_ev; i++) cudaEventDestroy(g->copy_ev[i]);
     free(g->marks);
     cudaFree(g->coef);
+    cudaFree(g->xent_part);
     free(g);
 }
 

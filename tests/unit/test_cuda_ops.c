@@ -450,6 +450,30 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     free(z), free(lab), free(dl);
 }
 
+/* a label out of range, on the row in the middle and, without the gradient, the last: the
+ * GPU's loss is NaN (the CPU backend refuses the batch instead, naming the row) */
+static void test_xent_bad_label(env *e, int bad_row) {
+    const int n = 5, k = 10;
+    rn_xent_desc d;
+    CHECK_OK(rn_xent_desc_init(&d, n, k));
+    d.dtype = e->dtype;
+    float *z = randn(n * k, 0, 1);
+    round_all(e->dtype, z, n * k);
+    int32_t lab[5] = {1, 2, 3, 4, 5};
+    lab[bad_row] = k;
+    void *gz = up(e->gpu, e->dtype, z, n * k);
+    int32_t *glab = NULL;
+    float *gloss = NULL, loss = 0;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof lab, (void **)&glab));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float), (void **)&gloss));
+    CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof lab));
+    CHECK_OK(rn_softmax_xent(e->gpu, &d, gz, glab, gloss, bad_row == n - 1 ? NULL : gz));
+    CHECK_OK(rn_backend_download(e->gpu, &loss, gloss, sizeof loss));
+    CHECK(isnan(loss), "softmax_xent with label %d of %d classes on row %d: loss %g, not NaN", k, k, bad_row, loss);
+    rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
+    free(z);
+}
+
 /* mixup and cutmix of a u8 batch: the CPU op's float operations, so equal in fp32; without
  * erasing, then with each image's erase box (zero or random values; box 1 none, the others
  * across the cutmix box's edge) applied to it and to it as a partner before the mixing */
@@ -789,6 +813,8 @@ static void run_all(env *e) {
     test_xent(e, 32, 1000, 0.1f, 0.5f, 0);
     test_xent(e, 7, 10, 0, 1, 0.37);
     test_xent(e, 32, 1000, 0.1f, 0.5f, 0.81);
+    test_xent_bad_label(e, 2);
+    test_xent_bad_label(e, 4);
     test_input_mix(e, 3, 9, 7);
     if (!half) {
         test_sgd(e, 100003);
