@@ -151,6 +151,32 @@ __device__ __forceinline__ int chan(int64_t i, int c, int64_t n) {
     return n <= 0xffffffffLL ? (int)((uint32_t)i % (uint32_t)c) : (int)(i % c);
 }
 
+/* V consecutive elements moved as one load or store (16 bytes: V = VEC<T>). The
+ * elementwise and BN kernels take V = VEC<T> where the tensor allows (vec_ok): each
+ * thread then keeps 16 bytes per tensor in flight instead of 2 or 4, which a grid-stride
+ * loop of scalar loads needs to come near the memory's bandwidth. Every element gets the
+ * same float operations at any V, so the result does not depend on it. */
+template <typename T, int V> struct alignas(sizeof(T) * V) pack {
+    T v[V];
+};
+template <typename T> constexpr int VEC = 16 / (int)sizeof(T);
+template <typename T, int V> __device__ __forceinline__ pack<T, V> ldv(const T *p, int64_t i) {
+    return *(const pack<T, V> *)(p + i);
+}
+template <typename T, int V> __device__ __forceinline__ void stv(T *p, int64_t i, const pack<T, V> &x) {
+    *(pack<T, V> *)(p + i) = x;
+}
+/* 16-byte loads apply: n (the elements, or a BN's channels) a multiple of VEC<T>, and
+ * every pointer (NULL: an absent operand) on a 16-byte boundary */
+template <typename T>
+static int vec_ok(int64_t n, const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL) {
+    const void *p[] = {a, b, c, d};
+    if (n % VEC<T>) return 0;
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)p[i] % 16) return 0;
+    return 1;
+}
+
 /* Run F<T> for the element type of dtype (lib/backend.c admits only these three). */
 #define BY_DTYPE(dtype, call) \
     ((dtype) == RN_F16 ? call<__half> : (dtype) == RN_BF16 ? call<__nv_bfloat16> : call<float>)
@@ -760,17 +786,38 @@ __global__ void bn_stats_k(int64_t m, int c, int nch, const double *part, const 
     }
 }
 
-/* y = [relu](x*scale + shift [+ res]), elementwise, so y may alias x or res */
-template <typename T>
+/* y = [relu](x*scale + shift [+ res]), elementwise, so y may alias x or res; V elements
+   per step (c a multiple of V: they lie in one row, channels j..j+V-1) */
+template <typename T, int V>
 __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, const float *shift, const T *res,
                            int relu, T *y) {
     int64_t n = m * c;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V; i < n;
+         i += (int64_t)gridDim.x * blockDim.x * V) {
         int j = chan(i, c, n);
-        float v = ld(x[i]) * scale[j] + shift[j];
-        if (res) v += ld(res[i]);
-        y[i] = st<T>(relu && v < 0 ? 0.0f : v);
+        pack<T, V> a = ldv<T, V>(x, i), r = a, o;
+        if (res) r = ldv<T, V>(res, i);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float v = ld(a.v[e]) * scale[j + e] + shift[j + e];
+            if (res) v += ld(r.v[e]);
+            o.v[e] = st<T>(relu && v < 0 ? 0.0f : v);
+        }
+        stv<T, V>(y, i, o);
     }
+}
+
+template <typename T>
+static int bn_apply(rn_backend *be, int64_t m, int c, const T *x, const float *scale, const float *shift,
+                    const T *res, int relu, T *y) {
+    cuda_ctx *g = CTX(be);
+    if (vec_ok<T>(c, x, res, y))
+        bn_apply_k<T, VEC<T>><<<blocks_for(g, m * c / VEC<T>), TPB, 0, g->stream>>>(m, c, x, scale, shift, res, relu,
+                                                                                   y);
+    else
+        bn_apply_k<T, 1><<<blocks_for(g, m * c), TPB, 0, g->stream>>>(m, c, x, scale, shift, res, relu, y);
+    LAUNCHED("bn_apply");
+    return RN_OK;
 }
 
 /* inference: per-channel scale and shift from the running statistics, then apply */
@@ -830,15 +877,22 @@ __global__ void bn_bwd_coef_k(int64_t m, int c, int nch, const double *part, con
 
 /* dx = ka*dz - k0 - kb*(x - mean); dz recomputed from dy and y (dres, if it aliased dy,
  * already holds dz: masking twice changes nothing) */
-template <typename T>
+template <typename T, int V>
 __global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *dy, const float *mean, const float *ka,
                             const float *kb, const float *k0, int relu, T *dx) {
     int64_t n = m * c;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V; i < n;
+         i += (int64_t)gridDim.x * blockDim.x * V) {
         int j = chan(i, c, n);
-        float dz = ld(dy[i]);
-        if (relu && ld(y[i]) <= 0) dz = 0;
-        dx[i] = st<T>(ka[j] * dz - k0[j] - kb[j] * (ld(x[i]) - mean[j]));
+        pack<T, V> xs = ldv<T, V>(x, i), g = ldv<T, V>(dy, i), ys = g, o;
+        if (relu) ys = ldv<T, V>(y, i);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float dz = ld(g.v[e]);
+            if (relu && ld(ys.v[e]) <= 0) dz = 0;
+            o.v[e] = st<T>(ka[j + e] * dz - k0[j + e] - kb[j + e] * (ld(xs.v[e]) - mean[j + e]));
+        }
+        stv<T, V>(dx, i, o);
     }
 }
 
@@ -855,10 +909,7 @@ static int bn_fwd_train_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
     bn_stats_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, beta, d->eps, d->momentum,
                                                         save_mean, save_invstd, rmean, rvar, scale, shift);
     LAUNCHED("bn_stats");
-    bn_apply_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, scale, shift,
-                                                                   (const T *)res, d->relu, (T *)y);
-    LAUNCHED("bn_apply");
-    return RN_OK;
+    return bn_apply<T>(be, d->m, c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y);
 }
 
 static int cuda_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
@@ -888,10 +939,7 @@ static int bn_fwd_infer_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
     float *scale = g->coef, *shift = g->coef + d->c;
     bn_infer_coef_k<<<(d->c + 127) / 128, 128, 0, g->stream>>>(d->c, gamma, beta, rmean, rvar, d->eps, scale, shift);
     LAUNCHED("bn_infer_coef");
-    bn_apply_k<T><<<blocks_for(g, d->m * d->c), TPB, 0, g->stream>>>(d->m, d->c, (const T *)x, scale, shift,
-                                                                     (const T *)res, d->relu, (T *)y);
-    LAUNCHED("bn_apply");
-    return RN_OK;
+    return bn_apply<T>(be, d->m, d->c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y);
 }
 
 static int cuda_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
@@ -914,9 +962,12 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void 
     bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, frozen,
                                                            dgamma, dbeta, accumulate, ka, kb, k0);
     LAUNCHED("bn_bwd_coef");
-    bn_bwd_dx_k<T><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(d->m, c, (const T *)x, (const T *)y,
-                                                                   (const T *)dy, save_mean, ka, kb, k0, d->relu,
-                                                                   (T *)dx);
+    if (vec_ok<T>(c, x, d->relu ? y : NULL, dy, dx))
+        bn_bwd_dx_k<T, VEC<T>><<<blocks_for(g, d->m * c / VEC<T>), TPB, 0, g->stream>>>(
+            d->m, c, (const T *)x, (const T *)y, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
+    else
+        bn_bwd_dx_k<T, 1><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(
+            d->m, c, (const T *)x, (const T *)y, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
     LAUNCHED("bn_bwd_dx");
     return RN_OK;
 }
@@ -942,28 +993,55 @@ static int cuda_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x
 #define GRID_LOOP(i, n) \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-template <typename T> __global__ void add_k(int64_t n, const T *a, const T *b, T *y, int relu) {
-    GRID_LOOP(i, n) {
-        float v = ld(a[i]) + ld(b[i]);
-        y[i] = st<T>(relu && v < 0 ? 0.0f : v);
+/* V elements per step (n a multiple of V); y may alias an input */
+#define VEC_LOOP(i, n, V)                                                                            \
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * (V); i < (n);                  \
+         i += (int64_t)gridDim.x * blockDim.x * (V))
+
+template <typename T, int V> __global__ void add_k(int64_t n, const T *a, const T *b, T *y, int relu) {
+    VEC_LOOP(i, n, V) {
+        pack<T, V> p = ldv<T, V>(a, i), q = ldv<T, V>(b, i), o;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float v = ld(p.v[e]) + ld(q.v[e]);
+            o.v[e] = st<T>(relu && v < 0 ? 0.0f : v);
+        }
+        stv<T, V>(y, i, o);
     }
 }
 
-template <typename T> __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
-    GRID_LOOP(i, n) {
-        float v = ld(x[i]);
-        y[i] = st<T>(v < 0 ? 0.0f : v);
+template <typename T, int V> __global__ void relu_fwd_k(int64_t n, const T *x, T *y) {
+    VEC_LOOP(i, n, V) {
+        pack<T, V> p = ldv<T, V>(x, i), o;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            float v = ld(p.v[e]);
+            o.v[e] = st<T>(v < 0 ? 0.0f : v);
+        }
+        stv<T, V>(y, i, o);
     }
 }
 
-template <typename T> __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy, T *dx) {
-    GRID_LOOP(i, n) dx[i] = st<T>(ld(y[i]) <= 0 ? 0.0f : ld(dy[i]));
+template <typename T, int V> __global__ void relu_bwd_k(int64_t n, const T *y, const T *dy, T *dx) {
+    VEC_LOOP(i, n, V) {
+        pack<T, V> p = ldv<T, V>(y, i), g = ldv<T, V>(dy, i), o;
+#pragma unroll
+        for (int e = 0; e < V; e++) o.v[e] = st<T>(ld(p.v[e]) <= 0 ? 0.0f : ld(g.v[e]));
+        stv<T, V>(dx, i, o);
+    }
 }
+
+/* launch K<T, V> over n elements, V = VEC<T> where vec_ok, else 1 */
+#define LAUNCH_VEC(K, n, ok, ...)                                                                          \
+    do {                                                                                                   \
+        if (ok) K<T, VEC<T>><<<blocks_for(g, (n) / VEC<T>), TPB, 0, g->stream>>>((n), __VA_ARGS__);        \
+        else K<T, 1><<<blocks_for(g, (n)), TPB, 0, g->stream>>>((n), __VA_ARGS__);                         \
+    } while (0)
 
 template <typename T>
 static int add_t(rn_backend *be, int64_t n, const void *a, const void *b, void *y, int relu) {
     cuda_ctx *g = CTX(be);
-    add_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)a, (const T *)b, (T *)y, relu);
+    LAUNCH_VEC(add_k, n, vec_ok<T>(n, a, b, y), (const T *)a, (const T *)b, (T *)y, relu);
     LAUNCHED("add");
     return RN_OK;
 }
@@ -973,7 +1051,7 @@ static int cuda_add(rn_backend *be, int dtype, int64_t n, const void *a, const v
 
 template <typename T> static int relu_fwd_t(rn_backend *be, int64_t n, const void *x, void *y) {
     cuda_ctx *g = CTX(be);
-    relu_fwd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)x, (T *)y);
+    LAUNCH_VEC(relu_fwd_k, n, vec_ok<T>(n, x, y), (const T *)x, (T *)y);
     LAUNCHED("relu_fwd");
     return RN_OK;
 }
@@ -983,7 +1061,7 @@ static int cuda_relu_fwd(rn_backend *be, int dtype, int64_t n, const void *x, vo
 
 template <typename T> static int relu_bwd_t(rn_backend *be, int64_t n, const void *y, const void *dy, void *dx) {
     cuda_ctx *g = CTX(be);
-    relu_bwd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, (const T *)y, (const T *)dy, (T *)dx);
+    LAUNCH_VEC(relu_bwd_k, n, vec_ok<T>(n, y, dy, dx), (const T *)y, (const T *)dy, (T *)dx);
     LAUNCHED("relu_bwd");
     return RN_OK;
 }

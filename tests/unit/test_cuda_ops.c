@@ -450,6 +450,21 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     free(z), free(lab), free(dl);
 }
 
+/* add on tensors whose start is one element past a 16-byte boundary, n a multiple of 8:
+ * the kernels' 16-byte loads must not apply (a misaligned vector load faults) */
+static void test_add_unaligned(env *e, int64_t n) {
+    float *a = randn(n + 1, 0, 1), *b = randn(n + 1, 0, 1), *y = malloc(sizeof(float) * (size_t)n);
+    round_all(e->dtype, a, n + 1), round_all(e->dtype, b, n + 1);
+    size_t es = rn_dtype_size(e->dtype);
+    char *ga = up(e->gpu, e->dtype, a, n + 1), *gb = up(e->gpu, e->dtype, b, n + 1);
+    char *gy = up(e->gpu, e->dtype, a, n + 1);
+    CHECK_OK(rn_add(e->cpu, RN_F32, n, a + 1, b + 1, y, 1));
+    CHECK_OK(rn_add(e->gpu, e->dtype, n, ga + es, gb + es, gy + es, 1));
+    cmp_dev(e, "add relu, one element past 16-byte alignment", gy + es, e->dtype, y, n);
+    rn_backend_free(e->gpu, ga), rn_backend_free(e->gpu, gb), rn_backend_free(e->gpu, gy);
+    free(a), free(b), free(y);
+}
+
 /* a label out of range, on the row in the middle and, without the gradient, the last: the
  * GPU's loss is NaN (the CPU backend refuses the batch instead, naming the row) */
 static void test_xent_bad_label(env *e, int bad_row) {
@@ -802,7 +817,9 @@ static void run_all(env *e) {
     test_conv(e, 2, 16, 16, 3, 64, 7, 2, 3);
     test_conv_reserved(e);
     run_bn(e);
-    test_elementwise(e, 3 * 1000 + 3);
+    test_elementwise(e, 3 * 1000 + 3); /* one element per step (n not a multiple of 8) */
+    test_elementwise(e, 4096);         /* 16 bytes per step */
+    test_add_unaligned(e, 4096);
     test_maxpool(e, 2, 9, 9, 8);
     test_maxpool(e, 2, 16, 16, 64);
     test_maxpool(e, 1, 8, 7, 3);
