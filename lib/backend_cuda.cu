@@ -750,12 +750,16 @@ __global__ void bn_moments_k(int64_t m, int c, int nch, const T *__restrict__ x,
     int j = blockIdx.x * BN_TX + threadIdx.x, ch = blockIdx.y;
     int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
     double a = 0, b = 0;
-    if (j < c)
+    /* unrolled so that several rows' loads are in flight at once (x is __restrict__: they
+       may move ahead of the adds, which stay in row order) */
+    if (j < c) {
+#pragma unroll 4
         for (int64_t r = r0 + threadIdx.y; r < r1; r += BN_TY) {
             double v = ld(x[r * c + j]);
             a += v;
             b += v * v;
         }
+    }
     sa[threadIdx.y][threadIdx.x] = a;
     sb[threadIdx.y][threadIdx.x] = b;
     __syncthreads();
@@ -839,7 +843,29 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
     double a = 0, b = 0;
     if (j < c) {
         float mu = mean[j];
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += BN_TY) {
+        int64_t r = r0 + threadIdx.y;
+        /* four rows' loads before their stores, so that they are in flight together (the
+           compiler may not move a load past a store to dres, which may alias dy: each
+           element is this thread's own, read before it is written); the sums still add
+           row by row in order */
+        for (; r + 3 * BN_TY < r1; r += 4 * BN_TY) {
+            float g[4], yv[4], xv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int64_t i = (r + u * BN_TY) * c + j;
+                g[u] = ld(dy[i]);
+                yv[u] = relu ? ld(y[i]) : 1.0f;
+                xv[u] = ld(x[i]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float dz = relu && yv[u] <= 0 ? 0.0f : g[u];
+                if (dres) dres[(r + u * BN_TY) * c + j] = st<T>(dz);
+                a += dz;
+                b += (double)dz * (double)(xv[u] - mu);
+            }
+        }
+        for (; r < r1; r += BN_TY) {
             int64_t i = r * c + j;
             float dz = ld(dy[i]);
             if (relu && ld(y[i]) <= 0) dz = 0;
