@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # pipelines/*.mk on a tiny learnable dataset: prep, one checkpoint per epoch, eval, plot,
 # resume, the run record, NPROC's mpirun prefix; bench.mk's table on fake benchmarks;
-# bench-dist's dry run.
+# bench-dist's and bench-infer's dry runs.
 load helper
 
 PIPES="$BATS_TEST_DIRNAME/../pipelines"
@@ -343,4 +343,32 @@ PY
     run rn-info --json in/data/val.lmdb
     assert_output --partial '"count":6,'
     assert_output --partial '"classes":[{"label":0,"name":"horiz","count":3},{"label":1,"name":"vert","count":3}]'
+}
+
+@test "bench-infer's dry run: rn, onnxruntime and PyTorch each give a rate in the summary form, and the log each round's rn/onnxruntime ratio" {
+    have_torch || skip "no torch/torchvision for $PYTHON"
+    run env DRY=1 DIR="$PWD/binfer" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
+        "$BATS_TEST_DIRNAME/bench/infer.sh"
+    assert_success
+    assert_line --regexp '^infer-cpu-b4-torch: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    assert_line --regexp '^infer-cpu-b1-ms-torch: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    refute_line --regexp '(rn|peer)=0(\.0*)? '
+    if [[ "$output" == *"infer-cpu-b4: skipped"* ]]; then
+        assert_line --regexp '^infer-cpu-b1-ms: skipped: .+'
+        skip "onnxruntime-node is not installed here: its rows said skipped"
+    fi
+    assert_line --regexp '^infer-cpu-b4: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    assert_line --regexp '^infer-cpu-b1-ms: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    assert_line --regexp '^# b4 rounds rn/onnxruntime \(sorted\): [0-9.]+ [0-9.]+; rn ahead in [0-2] of 2, median [0-9.]+$'
+}
+
+@test "bench-infer with ORT=0: the onnxruntime rows say skipped and why, the PyTorch rows still come, exit 0" {
+    have_torch || skip "no torch/torchvision for $PYTHON"
+    run env ORT=0 DRY=1 DIR="$PWD/binfer" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
+        "$BATS_TEST_DIRNAME/bench/infer.sh"
+    assert_success
+    assert_line 'infer-cpu-b4: skipped: ORT=0'
+    assert_line 'infer-cpu-b1-ms: skipped: ORT=0'
+    assert_line --regexp '^infer-cpu-b4-torch: rn=[0-9.]+ peer=[0-9.]+ ratio=[0-9.]+$'
+    refute_line --partial 'rounds rn/onnxruntime'
 }

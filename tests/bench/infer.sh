@@ -15,6 +15,9 @@
 # kernel OpenBLAS detects; see cpu.sh for why a forced one is unfair). Without node or
 # npm the onnxruntime rows say "skipped". onnxruntime-node is installed into
 # $BUILD/node by npm (--ignore-scripts: the Linux x64 CPU library ships in the package).
+# ORT=0 leaves onnxruntime out (its lines say "skipped"). DRY=1: a dry run of the script
+# itself (tests/pipelines.bats): resnet18 at 64x64, batches 4 and 1, one step, two rounds,
+# in $DIR (default $BUILD/bench-infer-dry); its lines are named after those batches.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -23,8 +26,11 @@ THREADS=${THREADS:-2}
 STEPS32=${STEPS32:-3}
 STEPS1=${STEPS1:-20}
 ROUNDS=${ROUNDS:-2}
+ARCH=resnet50 SIZE=224 BIG=32 dir=$BUILD/bench-infer
+if [ "${DRY:-0}" = 1 ]; then
+    ARCH=resnet18 SIZE=64 BIG=4 STEPS32=1 STEPS1=1 ROUNDS=2 dir=${DIR:-$BUILD/bench-infer-dry}
+fi
 body=$BUILD/tests/bench_infer_step
-dir=$BUILD/bench-infer
 field() { sed -n "s|.*$1=\([0-9.]*\).*|\1|p"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 best() { awk -v a="$1" -v b="$2" -v lo="$3" 'BEGIN { if (b == "") print a; else if (lo) print (a + 0 < b + 0) ? a : b; else print (a + 0 > b + 0) ? a : b }'; }
@@ -33,13 +39,15 @@ for v in $(env | sed -n 's/^\(OPENBLAS_[A-Za-z0-9_]*\)=.*/\1/p'); do ENVCMD+=(-u
 
 mkdir -p "$dir"
 if [ ! -f "$dir/r50.onnx" ]; then
-    "$BUILD/bin/rn-init" --arch resnet50 --classes 1000 --seed 7 -o "$dir/r50.pb"
+    "$BUILD/bin/rn-init" --arch "$ARCH" --classes 1000 --seed 7 -o "$dir/r50.pb"
     "$BUILD/bin/rn-export" "$dir/r50.pb" "$dir/r50.safetensors"
-    "$PYTHON" tests/bench/infer_peer.py export "$dir/r50.safetensors" resnet50 "$dir/r50.onnx.tmp" 2>"$dir/export.log"
+    "$PYTHON" tests/bench/infer_peer.py export "$dir/r50.safetensors" "$ARCH" "$dir/r50.onnx.tmp" "$SIZE" 2>"$dir/export.log"
     mv "$dir/r50.onnx.tmp" "$dir/r50.onnx"
 fi
 ort=1
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if [ "${ORT:-1}" = 0 ]; then
+    ort=0 why="ORT=0"
+elif ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     ort=0 why="no node/npm"
 elif [ ! -d "$BUILD/node/node_modules/onnxruntime-node" ] &&
      ! npm install --ignore-scripts --no-audit --no-fund --prefix "$BUILD/node" onnxruntime-node >&2; then
@@ -52,32 +60,33 @@ run_batch() { # batch steps -> sets R O T (rn, onnxruntime, torch outputs: best 
     local r o t pairs=()
     R_ips="" R_ms="" O_ips="" O_ms="" T_ips="" T_ms=""
     for round in $(seq "$ROUNDS"); do
-        r=$("${ENVCMD[@]}" "$body" "$dir/r50.pb" 224 "$1" "$2" "$THREADS" fast)
+        r=$("${ENVCMD[@]}" "$body" "$dir/r50.pb" "$SIZE" "$1" "$2" "$THREADS" fast)
         echo "# b$1 round $round rn: $r" >&2
         R_ips=$(best "$(field img/s <<<"$r")" "$R_ips" 0) R_ms=$(best "$(field ms <<<"$r")" "$R_ms" 1)
         if [ "$ort" = 1 ]; then
-            o=$("${ENVCMD[@]}" NODE_PATH="$BUILD/node/node_modules" node tests/bench/infer_ort.js "$dir/r50.onnx" "$1" "$2" "$THREADS")
+            o=$("${ENVCMD[@]}" NODE_PATH="$BUILD/node/node_modules" node tests/bench/infer_ort.js "$dir/r50.onnx" "$1" "$2" "$THREADS" "$SIZE")
             echo "# b$1 round $round onnxruntime: $o" >&2
             O_ips=$(best "$(field img/s <<<"$o")" "$O_ips" 0) O_ms=$(best "$(field ms <<<"$o")" "$O_ms" 1)
             pairs+=("$(ratio "$(field img/s <<<"$r")" "$(field img/s <<<"$o")")")
         fi
-        t=$("${ENVCMD[@]}" "$PYTHON" tests/bench/infer_peer.py time "$dir/r50.safetensors" resnet50 224 "$1" "$2" "$THREADS")
+        t=$("${ENVCMD[@]}" "$PYTHON" tests/bench/infer_peer.py time "$dir/r50.safetensors" "$ARCH" "$SIZE" "$1" "$2" "$THREADS")
         echo "# b$1 round $round torch: $t" >&2
         T_ips=$(best "$(field img/s <<<"$t")" "$T_ips" 0) T_ms=$(best "$(field ms <<<"$t")" "$T_ms" 1)
     done
     # each round's rn against the onnxruntime run right after it: less exposed to a
     # disturbance than the best of each side, which may come from different rounds
-    [ "${#pairs[@]}" -gt 0 ] && printf '%s\n' "${pairs[@]}" | sort -n | awk -v b="$1" '
+    if [ "${#pairs[@]}" -gt 0 ]; then printf '%s\n' "${pairs[@]}" | sort -n | awk -v b="$1" '
         { r[NR] = $1; s = s " " $1; if ($1 > 1) up++ }
         END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
               printf "# b%s rounds rn/onnxruntime (sorted):%s; rn ahead in %d of %d, median %.2f\n", b, s, up, NR, m }' >&2
+    fi
 }
 
-echo "# resnet50 224x224, $THREADS threads, best of $ROUNDS rounds, OPENBLAS_* unset; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" >&2
-run_batch 32 "$STEPS32"
-if [ "$ort" = 1 ]; then echo "infer-cpu-b32: rn=$R_ips peer=$O_ips ratio=$(ratio "$R_ips" "$O_ips")"
-else echo "infer-cpu-b32: skipped: $why"; fi
-echo "infer-cpu-b32-torch: rn=$R_ips peer=$T_ips ratio=$(ratio "$R_ips" "$T_ips")"
+echo "# $ARCH ${SIZE}x$SIZE, $THREADS threads, best of $ROUNDS rounds, OPENBLAS_* unset; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" >&2
+run_batch "$BIG" "$STEPS32"
+if [ "$ort" = 1 ]; then echo "infer-cpu-b$BIG: rn=$R_ips peer=$O_ips ratio=$(ratio "$R_ips" "$O_ips")"
+else echo "infer-cpu-b$BIG: skipped: $why"; fi
+echo "infer-cpu-b$BIG-torch: rn=$R_ips peer=$T_ips ratio=$(ratio "$R_ips" "$T_ips")"
 run_batch 1 "$STEPS1"
 if [ "$ort" = 1 ]; then echo "infer-cpu-b1-ms: rn=$R_ms peer=$O_ms ratio=$(ratio "$O_ms" "$R_ms")"
 else echo "infer-cpu-b1-ms: skipped: $why"; fi

@@ -1,7 +1,8 @@
 """PyTorch side of make bench-infer, on rn's weights (WEIGHTS.safetensors from rn-export).
-usage: infer_peer.py export WEIGHTS.safetensors ARCH OUT.onnx
+usage: infer_peer.py export WEIGHTS.safetensors ARCH OUT.onnx [SIZE]
          torchvision's model with those weights, eval mode, through torch.onnx.export
-         (opset 17, input "input" NCHW with a dynamic batch, output "logits")
+         (opset 17, input "input" NCHW with a dynamic batch, traced at SIZE x SIZE
+         (default 224), output "logits")
        infer_peer.py time WEIGHTS.safetensors ARCH SIZE BATCH STEPS THREADS
          eval forwards of a random batch under no_grad, timed after one warm-up;
          prints "img/s=<x> ms=<per batch> torch=<version>"."""
@@ -25,7 +26,8 @@ def model(weights, arch):
 
 if sys.argv[1] == "export":
     m = model(sys.argv[2], sys.argv[3])
-    torch.onnx.export(m, torch.randn(1, 3, 224, 224), sys.argv[4], opset_version=17, input_names=["input"],
+    size = int(sys.argv[5]) if len(sys.argv) > 5 else 224
+    torch.onnx.export(m, torch.randn(1, 3, size, size), sys.argv[4], opset_version=17, input_names=["input"],
                       output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     sys.exit(0)
 weights, arch, size, batch, steps, threads = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8])
