@@ -277,7 +277,6 @@ typedef struct {
     int relu;
     int packed;      /* Winograd: U in rn's kernel's panels (backend_cpu_fused.c), not (E, K, C) */
     int wm;          /* Winograd: the output tile's side, 2 or 4 */
-    int64_t wslice;  /* Winograd: floats of a worker's slice of the workspace */
     float *pk;       /* where the weights' packed form is made (the workspace's front, or the
                         caller's buffer in rn_cpu_conv_bias_pack) */
     const float *wp; /* the packed form the GEMMs read */
@@ -482,44 +481,43 @@ static int wino_m(const rn_backend *be, const rn_conv_desc *d) {
 }
 static int wino_use(const rn_backend *be, const rn_conv_desc *d) { return wino_m(be, d) != 0; }
 
-/* the transform domain's elements: (m + 2)^2 GEMMs */
-static int wino_e(const rn_backend *be, const rn_conv_desc *d) { return (wino_m(be, d) + 2) * (wino_m(be, d) + 2); }
+/* The sizes below are for the output tile side m that wino_m chose. */
 
-static int64_t wino_tiles_total(const rn_backend *be, const rn_conv_desc *d) {
-    return (int64_t)d->n * wino_img_tiles(d, wino_m(be, d));
-}
+/* the transform domain's elements: (m + 2)^2 GEMMs */
+static int wino_e(int m) { return (m + 2) * (m + 2); }
+
+static int64_t wino_tiles_total(const rn_conv_desc *d, int m) { return (int64_t)d->n * wino_img_tiles(d, m); }
 
 /* Tiles per block at most: V and M of one block in WINO_BYTES, at least WINO_MIN_TILES,
  * a multiple of SPLIT_ALIGN, at most all (the workspace holds one such block per thread). */
-static int64_t wino_tiles(const rn_backend *be, const rn_conv_desc *d) {
-    int64_t t = (int64_t)(WINO_BYTES / (wino_e(be, d) * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN *
-                SPLIT_ALIGN;
+static int64_t wino_tiles(const rn_conv_desc *d, int m) {
+    int64_t t = (int64_t)(WINO_BYTES / (wino_e(m) * sizeof(float) * ((size_t)d->c + d->k))) / SPLIT_ALIGN * SPLIT_ALIGN;
     if (t < WINO_MIN_TILES) t = WINO_MIN_TILES;
-    return min64(t, wino_tiles_total(be, d));
+    return min64(t, wino_tiles_total(d, m));
 }
 
 /* On rn's kernel an element's bits do not depend on how the tiles are cut, so the
  * blocks can follow the thread count: about a multiple of nt blocks (whole MR-row groups
  * each, the last one shorter) of at most wino_tiles tiles (batch 1's 28x28 layer is one
  * block otherwise, run by one thread). */
-static int64_t wino_tiles_even(const rn_backend *be, const rn_conv_desc *d, int nt) {
-    int64_t total = wino_tiles_total(be, d), blocks = round_up(ceil_div(total, wino_tiles(be, d)), nt);
-    return min64(wino_tiles(be, d), round_up(ceil_div(total, blocks), RN_FUSED_MR));
+static int64_t wino_tiles_even(const rn_conv_desc *d, int m, int nt) {
+    int64_t total = wino_tiles_total(d, m), blocks = round_up(ceil_div(total, wino_tiles(d, m)), nt);
+    return min64(wino_tiles(d, m), round_up(ceil_div(total, blocks), RN_FUSED_MR));
 }
 
 /* U: E (K, C) matrices, or E sets of K / RN_FUSED_NR panels (K rounded up) */
-static int64_t wino_u_floats(const rn_backend *be, const rn_conv_desc *d) {
-    return round_up(wino_e(be, d) * k_pad(d) * d->c, SPLIT_ALIGN);
+static int64_t wino_u_floats(const rn_conv_desc *d, int m) {
+    return round_up(wino_e(m) * k_pad(d) * d->c, SPLIT_ALIGN);
 }
 /* zeros: the row that positions outside the image read (C) and the kernel's bias (K) */
 static int64_t wino_zero_floats(const rn_conv_desc *d) { return round_up(d->c > d->k ? d->c : d->k, SPLIT_ALIGN); }
-static int64_t wino_worker_floats(const rn_backend *be, const rn_conv_desc *d) {
-    return round_up(wino_e(be, d) * wino_tiles(be, d) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
+static int64_t wino_worker_floats(const rn_conv_desc *d, int m) {
+    return round_up(wino_e(m) * wino_tiles(d, m) * ((int64_t)d->c + d->k), SPLIT_ALIGN);
 }
 
 static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d) {
-    return sizeof(float) *
-           (size_t)(wino_u_floats(be, d) + wino_zero_floats(d) + be->nthreads * wino_worker_floats(be, d));
+    const int m = wino_m(be, d);
+    return sizeof(float) * (size_t)(wino_u_floats(d, m) + wino_zero_floats(d) + be->nthreads * wino_worker_floats(d, m));
 }
 
 /* The one-dimensional transforms, a = m + 2 points (Lavin & Gray's matrices; F(4x4) on
@@ -735,16 +733,16 @@ RN_HOT static void wino_output(int m, const conv_job *j, const float *Mo, int64_
 static void wino_block(void *ctx, int64_t blk, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
-    const int m = j->wm, E = (m + 2) * (m + 2);
-    const int64_t C = d->c, K = d->k, tb = j->mt, uf = round_up(E * k_pad(d) * C, SPLIT_ALIGN);
-    int64_t t0 = blk * tb, rows = min64(tb, d->n * wino_img_tiles(d, m) - t0);
+    const int m = j->wm, E = wino_e(m);
+    const int64_t C = d->c, K = d->k, tb = j->mt, uf = wino_u_floats(d, m);
+    int64_t t0 = blk * tb, rows = min64(tb, wino_tiles_total(d, m) - t0);
     if (!j->packed) { /* blocks within one image (wino_run) */
         int64_t img = wino_img_tiles(d, m), per = ceil_div(img, tb), bi = blk % per;
         t0 = blk / per * img + bi * tb;
         rows = min64(tb, img - bi * tb);
     }
     const float *U = j->wp, *zero = j->ws + uf;
-    float *V = j->ws + uf + wino_zero_floats(d) + (int64_t)worker * j->wslice;
+    float *V = j->ws + uf + wino_zero_floats(d) + (int64_t)worker * wino_worker_floats(d, m);
     float *Mo = V + E * tb * C;
     wino_input(m, d, j->x, zero, t0, rows, tb, V);
     if (j->packed) {
@@ -767,9 +765,8 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
 #define WINO_PG 4
 static float *wino_shared(const conv_job *j, int64_t *tb) {
     const rn_conv_desc *d = j->d;
-    const int E = (j->wm + 2) * (j->wm + 2);
-    *tb = d->n * wino_img_tiles(d, j->wm);
-    return j->ws + round_up(E * k_pad(d) * d->c, SPLIT_ALIGN) + wino_zero_floats(d);
+    *tb = wino_tiles_total(d, j->wm);
+    return j->ws + wino_u_floats(d, j->wm) + wino_zero_floats(d);
 }
 static void wino_in_run(void *ctx, int64_t t, int worker) {
     (void)worker;
@@ -786,7 +783,7 @@ static void wino_gemm_part(void *ctx, int64_t t, int worker) {
     const int64_t C = d->c, K = d->k, panels = k_pad(d) / RN_FUSED_NR, groups = ceil_div(panels, WINO_PG);
     const int64_t e = t / groups, p0 = t % groups * WINO_PG, p1 = min64(p0 + WINO_PG, panels);
     int64_t tb;
-    float *V = wino_shared(j, &tb), *Mo = V + (j->wm + 2) * (j->wm + 2) * tb * C;
+    float *V = wino_shared(j, &tb), *Mo = V + wino_e(j->wm) * tb * C;
     const float *zero = V - wino_zero_floats(d);
     rn_cpu_fused_gemm(V + e * tb * C, C, tb, C, j->wp + e * k_pad(d) * C, K, p0, p1, zero, NULL, 0, Mo + e * tb * K);
 }
@@ -794,7 +791,7 @@ static void wino_out_run(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
     int64_t tb;
-    float *V = wino_shared(j, &tb), *Mo = V + (j->wm + 2) * (j->wm + 2) * tb * j->d->c;
+    float *V = wino_shared(j, &tb), *Mo = V + wino_e(j->wm) * tb * j->d->c;
     wino_output(j->wm, j, Mo + t * WINO_RUN * j->d->k, t * WINO_RUN, min64(WINO_RUN, tb - t * WINO_RUN), tb);
 }
 
@@ -804,7 +801,7 @@ static void wino_pack(rn_backend *be, conv_job *j) {
     j->packed = fused_use(be);
     j->wm = wino_m(be, d);
     /* the last panel's lanes past K: zeros, not stale memory */
-    if (j->packed && d->k % RN_FUSED_NR) memset(j->pk, 0, sizeof(float) * (size_t)wino_u_floats(be, d));
+    if (j->packed && d->k % RN_FUSED_NR) memset(j->pk, 0, sizeof(float) * (size_t)wino_u_floats(d, j->wm));
     rn_cpu_pool_run(be->impl, ceil_div(d->k, WINO_UK), (int)j->tn, wino_weights, j);
 }
 
@@ -812,37 +809,37 @@ static void wino_pack(rn_backend *be, conv_job *j) {
 static int wino_run(rn_backend *be, conv_job *j, int prepared) {
     const rn_conv_desc *d = j->d;
     const int nt = (int)j->tn;
-    memset(j->ws + wino_u_floats(be, d), 0, sizeof(float) * (size_t)wino_zero_floats(d));
+    const int m = wino_m(be, d);
+    memset(j->ws + wino_u_floats(d, m), 0, sizeof(float) * (size_t)wino_zero_floats(d));
     if (prepared) {
         j->packed = fused_use(be);
-        j->wm = wino_m(be, d);
+        j->wm = m;
         j->wp = j->w;
     } else {
         j->pk = j->ws;
         wino_pack(be, j);
         j->wp = j->ws;
     }
-    j->wslice = wino_worker_floats(be, d);
     /* On rn's kernel blocks run across images, as even over the threads as they can be. An
      * OpenBLAS sgemm's bits can depend on its call's shape, so there every block lies
      * within one image and is cut from the image's shape alone: a tile's GEMM call is the
      * same at any batch (a rank's slice, another --batch) and thread count. */
-    int64_t img = wino_img_tiles(d, j->wm), blocks;
-    if (j->packed && nt > 1 && wino_tiles_total(be, d) <= wino_tiles(be, d)) {
+    const int64_t img = wino_img_tiles(d, m), total = wino_tiles_total(d, m);
+    int64_t blocks;
+    if (j->packed && nt > 1 && total <= wino_tiles(d, m)) {
         /* every tile fits one block (a small batch): the three passes, each split over
            the threads, instead of one block on one thread */
-        const int64_t total = wino_tiles_total(be, d), runs = ceil_div(total, WINO_RUN);
-        const int64_t gemms = (int64_t)(j->wm + 2) * (j->wm + 2) * ceil_div(k_pad(d) / RN_FUSED_NR, WINO_PG);
+        const int64_t runs = ceil_div(total, WINO_RUN), gemms = wino_e(m) * ceil_div(k_pad(d) / RN_FUSED_NR, WINO_PG);
         rn_cpu_pool_run(be->impl, runs, nt, wino_in_run, j);
         rn_cpu_pool_run(be->impl, gemms, nt, wino_gemm_part, j);
         rn_cpu_pool_run(be->impl, runs, nt, wino_out_run, j);
         return RN_OK;
     }
     if (j->packed) {
-        j->mt = wino_tiles_even(be, d, nt);
-        blocks = ceil_div(wino_tiles_total(be, d), j->mt);
+        j->mt = wino_tiles_even(d, m, nt);
+        blocks = ceil_div(total, j->mt);
     } else {
-        j->mt = min64(wino_tiles(be, d), img);
+        j->mt = min64(wino_tiles(d, m), img);
         blocks = d->n * ceil_div(img, j->mt);
     }
     rn_cpu_pool_run(be->impl, blocks, nt, wino_block, j);
@@ -938,7 +935,7 @@ static int fused_run(rn_backend *be, conv_job *j, int prepared) {
 }
 
 size_t rn_cpu_conv_bias_packed_bytes(rn_backend *be, const rn_conv_desc *d) {
-    if (wino_use(be, d)) return sizeof(float) * (size_t)wino_u_floats(be, d);
+    if (wino_use(be, d)) return sizeof(float) * (size_t)wino_u_floats(d, wino_m(be, d));
     if (fused_use(be)) return sizeof(float) * (size_t)fused_w_floats(d);
     return 0;
 }

@@ -187,6 +187,15 @@ static int pool_desc(const rn_net *net, int n, rn_pool_desc *d) {
 /* n rounded up to 16 floats: parameter starts (and the fc bias in gh) are 64-byte aligned */
 static int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* The offset in packed (floats) of the next shape's rn_conv_bias_pack form, *npacked
+ * advanced past it; -1 where the shape has none (it reads its weights from fold). */
+static int64_t pack_slot(rn_backend *be, const rn_conv_desc *d, int64_t *npacked) {
+    size_t bytes = rn_conv_bias_packed_bytes(be, d);
+    int64_t at = bytes ? *npacked : -1;
+    *npacked += align16((int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
+    return at;
+}
+
 /* element off of an array in dtype */
 static void *elem(const rn_net *net, const void *base, int64_t off) {
     return (char *)base + (size_t)off * net->es;
@@ -451,7 +460,9 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     if (mode == RN_NET_TRAIN) /* rn_net_set_lars's norms: bounded by the largest tensor */
         for (int i = 0; i < net->npref; i++)
             if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
-    if (mode == RN_NET_INFER && dtype == RN_F32 && rn_backend_has_conv_bias(be)) { /* fc_fwd's 1x1 conv */
+    /* the inference path: BN folded into the convs (fold_bn), rn_conv_bias_fwd, the fc a 1x1 conv */
+    const int folds = mode == RN_NET_INFER && dtype == RN_F32 && rn_backend_has_conv_bias(be);
+    if (folds) { /* fc_fwd's 1x1 conv */
         rn_conv_desc fd;
         if ((rc = fc_conv_desc(net, max_batch, &fd))) goto fail;
         if (rn_conv_workspace(be, &fd) > ws) ws = rn_conv_workspace(be, &fd);
@@ -479,22 +490,17 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->logits_h))))
         goto fail;
     if ((rc = nzero(net, net->params, (size_t)net->nparams * fl))) goto fail;
-    if (mode == RN_NET_INFER && !amp && rn_backend_has_conv_bias(be)) {
+    if (folds) {
         if ((rc = nalloc(net, (size_t)net->nparams * fl, &net->fold))) goto fail;
         if ((rc = nzero(net, net->fold, (size_t)net->nparams * fl))) goto fail;
         int64_t npacked = 0;
+        rn_conv_desc cd;
         for (int ui = 0; ui < spec->nunits; ui++) {
-            rn_conv_desc cd;
             if ((rc = conv_desc(net, ui, max_batch, &cd))) goto fail;
-            size_t bytes = rn_conv_bias_packed_bytes(be, &cd);
-            net->u[ui].pk_off = bytes ? npacked : -1;
-            npacked += align16((int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
+            net->u[ui].pk_off = pack_slot(be, &cd, &npacked);
         }
-        rn_conv_desc fd;
-        if ((rc = fc_conv_desc(net, max_batch, &fd))) goto fail;
-        size_t fbytes = rn_conv_bias_packed_bytes(be, &fd);
-        net->fc_pk_off = fbytes ? npacked : -1;
-        npacked += align16((int64_t)((fbytes + sizeof(float) - 1) / sizeof(float)));
+        if ((rc = fc_conv_desc(net, max_batch, &cd))) goto fail;
+        net->fc_pk_off = pack_slot(be, &cd, &npacked);
         if (npacked && ((rc = nalloc(net, (size_t)npacked * fl, &net->packed)) ||
                         (rc = nzero(net, net->packed, (size_t)npacked * fl))))
             goto fail;
@@ -817,7 +823,7 @@ static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *
 
 static int fc_fwd(rn_net *net, int n) {
     rn_fc_desc fd = {net->dtype, n, net->spec.fc_in, net->spec.num_classes};
-    if (net->mode == RN_NET_INFER && net->fold) {
+    if (net->fold) { /* the inference path */
         rn_conv_desc cd;
         int rc = fc_conv_desc(net, n, &cd);
         if (rc) return rc;
