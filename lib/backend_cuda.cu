@@ -14,6 +14,8 @@
  *   cuda_deterministic    only deterministic convolution algorithms
  *   cuda_bn_cudnn         BatchNorm training forward by cuDNN's fused BN+add+ReLU where it
  *                         applies (fp16, channels a multiple of 4; see there), else ours
+ *   cuda_stem_plain       run 3-channel fp16/bf16 convs (the stem) unpadded, not on
+ *                         copies padded to 4 channels (see there)
  *   cuda_conv_heuristic   take cuDNN's heuristic choice without running anything, instead
  *                         of benchmarking every algorithm once per shape
  *   cuda_algo_cache       a file of Find's choices per (device, cuDNN version, shape,
@@ -103,6 +105,7 @@ typedef struct {
     conv_plan *plans;
     int nplans, cap;
     int bn_cudnn; /* RN_CUDA_BN=cudnn: training forward through cuDNN where it applies */
+    int stem_plain; /* RN_CUDA_STEM=plain: 3-channel half-precision convs not padded to 4 */
     cudnnTensorDescriptor_t bn_x, bn_stat;
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
@@ -155,7 +158,9 @@ __device__ __forceinline__ int chan(int64_t i, int c, int64_t n) {
  * elementwise and BN kernels take V = VEC<T> where the tensor allows (vec_ok): each
  * thread then keeps 16 bytes per tensor in flight instead of 2 or 4, which a grid-stride
  * loop of scalar loads needs to come near the memory's bandwidth. Every element gets the
- * same float operations at any V, so the result does not depend on it. */
+ * same float operations at any V, so an elementwise result does not depend on it; BN's
+ * per-channel sums are cut into other partial sums at V > 1 (bn_moments_v_k), so its
+ * statistics may differ from the V = 1 path's in the last bits. */
 template <typename T, int V> struct alignas(sizeof(T) * V) pack {
     T v[V];
 };
@@ -448,12 +453,16 @@ static int plan_cached(cuda_ctx *g, conv_plan *p, int dir, const rn_algo_val *v,
     return 1;
 }
 
-/* Choose the algorithm of one direction (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER). */
-static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int dir) {
+/* Choose the algorithm of one direction (RN_CONV_FWD, _BWD_DATA or _BWD_FILTER); the op
+ * holds `held` bytes of the workspace for itself (the stem's padded copies). */
+static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int dir, size_t held) {
     cuda_ctx *g = CTX(be);
     /* After a reservation exists, a new shape (a smaller last batch) must fit in it. */
-    size_t limit = g->ws_limit;
-    if (be->ws_bytes && be->ws_bytes < limit) limit = be->ws_bytes;
+    size_t limit = g->ws_limit - held; /* (held <= ws_limit: stem_pad) */
+    if (be->ws_bytes) {
+        size_t room = be->ws_bytes > held ? be->ws_bytes - held : 0;
+        if (room < limit) limit = room;
+    }
     rn_algo_key ck;
     rn_algo_val cv;
     if (g->algos && !g->heuristic) {
@@ -526,11 +535,17 @@ static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int 
     return RN_OK;
 }
 
-/* The cached plan for d's shape, with an algorithm chosen for every direction in dirs. */
-static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, conv_plan **out) {
+static void plan_key(const rn_conv_desc *d, int key[12]) {
+    int k[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w};
+    memcpy(key, k, sizeof k);
+}
+
+/* The cached plan for d's shape, with an algorithm chosen for every direction in dirs
+ * (within the workspace less `held` bytes, as plan_choose). */
+static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, size_t held, conv_plan **out) {
     cuda_ctx *g = CTX(be);
-    int key[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw,
-                   d->stride_h, d->stride_w, d->pad_h, d->pad_w};
+    int key[12];
+    plan_key(d, key);
     conv_plan *p = NULL;
     for (int i = 0; i < g->nplans && !p; i++)
         if (memcmp(g->plans[i].key, key, sizeof key) == 0) p = &g->plans[i];
@@ -555,7 +570,7 @@ static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, conv_p
     }
     for (int dir = RN_CONV_FWD; dir <= RN_CONV_BWD_FILTER; dir <<= 1)
         if ((dirs & dir) && !(p->have & dir)) {
-            int rc = plan_choose(be, d, p, dir);
+            int rc = plan_choose(be, d, p, dir, held);
             if (rc != RN_OK) return rn_error_context(rc, "cuda:%d: choosing convolution algorithms", g->dev);
         }
     *out = p;
@@ -572,16 +587,75 @@ static const char *algo_name(int dir, int a) {
     return a >= 0 && a < n ? t[a] : "unknown";
 }
 
-static const char *cuda_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
-    static __thread char buf[64];
+/* ---- the stem's 3 input channels padded to 4 ----
+ * cuDNN's tensor-core kernels for NHWC fp16/bf16 want the input channels a multiple of 4
+ * (8 bytes per pixel); with 3 (the stem) it falls back to slower ones. So in half
+ * precision a 3-channel conv runs forward and backward-filter on copies of x and w with a
+ * fourth channel of zeros, as NVIDIA's ResNet-50 implementations feed the stem: the zeros
+ * contribute exact zeros, so it is the same convolution. The copies lie at the start of
+ * the workspace (rn_conv_workspace counts them); cuDNN's own workspace follows. The
+ * backward-data (which the stem, with no input gradient, never runs) keeps the 3-channel
+ * plan. RN_CUDA_STEM=plain leaves the stem unpadded (to compare). */
+#define STEM_C 4
+
+static size_t up256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* 0 when d runs as it is; else the padded shape in *pd and the bytes its copies hold:
+ * x (n, h, w, 4), then w or dw (k, kh, kw, 4). The copies and cuDNN's workspace together
+ * stay within the per-conv limit (RN_CUDA_WORKSPACE_MB, what a memory plan counts): where
+ * the copies alone pass it, the conv runs unpadded. */
+static size_t stem_pad(const cuda_ctx *g, const rn_conv_desc *d, rn_conv_desc *pd) {
+    if (d->c != 3 || (d->dtype != RN_F16 && d->dtype != RN_BF16) || g->stem_plain) return 0;
+    *pd = *d;
+    pd->c = STEM_C;
+    size_t held = up256((size_t)d->n * d->h * d->w * STEM_C * 2) + up256((size_t)d->k * d->kh * d->kw * STEM_C * 2);
+    return held <= g->ws_limit ? held : 0;
+}
+
+/* rows of `from` channels copied to rows of `to`: the first min(from, to) channels, zeros after */
+template <typename T> __global__ void repad_k(int64_t rows, int from, int to, const T *x, T *y) {
+    int64_t n = rows * to;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = n <= 0xffffffffLL ? (int64_t)((uint32_t)i / (uint32_t)to) : i / to;
+        int e = (int)(i - r * to);
+        y[i] = e < from ? x[r * from + e] : st<T>(0.0f);
+    }
+}
+
+template <typename T> static int repad_t(rn_backend *be, int64_t rows, int from, int to, const void *x, void *y) {
     cuda_ctx *g = CTX(be);
-    int key[12] = {d->dtype, d->n, d->h, d->w, d->c, d->k, d->kh, d->kw,
-                   d->stride_h, d->stride_w, d->pad_h, d->pad_w};
+    repad_k<T><<<blocks_for(g, rows * to), TPB, 0, g->stream>>>(rows, from, to, (const T *)x, (T *)y);
+    LAUNCHED("repad");
+    return RN_OK;
+}
+
+static int repad(rn_backend *be, int dtype, int64_t rows, int from, int to, const void *x, void *y) {
+    return BY_DTYPE(dtype, repad_t)(be, rows, from, to, x, y);
+}
+
+/* the padded copies' places in the workspace: x first, w (or dw) after */
+static int stem_bufs(rn_backend *be, const rn_conv_desc *d, size_t held, void **xp, void **wp) {
+    if (held > be->ws_bytes)
+        return rn_errorf(RN_EGPU, "conv n=%d h=%d w=%d c=3: the stem's 4-channel copies need %zu MiB of workspace, "
+                         "%zu MiB reserved (plan the shape with rn_conv_workspace before rn_backend_reserve)",
+                         d->n, d->h, d->w, held >> 20, be->ws_bytes >> 20);
+    *xp = be->ws;
+    *wp = (char *)be->ws + up256((size_t)d->n * d->h * d->w * STEM_C * rn_dtype_size(d->dtype));
+    return RN_OK;
+}
+
+static const char *cuda_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
+    static __thread char buf[80];
+    cuda_ctx *g = CTX(be);
+    rn_conv_desc pd;
+    int padded = dir != RN_CONV_BWD_DATA && stem_pad(g, d, &pd);
+    int key[12];
+    plan_key(padded ? &pd : d, key);
     for (int i = 0; i < g->nplans; i++) {
         const conv_plan *p = &g->plans[i];
         if (memcmp(p->key, key, sizeof key) != 0 || !(p->have & dir)) continue;
         int a = dir == RN_CONV_FWD ? (int)p->fwd : dir == RN_CONV_BWD_DATA ? (int)p->bwd_data : (int)p->bwd_filter;
-        snprintf(buf, sizeof buf, "cuDNN %s", algo_name(dir, a));
+        snprintf(buf, sizeof buf, "cuDNN %s%s", algo_name(dir, a), padded ? " (C padded 3 to 4)" : "");
         return buf;
     }
     return NULL;
@@ -589,25 +663,42 @@ static const char *cuda_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir
 
 /* No status to return here: a failure leaves 0 and the op itself reports it. */
 static size_t cuda_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
+    rn_conv_desc pd;
+    size_t held = stem_pad(CTX(be), d, &pd), ws = 0;
     conv_plan *p;
-    if (conv_plan_get(be, d, d->dirs, &p) != RN_OK) return 0;
-    size_t ws = 0;
-    if ((d->dirs & RN_CONV_FWD) && p->ws_fwd > ws) ws = p->ws_fwd;
-    if ((d->dirs & RN_CONV_BWD_DATA) && p->ws_data > ws) ws = p->ws_data;
-    if ((d->dirs & RN_CONV_BWD_FILTER) && p->ws_filter > ws) ws = p->ws_filter;
+    int dirs = d->dirs & (RN_CONV_FWD | RN_CONV_BWD_FILTER);
+    if (dirs) {
+        if (conv_plan_get(be, held ? &pd : d, dirs, held, &p) != RN_OK) return 0;
+        if ((dirs & RN_CONV_FWD) && held + p->ws_fwd > ws) ws = held + p->ws_fwd;
+        if ((dirs & RN_CONV_BWD_FILTER) && held + p->ws_filter > ws) ws = held + p->ws_filter;
+    }
+    if (d->dirs & RN_CONV_BWD_DATA) {
+        if (conv_plan_get(be, d, RN_CONV_BWD_DATA, 0, &p) != RN_OK) return 0;
+        if (p->ws_data > ws) ws = p->ws_data;
+    }
     return ws;
 }
 
 static int cuda_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *x, const void *w, void *y) {
     cuda_ctx *g = CTX(be);
+    rn_conv_desc pd;
+    size_t held = stem_pad(g, d, &pd);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, RN_CONV_FWD, &p);
+    int rc = conv_plan_get(be, held ? &pd : d, RN_CONV_FWD, held, &p);
     if (rc) return rc;
+    if (held) {
+        void *xp, *wp;
+        if ((rc = stem_bufs(be, d, held, &xp, &wp)) ||
+            (rc = repad(be, d->dtype, (int64_t)d->n * d->h * d->w, 3, STEM_C, x, xp)) ||
+            (rc = repad(be, d->dtype, (int64_t)d->k * d->kh * d->kw, 3, STEM_C, w, wp)))
+            return rc;
+        x = xp, w = wp;
+    }
     const float one = 1, zero = 0;
     DNN(cudnnSetConvolutionMathType(p->conv, p->fwd_math));
     be->launches++;
-    DNN(cudnnConvolutionForward(g->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, be->ws, be->ws_bytes, &zero,
-                                p->y, y));
+    DNN(cudnnConvolutionForward(g->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd, (char *)be->ws + held,
+                                be->ws_bytes - held, &zero, p->y, y));
     return RN_OK;
 }
 
@@ -615,7 +706,7 @@ static int cuda_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void 
                               int accumulate) {
     cuda_ctx *g = CTX(be);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, RN_CONV_BWD_DATA, &p);
+    int rc = conv_plan_get(be, d, RN_CONV_BWD_DATA, 0, &p);
     if (rc) return rc;
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->data_math));
@@ -625,18 +716,32 @@ static int cuda_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void 
     return RN_OK;
 }
 
+/* padded: dw's copy takes cuDNN's output (beta 1 adds to dw's values copied in, so that
+ * accumulation is cuDNN's own), then its first 3 channels go back to dw */
 static int cuda_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x, const void *dy, void *dw,
                                 int accumulate) {
     cuda_ctx *g = CTX(be);
+    rn_conv_desc pd;
+    size_t held = stem_pad(g, d, &pd);
     conv_plan *p;
-    int rc = conv_plan_get(be, d, RN_CONV_BWD_FILTER, &p);
+    int rc = conv_plan_get(be, held ? &pd : d, RN_CONV_BWD_FILTER, held, &p);
     if (rc) return rc;
+    void *out = dw;
+    int64_t wrows = (int64_t)d->k * d->kh * d->kw;
+    if (held) {
+        void *xp;
+        if ((rc = stem_bufs(be, d, held, &xp, &out)) ||
+            (rc = repad(be, d->dtype, (int64_t)d->n * d->h * d->w, 3, STEM_C, x, xp)) ||
+            (accumulate && (rc = repad(be, d->dtype, wrows, 3, STEM_C, dw, out))))
+            return rc;
+        x = xp;
+    }
     const float one = 1, beta = accumulate ? 1.0f : 0.0f;
     DNN(cudnnSetConvolutionMathType(p->conv, p->filter_math));
     be->launches++;
-    DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter, be->ws,
-                                       be->ws_bytes, &beta, p->w, dw));
-    return RN_OK;
+    DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter,
+                                       (char *)be->ws + held, be->ws_bytes - held, &beta, p->w, out));
+    return held ? repad(be, d->dtype, wrows, STEM_C, 3, out, dw) : RN_OK;
 }
 
 /* ---- batch norm ----
@@ -645,14 +750,39 @@ static int cuda_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const voi
  * BatchNorm does not promise to support. (cuDNN's fused forward is an opt-in below.)
  * Statistics are fp32 outputs of double sums over a fixed grid of row chunks, summed in
  * chunk order: results do not depend on timing and match the CPU backend's formulas.
- * Pass 1 reduces (m, c) in tiles of 32 channels x a chunk of rows; pass 2 finishes each
+ * Pass 1 reduces (m, c) in tiles of 32 channels (or, with 16-byte loads, up to 32 lanes
+ * of 16 bytes: 256 half or 128 float channels) x a chunk of rows; pass 2 finishes each
  * channel; pass 3 is elementwise. */
 
 #define BN_TX 32
 #define BN_TY 8
 
-static int bn_chunks(const cuda_ctx *g, const rn_bn_desc *d) {
-    int64_t tiles = (d->c + BN_TX - 1) / BN_TX;
+/* Threads per block of the column sums with 16-byte loads (bn_moments_v_k): L = min(32,
+ * c/V) lanes of V channels across a row, BN_VT/L row phases. */
+#define BN_VT 256
+
+static void bn_vec_block(int c, int v, int *lanes, int *phases) {
+    *lanes = c / v < 32 ? c / v : 32;
+    *phases = BN_VT / *lanes;
+}
+
+/* blocks across the channels: of 32 channels (v = 1) or of L*v */
+static int64_t bn_tiles(int c, int v) {
+    if (v == 1) return (c + BN_TX - 1) / BN_TX;
+    int l, ph;
+    bn_vec_block(c, v, &l, &ph);
+    return (c + l * v - 1) / (l * v);
+}
+
+/* the elements per 16 bytes where d's channels are a multiple of them, else 1 (whether
+ * the pointers allow it is known at the call: vec_ok) */
+static int bn_vec_width(const rn_bn_desc *d) {
+    int v = d->dtype == RN_F16 || d->dtype == RN_BF16 ? 8 : 4; /* (dtype 0 is RN_F32) */
+    return d->c >= v && d->c % v == 0 ? v : 1;
+}
+
+/* row chunks (blockIdx.y) of the column sums for `tiles` blocks across the channels */
+static int bn_chunks(const cuda_ctx *g, const rn_bn_desc *d, int64_t tiles) {
     int64_t want = (4 * (int64_t)g->sms + tiles - 1) / tiles; /* ~4 blocks per SM */
     int64_t most = (d->m + 63) / 64;                          /* >= 64 rows per chunk */
     if (want > most) want = most;
@@ -702,10 +832,13 @@ static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *
     return 1;
 }
 
-/* workspace: part (chunks, 2, c) doubles, then four float rows of c; or cuDNN's */
+/* workspace: part (chunks, 2, c) doubles, then four float rows of c; or cuDNN's. The
+ * vector tiling has no more tiles than the scalar one, so at least as many chunks: its
+ * count covers both. */
 static size_t cuda_bn_workspace(rn_backend *be, const rn_bn_desc *d) {
     cuda_ctx *g = CTX(be);
-    size_t own = (size_t)bn_chunks(g, d) * 2 * d->c * sizeof(double) + 4 * (size_t)d->c * sizeof(float);
+    int64_t nch = bn_chunks(g, d, bn_tiles(d->c, bn_vec_width(d)));
+    size_t own = (size_t)nch * 2 * d->c * sizeof(double) + 4 * (size_t)d->c * sizeof(float);
     for (int res = 0; res < 2; res++) {
         size_t ws, rs;
         if (bn_dnn_sizes(g, d, res, &ws, &rs) && ws > own) own = ws;
@@ -713,7 +846,14 @@ static size_t cuda_bn_workspace(rn_backend *be, const rn_bn_desc *d) {
     return own;
 }
 
+/* Our kernels keep a 1-bit ReLU mask in the reserve (bit i of the flat (m, c) index: 1
+ * where y[i] passes the gradient, y > 0 or NaN, as the backward tests y), so that the
+ * backward reads m*c/8 bytes instead of y twice. Not with RN_CUDA_BN=cudnn, whose reserve
+ * holds cuDNN's own format (our backward then reads y). */
+static int bn_masked(const cuda_ctx *g, const rn_bn_desc *d) { return d->relu && !g->bn_cudnn; }
+
 static size_t cuda_bn_reserve_size(rn_backend *be, const rn_bn_desc *d) {
+    if (bn_masked(CTX(be), d)) return (size_t)((d->m * d->c + 7) / 8);
     size_t most = 0;
     for (int res = 0; res < 2; res++) {
         size_t ws, rs;
@@ -770,6 +910,52 @@ __global__ void bn_moments_k(int64_t m, int c, int nch, const T *__restrict__ x,
     }
 }
 
+/* The end of a vector column-sum block: thread (l, p) holds the sums a, b of its V
+ * channels over its rows; each of the block's L*V channels adds its BN_VT/L phases' sums
+ * in phase order into part (chunk blockIdx.y). */
+template <int V>
+__device__ __forceinline__ void bn_cols_finish(const double *a, const double *b, int c, double *part) {
+    __shared__ double sa[BN_VT * 8], sb[BN_VT * 8];
+    const int L = blockDim.x, P = blockDim.y, t = threadIdx.y * L + threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < V; e++) sa[t * V + e] = a[e], sb[t * V + e] = b[e];
+    __syncthreads();
+    int j = blockIdx.x * L * V + t;
+    if (t < L * V && j < c) {
+        int lane = t / V, e = t % V;
+        double s = 0, ss = 0;
+        for (int q = 0; q < P; q++) s += sa[(q * L + lane) * V + e], ss += sb[(q * L + lane) * V + e];
+        part[(int64_t)blockIdx.y * 2 * c + j] = s;
+        part[(int64_t)blockIdx.y * 2 * c + c + j] = ss;
+    }
+}
+
+/* bn_moments_k with 16-byte loads (c a multiple of V, x aligned): a warp reads whole
+ * rows (64 halves: four 128-byte rows at once) where the scalar kernel's warp reads 64
+ * bytes of one row. Each channel's sum runs over its rows in the same fixed order. */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_VT) bn_moments_v_k(int64_t m, int c, int nch, const T *__restrict__ x,
+                                                        double *part) {
+    int j = (blockIdx.x * blockDim.x + threadIdx.x) * V, ch = blockIdx.y;
+    int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
+    double a[V], b[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) a[e] = b[e] = 0;
+    if (j < c) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            pack<T, V> v = ldv<T, V>(x, r * c + j);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                double f = ld(v.v[e]);
+                a[e] += f;
+                b[e] += f * f;
+            }
+        }
+    }
+    bn_cols_finish<V>(a, b, c, part);
+}
+
 __global__ void bn_stats_k(int64_t m, int c, int nch, const double *part, const float *gamma, const float *beta,
                            float eps, float mom, float *save_mean, float *save_invstd, float *rmean, float *rvar,
                            float *scale, float *shift) {
@@ -791,10 +977,11 @@ __global__ void bn_stats_k(int64_t m, int c, int nch, const double *part, const 
 }
 
 /* y = [relu](x*scale + shift [+ res]), elementwise, so y may alias x or res; V elements
-   per step (c a multiple of V: they lie in one row, channels j..j+V-1) */
+   per step (c a multiple of V: they lie in one row, channels j..j+V-1). With V = 8 and a
+   mask, each step also writes the mask byte of its 8 elements (bn_masked). */
 template <typename T, int V>
 __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, const float *shift, const T *res,
-                           int relu, T *y) {
+                           int relu, T *y, uint8_t *mask) {
     int64_t n = m * c;
     for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V; i < n;
          i += (int64_t)gridDim.x * blockDim.x * V) {
@@ -808,19 +995,50 @@ __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, con
             o.v[e] = st<T>(relu && v < 0 ? 0.0f : v);
         }
         stv<T, V>(y, i, o);
+        if (V == 8 && mask) {
+            unsigned bits = 0;
+#pragma unroll
+            for (int e = 0; e < V; e++) bits |= (unsigned)!(ld(o.v[e]) <= 0) << e;
+            mask[i >> 3] = (uint8_t)bits;
+        }
     }
+}
+
+/* the ReLU mask from y (where bn_apply_k could not write it): one byte per thread and step */
+template <typename T> __global__ void relu_mask_k(int64_t n, const T *y, uint8_t *mask) {
+    int64_t nb = (n + 7) / 8;
+    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
+        unsigned bits = 0;
+        for (int e = 0; e < 8 && b * 8 + e < n; e++) bits |= (unsigned)!(ld(y[b * 8 + e]) <= 0) << e;
+        mask[b] = (uint8_t)bits;
+    }
+}
+
+/* 1 where the mask passes element i's gradient; V bits from element i (a multiple of V) */
+__device__ __forceinline__ bool mask_on(const uint8_t *mask, int64_t i) { return (mask[i >> 3] >> (i & 7)) & 1; }
+template <int V> __device__ __forceinline__ unsigned mask_bits(const uint8_t *mask, int64_t i) {
+    if (V == 8) return mask[i >> 3];
+    unsigned b = 0;
+#pragma unroll
+    for (int e = 0; e < V; e++) b |= (unsigned)mask_on(mask, i + e) << e;
+    return b;
 }
 
 template <typename T>
 static int bn_apply(rn_backend *be, int64_t m, int c, const T *x, const float *scale, const float *shift,
-                    const T *res, int relu, T *y) {
+                    const T *res, int relu, T *y, uint8_t *mask) {
     cuda_ctx *g = CTX(be);
-    if (vec_ok<T>(c, x, res, y))
-        bn_apply_k<T, VEC<T>><<<blocks_for(g, m * c / VEC<T>), TPB, 0, g->stream>>>(m, c, x, scale, shift, res, relu,
-                                                                                   y);
+    int vec = vec_ok<T>(c, x, res, y);
+    if (vec)
+        bn_apply_k<T, VEC<T>><<<blocks_for(g, m * c / VEC<T>), TPB, 0, g->stream>>>(
+            m, c, x, scale, shift, res, relu, y, VEC<T> == 8 ? mask : NULL);
     else
-        bn_apply_k<T, 1><<<blocks_for(g, m * c), TPB, 0, g->stream>>>(m, c, x, scale, shift, res, relu, y);
+        bn_apply_k<T, 1><<<blocks_for(g, m * c), TPB, 0, g->stream>>>(m, c, x, scale, shift, res, relu, y, NULL);
     LAUNCHED("bn_apply");
+    if (mask && !(vec && VEC<T> == 8)) {
+        relu_mask_k<T><<<blocks_for(g, (m * c + 7) / 8), TPB, 0, g->stream>>>(m * c, y, mask);
+        LAUNCHED("relu_mask");
+    }
     return RN_OK;
 }
 
@@ -834,9 +1052,10 @@ __global__ void bn_infer_coef_k(int c, const float *gamma, const float *beta, co
     shift[j] = (float)(beta[j] - rmean[j] * gamma[j] * invstd);
 }
 
+/* (the backward kernels take the ReLU's pass/stop from mask where given, else from y) */
 template <typename T>
-__global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y, const T *dy, const float *mean,
-                              T *dres, int relu, double *part) {
+__global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y, const uint8_t *mask, const T *dy,
+                              const float *mean, T *dres, int relu, double *part) {
     __shared__ double sa[BN_TY][BN_TX], sb[BN_TY][BN_TX];
     int j = blockIdx.x * BN_TX + threadIdx.x, ch = blockIdx.y;
     int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
@@ -849,17 +1068,18 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
            element is this thread's own, read before it is written); the sums still add
            row by row in order */
         for (; r + 3 * BN_TY < r1; r += 4 * BN_TY) {
-            float g[4], yv[4], xv[4];
+            float g[4], xv[4];
+            bool off[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 int64_t i = (r + u * BN_TY) * c + j;
                 g[u] = ld(dy[i]);
-                yv[u] = relu ? ld(y[i]) : 1.0f;
+                off[u] = mask ? !mask_on(mask, i) : relu && ld(y[i]) <= 0;
                 xv[u] = ld(x[i]);
             }
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                float dz = relu && yv[u] <= 0 ? 0.0f : g[u];
+                float dz = off[u] ? 0.0f : g[u];
                 if (dres) dres[(r + u * BN_TY) * c + j] = st<T>(dz);
                 a += dz;
                 b += (double)dz * (double)(xv[u] - mu);
@@ -868,7 +1088,7 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
         for (; r < r1; r += BN_TY) {
             int64_t i = r * c + j;
             float dz = ld(dy[i]);
-            if (relu && ld(y[i]) <= 0) dz = 0;
+            if (mask ? !mask_on(mask, i) : relu && ld(y[i]) <= 0) dz = 0;
             if (dres) dres[i] = st<T>(dz);
             a += dz;
             b += (double)dz * (double)(ld(x[i]) - mu);
@@ -882,6 +1102,63 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
         part[(int64_t)ch * 2 * c + j] = a;
         part[(int64_t)ch * 2 * c + c + j] = b;
     }
+}
+
+/* bn_bwd_sums_k with 16-byte loads and stores (c a multiple of V, every tensor aligned):
+ * two rows' loads in flight before their stores (dres may alias dy: each element is this
+ * thread's own, read before it is written); the same arithmetic per element, and each
+ * channel's sums in row order. */
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_VT) bn_bwd_sums_v_k(int64_t m, int c, int nch, const T *x, const T *y,
+                                                         const uint8_t *mask, const T *dy, const float *mean,
+                                                         T *dres, int relu, double *part) {
+    int j = (blockIdx.x * blockDim.x + threadIdx.x) * V, ch = blockIdx.y;
+    const int P = blockDim.y;
+    int64_t r0 = m * ch / nch, r1 = m * (ch + 1) / nch;
+    double a[V], b[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) a[e] = b[e] = 0;
+    if (j < c) {
+        float mu[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) mu[e] = mean[j + e];
+        int64_t r = r0 + threadIdx.y;
+        while (r < r1) {
+            int rows = r + P < r1 ? 2 : 1;
+            pack<T, V> g[2], xv[2];
+            unsigned on[2] = {~0u, ~0u}; /* bit e: element e's gradient passes the ReLU */
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (u < rows) {
+                    int64_t i = (r + u * P) * c + j;
+                    g[u] = ldv<T, V>(dy, i);
+                    if (mask) {
+                        on[u] = mask_bits<V>(mask, i);
+                    } else if (relu) {
+                        pack<T, V> yv = ldv<T, V>(y, i);
+                        on[u] = 0;
+#pragma unroll
+                        for (int e = 0; e < V; e++) on[u] |= (unsigned)!(ld(yv.v[e]) <= 0) << e;
+                    }
+                    xv[u] = ldv<T, V>(x, i);
+                }
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                if (u < rows) {
+                    pack<T, V> z;
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        float dz = (on[u] >> e) & 1 ? ld(g[u].v[e]) : 0.0f;
+                        z.v[e] = st<T>(dz);
+                        a[e] += dz;
+                        b[e] += (double)dz * (double)(ld(xv[u].v[e]) - mu[e]);
+                    }
+                    if (dres) stv<T, V>(dres, (r + u * P) * c + j, z);
+                }
+            r += rows * P;
+        }
+    }
+    bn_cols_finish<V>(a, b, c, part);
 }
 
 __global__ void bn_bwd_coef_k(int64_t m, int c, int nch, const double *part, const float *gamma,
@@ -904,18 +1181,19 @@ __global__ void bn_bwd_coef_k(int64_t m, int c, int nch, const double *part, con
 /* dx = ka*dz - k0 - kb*(x - mean); dz recomputed from dy and y (dres, if it aliased dy,
  * already holds dz: masking twice changes nothing) */
 template <typename T, int V>
-__global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *dy, const float *mean, const float *ka,
-                            const float *kb, const float *k0, int relu, T *dx) {
+__global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const uint8_t *mask, const T *dy,
+                            const float *mean, const float *ka, const float *kb, const float *k0, int relu, T *dx) {
     int64_t n = m * c;
     for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V; i < n;
          i += (int64_t)gridDim.x * blockDim.x * V) {
         int j = chan(i, c, n);
         pack<T, V> xs = ldv<T, V>(x, i), g = ldv<T, V>(dy, i), ys = g, o;
-        if (relu) ys = ldv<T, V>(y, i);
+        unsigned on = mask ? mask_bits<V>(mask, i) : ~0u;
+        if (relu && !mask) ys = ldv<T, V>(y, i);
 #pragma unroll
         for (int e = 0; e < V; e++) {
             float dz = ld(g.v[e]);
-            if (relu && ld(ys.v[e]) <= 0) dz = 0;
+            if (mask ? !((on >> e) & 1) : relu && ld(ys.v[e]) <= 0) dz = 0;
             o.v[e] = st<T>(ka[j + e] * dz - k0[j + e] - kb[j + e] * (ld(xs.v[e]) - mean[j + e]));
         }
         stv<T, V>(dx, i, o);
@@ -924,18 +1202,27 @@ __global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const T *d
 
 template <typename T>
 static int bn_fwd_train_t(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma, const float *beta,
-                          const void *res, void *y, float *save_mean, float *save_invstd, float *rmean, float *rvar) {
+                          const void *res, void *y, float *save_mean, float *save_invstd, float *rmean, float *rvar,
+                          void *reserve) {
     cuda_ctx *g = CTX(be);
-    int nch = bn_chunks(g, d), c = d->c;
+    int c = d->c, v = vec_ok<T>(c, x) ? VEC<T> : 1, nch = bn_chunks(g, d, bn_tiles(c, v));
     double *part = (double *)be->ws;
     float *scale = (float *)(part + (size_t)nch * 2 * c), *shift = scale + c;
-    dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
-    bn_moments_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
+    if (v > 1) {
+        int l, ph;
+        bn_vec_block(c, v, &l, &ph);
+        dim3 grid((unsigned)bn_tiles(c, v), nch), block(l, ph);
+        bn_moments_v_k<T, VEC<T>><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
+    } else {
+        dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+        bn_moments_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
+    }
     LAUNCHED("bn_moments");
     bn_stats_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, beta, d->eps, d->momentum,
                                                         save_mean, save_invstd, rmean, rvar, scale, shift);
     LAUNCHED("bn_stats");
-    return bn_apply<T>(be, d->m, c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y);
+    return bn_apply<T>(be, d->m, c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y,
+                       reserve && bn_masked(g, d) ? (uint8_t *)reserve : NULL);
 }
 
 static int cuda_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
@@ -944,7 +1231,8 @@ static int cuda_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x,
     int done = 0;
     int rc = bn_dnn_fwd_train(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar, reserve, &done);
     if (rc != RN_OK || done) return rc;
-    return BY_DTYPE(d->dtype, bn_fwd_train_t)(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar);
+    return BY_DTYPE(d->dtype, bn_fwd_train_t)(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar,
+                                              reserve);
 }
 
 /* The inference coefficients live in a small buffer of the context, not the workspace:
@@ -965,7 +1253,7 @@ static int bn_fwd_infer_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
     float *scale = g->coef, *shift = g->coef + d->c;
     bn_infer_coef_k<<<(d->c + 127) / 128, 128, 0, g->stream>>>(d->c, gamma, beta, rmean, rvar, d->eps, scale, shift);
     LAUNCHED("bn_infer_coef");
-    return bn_apply<T>(be, d->m, d->c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y);
+    return bn_apply<T>(be, d->m, d->c, (const T *)x, scale, shift, (const T *)res, d->relu, (T *)y, NULL);
 }
 
 static int cuda_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x, const float *gamma,
@@ -974,26 +1262,37 @@ static int cuda_bn_fwd_infer(rn_backend *be, const rn_bn_desc *d, const void *x,
 }
 
 template <typename T>
-static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void *x, const void *y, const void *dy,
-                    const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                    float *dbeta, void *dres, int accumulate) {
+static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void *x, const void *y,
+                    const uint8_t *mask, const void *dy, const float *gamma, const float *save_mean,
+                    const float *save_invstd, void *dx, float *dgamma, float *dbeta, void *dres, int accumulate) {
     cuda_ctx *g = CTX(be);
-    int nch = bn_chunks(g, d), c = d->c;
+    const void *ry = d->relu && !mask ? y : NULL; /* y is read only for the ReLU without a mask */
+    int c = d->c, v = vec_ok<T>(c, x, ry, dy, dres) ? VEC<T> : 1;
+    int nch = bn_chunks(g, d, bn_tiles(c, v));
     double *part = (double *)be->ws;
     float *ka = (float *)(part + (size_t)nch * 2 * c), *kb = ka + c, *k0 = kb + c;
-    dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
-    bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)y, (const T *)dy,
-                                                    save_mean, (T *)dres, d->relu, part);
+    if (v > 1) {
+        int l, ph;
+        bn_vec_block(c, v, &l, &ph);
+        dim3 grid((unsigned)bn_tiles(c, v), nch), block(l, ph);
+        bn_bwd_sums_v_k<T, VEC<T>><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)ry, mask,
+                                                                  (const T *)dy, save_mean, (T *)dres, d->relu,
+                                                                  part);
+    } else {
+        dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+        bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)ry, mask,
+                                                        (const T *)dy, save_mean, (T *)dres, d->relu, part);
+    }
     LAUNCHED("bn_bwd_sums");
     bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, frozen,
                                                            dgamma, dbeta, accumulate, ka, kb, k0);
     LAUNCHED("bn_bwd_coef");
-    if (vec_ok<T>(c, x, d->relu ? y : NULL, dy, dx))
+    if (vec_ok<T>(c, x, ry, dy, dx))
         bn_bwd_dx_k<T, VEC<T>><<<blocks_for(g, d->m * c / VEC<T>), TPB, 0, g->stream>>>(
-            d->m, c, (const T *)x, (const T *)y, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
+            d->m, c, (const T *)x, (const T *)ry, mask, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
     else
         bn_bwd_dx_k<T, 1><<<blocks_for(g, d->m * c), TPB, 0, g->stream>>>(
-            d->m, c, (const T *)x, (const T *)y, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
+            d->m, c, (const T *)x, (const T *)ry, mask, (const T *)dy, save_mean, ka, kb, k0, d->relu, (T *)dx);
     LAUNCHED("bn_bwd_dx");
     return RN_OK;
 }
@@ -1001,17 +1300,17 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void 
 static int cuda_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
                        const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
                        float *dgamma, float *dbeta, void *dres, void *reserve, int accumulate) {
-    (void)reserve;
-    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 0, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres,
-                                        accumulate);
+    const uint8_t *mask = reserve && bn_masked(CTX(be), d) ? (const uint8_t *)reserve : NULL;
+    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 0, x, y, mask, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+                                        dres, accumulate);
 }
 
 /* the same kernels with the running statistics in the saved ones' slots, frozen set */
 static int cuda_bn_bwd_frozen(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
                               const float *gamma, const float *running_mean, const float *running_var, void *dx,
                               float *dgamma, float *dbeta, void *dres, int accumulate) {
-    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 1, x, y, dy, gamma, running_mean, running_var, dx, dgamma, dbeta,
-                                        dres, accumulate);
+    return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 1, x, y, NULL, dy, gamma, running_mean, running_var, dx, dgamma,
+                                        dbeta, dres, accumulate);
 }
 
 /* ---- elementwise ---- */
@@ -2110,6 +2409,7 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     g->tf32 = be->opts.cuda_tf32;
     g->deterministic = be->opts.cuda_deterministic;
     g->bn_cudnn = be->opts.cuda_bn_cudnn;
+    g->stem_plain = be->opts.cuda_stem_plain;
     g->heuristic = be->opts.cuda_conv_heuristic;
     g->ws_limit = be->opts.cuda_workspace;
     snprintf(g->devid, sizeof g->devid, "%s_sm%d%d", prop.name, prop.major, prop.minor);
@@ -2134,10 +2434,10 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     char name[1024];
     snprintf(name, sizeof name,
              "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "
-             "TF32 %s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
+             "TF32 %s%s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
              cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, (long)(g->ws_limit >> 20), g->tf32 ? "on" : "off",
              g->deterministic ? ", deterministic" : "", g->heuristic ? ", heuristic algorithms" : "",
-             g->bn_cudnn ? ", cuDNN BN" : "");
+             g->bn_cudnn ? ", cuDNN BN" : "", g->stem_plain ? ", stem not padded" : "");
     if (g->algos) {
         size_t nl = strlen(name);
         snprintf(name + nl, sizeof name - nl, "; %s", rn_algocache_note(g->algos));

@@ -250,6 +250,7 @@ int rn_cli_backend_env(rn_backend_opts *o) {
     if ((rc = env_flag("RN_CUDA_DETERMINISTIC", &o->cuda_deterministic)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_CONV_ALGO", "find", "heuristic", &o->cuda_conv_heuristic)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_BN", "own", "cudnn", &o->cuda_bn_cudnn)) != RN_OK) goto fail;
+    if ((rc = env_choice("RN_CUDA_STEM", "pad", "plain", &o->cuda_stem_plain)) != RN_OK) goto fail;
     if ((s = getenv("RN_CUDA_WORKSPACE_MB")) && *s) {
         int64_t mb = 0;
         if ((rc = rn_cli_i64("RN_CUDA_WORKSPACE_MB", s, 0, (int64_t)1 << 30, &mb)) != RN_OK) goto fail;

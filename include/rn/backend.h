@@ -98,6 +98,10 @@ typedef struct {
                                  RN_CUDA_CONV_ALGO=heuristic; default: find) */
     int cuda_bn_cudnn;        /* BN training forward through cuDNN's fused kernel where it
                                  applies (RN_CUDA_BN=cudnn; default: rn's kernels) */
+    int cuda_stem_plain;      /* 3-channel fp16/bf16 convs (the stem) as they are
+                                 (RN_CUDA_STEM=plain); default: forward and backward-filter
+                                 on copies padded to 4 channels, for cuDNN's tensor-core
+                                 kernels */
     size_t cuda_workspace;    /* conv workspace one algorithm may use, bytes
                                  (RN_CUDA_WORKSPACE_MB; default RN_CUDA_WORKSPACE_DEFAULT) */
     char cuda_algo_cache[1024]; /* file that keeps Find's conv algorithm choices for later
@@ -297,8 +301,10 @@ int rn_bn_desc_init(rn_bn_desc *d, int64_t m, int c, int relu);
 /* Workspace bytes for rn_bn_fwd_train and rn_bn_bwd. */
 size_t rn_bn_workspace(rn_backend *be, const rn_bn_desc *d);
 /* Bytes of per-layer "reserve" memory a backend keeps from rn_bn_fwd_train to the
- * matching rn_bn_bwd (cuDNN's fused BN+add+ReLU keeps its ReLU mask there); 0 on CPU.
- * The caller allocates it per layer and passes the same pointer to both (NULL if 0). */
+ * matching rn_bn_bwd: on CUDA a layer with ReLU keeps its ReLU mask there, one bit per
+ * element (rn's kernels; the backward then reads it instead of y), or cuDNN's fused
+ * BN+add+ReLU its own (RN_CUDA_BN=cudnn); 0 on CPU. The caller allocates it per layer
+ * and passes the same pointer to both (NULL if 0). */
 size_t rn_bn_reserve_size(rn_backend *be, const rn_bn_desc *d);
 
 /* Training forward. x, y (m, c); residual (m, c) or NULL; gamma, beta (c);

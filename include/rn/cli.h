@@ -57,6 +57,7 @@ int rn_cli_output(const char *tool, const char *path, FILE *notes);
  *   RN_CUDA_DETERMINISTIC=1   cuda_deterministic
  *   RN_CUDA_CONV_ALGO=find|heuristic   cuda_conv_heuristic
  *   RN_CUDA_BN=own|cudnn      cuda_bn_cudnn
+ *   RN_CUDA_STEM=pad|plain    cuda_stem_plain
  *   RN_CUDA_WORKSPACE_MB=N    cuda_workspace (MiB, 0 or more)
  * Errors: RN_EINVAL naming the variable and its value. */
 int rn_cli_backend_env(rn_backend_opts *o);

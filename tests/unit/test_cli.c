@@ -169,7 +169,7 @@ static void test_lists(void) {
  * backends read no variable themselves. */
 static void test_backend_env(void) {
     const char *vars[] = {"RN_SYNC", "RN_CPU_MEMORY", "RN_CUDA_TF32", "RN_CUDA_DETERMINISTIC", "RN_CUDA_CONV_ALGO",
-                          "RN_CUDA_BN", "RN_CUDA_WORKSPACE_MB", "RN_CUDA_ALGO_CACHE", "RN_CPU_WINOGRAD", "RN_CPU_GEMM",
+                          "RN_CUDA_BN", "RN_CUDA_STEM", "RN_CUDA_WORKSPACE_MB", "RN_CUDA_ALGO_CACHE", "RN_CPU_WINOGRAD", "RN_CPU_GEMM",
                           "XDG_CACHE_HOME", "HOME"};
     const char *h = getenv("HOME");
     char *home = h ? strdup(h) : NULL;
@@ -186,11 +186,16 @@ static void test_backend_env(void) {
     setenv("RN_CUDA_DETERMINISTIC", "1", 1);
     setenv("RN_CUDA_CONV_ALGO", "heuristic", 1);
     setenv("RN_CUDA_BN", "cudnn", 1);
+    setenv("RN_CUDA_STEM", "plain", 1);
     setenv("RN_CUDA_WORKSPACE_MB", "256", 1);
+    CHECK(!d.cuda_stem_plain, "the stem padded by default");
     CHECK_OK(rn_cli_backend_env(&o));
     CHECK(o.sync_each_op && o.cpu_memory == (size_t)64 << 20 && o.cuda_tf32 && o.cuda_deterministic &&
-              o.cuda_conv_heuristic && o.cuda_bn_cudnn && o.cuda_workspace == (size_t)256 << 20,
+              o.cuda_conv_heuristic && o.cuda_bn_cudnn && o.cuda_stem_plain && o.cuda_workspace == (size_t)256 << 20,
           "every variable read");
+    setenv("RN_CUDA_STEM", "pad", 1);
+    CHECK_OK(rn_cli_backend_env(&o));
+    CHECK(!o.cuda_stem_plain, "RN_CUDA_STEM=pad");
     CHECK(d.cpu_winograd == 1 && !d.cpu_conv_openblas, "CPU defaults: Winograd 1, own GEMM kernel");
     const char *wino[] = {"0", "1", "2"};
     for (int i = 0; i < 3; i++) {
@@ -200,7 +205,7 @@ static void test_backend_env(void) {
     }
     unsetenv("RN_CPU_WINOGRAD");
     const char *bad[][2] = {{"RN_SYNC", "yes"}, {"RN_CPU_MEMORY", "lots"}, {"RN_CUDA_CONV_ALGO", "fast"},
-                            {"RN_CUDA_BN", "bogus"}, {"RN_CUDA_WORKSPACE_MB", "-1"}, {"RN_CPU_WINOGRAD", "3"},
+                            {"RN_CUDA_BN", "bogus"}, {"RN_CUDA_STEM", "4"}, {"RN_CUDA_WORKSPACE_MB", "-1"}, {"RN_CPU_WINOGRAD", "3"},
                             {"RN_CPU_WINOGRAD", "yes"}, {"RN_CPU_GEMM", "mkl"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv(bad[i][0], bad[i][1], 1);
