@@ -77,6 +77,9 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     assert_success
     [[ "$stderr" == *"DRY RUN on the CPU"* ]]
     n='[0-9]+(\.[0-9]+)?'
+    # the backend variants, each against the default (fp32 here; fp16 on a GPU)
+    [[ "$stderr" =~ "rn fp32 with RN_CUDA_BN=cudnn: img/s="$n" against "$n" by default: ratio "$n ]]
+    [[ "$stderr" =~ "rn fp32 with RN_CUDA_STEM=plain: img/s="$n" against "$n" by default: ratio "$n ]]
     assert_line --regexp "^gpu-train-fp32: rn=$n peer=$n ratio=$n\$"
     assert_line --regexp "^gpu-train-loader-fp32: rn=$n peer=$n ratio=$n\$"
     # the stand-in's 87% busy, and its 1 GiB more in use once the run started
@@ -100,6 +103,18 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     bad=$(grep -Ev '^[a-z0-9-]+: (rn=[^ ]+ peer=[^ ]+ ratio=[^ ]+|not run: .*)$' <<<"$output" || true)
     [ -z "$bad" ] || { echo "not a benchmark line: $bad"; false; }
     [[ "${lines[-1]}" == gpu-train-amp:* ]]
+}
+
+@test "gpu-check's dry run on the CPU: every row it can run passes (the op harness CPU against CPU, training, ranks)" {
+    cuda_build || skip "a CPU-only build: gpu-check wants the CUDA backend built"
+    mpi_no_leak_checks # its data-parallel row runs rn-train under mpirun
+    run env GPU_CHECK_DRY=1 GPU_CHECK_BUILD=0 GPU_CHECK_OUT="$BATS_TEST_TMPDIR/gc" \
+        BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" "$BATS_TEST_DIRNAME/gpu/gpu-check.sh"
+    assert_success
+    assert_output --partial "gpu-check: passed"
+    assert_line --regexp '^\| ops: GPU vs CPU \(fp32, fp16, bf16\) \| ok \| test_cuda_ops: [0-9]+ passed, 0 failed'
+    run grep -E '^\| [^|]+ \| FAIL' "$BATS_TEST_TMPDIR/gc/results.md"
+    assert_failure
 }
 
 @test "gpu_watch.py without NVML exits 3 and says why" {

@@ -30,7 +30,9 @@
 # with one: "gpu-train-ddp: skipped: 1 GPU visible, scaling needs 2 or more" for step 3.
 # Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
 # _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
-# _LOADER_PRECISIONS ("fp32 fp16"), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
+# _LOADER_PRECISIONS ("fp32 fp16"), _VARIANTS ("RN_CUDA_BN=cudnn RN_CUDA_STEM=plain": rn's
+# synthetic fp16 run again with each setting, noted as img/s against its default; the dry
+# run's in fp32; empty: none), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
 # for fp32 convolutions and GEMMs in both, PyTorch's cuDNN default), _LIMIT (300 s per
 # run), _DIR (data and raw outputs: $BUILD/bench-gpu), _DEVICE (cuda; NVML samples GPU 0),
 # _DDP_N (the Ns of step 3), _DDP_WORKERS (per process), _DDP_PRECISION (fp16),
@@ -66,6 +68,8 @@ CLASSES=${BENCH_GPU_CLASSES:-${d[8]}}
 WORKERS=${BENCH_GPU_WORKERS:-${d[9]}} # rn-train's loader threads, the DataLoader's processes
 PRECISIONS=${BENCH_GPU_PRECISIONS:-fp32 fp16 bf16}
 LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp32 fp16} # empty: no loader runs
+VARIANTS=${BENCH_GPU_VARIANTS-RN_CUDA_BN=cudnn RN_CUDA_STEM=plain} # rn's VP step again under each
+VP=$([ "$DRY" = 1 ] && echo fp32 || echo fp16) # (the dry run's CPU backend has fp32 only)
 TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
 LIMIT=${BENCH_GPU_LIMIT:-300}         # seconds per run
 DIR=${BENCH_GPU_DIR:-$BUILD/bench-gpu}
@@ -169,6 +173,23 @@ for p in $PRECISIONS; do
     line "gpu-busy-$p" "$(field busy_pct <<<"${R[$p]}")" "$(field busy_pct <<<"${P[$p]}")"
     line_inv "gpu-peak-mib-$p" "$(field net_mib <<<"${R[$p]}")" "$(field peak_mib <<<"${P[$p]}")"
     line_inv "gpu-device-mib-$p" "$(field used_mib <<<"${R[$p]}")" "$(field used_mib <<<"${P[$p]}")"
+done
+
+# ---- 1b. rn's VP step again under each of VARIANTS (a backend setting each), against
+# its default: which to make the default (a note each, no summary line: no peer) ----
+for v in $VARIANTS; do
+    case ${R[$VP]:-none} in "not run"* | failed | none) note "rn $VP with $v: not run (rn's default $VP did not run)"; continue ;; esac
+    f=$W/rn-$VP-${v//[^A-Za-z0-9]/_}
+    env RN_CUDA_TF32="$TF32" "$v" timeout "$LIMIT" "$body" "$ARCH" "$SIZE" "$BATCH" "$WARMUP" "$STEPS" "$VP" "$DEVICE" \
+        >"$f.txt" 2>"$f.err"
+    rc=$?
+    if [ $rc = 0 ]; then
+        a=$(field img/s <"$f.txt") b=$(field img/s <<<"${R[$VP]}")
+        note "rn $VP with $v: img/s=${a:--} against ${b:--} by default: ratio $(ratio "${a:--}" "${b:--}")"
+    else
+        failed=1
+        note "rn $VP with $v: FAILED (exit $rc): $(tail -n 3 "$f.err")"
+    fi
 done
 
 # ---- 2. the real loader: generated JPEGs, rn-prep + rn-train against ImageFolder + DataLoader ----
