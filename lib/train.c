@@ -151,6 +151,12 @@ typedef struct {
     double ema_decay, ema_alpha;
     float ema_keep, ema_take; /* torch's decay and 1 - decay of ExponentialMovingAverage, as floats */
     int64_t ema_updates;  /* AveragedModel.n_averaged */
+    /* the next step's batch, taken and its copy to the device started before this step's
+       optimiser step (take_ahead); have_ahead 0: none */
+    rn_batch ahead;
+    int have_ahead;
+    double ahead_waited;  /* seconds the loader kept us waiting for it */
+    int64_t ahead_epoch, ahead_index; /* the loader's position before it: a checkpoint's */
 } run;
 
 /* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
@@ -180,6 +186,22 @@ typedef struct {
 static void window_reset(window *w) { *w = (window){.t0 = rn_report_clock()}; }
 
 static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Where the training data stands for a checkpoint: before the batch taken ahead, which
+ * no step has used yet. */
+static void data_position(const run *t, int64_t *epoch, int64_t *index) {
+    if (t->have_ahead) *epoch = t->ahead_epoch, *index = t->ahead_index;
+    else rn_loader_position(t->l, epoch, index);
+}
+
+/* The batch taken ahead given back unused (the run stops or changes its loader); its
+ * copy may still be reading the loader's pinned buffer. */
+static void drop_ahead(run *t) {
+    if (!t->have_ahead) return;
+    (void)rn_backend_upload_wait(t->r.be); /* (a failure shows at the next op, or not at all) */
+    rn_loader_release(t->l, &t->ahead);
+    t->have_ahead = 0;
+}
 
 static int set_crop(run *t, int c, int loader);
 
@@ -481,7 +503,7 @@ static int save(run *t) {
     }
     if ((rc = rn_state_put_sgd(ck, o->lr.lr, o->momentum, o->weight_decay, o->nesterov))) return rc;
     if (o->optimizer == RN_OPT_LARS && (rc = rn_state_put_lars(ck, o->lars_eta, o->lars_eps))) return rc;
-    rn_loader_position(t->l, &t->st.data_epoch, &t->st.data_index);
+    data_position(t, &t->st.data_epoch, &t->st.data_index);
     t->st.batch = o->batch;
     /* micro-batches of all ranks: the same run as one process with this --accum; under
        synchronised BN, the micro-batches BN saw */
@@ -494,6 +516,7 @@ static int save(run *t) {
 }
 
 static void finish(run *t) {
+    drop_ahead(t);
     rn_gpumon_stop(t->mon);
     if (t->l) rn_loader_set_trace(t->l, NULL, NULL); /* before the profile goes */
     if (t->r.net) rn_net_set_prof(t->r.net, NULL);
@@ -579,22 +602,52 @@ static int grad_final(void *ctx, int64_t off, int64_t numel) {
                 rn_dist_sum_part(t->dist, off, numel));
 }
 
+/* The next batch from the loader, its copy to the device started (rn_runner_stage); on
+ * failure none is held. */
+static int next_batch(run *t, rn_batch *b, double *waited) {
+    double t0 = tbeg(t, "data-wait"), tw = rn_report_clock();
+    int rc = tend(t, t0, "data-wait", RN_PROF_HOST, 0, 0, rn_loader_next(t->l, b));
+    if (rc) return rc;
+    *waited = rn_report_clock() - tw;
+    t0 = tbeg(t, "input");
+    rc = tend(t, t0, "input", RN_PROF_COMPUTE, 0, (double)b->n * b->h * b->w * b->c, rn_runner_stage(&t->r, b));
+    if (rc) {
+        (void)rn_backend_upload_wait(t->r.be); /* (a copy may have started) */
+        rn_loader_release(t->l, b);
+    }
+    return rc;
+}
+
+/* The next step's batch taken now, after this step's last backward is queued and before
+ * its optimiser step: on a GPU its copy then overlaps the backward, instead of starting
+ * after the fp16 overflow check's read-back and idling the GPU until it lands. (The
+ * batches and their order are the loader's either way.) */
+static int take_ahead(run *t) {
+    data_position(t, &t->ahead_epoch, &t->ahead_index);
+    int rc = next_batch(t, &t->ahead, &t->ahead_waited);
+    t->have_ahead = rc == RN_OK;
+    return rc;
+}
+
 /* Forward and backward over the micro-batches of the next batch (the first step of the
- * run also dumps its gradients when asked). */
-static int accumulate(run *t, int first, step_result *s) {
+ * run also dumps its gradients when asked); then, unless this step ends an epoch or the
+ * run (last_of_run), the next step's batch is taken ahead. */
+static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     const rn_train_opts *o = t->o;
     rn_batch b;
-    double t0 = tbeg(t, "data-wait"), tw = rn_report_clock();
-    int rc = tend(t, t0, "data-wait", RN_PROF_HOST, 0, 0, rn_loader_next(t->l, &b));
-    if (rc) return rc;
-    s->waited = rn_report_clock() - tw;
+    int rc = RN_OK;
+    if (t->have_ahead) {
+        b = t->ahead, s->waited = t->ahead_waited;
+        t->have_ahead = 0;
+    } else if ((rc = next_batch(t, &b, &s->waited))) {
+        return rc;
+    }
     /* every micro-batch's gradient is scaled by the same loss scale: they add up in
        fp32 and are checked and unscaled once, at the step */
     float grad_scale = t->scaled ? (float)((double)t->sc.scale / t->steps) : 1.0f / t->steps;
     /* the input: u8 pixels read, the net's input written; 2 FLOPs (subtract, scale) each */
     double px = (double)b.h * b.w * b.c, es = rn_net_dtype(t->r.net) == RN_F32 ? 4 : 2;
-    t0 = tbeg(t, "input");
-    rc = tend(t, t0, "input", RN_PROF_COMPUTE, 0, px * b.n, rn_runner_stage(&t->r, &b));
+    double t0;
     int mixing = o->mix.mixup > 0 || o->mix.cutmix > 0;
     rn_mix_desc mix[8]; /* the first micro-batches' mixing, for --dump-grads */
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
@@ -635,6 +688,7 @@ static int accumulate(run *t, int first, step_result *s) {
         rc = tend(t, t0, "grad-sum", RN_PROF_HOST, (double)np * (t->world - 1), 8.0 * (double)np * t->world,
                   combine(t, s));
     }
+    if (rc == RN_OK && !b.last && !last_of_run) rc = take_ahead(t);
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
     if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
@@ -647,13 +701,14 @@ static int accumulate(run *t, int first, step_result *s) {
     return rc;
 }
 
-/* One optimiser step: the gradients of a batch, then SGD (or the loss scaler's skip). */
-static int train_step(run *t, int first, step_result *s) {
+/* One optimiser step: the gradients of a batch, then SGD (or the loss scaler's skip);
+ * last_of_run: no step follows (accumulate takes no batch ahead). */
+static int train_step(run *t, int first, int last_of_run, step_result *s) {
     const rn_train_opts *o = t->o;
     rn_run_state *ts = &t->st;
     *s = (step_result){0};
     int rc = t->profiling ? rn_prof_step_begin(t->prof) : RN_OK;
-    if (rc == RN_OK) rc = accumulate(t, first, s);
+    if (rc == RN_OK) rc = accumulate(t, first, last_of_run, s);
     if (rc) return rc;
     if (!isfinite(s->loss))
         /* (the forward does not depend on the loss scale: skipping would not help) */
@@ -782,7 +837,8 @@ static int set_crop(run *t, int c, int loader) {
     }
     if (loader && c != t->crop) {
         int64_t de = 0, di = 0;
-        rn_loader_position(t->l, &de, &di);
+        data_position(t, &de, &di);
+        drop_ahead(t);
         rn_loader_destroy(t->l);
         t->l = NULL;
         t->crop = c;
@@ -896,7 +952,10 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         if (t.profiling) rn_net_set_prof(t.r.net, t.prof);
         /* the workers' chunks on tracks of their own, from the first profiled step on */
         if (t.profiling && run_steps == o->profile_warmup) rn_loader_set_trace(t.l, rn_prof_loader_span, t.prof);
-        rc = train_step(&t, run_steps == 0, &s);
+        /* the run's last step takes no batch ahead; a profile's does, as every step it
+           stands for does (the batch is given back unused) */
+        int last = o->max_steps && run_steps + 1 >= o->max_steps && !t.prof;
+        rc = train_step(&t, run_steps == 0, last, &s);
         if (t.profiling) rn_net_set_prof(t.r.net, NULL);
         t.profiling = 0;
         if (rc) goto out;
