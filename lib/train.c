@@ -155,7 +155,8 @@ typedef struct {
        optimiser step (take_ahead); have_ahead 0: none */
     rn_batch ahead;
     int have_ahead;
-    double ahead_waited;  /* seconds the loader kept us waiting for it */
+    int ahead_rc;         /* taking it failed: the next step fails with this, and ahead_err */
+    char ahead_err[1024];
     int64_t ahead_epoch, ahead_index; /* the loader's position before it: a checkpoint's */
 } run;
 
@@ -190,7 +191,7 @@ static int imax(int a, int b) { return a > b ? a : b; }
 /* Where the training data stands for a checkpoint: before the batch taken ahead, which
  * no step has used yet. */
 static void data_position(const run *t, int64_t *epoch, int64_t *index) {
-    if (t->have_ahead) *epoch = t->ahead_epoch, *index = t->ahead_index;
+    if (t->have_ahead || t->ahead_rc) *epoch = t->ahead_epoch, *index = t->ahead_index;
     else rn_loader_position(t->l, epoch, index);
 }
 
@@ -621,12 +622,19 @@ static int next_batch(run *t, rn_batch *b, double *waited) {
 /* The next step's batch taken now, after this step's last backward is queued and before
  * its optimiser step: on a GPU its copy then overlaps the backward, instead of starting
  * after the fp16 overflow check's read-back and idling the GPU until it lands. (The
- * batches and their order are the loader's either way.) */
-static int take_ahead(run *t) {
+ * batches and their order are the loader's either way.) The wait counts in this step's
+ * data-wait. A failure (a broken record) is kept for the next step, which fails with it
+ * where it failed before: this step still takes its optimiser step, logs and saves. */
+static void take_ahead(run *t, step_result *s) {
     data_position(t, &t->ahead_epoch, &t->ahead_index);
-    int rc = next_batch(t, &t->ahead, &t->ahead_waited);
+    double waited = 0;
+    int rc = next_batch(t, &t->ahead, &waited);
+    s->waited += waited;
     t->have_ahead = rc == RN_OK;
-    return rc;
+    if (rc) {
+        t->ahead_rc = rc;
+        snprintf(t->ahead_err, sizeof t->ahead_err, "%s", rn_last_error());
+    }
 }
 
 /* Forward and backward over the micro-batches of the next batch (the first step of the
@@ -636,8 +644,13 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     const rn_train_opts *o = t->o;
     rn_batch b;
     int rc = RN_OK;
+    if (t->ahead_rc) {
+        rc = t->ahead_rc;
+        t->ahead_rc = 0;
+        return rn_errorf(rc, "%s", t->ahead_err);
+    }
     if (t->have_ahead) {
-        b = t->ahead, s->waited = t->ahead_waited;
+        b = t->ahead;
         t->have_ahead = 0;
     } else if ((rc = next_batch(t, &b, &s->waited))) {
         return rc;
@@ -688,7 +701,6 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
         rc = tend(t, t0, "grad-sum", RN_PROF_HOST, (double)np * (t->world - 1), 8.0 * (double)np * t->world,
                   combine(t, s));
     }
-    if (rc == RN_OK && !b.last && !last_of_run) rc = take_ahead(t);
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
     if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
@@ -698,6 +710,7 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     int wrc = tend(t, t0, "h2d-wait", RN_PROF_HOST, 0, 0, rn_backend_upload_wait(t->r.be));
     if (rc == RN_OK) rc = wrc;
     rn_loader_release(t->l, &b);
+    if (rc == RN_OK && !s->last && !last_of_run) take_ahead(t, s);
     return rc;
 }
 

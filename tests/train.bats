@@ -191,6 +191,33 @@ PY
     assert_output 'st"p'
 }
 
+@test "a damaged record stops rn-train at the step that reads it, naming it; the steps before are saved" {
+    rm -rf dmg.lmdb dmg.pb
+    cp -r train.lmdb dmg.lmdb
+    # one bit inside record 00000040's JPEG, in every copy of its leaf node (LMDB keeps
+    # stale pages): the key, then within a few bytes the Sample holding the JPEG
+    "$PYTHON" - <<'PY'
+p = "dmg.lmdb/data.mdb"
+b = bytearray(open(p, "rb").read())
+i = n = 0
+while (k := b.find(b"00000040", i)) >= 0:
+    i = k + 8
+    soi = b.find(b"\xff\xd8\xff", k)
+    if 0 <= soi - k < 64:
+        b[b.find(b"\xff\xda", soi) + 40] ^= 0x10
+        n += 1
+assert n >= 1, n
+open(p, "wb").write(bytes(b))
+PY
+    # in order, 16 a step: record 40 is in the third step's batch, taken ahead during the
+    # second, which must still finish and be saved
+    run rn-train --data dmg.lmdb --in init.pb --out dmg.pb $T --no-shuffle --save-every 1 --max-steps 5
+    assert_failure 1
+    assert_output --partial "dmg.lmdb: record 00000040: its image data fails its checksum"
+    run rn-info dmg.pb
+    assert_output --partial "step 2, next sample: epoch 0 index 32"
+}
+
 @test "a non-finite loss stops training with a message and keeps the last good checkpoint" {
     have_torch || skip "no torch for $PYTHON to write a poisoned checkpoint"
     rn-export init.pb clean.safetensors
