@@ -170,6 +170,13 @@ static int fc_conv_desc(const rn_net *net, int n, rn_conv_desc *d) {
     return rc;
 }
 
+/* 1 when unit ui's BN ends in a ReLU: every unit's but a downsample shortcut's */
+static int unit_relu(const rn_resnet *spec, int ui) {
+    for (int b = 0; b < spec->nblocks; b++)
+        if (spec->blocks[b].down == ui) return 0;
+    return 1;
+}
+
 static int bn_desc(const rn_net *net, int ui, int n, int relu, rn_bn_desc *d) {
     const unit_rt *u = &net->u[ui];
     int rc = rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, relu);
@@ -535,7 +542,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         for (int i = 0; i < spec->nunits; i++) {
             unit_rt *u = &net->u[i];
             int c = spec->units[i].cout;
-            if ((rc = bn_desc(net, i, max_batch, 1, &bd))) goto fail;
+            /* (the reserve as the unit's calls have it: CUDA keeps a ReLU mask there) */
+            if ((rc = bn_desc(net, i, max_batch, unit_relu(spec, i), &bd))) goto fail;
             size_t rs = rn_bn_reserve_size(be, &bd);
             if ((!u->shared_z && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->z))) ||
                 (!u->shared_a && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->a))) ||
