@@ -144,17 +144,9 @@ print('mad %.3f' % np.abs(a - b).mean()); assert np.abs(a - b).mean() < 4"
     cp -r data.lmdb flip.lmdb
     # one bit inside each JPEG's entropy-coded data (libjpeg alone would decode most of
     # them without a word); every copy in the file, as LMDB's free pages hold stale ones
-    "$PY" - <<'PY'
-p = "flip.lmdb/data.mdb"
-b = bytearray(open(p, "rb").read())
-i = n = 0
-while (soi := b.find(b"\xff\xd8\xff", i)) >= 0:
-    sos = b.find(b"\xff\xda", soi)
-    b[sos + 40] ^= 0x10
-    i, n = sos + 41, n + 1
-assert n >= 21, n
-open(p, "wb").write(bytes(b))
-PY
+    run "$PY" "$BATS_TEST_DIRNAME/data/flipjpeg.py" flip.lmdb/data.mdb
+    assert_success
+    [ "$output" -ge 21 ]
     run rn-load --batch 7 --epochs 1 --crop 32 --no-shuffle flip.lmdb
     assert_failure 1
     assert_output --regexp "flip.lmdb: record [0-9]{8}: its image data fails its checksum"

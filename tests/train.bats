@@ -194,21 +194,9 @@ PY
 @test "a damaged record stops rn-train at the step that reads it, naming it; the steps before are saved" {
     rm -rf dmg.lmdb dmg.pb
     cp -r train.lmdb dmg.lmdb
-    # one bit inside record 00000040's JPEG, in every copy of its leaf node (LMDB keeps
-    # stale pages): the key, then within a few bytes the Sample holding the JPEG
-    "$PYTHON" - <<'PY'
-p = "dmg.lmdb/data.mdb"
-b = bytearray(open(p, "rb").read())
-i = n = 0
-while (k := b.find(b"00000040", i)) >= 0:
-    i = k + 8
-    soi = b.find(b"\xff\xd8\xff", k)
-    if 0 <= soi - k < 64:
-        b[b.find(b"\xff\xda", soi) + 40] ^= 0x10
-        n += 1
-assert n >= 1, n
-open(p, "wb").write(bytes(b))
-PY
+    # one bit inside record 00000040's JPEG (every copy: LMDB keeps stale pages)
+    run "$PYTHON" "$BATS_TEST_DIRNAME/data/flipjpeg.py" dmg.lmdb/data.mdb 00000040
+    assert_success
     # in order, 16 a step: record 40 is in the third step's batch, taken ahead during the
     # second, which must still finish and be saved
     run rn-train --data dmg.lmdb --in init.pb --out dmg.pb $T --no-shuffle --save-every 1 --max-steps 5
