@@ -148,6 +148,10 @@ template <> __device__ __forceinline__ float st<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+/* where a ReLU's backward passes the gradient, judged on its output y: y > 0 or NaN (as
+ * PyTorch); the ReLU mask (bn_masked) records exactly this */
+__device__ __forceinline__ bool relu_passes(float y) { return !(y <= 0); }
+
 /* channel of flat NHWC index i: 32-bit division when the tensor allows (several times
  * cheaper than 64-bit on the GPU) */
 __device__ __forceinline__ int chan(int64_t i, int c, int64_t n) {
@@ -600,6 +604,9 @@ static const char *algo_name(int dir, int a) {
 
 static size_t up256(size_t b) { return (b + 255) & ~(size_t)255; }
 
+/* bytes of the padded x copy (half precision), where the w copy starts */
+static size_t stem_x_bytes(const rn_conv_desc *d) { return up256((size_t)d->n * d->h * d->w * STEM_C * 2); }
+
 /* 0 when d runs as it is; else the padded shape in *pd and the bytes its copies hold:
  * x (n, h, w, 4), then w or dw (k, kh, kw, 4). The copies and cuDNN's workspace together
  * stay within the per-conv limit (RN_CUDA_WORKSPACE_MB, what a memory plan counts): where
@@ -608,7 +615,7 @@ static size_t stem_pad(const cuda_ctx *g, const rn_conv_desc *d, rn_conv_desc *p
     if (d->c != 3 || (d->dtype != RN_F16 && d->dtype != RN_BF16) || g->stem_plain) return 0;
     *pd = *d;
     pd->c = STEM_C;
-    size_t held = up256((size_t)d->n * d->h * d->w * STEM_C * 2) + up256((size_t)d->k * d->kh * d->kw * STEM_C * 2);
+    size_t held = stem_x_bytes(d) + up256((size_t)d->k * d->kh * d->kw * STEM_C * 2);
     return held <= g->ws_limit ? held : 0;
 }
 
@@ -640,7 +647,7 @@ static int stem_bufs(rn_backend *be, const rn_conv_desc *d, size_t held, void **
                          "%zu MiB reserved (plan the shape with rn_conv_workspace before rn_backend_reserve)",
                          d->n, d->h, d->w, held >> 20, be->ws_bytes >> 20);
     *xp = be->ws;
-    *wp = (char *)be->ws + up256((size_t)d->n * d->h * d->w * STEM_C * rn_dtype_size(d->dtype));
+    *wp = (char *)be->ws + stem_x_bytes(d);
     return RN_OK;
 }
 
@@ -772,6 +779,15 @@ static int64_t bn_tiles(int c, int v) {
     int l, ph;
     bn_vec_block(c, v, &l, &ph);
     return (c + l * v - 1) / (l * v);
+}
+
+/* the column sums' launch: tiles across the channels x nch row chunks, blocks of BN_TX x
+ * BN_TY threads (v = 1) or bn_vec_block's */
+static void bn_sums_shape(int c, int v, int nch, dim3 *grid, dim3 *block) {
+    int l = BN_TX, ph = BN_TY;
+    if (v > 1) bn_vec_block(c, v, &l, &ph);
+    *grid = dim3((unsigned)bn_tiles(c, v), (unsigned)nch);
+    *block = dim3(l, ph);
 }
 
 /* the elements per 16 bytes where d's channels are a multiple of them, else 1 (whether
@@ -998,7 +1014,7 @@ __global__ void bn_apply_k(int64_t m, int c, const T *x, const float *scale, con
         if (V == 8 && mask) {
             unsigned bits = 0;
 #pragma unroll
-            for (int e = 0; e < V; e++) bits |= (unsigned)!(ld(o.v[e]) <= 0) << e;
+            for (int e = 0; e < V; e++) bits |= (unsigned)relu_passes(ld(o.v[e])) << e;
             mask[i >> 3] = (uint8_t)bits;
         }
     }
@@ -1009,7 +1025,7 @@ template <typename T> __global__ void relu_mask_k(int64_t n, const T *y, uint8_t
     int64_t nb = (n + 7) / 8;
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
         unsigned bits = 0;
-        for (int e = 0; e < 8 && b * 8 + e < n; e++) bits |= (unsigned)!(ld(y[b * 8 + e]) <= 0) << e;
+        for (int e = 0; e < 8 && b * 8 + e < n; e++) bits |= (unsigned)relu_passes(ld(y[b * 8 + e])) << e;
         mask[b] = (uint8_t)bits;
     }
 }
@@ -1074,7 +1090,7 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
             for (int u = 0; u < 4; u++) {
                 int64_t i = (r + u * BN_TY) * c + j;
                 g[u] = ld(dy[i]);
-                off[u] = mask ? !mask_on(mask, i) : relu && ld(y[i]) <= 0;
+                off[u] = mask ? !mask_on(mask, i) : relu && !relu_passes(ld(y[i]));
                 xv[u] = ld(x[i]);
             }
 #pragma unroll
@@ -1088,7 +1104,7 @@ __global__ void bn_bwd_sums_k(int64_t m, int c, int nch, const T *x, const T *y,
         for (; r < r1; r += BN_TY) {
             int64_t i = r * c + j;
             float dz = ld(dy[i]);
-            if (mask ? !mask_on(mask, i) : relu && ld(y[i]) <= 0) dz = 0;
+            if (mask ? !mask_on(mask, i) : relu && !relu_passes(ld(y[i]))) dz = 0;
             if (dres) dres[i] = st<T>(dz);
             a += dz;
             b += (double)dz * (double)(ld(x[i]) - mu);
@@ -1138,7 +1154,7 @@ __global__ void __launch_bounds__(BN_VT) bn_bwd_sums_v_k(int64_t m, int c, int n
                         pack<T, V> yv = ldv<T, V>(y, i);
                         on[u] = 0;
 #pragma unroll
-                        for (int e = 0; e < V; e++) on[u] |= (unsigned)!(ld(yv.v[e]) <= 0) << e;
+                        for (int e = 0; e < V; e++) on[u] |= (unsigned)relu_passes(ld(yv.v[e])) << e;
                     }
                     xv[u] = ldv<T, V>(x, i);
                 }
@@ -1193,7 +1209,7 @@ __global__ void bn_bwd_dx_k(int64_t m, int c, const T *x, const T *y, const uint
 #pragma unroll
         for (int e = 0; e < V; e++) {
             float dz = ld(g.v[e]);
-            if (mask ? !((on >> e) & 1) : relu && ld(ys.v[e]) <= 0) dz = 0;
+            if (mask ? !((on >> e) & 1) : relu && !relu_passes(ld(ys.v[e]))) dz = 0;
             o.v[e] = st<T>(ka[j + e] * dz - k0[j + e] - kb[j + e] * (ld(xs.v[e]) - mean[j + e]));
         }
         stv<T, V>(dx, i, o);
@@ -1208,15 +1224,12 @@ static int bn_fwd_train_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
     int c = d->c, v = vec_ok<T>(c, x) ? VEC<T> : 1, nch = bn_chunks(g, d, bn_tiles(c, v));
     double *part = (double *)be->ws;
     float *scale = (float *)(part + (size_t)nch * 2 * c), *shift = scale + c;
-    if (v > 1) {
-        int l, ph;
-        bn_vec_block(c, v, &l, &ph);
-        dim3 grid((unsigned)bn_tiles(c, v), nch), block(l, ph);
+    dim3 grid, block;
+    bn_sums_shape(c, v, nch, &grid, &block);
+    if (v > 1)
         bn_moments_v_k<T, VEC<T>><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
-    } else {
-        dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+    else
         bn_moments_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, part);
-    }
     LAUNCHED("bn_moments");
     bn_stats_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, beta, d->eps, d->momentum,
                                                         save_mean, save_invstd, rmean, rvar, scale, shift);
@@ -1271,18 +1284,15 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void 
     int nch = bn_chunks(g, d, bn_tiles(c, v));
     double *part = (double *)be->ws;
     float *ka = (float *)(part + (size_t)nch * 2 * c), *kb = ka + c, *k0 = kb + c;
-    if (v > 1) {
-        int l, ph;
-        bn_vec_block(c, v, &l, &ph);
-        dim3 grid((unsigned)bn_tiles(c, v), nch), block(l, ph);
+    dim3 grid, block;
+    bn_sums_shape(c, v, nch, &grid, &block);
+    if (v > 1)
         bn_bwd_sums_v_k<T, VEC<T>><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)ry, mask,
                                                                   (const T *)dy, save_mean, (T *)dres, d->relu,
                                                                   part);
-    } else {
-        dim3 grid((c + BN_TX - 1) / BN_TX, nch), block(BN_TX, BN_TY);
+    else
         bn_bwd_sums_k<T><<<grid, block, 0, g->stream>>>(d->m, c, nch, (const T *)x, (const T *)ry, mask,
                                                         (const T *)dy, save_mean, (T *)dres, d->relu, part);
-    }
     LAUNCHED("bn_bwd_sums");
     bn_bwd_coef_k<<<(c + 127) / 128, 128, 0, g->stream>>>(d->m, c, nch, part, gamma, save_invstd, d->eps, frozen,
                                                            dgamma, dbeta, accumulate, ka, kb, k0);
@@ -1351,7 +1361,7 @@ template <typename T, int V> __global__ void relu_bwd_k(int64_t n, const T *y, c
     VEC_LOOP(i, n, V) {
         pack<T, V> p = ldv<T, V>(y, i), g = ldv<T, V>(dy, i), o;
 #pragma unroll
-        for (int e = 0; e < V; e++) o.v[e] = st<T>(ld(p.v[e]) <= 0 ? 0.0f : ld(g.v[e]));
+        for (int e = 0; e < V; e++) o.v[e] = st<T>(relu_passes(ld(p.v[e])) ? ld(g.v[e]) : 0.0f);
         stv<T, V>(dx, i, o);
     }
 }
