@@ -657,6 +657,15 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
     return after(be, be->ops->softmax_xent(be, &dd, logits, labels, loss, dlogits));
 }
 
+int rn_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels, int target,
+                  int32_t *hits) {
+    const char *op = "top1_count";
+    if (n < 1 || classes < 1 || target < RN_TOP1_LABEL || target > RN_TOP1_SMALLER)
+        return rn_errorf(RN_EINVAL, "%s: bad arguments n=%d classes=%d target=%d", op, n, classes, target);
+    NEED(logits, op); NEED(labels, op); NEED(hits, op);
+    return after(be, be->ops->top1_count(be, n, classes, logits, labels, target, hits));
+}
+
 /* Conversions are storage, not compute: every backend takes these three. */
 static int check_storage(const char *op, const char *which, int *dtype) {
     if (*dtype == 0) *dtype = RN_F32;

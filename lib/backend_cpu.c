@@ -761,6 +761,24 @@ static int cpu_gap_bwd(rn_backend *be, int dtype, int n, int hw, int c, const vo
     return RN_OK;
 }
 
+/* ---- the train top-1 (rn_top1_count): the first maximum, as the definition reads ---- */
+static int cpu_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
+                          int target, int32_t *hits) {
+    (void)be;
+    int32_t count = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (int64_t)i * classes;
+        int best = 0;
+        for (int j = 1; j < classes; j++)
+            if (z[j] > z[best]) best = j;
+        int a = labels[i], p = labels[(i + n - 1) % n];
+        int want = target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : a < p ? a : p;
+        count += best == want;
+    }
+    *hits = count;
+    return RN_OK;
+}
+
 /* ---- loss ---- */
 
 /* One thread on purpose: n*classes is small next to any conv, and a sequential sum keeps
@@ -1070,6 +1088,7 @@ static const rn_backend_ops cpu_ops = {
     .fc_fwd = rn_cpu_fc_fwd,
     .fc_bwd = rn_cpu_fc_bwd,
     .softmax_xent = cpu_softmax_xent,
+    .top1_count = cpu_top1_count,
     .sgd_update = cpu_sgd_update,
     .lars_update = cpu_lars_update,
     .cast = cpu_cast,

@@ -1831,6 +1831,55 @@ static int cuda_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *
     return BY_DTYPE(d->dtype, xent_t)(be, d, logits, labels, loss, dl);
 }
 
+/* ---- the train top-1 (rn_top1_count) ----
+ * One block: warp w takes rows w, w + 32, ...; each lane the first maximum of its columns
+ * (a NaN never taken), then the lanes' (value, column) pairs merged to the larger value or,
+ * equal, the smaller column: the row's first maximum with NaN never the largest, as the
+ * CPU loop finds it; a NaN in column 0 makes class 0, as that loop's start does. The rows'
+ * hits are counted per warp and the warps' counts added by one thread: an integer, the
+ * same for any order. */
+#define TOP1_TPB 1024
+__global__ void top1_count_k(int n, int k, int target, const float *logits, const int32_t *labels, int32_t *hits) {
+    __shared__ int counts[TOP1_TPB / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int count = 0;
+    for (int i = warp; i < n; i += TOP1_TPB / 32) {
+        const float *z = logits + (int64_t)i * k;
+        float v = 0;
+        int at = -1; /* none yet */
+        for (int j = lane; j < k; j += 32) {
+            float x = z[j];
+            if (x == x && (at < 0 || x > v)) v = x, at = j;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_down_sync(0xffffffffu, v, o);
+            int oat = __shfl_down_sync(0xffffffffu, at, o);
+            if (oat >= 0 && (at < 0 || ov > v || (ov == v && oat < at))) v = ov, at = oat;
+        }
+        if (lane == 0) {
+            float z0 = z[0];
+            int best = z0 != z0 || at < 0 ? 0 : at;
+            int a = labels[i], p = labels[(i + n - 1) % n];
+            int want = target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : a < p ? a : p;
+            count += best == want;
+        }
+    }
+    if (lane == 0) counts[warp] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < TOP1_TPB / 32; w++) total += counts[w];
+        *hits = total;
+    }
+}
+
+static int cuda_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
+                           int target, int32_t *hits) {
+    top1_count_k<<<1, TOP1_TPB, 0, CTX(be)->stream>>>(n, classes, target, logits, labels, hits);
+    LAUNCHED("top1_count");
+    return RN_OK;
+}
+
 /* ---- SGD: torch's float operations in torch's order, rounded like the CPU backend
  * (no fused multiply-add) ---- */
 
@@ -2350,6 +2399,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->fc_fwd = cuda_fc_fwd;
     o->fc_bwd = cuda_fc_bwd;
     o->softmax_xent = cuda_softmax_xent;
+    o->top1_count = cuda_top1_count;
     o->sgd_update = cuda_sgd_update;
     o->lars_update = cuda_lars_update;
     o->cast = cuda_cast;

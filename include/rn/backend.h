@@ -426,6 +426,18 @@ int rn_xent_desc_init(rn_xent_desc *d, int n, int classes);
 int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
                     const int32_t *labels, float *loss, void *dlogits);
 
+/* ---- the train top-1: rows whose predicted class is their target ----
+ * Row i's predicted class is the first j with the largest logits[i][j], NaN never the
+ * largest, and class 0 when logits[i][0] is NaN: what `best = 0; for j: if (z[j] >
+ * z[best]) best = j` gives. Its target (rn/mix.h's dominant label): RN_TOP1_LABEL
+ * labels[i]; RN_TOP1_ROLLED labels[i-1] (row 0's: labels[n-1], its mixup/cutmix partner);
+ * RN_TOP1_SMALLER the smaller of the two (a tie of the weights). logits (n, classes) fp32
+ * and labels (n) in backend memory; *hits, one int32 in backend memory, is set to the
+ * number of rows that hit. A label out of range hits no row. */
+enum { RN_TOP1_LABEL, RN_TOP1_ROLLED, RN_TOP1_SMALLER };
+int rn_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels, int target,
+                  int32_t *hits);
+
 /* ---- mixup / cutmix of a normalised input batch (rn/mix.h) ----
  * Image i's partner is image i-1 (image 0's the last: torch's roll(1, 0)); a and b are
  * their normalised values, (x/255 - mean)/std as rn_input_normalize computes them, then

@@ -465,6 +465,33 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     free(z), free(lab), free(dl);
 }
 
+/* the train top-1 count against the CPU op: n rows of k classes with ties (values
+ * rounded to a few levels), NaN sprinkled in (column 0 too) and rows over the block's 32
+ * warps, each target */
+static void test_top1(env *e, int n, int k) {
+    int64_t nz = (int64_t)n * k;
+    float *z = randn(nz, 0, 1);
+    for (int64_t i = 0; i < nz; i++) {
+        z[i] = roundf(z[i] * 2) / 2; /* ties */
+        if ((i * 7 + seed) % 97 == 0) z[i] = NAN;
+    }
+    int32_t *lab = malloc(sizeof(int32_t) * n);
+    int32_t *gl = NULL, *gh = NULL, hc = -1, hg = -2;
+    for (int i = 0; i < n; i++) lab[i] = (int32_t)((i * 31 + (int)seed) % k);
+    float *gz = up(e->gpu, RN_F32, z, nz);
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t) * n, (void **)&gl));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t), (void **)&gh));
+    CHECK_OK(rn_backend_upload(e->gpu, gl, lab, sizeof(int32_t) * n));
+    for (int target = RN_TOP1_LABEL; target <= RN_TOP1_SMALLER; target++) {
+        CHECK_OK(rn_top1_count(e->cpu, n, k, z, lab, target, &hc));
+        CHECK_OK(rn_top1_count(e->gpu, n, k, gz, gl, target, gh));
+        CHECK_OK(rn_backend_download(e->gpu, &hg, gh, sizeof hg));
+        CHECK(hg == hc, "top1_count n=%d k=%d target %d: %d, the CPU's %d", n, k, target, hg, hc);
+    }
+    rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, gl), rn_backend_free(e->gpu, gh);
+    free(z), free(lab);
+}
+
 /* add on tensors whose start is one element past a 16-byte boundary, n a multiple of 8:
  * the kernels' 16-byte loads must not apply (a misaligned vector load faults) */
 static void test_add_unaligned(env *e, int64_t n) {
@@ -858,6 +885,9 @@ static void run_all(env *e) {
     test_xent(e, 32, 1000, 0.1f, 0.5f, 0.81);
     test_xent_bad_label(e, 2);
     test_xent_bad_label(e, 4);
+    test_top1(e, 7, 10);
+    test_top1(e, 1, 1);
+    test_top1(e, 256, 1000);
     test_input_mix(e, 3, 9, 7);
     if (!half) {
         test_sgd(e, 100003);

@@ -952,6 +952,48 @@ static void test_xent_mix(rn_backend *be) {
     free(z), free(dz), free(dh), free(dm0);
 }
 
+/* the train top-1: the first maximum (ties, -0 against 0), a NaN that never wins, NaN in
+ * column 0 (class 0), all NaN, one class, the three targets, a label out of range */
+static void test_top1(rn_backend *be) {
+    const int n = 6, k = 5;
+    const float nan = NAN;
+    float z[6 * 5] = {
+        1, 3, 3, 0, 2,          /* first of two maxima: 1 */
+        -0.0f, 0.0f, -1, -2, -3, /* -0 == 0: the first, 0 */
+        0, nan, 4, 4, nan,      /* NaN never largest: 2 */
+        nan, 9, 9, 9, 9,        /* NaN in column 0: 0 */
+        nan, nan, nan, nan, nan, /* all NaN: 0 */
+        -INFINITY, -INFINITY, -5, INFINITY, 1, /* 3 */
+    };
+    int32_t lab[6] = {1, 0, 2, 0, 0, 3}, hits = -1;
+    CHECK_OK(rn_top1_count(be, n, k, z, lab, RN_TOP1_LABEL, &hits));
+    CHECK(hits == 6, "top1_count on labels: %d of 6", hits);
+    /* rolled: row i against row i-1's label (row 0 against the last): 3,1,0,2,0,0 */
+    int32_t roll[6] = {0, 1, 3, 2, 0, 0};
+    CHECK_OK(rn_top1_count(be, n, k, z, roll, RN_TOP1_ROLLED, &hits));
+    int want = 0;
+    const int pred[6] = {1, 0, 2, 0, 0, 3};
+    for (int i = 0; i < n; i++) want += pred[i] == roll[(i + n - 1) % n];
+    CHECK(hits == want, "top1_count on the rolled labels: %d, want %d", hits, want);
+    /* smaller of the two: row 1 (0 vs 1 -> 0 hits), row 2 (1 vs 0: 0, predicted 2: miss) */
+    int32_t sm[6] = {1, 2, 1, 4, 0, 3};
+    want = 0;
+    for (int i = 0; i < n; i++) {
+        int a = sm[i], p = sm[(i + n - 1) % n];
+        want += pred[i] == (a < p ? a : p);
+    }
+    CHECK_OK(rn_top1_count(be, n, k, z, sm, RN_TOP1_SMALLER, &hits));
+    CHECK(hits == want, "top1_count on the smaller label: %d, want %d", hits, want);
+    int32_t bad[6] = {1, 0, 2, 0, 0, 99};
+    CHECK_OK(rn_top1_count(be, n, k, z, bad, RN_TOP1_LABEL, &hits));
+    CHECK(hits == 5, "top1_count with a label out of range: %d of 6, want 5", hits);
+    int32_t zero = 0;
+    CHECK_OK(rn_top1_count(be, 1, 1, z, &zero, RN_TOP1_LABEL, &hits));
+    CHECK(hits == 1, "top1_count with one class: %d", hits);
+    CHECK(rn_top1_count(be, n, k, z, lab, 3, &hits) == RN_EINVAL, "top1_count target 3 accepted");
+    CHECK(rn_top1_count(be, 0, k, z, lab, RN_TOP1_LABEL, &hits) == RN_EINVAL, "top1_count of 0 rows accepted");
+}
+
 static void test_sgd(rn_backend *be) {
     static const float grads[3][4] = {{0.3f, -0.1f, 0.25f, 1.0f},
                                       {-0.2f, 0.4f, 0.05f, -0.5f},
@@ -1309,6 +1351,7 @@ int main(void) {
     test_fc(be);
     test_xent(be);
     test_xent_mix(be);
+    test_top1(be);
     test_sgd(be);
     test_sgd_copy(be);
     test_ema(be);
