@@ -955,21 +955,31 @@ int rn_net_forward(rn_net *net, int n, int train) {
     return net->gather && !net->freeze_bn ? bn_update(net, net->hrun, 1) : RN_OK;
 }
 
-static int loss_of(rn_net *net, const int32_t *labels, int n, float smoothing, double mix_weight, float grad_scale,
-                   float *dlogits, float *loss) {
+/* The loss of the last forward against labels into loss_dev, both in backend memory,
+ * and its gradient into dlogits (NULL: none). */
+static int loss_of(rn_net *net, const int32_t *labels_dev, int n, float smoothing, double mix_weight,
+                   float grad_scale, float *dlogits, float *loss_dev) {
     if (n != net->last_n) return rn_errorf(RN_EINVAL, "loss of %d labels after a forward of %d images", n, net->last_n);
-    int rc = rn_backend_upload(net->be, net->labels, labels, (size_t)n * sizeof(int32_t));
     rn_xent_desc xd;
-    if (rc || (rc = rn_xent_desc_init(&xd, n, net->spec.num_classes))) return rc;
+    int rc = rn_xent_desc_init(&xd, n, net->spec.num_classes);
+    if (rc) return rc;
     xd.label_smoothing = smoothing;
     xd.grad_scale = grad_scale;
     xd.mix_weight = mix_weight;
-    if ((rc = rn_softmax_xent(net->be, &xd, net->logits, net->labels, net->loss, dlogits))) return rc;
-    return rn_backend_download(net->be, loss, net->loss, sizeof(float));
+    return rn_softmax_xent(net->be, &xd, net->logits, labels_dev, loss_dev, dlogits);
+}
+
+/* host labels into the net's label buffer */
+static int upload_labels(rn_net *net, const int32_t *labels, int n) {
+    if (n < 1 || n > net->max_batch)
+        return rn_errorf(RN_EINVAL, "%d labels, the network was built for 1..%d images", n, net->max_batch);
+    return rn_backend_upload(net->be, net->labels, labels, (size_t)n * sizeof(int32_t));
 }
 
 int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss) {
-    return loss_of(net, labels, n, label_smoothing, 0, 1.0f, NULL, loss);
+    int rc = upload_labels(net, labels, n);
+    if (rc || (rc = loss_of(net, net->labels, n, label_smoothing, 0, 1.0f, NULL, net->loss))) return rc;
+    return rn_backend_download(net->be, loss, net->loss, sizeof(float));
 }
 
 /* Backward of one conv+BN unit, its parameter gradients replacing the stored ones. dy
@@ -1069,8 +1079,8 @@ static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *d
     return grads_final(net, ui);
 }
 
-static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
-                    float grad_scale, float *loss);
+static int backward(rn_net *net, const int32_t *labels_dev, int n, float label_smoothing, double mix_weight,
+                    float grad_scale, float *loss_dev);
 
 /* a hook must have heard of every parameter once: a layer left out of grads_final
    would leave its gradients out of the caller's sum */
@@ -1087,6 +1097,15 @@ int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoot
 }
 
 int rn_net_backward_mix(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                        float grad_scale, int accumulate, float *loss) {
+    int rc = upload_labels(net, labels, n);
+    if (rc || (rc = rn_net_backward_dev(net, net->labels, n, label_smoothing, mix_weight, grad_scale, accumulate,
+                                        net->loss)))
+        return rc;
+    return rn_backend_download(net->be, loss, net->loss, sizeof(float));
+}
+
+int rn_net_backward_dev(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
                         float grad_scale, int accumulate, float *loss) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "backward on an inference network");
     net->reported = 0;
@@ -1164,15 +1183,15 @@ static void block_name(const rn_resnet *s, int b, char *buf, size_t cap) {
 }
 
 /* The gradients of the last forward into net->grads (replacing them). */
-static int backward(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
-                    float grad_scale, float *loss) {
+static int backward(rn_net *net, const int32_t *labels_dev, int n, float label_smoothing, double mix_weight,
+                    float grad_scale, float *loss_dev) {
     const rn_resnet *s = &net->spec;
     double k = s->num_classes, c = s->fc_in, es = (double)net->es, hw = net->fin_hw;
     /* the softmax cross-entropy and its gradient: 6 FLOPs per logit, the logits read and
        their gradient written in fp32 */
     double t0 = pbeg(net, "loss");
     int rc = pend(net, t0, "loss", RN_PROF_BWD, 6 * n * k, 8 * n * k,
-                  loss_of(net, labels, n, label_smoothing, mix_weight, grad_scale, net->dlogits, loss));
+                  loss_of(net, labels_dev, n, label_smoothing, mix_weight, grad_scale, net->dlogits, loss_dev));
     if (rc) return rc;
     t0 = pbeg(net, "fc");
     double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);

@@ -122,7 +122,9 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     if (!rn_backend_has_dtype(r->be, dtype))
         return rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
                          rn_amp_name(dtype), rn_backend_name(r->be));
-    size_t staged = rn_backend_is_host(r->be) ? 0 : (size_t)batch * crop * crop * 3;
+    /* a staging buffer: a batch's u8 pixels, then (16-byte aligned) its int32 labels */
+    size_t staged_px = ((size_t)batch * crop * crop * 3 + 15) & ~(size_t)15;
+    size_t staged = rn_backend_is_host(r->be) ? 0 : staged_px + sizeof(int32_t) * (size_t)batch;
     size_t budget, need = 0, fit_need = 0;
     char how[160], a[32], u[32], advice[160];
     if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
@@ -214,7 +216,8 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             return rc;
         r->recompute_saved = without > with ? without - with : 0;
     }
-    r->staged_cap = staged;
+    r->staged_cap = staged ? staged_px : 0;
+    r->staged_n = batch;
     r->classes = spec.num_classes;
     r->micro = micro;
     r->crop = crop;
@@ -225,15 +228,20 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b) {
     size_t bytes = (size_t)b->n * b->h * b->w * b->c;
     if (!r->staging[0]) {
         r->px = b->pixels;
+        r->labels = b->labels;
         return RN_OK;
     }
-    if (bytes > r->staged_cap)
-        return rn_errorf(RN_EINVAL, "a batch of %zu bytes does not fit the %zu-byte staging buffer", bytes,
-                         r->staged_cap);
+    if (bytes > r->staged_cap || b->n > r->staged_n)
+        return rn_errorf(RN_EINVAL, "a batch of %d images, %zu bytes does not fit the staging buffer of %d images, "
+                         "%zu bytes", b->n, bytes, r->staged_n, r->staged_cap);
     uint8_t *dst = r->staging[r->next];
     r->next ^= 1;
     r->px = dst;
-    return rn_backend_upload_async(r->be, dst, b->pixels, bytes);
+    r->labels = b->labels ? (const int32_t *)(dst + r->staged_cap) : NULL;
+    /* the labels travel with the pixels, on the copy stream and in its order */
+    int rc = rn_backend_upload_async(r->be, dst, b->pixels, bytes);
+    if (rc || !b->labels) return rc;
+    return rn_backend_upload_async(r->be, dst + r->staged_cap, b->labels, sizeof(int32_t) * (size_t)b->n);
 }
 
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {

@@ -136,6 +136,11 @@ int rn_net_backward(rn_net *net, const int32_t *labels, int n, float label_smoot
  * is rn_net_backward exactly. */
 int rn_net_backward_mix(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
                         float grad_scale, int accumulate, float *loss);
+/* rn_net_backward_mix with the labels (n int32) and the loss (one float) in backend
+ * memory: nothing is uploaded and nothing read back, so a device runs on (rn-train keeps
+ * each micro-batch's loss on the device and reads them once per log line). */
+int rn_net_backward_dev(rn_net *net, const int32_t *labels, int n, float label_smoothing, double mix_weight,
+                        float grad_scale, int accumulate, float *loss);
 
 /* Make rn_net_step a LARS step (on 1; off: SGD, the default) with trust coefficient eta
  * and epsilon eps (rn/backend.h, rn_lars_update): conv and fc weights adapted and decayed

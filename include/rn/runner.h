@@ -37,13 +37,17 @@ typedef struct {
     rn_net *net;
     rn_dist *dist;       /* the ranks this run is split over (set after rn_runner_open;
                             NULL: this process alone): rn_eval_run shards over them */
-    uint8_t *staging[2]; /* non-host backends: device copies of a loader batch of u8 pixels,
-                            used in turn so that one fills while the other is read */
+    uint8_t *staging[2]; /* non-host backends: device copies of a loader batch of u8 pixels
+                            and, at staged_cap, its int32 labels, used in turn so that one
+                            fills while the other is read */
     const uint8_t *px;   /* the pixels of the batch last staged: staging[i] or the batch's own */
+    const int32_t *labels; /* its labels, in backend memory: after px's, or the batch's own
+                              (NULL for a batch without labels) */
     int next;            /* staging buffer the next batch goes to */
     int micro, crop;     /* images per forward, and their side */
     int classes;         /* logits per image */
-    size_t staged_cap;   /* bytes per staging buffer */
+    size_t staged_cap;   /* pixel bytes per staging buffer (the labels' offset) */
+    int staged_n;        /* images per staging buffer */
     rn_erase *erase;     /* non-host backends: (micro) device copy of a micro-batch's erase boxes for
                             rn_input_mix, uploaded by rn_runner_input_mix */
     int recompute;       /* the net recomputes its blocks' insides (RN_NET_RECOMPUTE) */
@@ -81,8 +85,9 @@ void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be);
 int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
                   int dtype);
 
-/* Start b's pixels on their way to the device (the whole batch, overlapping whatever
- * the device is still computing); on the CPU the batch is read in place. Call
+/* Start b's pixels and labels on their way to the device (the whole batch, overlapping
+ * whatever the device is still computing; r->px and r->labels then point at them); on
+ * the CPU the batch is read in place. Call
  * rn_backend_upload_wait before releasing b. Errors: RN_EINVAL (a batch larger than
  * rn_runner_net's), those of rn_backend_upload_async. */
 int rn_runner_stage(rn_runner *r, const rn_batch *b);
