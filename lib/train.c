@@ -119,6 +119,12 @@ static int dump_grads(rn_net *net, const rn_ckpt *ck, const char *path, const rn
     return rc ? rn_error_context(rc, "--dump-grads %s", path) : RN_OK;
 }
 
+/* Steps taken since a point in time (the last report, the epoch's start). */
+typedef struct {
+    int64_t steps, skipped, hits, seen;
+    double t0, wait, loss;
+} window;
+
 /* A run in progress: what setup makes, the loop reads and finish frees. */
 typedef struct {
     const rn_train_opts *o;
@@ -141,7 +147,15 @@ typedef struct {
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
-    float *logits_h;      /* (micro, classes) a micro-batch's logits on the host, for the train top-1 */
+    /* each micro-batch's train loss and top-1 hits, left on the device by its backward
+       and rn_top1_count and read back once for many steps (flush): a step waits for
+       neither. Slot (j, k): pending step j's micro-batch k. */
+    void *metrics;        /* backend memory: (ring, accum) floats of loss, then as many int32 hits */
+    void *metrics_h;      /* its host copy */
+    int ring;             /* steps it holds */
+    int npend;            /* steps in it not yet read */
+    int64_t pend_step;    /* the first one's step number */
+    window w, ep;         /* the steps since the last report, since the epoch started */
     int64_t nstats;
     rn_prof *prof;        /* o->profile: the profile; NULL: off */
     int profiling;        /* this step is profiled */
@@ -170,19 +184,12 @@ static int tend(run *t, double t0, const char *name, int track, double flops, do
 /* What one optimiser step did. */
 typedef struct {
     double waited;        /* seconds this rank spent waiting for the loader */
-    float loss;           /* mean over the micro-batches */
-    int64_t hits, seen;   /* images whose top-1 is their dominant target (every rank's), of seen */
+    int64_t seen;         /* images of every rank (their loss and top-1 hits: flush) */
     double lr;
     int skipped;          /* the loss scaler skipped it */
     int last;             /* it ended an epoch */
     rn_dist_sum_stats sum; /* many processes, overlapped: how the gradient sum went */
 } step_result;
-
-/* Steps taken since a point in time (the last report, the epoch's start). */
-typedef struct {
-    int64_t steps, skipped, hits, seen;
-    double t0, wait, loss;
-} window;
 
 static void window_reset(window *w) { *w = (window){.t0 = rn_report_clock()}; }
 
@@ -483,17 +490,26 @@ static int setup(run *t) {
             (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)))
             return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats)", (long long)n);
     }
+    t->ring = o->log_every < RN_TRAIN_METRICS_RING ? o->log_every : RN_TRAIN_METRICS_RING;
+    size_t mb = 2 * sizeof(float) * (size_t)t->ring * (size_t)t->accum;
+    if ((rc = rn_backend_alloc(t->r.be, mb, &t->metrics)))
+        return rn_error_context(rc, "the train loss and top-1 of %d steps", t->ring);
+    if (!(t->metrics_h = rn_malloc(mb))) return RN_ENOMEM;
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     setup_gpumon(t);
     return setup_report(t);
 }
 
+static int flush(run *t);
+
 /* Copy the network and the run's state into ck and write it atomically. */
 static int save(run *t) {
     const rn_train_opts *o = t->o;
     rn_ckpt *ck = t->ck;
-    if (t->rank != 0) return RN_OK; /* every rank holds the same state; rank 0 writes it */
-    int rc = rn_net_store(t->r.net, ck);
+    /* the losses of the steps since the last read: a diverged run saves nothing */
+    int rc = flush(t);
+    if (rc || t->rank != 0) return rc; /* every rank holds the same state; rank 0 writes it */
+    rc = rn_net_store(t->r.net, ck);
     if (rc) return rc;
     if (t->ema) {
         if ((rc = rn_net_ema_store(t->r.net, ck))) return rc;
@@ -524,8 +540,9 @@ static void finish(run *t) {
     rn_prof_destroy(t->prof);
     free(t->stats);
     free(t->all_stats);
-    free(t->logits_h);
+    free(t->metrics_h);
     if (t->r.be) {
+        rn_backend_free(t->r.be, t->metrics);
         rn_backend_free(t->r.be, t->dpack);
         rn_backend_free(t->r.be, t->dscratch);
     }
@@ -541,8 +558,9 @@ static void finish(run *t) {
 }
 
 /* Many processes, after this rank's micro-batches: the BN statistics of every rank's
- * micro-batches replayed in global order, the gradients and the loss summed in rank
- * order (rn/dist.h), so every rank goes on with the same numbers. */
+ * micro-batches replayed in global order and the gradients summed in rank order
+ * (rn/dist.h), so every rank goes on with the same numbers. (The loss and the top-1
+ * hits are summed when they are read: flush.) */
 static int combine(run *t, step_result *s) {
     int rc;
     /* the last backward started the buckets (rn_dist_sum_part); wait for the rest */
@@ -553,45 +571,80 @@ static int combine(run *t, step_result *s) {
             (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
             return rc;
     }
-    float *losses = rn_malloc(sizeof(float) * (size_t)t->world);
-    if (!losses) return RN_ENOMEM;
-    rc = rn_dist_allgather(t->dist, &s->loss, sizeof(float), losses, "the sum of the loss");
-    if (rc == RN_OK) {
-        s->loss = 0;
-        for (int r = 0; r < t->world; r++) s->loss += losses[r];
-    }
-    free(losses);
-    int64_t mine[2] = {s->hits, s->seen}, *all = rn_malloc(sizeof mine * (size_t)t->world);
-    if (!all) return RN_ENOMEM;
-    if (rc == RN_OK) rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the sum of the train top-1 hits");
-    if (rc == RN_OK) {
-        s->hits = s->seen = 0;
-        for (int r = 0; r < t->world; r++) s->hits += all[2 * r], s->seen += all[2 * r + 1];
-    }
-    free(all);
-    return rc;
+    return RN_OK;
 }
 
-/* Images of micro-batch k whose top-1 class is their dominant target, as torchvision's reference counts its train
- * acc1 (utils.accuracy on target.max(dim=1)): the label with the larger weight of the soft target, float(lambda)
- * against float(1 - lambda), on a tie the smaller class index (the first maximum); unmixed, the label. */
-static int top1_hits(run *t, const rn_batch *b, int k, const rn_mix_desc *md, int64_t *hits) {
-    const int n = t->micro, classes = t->ck->model->num_classes;
-    if (!t->logits_h && !(t->logits_h = rn_malloc(sizeof(float) * (size_t)n * (size_t)classes))) return RN_ENOMEM;
-    int rc = rn_backend_download(t->r.be, t->logits_h, rn_net_logits(t->r.net), sizeof(float) * (size_t)n * classes);
-    if (rc) return rc;
-    const int32_t *lab = b->labels + (size_t)k * n;
+/* Which label of micro-batch md's rows their top-1 class is counted against, as
+ * torchvision's reference counts its train acc1 (utils.accuracy on target.max(dim=1)): the
+ * label with the larger weight of the soft target, float(lambda) against float(1 -
+ * lambda), on a tie the smaller class index (the first maximum); unmixed, the label. */
+static int top1_target(const rn_mix_desc *md) {
     float own = (float)md->lambda, other = (float)(1.0 - md->lambda);
-    for (int i = 0; i < n; i++) {
-        const float *z = t->logits_h + (size_t)i * classes;
-        int best = 0;
-        for (int j = 1; j < classes; j++)
-            if (z[j] > z[best]) best = j;
-        int a = lab[i], p = lab[(i + n - 1) % n];
-        int want = md->kind == RN_MIX_NONE || own > other ? a : own < other ? p : a < p ? a : p;
-        *hits += best == want;
+    return md->kind == RN_MIX_NONE || own > other ? RN_TOP1_LABEL : own < other ? RN_TOP1_ROLLED : RN_TOP1_SMALLER;
+}
+
+/* The pending steps' train loss and top-1 hits read back (one read for all of them),
+ * summed over the micro-batches and then over the ranks in rank order (the float
+ * operations, in their order, of a read after each micro-batch), each step's loss
+ * checked, and added in step order to the report's window and the epoch's. Every rank
+ * calls it at the same steps: at a report, a save, the end, and when the ring is full. */
+static int flush(run *t) {
+    const int n = t->npend, a = t->accum, cap = t->ring * a;
+    if (n == 0) return RN_OK;
+    t->npend = 0;
+    int rc = rn_backend_download(t->r.be, t->metrics_h, t->metrics, 2 * sizeof(float) * (size_t)cap);
+    if (rc) return rn_error_context(rc, "reading back the train loss");
+    const float *lo = t->metrics_h;
+    const int32_t *hi = (const int32_t *)(lo + cap);
+    const int world = t->world;
+    float *loss = rn_malloc(sizeof(float) * (size_t)n * (size_t)(world + 1));
+    int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n * (size_t)(world + 1));
+    if (!loss || !hits) {
+        free(loss);
+        free(hits);
+        return RN_ENOMEM;
     }
-    return RN_OK;
+    for (int j = 0; j < n; j++) {
+        float l = 0;
+        int64_t h = 0;
+        for (int k = 0; k < a; k++) {
+            l += lo[j * a + k] / t->steps;
+            h += hi[j * a + k];
+        }
+        loss[j] = l;
+        hits[j] = h;
+    }
+    if (world > 1) {
+        /* every rank's after this rank's own, then summed per step in rank order */
+        float *al = loss + n;
+        int64_t *ah = hits + n;
+        rc = rn_dist_allgather(t->dist, loss, sizeof(float) * (size_t)n, al, "the sum of the loss");
+        if (rc == RN_OK)
+            rc = rn_dist_allgather(t->dist, hits, sizeof(int64_t) * (size_t)n, ah, "the sum of the train top-1 hits");
+        for (int j = 0; j < n && rc == RN_OK; j++) {
+            loss[j] = 0;
+            hits[j] = 0;
+            for (int r = 0; r < world; r++) loss[j] += al[(size_t)r * n + j], hits[j] += ah[(size_t)r * n + j];
+        }
+    }
+    for (int j = 0; j < n && rc == RN_OK; j++) {
+        if (!isfinite(loss[j])) {
+            const rn_train_opts *o = t->o;
+            /* (the forward does not depend on the loss scale: skipping would not help) */
+            rc = rn_errorf(RN_ENUMERIC,
+                           "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
+                           "%s keeps the last good checkpoint",
+                           (long long)(t->pend_step + j), loss[j],
+                           o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
+                           o->out);
+            break;
+        }
+        t->w.loss += loss[j], t->ep.loss += loss[j];
+        t->w.hits += hits[j];
+    }
+    free(loss);
+    free(hits);
+    return rc;
 }
 
 /* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part); profiled
@@ -663,8 +716,10 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     double t0;
     int mixing = o->mix.mixup > 0 || o->mix.cutmix > 0;
     rn_mix_desc mix[8]; /* the first micro-batches' mixing, for --dump-grads */
+    /* this step's slots of the ring: its micro-batches' losses, then their hits */
+    float *loss_d = (float *)t->metrics + (size_t)t->npend * t->accum;
+    int32_t *hits_d = (int32_t *)((float *)t->metrics + (size_t)t->ring * t->accum) + (size_t)t->npend * t->accum;
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
-        float loss;
         /* the mixing unit is the micro-batch; its draws are keyed by its index in the whole
            batch, so ranks and --accum slice the same units the same way */
         rn_mix_desc md;
@@ -675,7 +730,8 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
                        rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
             (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
-            (rc = top1_hits(t, &b, k, &md, &s->hits)))
+            (rc = rn_top1_count(t->r.be, t->micro, t->ck->model->num_classes, rn_net_logits(t->r.net),
+                                t->r.labels + (size_t)k * t->micro, top1_target(&md), hits_d + k)))
             break;
         /* many processes: the last micro-batch's backward hands each gradient to the sum
            as it becomes final, and the sum's buckets go while the backward goes on */
@@ -686,13 +742,12 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
             if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients"))) break;
             rn_net_set_grad_hook(t->r.net, grad_final, t);
         }
-        rc = rn_net_backward_mix(t->r.net, b.labels + k * t->micro, t->micro, (float)o->label_smoothing,
-                                 1.0 - md.lambda, grad_scale, k > 0, &loss);
+        rc = rn_net_backward_dev(t->r.net, t->r.labels + (size_t)k * t->micro, t->micro, (float)o->label_smoothing,
+                                 1.0 - md.lambda, grad_scale, k > 0, loss_d + k);
         if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
-        if (rc) break;
-        s->seen += t->micro;
-        s->loss += loss / t->steps;
     }
+    if (rc == RN_OK && t->npend++ == 0) t->pend_step = t->st.step;
+    s->seen = (int64_t)t->steps * t->micro;
     s->last = b.last;
     if (rc == RN_OK && t->world > 1) {
         int64_t np = 0;
@@ -703,7 +758,8 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     }
     float unscale = t->scaled ? rn_scaler_inv(&t->sc) : 1.0f;
     /* (many processes: the gradients are the whole batch's, the pixels this rank's) */
-    if (rc == RN_OK && first && o->dump_grads && isfinite(s->loss) && t->rank == 0)
+    /* (its loss read first: a diverged step is not dumped) */
+    if (rc == RN_OK && first && o->dump_grads && (rc = flush(t)) == RN_OK && t->rank == 0)
         rc = dump_grads(t->r.net, t->ck, o->dump_grads, &b, b.pixels, b.labels, unscale, mixing ? mix : NULL,
                         t->accum < 8 ? t->accum : 8);
     t0 = tbeg(t, "h2d-wait");
@@ -723,14 +779,6 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
     int rc = t->profiling ? rn_prof_step_begin(t->prof) : RN_OK;
     if (rc == RN_OK) rc = accumulate(t, first, last_of_run, s);
     if (rc) return rc;
-    if (!isfinite(s->loss))
-        /* (the forward does not depend on the loss scale: skipping would not help) */
-        return rn_errorf(RN_ENUMERIC,
-                         "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
-                         "%s keeps the last good checkpoint",
-                         (long long)ts->step, s->loss,
-                         o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
-                         o->out);
     s->lr = rn_lr_at(&o->lr, ts->step, t->spe);
     /* SGD with momentum: 5 FLOPs per parameter; weights, gradients and momentum read,
        weights and momentum written, in fp32. LARS first reads weights and gradients for
@@ -750,11 +798,14 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
         ts->skipped_steps += s->skipped;
         ts->loss_scale = t->sc.scale;
         ts->scale_growth_tracker = t->sc.growth_tracker;
-        if (!(t->sc.scale >= FLT_MIN))
+        if (!(t->sc.scale >= FLT_MIN)) {
+            /* a diverged loss, read first, is the cause to name when there is one */
+            if ((rc = flush(t))) return rc;
             return rn_errorf(RN_ENUMERIC,
                              "step %lld: the fp16 loss scale fell to %g: the gradients overflow at any scale "
                              "(lower --lr, or use --amp bf16); %s keeps the last good checkpoint",
                              (long long)ts->step, t->sc.scale, o->out);
+        }
     }
     ts->step++;
     return RN_OK;
@@ -944,11 +995,11 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     if (rc) goto out;
     int target_epoch = t.st.epoch + o->epochs;
     int64_t run_steps = 0;
-    window w, ep;
+    window *w = &t.w, *ep = &t.ep;
     double first_pass = NAN, last_pass = NAN; /* mean loss of an epoch: the overfit check */
     int64_t passes = 0;
-    window_reset(&w);
-    window_reset(&ep);
+    window_reset(w);
+    window_reset(ep);
     if (t.mon) { /* the first interval starts with the first step, as the window does */
         rn_gpumon_sample idle;
         rn_gpumon_take(t.mon, &idle);
@@ -973,28 +1024,30 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         t.profiling = 0;
         if (rc) goto out;
         run_steps++;
-        w.steps++, ep.steps++;
-        w.wait += s.waited;
-        w.loss += s.loss, ep.loss += s.loss;
-        w.hits += s.hits, w.seen += s.seen;
-        w.skipped += s.skipped;
-        if (w.steps >= o->log_every || s.last) {
-            if ((rc = report_steps(&t, &w, &s, target_epoch, run_steps))) goto out;
-            window_reset(&w);
+        w->steps++, ep->steps++;
+        w->wait += s.waited;
+        w->seen += s.seen;
+        w->skipped += s.skipped;
+        /* (the loss and the hits join the windows when they are read back) */
+        if (t.npend == t.ring && (rc = flush(&t))) goto out;
+        if (w->steps >= o->log_every || s.last) {
+            if ((rc = flush(&t)) || (rc = report_steps(&t, w, &s, target_epoch, run_steps))) goto out;
+            window_reset(w);
         }
         if (s.last) {
-            last_pass = ep.loss / ep.steps;
+            last_pass = ep->loss / ep->steps;
             if (passes++ == 0) first_pass = last_pass;
-            if ((rc = end_epoch(&t, &ep, s.lr))) goto out;
-            window_reset(&ep);
+            if ((rc = end_epoch(&t, ep, s.lr))) goto out;
+            window_reset(ep);
             if (o->crop_sched[0] && t.st.epoch < target_epoch &&
                 (rc = set_crop(&t, rn_train_crop_at(o->crop_sched, o->crop, t.st.epoch), 1)))
                 goto out;
         }
         if (o->save_every && t.st.step % o->save_every == 0 && (rc = save(&t))) goto out;
     }
-    rn_report_end(&t.rep, w.steps);
-    if (!passes && ep.steps) first_pass = last_pass = ep.loss / ep.steps; /* not one whole pass */
+    if ((rc = flush(&t))) goto out;
+    rn_report_end(&t.rep, w->steps);
+    if (!passes && ep->steps) first_pass = last_pass = ep->loss / ep->steps; /* not one whole pass */
     rc = t.prof ? write_profile(&t) : save(&t);
     if (rc == RN_OK && o->overfit_batches && t.rank == 0 && o->progress && !isnan(last_pass)) {
         char verdict[512];

@@ -222,6 +222,31 @@ rnst.save("nan.safetensors", sd, meta)'
     assert_equal "$(cat keep.pb)" keep
 }
 
+@test "the loss and top-1 read back every 64 steps log what a read every step gives (--log-every 100 against 1)" {
+    # 256 records at batch 2: 100 steps in one epoch, so the 64-step ring fills mid-window
+    [ -e big.lmdb ] || { "$PYTHON" "$BATS_TEST_DIRNAME/data/toy.py" src/big 128 3 && rn-prep -q src/big big.lmdb; }
+    rm -f every1.jsonl every100.jsonl
+    run rn-train --data big.lmdb --in init.pb --out r1.pb --batch 2 --crop 32 --workers 2 --threads 2 \
+        --max-steps 100 --log-every 1 --log every1.jsonl
+    assert_success
+    run rn-train --data big.lmdb --in init.pb --out r100.pb --batch 2 --crop 32 --workers 2 --threads 2 \
+        --max-steps 100 --log-every 100 --log every100.jsonl
+    assert_success
+    # the window's mean: the steps' float losses added in double in step order, as rn-train adds them
+    run "$PYTHON" -c '
+import json
+one = [json.loads(l) for l in open("every1.jsonl") if "\"step\"" in l and "\"kind\":\"step\"" in l]
+big = [json.loads(l) for l in open("every100.jsonl") if "\"kind\":\"step\"" in l]
+assert len(one) == 100 and len(big) == 1, (len(one), len(big))
+w = 0.0
+for d in one: w += d["loss"]
+hits = sum(round(d["train_top1"] * 2) for d in one)
+print("loss", repr(w / 100), repr(big[0]["loss"]), "top1", "%.6f" % (hits / 200), "%.6f" % big[0]["train_top1"])
+assert w / 100 == big[0]["loss"] and "%.6f" % (hits / 200) == "%.6f" % big[0]["train_top1"]'
+    echo "$output"
+    assert_success
+}
+
 @test "--dump-grads matches torchvision's gradients for the same batch" {
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     rn-export init.pb init.safetensors

@@ -106,6 +106,10 @@ enum { RN_OPT_SGD = 0, RN_OPT_LARS }; /* rn_train_opts.optimizer */
 #define RN_TRAIN_CROP 224
 #define RN_TRAIN_WORKERS 4
 #define RN_TRAIN_LOG_EVERY 20
+/* The train loss and top-1 stay on the device for up to this many steps (fewer with a
+ * smaller log_every) and are read back at once: a diverged loss stops the run at the next
+ * read, naming its step, with nothing saved after it. */
+#define RN_TRAIN_METRICS_RING 64
 #define RN_TRAIN_OVERFIT_STEPS 200 /* --overfit-batches without --epochs or --max-steps */
 #define RN_TRAIN_OVERFIT_FIT 0.05  /* a final pass below this loss: the model fits the batches */
 #define RN_TRAIN_PROFILE_WARMUP 3  /* --profile: unprofiled steps first (allocation, caches, autotuning) */
