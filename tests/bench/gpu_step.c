@@ -12,7 +12,8 @@
  *       (weights, gradients, momentum, activations, the workspace arena: rn allocates
  *       nothing after rn_net_create); t0 and t1 bound the timed steps in wall-clock
  *       seconds since the epoch, for matching GPU utilisation samples to them; loss is
- *       the last step's; loss_scale and skipped (timed steps the fp16 loss scale skipped)
+ *       the last step's (each step's loss and train top-1 hits stay on the device, read
+ *       after the timed steps, as rn-train reads them once per log line); loss_scale and skipped (timed steps the fp16 loss scale skipped)
  *       are 1 and 0 unless fp16.
  * fp16 and bf16 are mixed precision as rn-train --amp runs it (lib/train.c, one micro-
  * batch): fp16 backward of the loss times a GradScaler scale, the inf/NaN check, then the
@@ -81,22 +82,24 @@ static int probe(const char *device) {
 /* the optimiser's state across steps: fp16's loss scale, what the steps saw */
 typedef struct {
     rn_net *net;
+    rn_backend *be;
     int scaled; /* fp16: GradScaler; fp32 and bf16 step without a scale */
     rn_scaler sc;
     int64_t skipped; /* steps an inf/NaN gradient skipped */
-    float loss;      /* the last step's */
+    const int32_t *labels; /* (batch) in device memory */
+    float *loss;     /* device memory: step s's loss at s (read after the steps, as rn-train reads them) */
+    int32_t *hits;   /* device memory: step s's train top-1 hits at s */
 } stepper;
 
-/* one optimiser step as rn-train takes it (lib/train.c); the loss comes back to the host */
-static int step(stepper *st, const int32_t *labels, int batch) {
+/* optimiser step s as rn-train takes it (lib/train.c): the loss and the top-1 hits stay
+ * on the device; the host waits only for fp16's overflow flag */
+static int step(stepper *st, int s, int batch) {
     int rc;
     float grad_scale = st->scaled ? st->sc.scale : 1.0f;
     if ((rc = rn_net_forward(st->net, batch, 1)) ||
-        (rc = rn_net_backward(st->net, labels, batch, 0.0f, grad_scale, 0, &st->loss)))
+        (rc = rn_top1_count(st->be, batch, 1000, rn_net_logits(st->net), st->labels, RN_TOP1_LABEL, st->hits + s)) ||
+        (rc = rn_net_backward_dev(st->net, st->labels, batch, 0.0f, 0, grad_scale, 0, st->loss + s)))
         return rc;
-    if (!isfinite(st->loss))
-        return rn_errorf(RN_ENUMERIC, "the loss is %g: training diverged%s", st->loss,
-                         st->scaled ? " (fp16 activations overflow past 65504)" : "");
     int skipped = 0;
     if ((rc = rn_net_step(st->net, st->scaled ? &st->sc : NULL, 0.01f, 0.9f, 1e-4f, 0, 0, &skipped))) return rc;
     st->skipped += skipped;
@@ -133,7 +136,8 @@ int main(int argc, char **argv) {
     rn_backend *be = NULL;
     rn_net *net = NULL;
     uint8_t *px = NULL, *dpx = NULL;
-    int32_t *labels = NULL;
+    int32_t *labels = NULL, *dlabels = NULL, *dhits = NULL;
+    float *dloss = NULL, *losses = NULL;
     if (open_backend(device, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
@@ -145,7 +149,7 @@ int main(int argc, char **argv) {
         rn_backend_destroy(be);
         return NOT_SUPPORTED;
     }
-    stepper st = {.scaled = dtype == RN_F16};
+    stepper st = {.be = be, .scaled = dtype == RN_F16};
     if (st.scaled &&
         rn_scaler_init(&st.sc, RN_SCALER_INIT, RN_SCALER_GROWTH, RN_SCALER_BACKOFF, RN_SCALER_INTERVAL) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s\n", rn_last_error());
@@ -170,24 +174,41 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < batch; i++)
         labels[i] = (i * 37) % 1000;
+    int nsteps = warmup > steps ? warmup : steps;
+    if (!(losses = malloc(sizeof(float) * (size_t)nsteps))) {
+        fprintf(stderr, "bench_gpu_step: out of host memory for %d losses\n", nsteps);
+        goto fail;
+    }
     TRY(rn_backend_alloc(be, (size_t)nx, (void **)&dpx));
     TRY(rn_backend_upload(be, dpx, px, (size_t)nx));
+    TRY(rn_backend_alloc(be, sizeof(int32_t) * (size_t)batch, (void **)&dlabels));
+    TRY(rn_backend_upload(be, dlabels, labels, sizeof(int32_t) * (size_t)batch));
+    TRY(rn_backend_alloc(be, sizeof(float) * (size_t)nsteps, (void **)&dloss));
+    TRY(rn_backend_alloc(be, sizeof(int32_t) * (size_t)nsteps, (void **)&dhits));
+    st.labels = dlabels, st.loss = dloss, st.hits = dhits;
     TRY(rn_input_normalize(be, rn_net_dtype(net), m, 3, dpx, RN_IMAGENET_MEAN, RN_IMAGENET_STD, rn_net_input(net)));
     /* the first step chooses every convolution algorithm (cuDNN Find): never timed */
     for (int s = 0; s < warmup; s++)
-        TRY(step(&st, labels, batch));
+        TRY(step(&st, s, batch));
     int64_t skipped0 = st.skipped;
     TRY(rn_backend_sync(be));
     int64_t l0 = rn_backend_launches(be);
     double w0 = wall(), t0 = mono();
     for (int s = 0; s < steps; s++)
-        TRY(step(&st, labels, batch));
+        TRY(step(&st, s, batch));
     TRY(rn_backend_sync(be));
     double dt = mono() - t0, w1 = wall();
+    TRY(rn_backend_download(be, losses, dloss, sizeof(float) * (size_t)steps));
+    for (int s = 0; s < steps; s++)
+        if (!isfinite(losses[s])) {
+            fprintf(stderr, "bench_gpu_step: timed step %d: the loss is %g: training diverged%s\n", s, losses[s],
+                    st.scaled ? " (fp16 activations overflow past 65504)" : "");
+            goto fail;
+        }
     double lps = (double)(rn_backend_launches(be) - l0) / steps;
     printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f loss=%.6g loss_scale=%g skipped=%lld "
            "launches_per_step=%.1f\n",
-           steps * batch / dt, 1e3 * dt / steps, rn_net_bytes(net) / 1048576.0, w0, w1, st.loss,
+           steps * batch / dt, 1e3 * dt / steps, rn_net_bytes(net) / 1048576.0, w0, w1, losses[steps - 1],
            st.scaled ? st.sc.scale : 1.0f, (long long)(st.skipped - skipped0), lps);
     fprintf(stderr, "bench_gpu_step: %s %dx%d batch %d %s, %d warm-up + %d timed steps on %s\n", argv[1], size, size,
             batch, prec, warmup, steps, rn_backend_name(be));
@@ -195,7 +216,11 @@ int main(int argc, char **argv) {
 fail:
     free(px);
     free(labels);
+    free(losses);
     rn_backend_free(be, dpx);
+    rn_backend_free(be, dlabels);
+    rn_backend_free(be, dloss);
+    rn_backend_free(be, dhits);
     rn_ckpt_free(ck);
     rn_net_destroy(net);
     rn_backend_destroy(be);
