@@ -742,6 +742,56 @@ static void test_nonfinite(env *e, int64_t n) {
     free(x);
 }
 
+/* BN forward (training) and backward with ReLU on activations one element past a 16-byte
+ * boundary, c a multiple of 8: the 16-byte loads must not apply (a misaligned vector load
+ * faults), the scalar sums and the separate ReLU-mask pass run instead, and the results
+ * must equal the CPU's */
+static void test_bn_unaligned(env *e, int64_t m, int c) {
+    rn_bn_desc d, dg;
+    CHECK_OK(rn_bn_desc_init(&d, m, c, 1));
+    dg = d;
+    dg.dtype = e->dtype;
+    const int64_t n = m * c;
+    const size_t es = rn_dtype_size(e->dtype);
+    float *x = randn(n + 1, 0.5f, 2), *dy = randn(n + 1, 0, 1), *gamma = randn(c, 1, 0.3f), *beta = randn(c, 0, 0.3f);
+    float *rm = randn(c, 0, 0.1f), *rv = randn(c, 1, 0.1f), *dg0 = randn(c, 0, 1), *db0 = randn(c, 0, 1);
+    for (int j = 0; j < c; j++) rv[j] = fabsf(rv[j]) + 0.1f;
+    round_all(e->dtype, x, n + 1), round_all(e->dtype, dy, n + 1);
+    reserve_both(e, rn_bn_workspace(e->cpu, &d), rn_bn_workspace(e->gpu, &dg));
+    size_t rs = rn_bn_reserve_size(e->gpu, &dg);
+    void *reserve = NULL;
+    if (rs) CHECK_OK(rn_backend_alloc(e->gpu, rs, &reserve));
+    char what[160], t[220];
+    snprintf(what, sizeof what, "%sbn m=%lld c=%d relu, one element past 16-byte alignment", variant, (long long)m, c);
+    /* the CPU on the same elements (x + 1, dy + 1) */
+    float *y = malloc(sizeof(float) * n), *sm = malloc(sizeof(float) * c), *si = malloc(sizeof(float) * c);
+    float *crm = copyf(rm, c), *crv = copyf(rv, c), *dx = malloc(sizeof(float) * n);
+    float *dgam = copyf(dg0, c), *dbet = copyf(db0, c);
+    CHECK_OK(rn_bn_fwd_train(e->cpu, &d, x + 1, gamma, beta, NULL, y, sm, si, crm, crv, NULL));
+    char *gx = up(e->gpu, e->dtype, x, n + 1), *gy = up(e->gpu, e->dtype, x, n + 1);
+    char *gdy = up(e->gpu, e->dtype, dy, n + 1), *gdx = up(e->gpu, e->dtype, dy, n + 1);
+    float *ggam = up(e->gpu, RN_F32, gamma, c), *gbet = up(e->gpu, RN_F32, beta, c);
+    float *grm = up(e->gpu, RN_F32, rm, c), *grv = up(e->gpu, RN_F32, rv, c);
+    float *gsm = up(e->gpu, RN_F32, sm, c), *gsi = up(e->gpu, RN_F32, si, c);
+    float *gdg = up(e->gpu, RN_F32, dg0, c), *gdb = up(e->gpu, RN_F32, db0, c);
+    CHECK_OK(rn_bn_fwd_train(e->gpu, &dg, gx + es, ggam, gbet, NULL, gy + es, gsm, gsi, grm, grv, reserve));
+    snprintf(t, sizeof t, "%s fwd_train y", what);
+    cmp_dev(e, t, gy + es, e->dtype, y, n);
+    snprintf(t, sizeof t, "%s save_mean", what);
+    cmp_dev(e, t, gsm, RN_F32, sm, c);
+    snprintf(t, sizeof t, "%s save_invstd", what);
+    cmp_dev(e, t, gsi, RN_F32, si, c);
+    /* the CPU's backward through the GPU's y: the same ReLU decisions on both sides */
+    float *yg = down(e->gpu, e->dtype, gy + es, n);
+    CHECK_OK(rn_bn_bwd(e->cpu, &d, x + 1, yg, dy + 1, gamma, sm, si, dx, dgam, dbet, NULL, NULL, 1));
+    CHECK_OK(rn_bn_bwd(e->gpu, &dg, gx + es, gy + es, gdy + es, ggam, gsm, gsi, gdx + es, gdg, gdb, NULL, reserve, 1));
+    cmp_bn_grads(e, what, "bwd", gdx + es, dx, gdg, dgam, gdb, dbet, NULL, NULL, n, c);
+    void *bufs[] = {gx, gy, gdy, gdx, ggam, gbet, grm, grv, gsm, gsi, gdg, gdb, reserve};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(e->gpu, bufs[i]);
+    free(x), free(dy), free(gamma), free(beta), free(rm), free(rv), free(dg0), free(db0), free(y), free(sm);
+    free(si), free(crm), free(crv), free(dx), free(dgam), free(dbet), free(yg);
+}
+
 static void run_bn(env *e) {
     for (int relu = 0; relu < 2; relu++)
         for (int res = 0; res < 2; res++) test_bn(e, 70, 13, relu, res, 0);
@@ -752,6 +802,7 @@ static void run_bn(env *e) {
     test_bn(e, 8 * 7 * 7, 256, 0, 0, 1);
     test_bn(e, 300, 264, 1, 1, 0); /* 16-byte loads: a last tile of one lane (half) */
     test_bn(e, 130, 8, 1, 0, 0);   /* one lane across the row (half), two (float) */
+    test_bn_unaligned(e, 300, 64);
 }
 
 /* Host staging as rn-train uses it: batches in pinned host memory, copied on the copy
