@@ -21,6 +21,7 @@ typedef struct {
     int h, w;           /* input spatial size */
     int p, q;           /* output spatial size */
     int64_t out_elems;  /* per image: p*q*cout */
+    int relu;           /* its BN ends in a ReLU: every unit's but a downsample shortcut's */
     int64_t w_off, g_off, b_off; /* conv weight, BN gamma, BN beta offsets into params */
     int64_t stat_off;   /* running_mean at bufs+stat_off, running_var at bufs+stat_off+cout */
     int64_t pk_off;     /* the folded weights in rn_conv_bias_fwd's own form at packed+pk_off
@@ -170,16 +171,9 @@ static int fc_conv_desc(const rn_net *net, int n, rn_conv_desc *d) {
     return rc;
 }
 
-/* 1 when unit ui's BN ends in a ReLU: every unit's but a downsample shortcut's */
-static int unit_relu(const rn_resnet *spec, int ui) {
-    for (int b = 0; b < spec->nblocks; b++)
-        if (spec->blocks[b].down == ui) return 0;
-    return 1;
-}
-
-static int bn_desc(const rn_net *net, int ui, int n, int relu, rn_bn_desc *d) {
+static int bn_desc(const rn_net *net, int ui, int n, rn_bn_desc *d) {
     const unit_rt *u = &net->u[ui];
-    int rc = rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, relu);
+    int rc = rn_bn_desc_init(d, (int64_t)n * u->p * u->q, net->spec.units[ui].cout, u->relu);
     d->dtype = net->dtype;
     return rc;
 }
@@ -435,6 +429,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             }
             u->p = cd.p;
             u->q = cd.q;
+            u->relu = b < 0 || ui != spec->blocks[b].down;
             u->out_elems = (int64_t)cd.p * cd.q * spec->units[ui].cout;
             if ((int64_t)u->h * u->w * spec->units[ui].cin > max_act) max_act = (int64_t)u->h * u->w * spec->units[ui].cin;
             if (u->out_elems > max_act) max_act = u->out_elems;
@@ -442,7 +437,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             size_t cw_ = plan && rn_backend_workspace_limit(be) ? rn_backend_workspace_limit(be)
                                                                 : rn_conv_workspace(be, &cd);
             if (cw_ > ws) ws = cw_;
-            if ((rc = bn_desc(net, ui, max_batch, 1, &bd)) != RN_OK) goto fail;
+            if ((rc = bn_desc(net, ui, max_batch, &bd)) != RN_OK) goto fail;
             if (mode == RN_NET_TRAIN && bd.m < 2) {
                 rc = rn_errorf(RN_EINVAL, "input %dx%d at batch %d leaves one value per channel at %s: BatchNorm "
                                           "cannot train on that (use a larger --crop or --batch)",
@@ -543,7 +538,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             unit_rt *u = &net->u[i];
             int c = spec->units[i].cout;
             /* (the reserve as the unit's calls have it: CUDA keeps a ReLU mask there) */
-            if ((rc = bn_desc(net, i, max_batch, unit_relu(spec, i), &bd))) goto fail;
+            if ((rc = bn_desc(net, i, max_batch, &bd))) goto fail;
             size_t rs = rn_bn_reserve_size(be, &bd);
             if ((!u->shared_z && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->z))) ||
                 (!u->shared_a && (rc = nalloc(net, (size_t)(B * u->out_elems) * es, &u->a))) ||
@@ -806,23 +801,22 @@ static int bn_fwd(rn_net *net, int ui, int train, const rn_bn_desc *bdp, const v
 }
 
 /* One conv+BN unit forward: x -> z (conv) -> y (BN [+ residual] [ReLU]). */
-static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res,
-                    int relu) {
+static int unit_fwd(rn_net *net, int ui, int n, int train, const void *x, void *z, void *y, const void *res) {
     rn_conv_desc cd;
     rn_bn_desc bd;
     unit_rt *u = &net->u[ui];
     const rn_convbn *cb = &net->spec.units[ui];
     int rc;
-    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, &bd))) return rc;
     double t0 = pbeg(net, cb->conv);
     /* (the folded path's row is the conv's: its BN, residual and ReLU are in it) */
     if (!train && net->fold && u->pk_off >= 0)
         return pend_conv(net, t0, ui, n, RN_PROF_FWD,
                          rn_conv_bias_fwd_packed(net->be, &cd, x, net->packed + u->pk_off, net->fold + u->b_off, res,
-                                                 relu, y));
+                                                 u->relu, y));
     if (!train && net->fold)
         return pend_conv(net, t0, ui, n, RN_PROF_FWD,
-                         rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, relu, y));
+                         rn_conv_bias_fwd(net->be, &cd, x, net->fold + u->w_off, net->fold + u->b_off, res, u->relu, y));
     if ((rc = pend_conv(net, t0, ui, n, RN_PROF_FWD, rn_conv_fwd(net->be, &cd, x, weight(net, u->w_off), z))))
         return rc;
     t0 = pbeg(net, cb->bn);
@@ -884,14 +878,14 @@ static int block_fwd(rn_net *net, int b, int n, const void *x) {
     int rc;
     if (blk->down >= 0) {
         unit_rt *d = &net->u[blk->down];
-        if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL, 0))) return rc;
+        if ((rc = unit_fwd(net, blk->down, n, 1, x, d->z, d->a, NULL))) return rc;
         res = d->a;
     }
     const void *in = x;
     for (int j = 0; j < blk->nconv; j++) {
         unit_rt *u = &net->u[blk->conv[j]];
         int last = j == blk->nconv - 1;
-        if ((rc = unit_fwd(net, blk->conv[j], n, 1, in, u->z, u->a, last ? res : NULL, 1))) return rc;
+        if ((rc = unit_fwd(net, blk->conv[j], n, 1, in, u->z, u->a, last ? res : NULL))) return rc;
         in = u->a;
     }
     return RN_OK;
@@ -899,7 +893,7 @@ static int block_fwd(rn_net *net, int b, int n, const void *x) {
 
 static int forward_train(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
-    int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL, 1);
+    int rc = unit_fwd(net, 0, n, 1, net->input, net->u[0].z, net->u[0].a, NULL);
     rn_pool_desc pd;
     if (rc || (rc = pool_desc(net, n, &pd))) return rc;
     double t0 = pbeg(net, "maxpool");
@@ -915,7 +909,7 @@ static int forward_infer(rn_net *net, int n) {
     const rn_resnet *s = &net->spec;
     /* a training net evaluating uses its gradient scratch, free between steps */
     void **B = net->mode == RN_NET_TRAIN ? net->g : net->pool5;
-    int rc = unit_fwd(net, 0, n, 0, net->input, B[0], B[0], NULL, 1);
+    int rc = unit_fwd(net, 0, n, 0, net->input, B[0], B[0], NULL);
     rn_pool_desc pd;
     if (rc || (rc = pool_desc(net, n, &pd))) return rc;
     double t0 = pbeg(net, "maxpool");
@@ -928,13 +922,13 @@ static int forward_infer(rn_net *net, int n) {
             if (i != xi) f[k++] = i;
         int ri = xi;
         if (blk->down >= 0) {
-            if ((rc = unit_fwd(net, blk->down, n, 0, B[xi], B[f[3]], B[f[3]], NULL, 0))) return rc;
+            if ((rc = unit_fwd(net, blk->down, n, 0, B[xi], B[f[3]], B[f[3]], NULL))) return rc;
             ri = f[3];
         }
         int in = xi;
         for (int j = 0; j < blk->nconv && rc == RN_OK; j++) {
             int last = j == blk->nconv - 1;
-            rc = unit_fwd(net, blk->conv[j], n, 0, B[in], B[f[j]], B[f[j]], last ? B[ri] : NULL, 1);
+            rc = unit_fwd(net, blk->conv[j], n, 0, B[in], B[f[j]], B[f[j]], last ? B[ri] : NULL);
             in = f[j];
         }
         xi = in;
@@ -1066,12 +1060,12 @@ static int conv_bwd(rn_net *net, int ui, const rn_conv_desc *cd, const void *x, 
 static int grads_final(rn_net *net, int ui);
 
 static int unit_bwd(rn_net *net, int ui, int n, const void *x, void *dy, void *dz, void *dres, void *dx,
-                    int relu, int accumulate_dx) {
+                    int accumulate_dx) {
     rn_conv_desc cd;
     rn_bn_desc bd;
     const rn_convbn *cb = &net->spec.units[ui];
     int rc;
-    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, relu, &bd))) return rc;
+    if ((rc = conv_desc(net, ui, n, &cd)) || (rc = bn_desc(net, ui, n, &bd))) return rc;
     double t0 = pbeg(net, cb->bn);
     if ((rc = pend_bn(net, t0, ui, n, RN_PROF_BWD, dres != NULL, bn_bwd(net, ui, &bd, dy, dz, dres)))) return rc;
     t0 = pbeg(net, cb->conv);
@@ -1217,19 +1211,19 @@ static int backward(rn_net *net, const int32_t *labels_dev, int n, float label_s
         int j = blk->nconv - 1;
         const void *xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
         void *dx_dst = j == 0 ? G[outi] : G[s2];
-        if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 1, 0))) return rc;
+        if ((rc = unit_bwd(net, blk->conv[j], n, xin, G[dyi], G[s1], G[dyi], dx_dst, 0))) return rc;
         for (j = blk->nconv - 2; j >= 0; j--) {
             xin = j == 0 ? bin : net->u[blk->conv[j - 1]].a;
             /* dy in G[s2]; BN backward in place into G[s2]; conv data gradient to G[s1] or out */
             void *dcur = G[s2];
             void *dnext = j == 0 ? G[outi] : G[s1];
-            if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 1, 0))) return rc;
+            if ((rc = unit_bwd(net, blk->conv[j], n, xin, dcur, dcur, NULL, dnext, 0))) return rc;
             int t = s1;
             s1 = s2;
             s2 = t;
         }
         if (blk->down >= 0) {
-            if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 0, 1))) return rc;
+            if ((rc = unit_bwd(net, blk->down, n, bin, G[dyi], G[dyi], NULL, G[outi], 1))) return rc;
         } else {
             int64_t elems = (int64_t)n * net->u[blk->conv[0]].h * net->u[blk->conv[0]].w * s->units[blk->conv[0]].cin;
             /* the identity shortcut's gradient: a row named after the block ("layer1.1") */
@@ -1250,7 +1244,7 @@ static int backward(rn_net *net, const int32_t *labels_dev, int n, float label_s
     if ((rc = pend_pool(net, t0, n, RN_PROF_BWD,
                         rn_maxpool_bwd(net->be, &pd, net->u[0].a, net->pooled_max, G[dyi], G[s1]))))
         return rc;
-    return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 1, 0);
+    return unit_bwd(net, 0, n, net->input, G[s1], G[s1], NULL, NULL, 0);
 }
 
 /* the SGD call over params[off, off+n): with the compute copy under AMP */
