@@ -121,7 +121,21 @@ void rn_backend_host_free(rn_backend *be, void *p) {
     if (p) be->ops->host_free(be, p);
 }
 int rn_backend_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
-    return bytes ? be->ops->upload_async(be, dst, src, bytes) : RN_OK;
+    rn_upload_part p = {dst, src, bytes};
+    return rn_backend_upload_parts_async(be, &p, 1);
+}
+
+int rn_backend_upload_parts_async(rn_backend *be, const rn_upload_part *parts, int n) {
+    enum { MAX_PARTS = 8 };
+    rn_upload_part keep[MAX_PARTS];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!parts[i].bytes) continue;
+        if (k == MAX_PARTS) return rn_errorf(RN_EINVAL, "upload: more than %d parts in one copy", MAX_PARTS);
+        if (!parts[i].dst || !parts[i].src) return rn_errorf(RN_EINVAL, "upload: part %d has no address", i);
+        keep[k++] = parts[i];
+    }
+    return k ? be->ops->upload_async(be, keep, k) : RN_OK;
 }
 int rn_backend_upload_wait(rn_backend *be) { return be->ops->upload_wait(be); }
 

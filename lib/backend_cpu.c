@@ -102,6 +102,11 @@ static int cpu_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
     return RN_OK;
 }
 
+static int cpu_upload_parts(rn_backend *be, const rn_upload_part *parts, int n) {
+    for (int i = 0; i < n; i++) cpu_copy(be, parts[i].dst, parts[i].src, parts[i].bytes);
+    return RN_OK;
+}
+
 static void zero_range(void *ctx, int64_t i0, int64_t i1) {
     memset((char *)ctx + i0, 0, (size_t)(i1 - i0));
 }
@@ -1059,7 +1064,7 @@ static const rn_backend_ops cpu_ops = {
     .ws_limit = 0,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
-    .upload_async = cpu_copy,
+    .upload_async = cpu_upload_parts,
     .upload_wait = cpu_upload_wait,
     .conv_workspace = rn_cpu_conv_workspace,
     .conv_algo = rn_cpu_conv_algo,

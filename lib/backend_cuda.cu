@@ -271,7 +271,7 @@ static void cuda_host_free(rn_backend *be, void *p) {
     FREED(cudaFreeHost(p));
 }
 
-static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t bytes) {
+static int cuda_upload_async(rn_backend *be, const rn_upload_part *parts, int n) {
     cuda_ctx *g = CTX(be);
     CU(cudaStreamWaitEvent(g->copy, g->consumed, 0));
     /* a profile's marks are on (mark 0 recorded): time the copy itself, after its wait */
@@ -279,8 +279,10 @@ static int cuda_upload_async(rn_backend *be, void *dst, const void *src, size_t 
     for (; k >= 0 && g->ncopy_ev < 2 * k + 2; g->ncopy_ev++)
         CU(cudaEventCreate(&g->copy_ev[g->ncopy_ev]));
     if (k >= 0) CU(cudaEventRecord(g->copy_ev[2 * k], g->copy));
-    be->launches++;
-    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->copy));
+    for (int i = 0; i < n; i++) {
+        be->launches++;
+        CU(cudaMemcpyAsync(parts[i].dst, parts[i].src, parts[i].bytes, cudaMemcpyHostToDevice, g->copy));
+    }
     if (k >= 0) {
         CU(cudaEventRecord(g->copy_ev[2 * k + 1], g->copy));
         g->ncopy++;

@@ -238,10 +238,10 @@ int rn_runner_stage(rn_runner *r, const rn_batch *b) {
     r->next ^= 1;
     r->px = dst;
     r->labels = b->labels ? (const int32_t *)(dst + r->staged_cap) : NULL;
-    /* the labels travel with the pixels, on the copy stream and in its order */
-    int rc = rn_backend_upload_async(r->be, dst, b->pixels, bytes);
-    if (rc || !b->labels) return rc;
-    return rn_backend_upload_async(r->be, dst + r->staged_cap, b->labels, sizeof(int32_t) * (size_t)b->n);
+    /* the labels travel with the pixels: one copy's place in the streams' order */
+    rn_upload_part parts[2] = {{dst, b->pixels, bytes},
+                               {dst + r->staged_cap, b->labels, b->labels ? sizeof(int32_t) * (size_t)b->n : 0}};
+    return rn_backend_upload_parts_async(r->be, parts, 2);
 }
 
 int rn_runner_input(rn_runner *r, const rn_batch *b, int first, int n) {

@@ -198,6 +198,16 @@ void rn_backend_host_free(rn_backend *be, void *p);
  * host_src must stay unchanged until rn_backend_upload_wait returns (from pageable
  * memory the copy is not overlapped, but still correct). On the CPU: a plain copy. */
 int rn_backend_upload_async(rn_backend *be, void *dst, const void *host_src, size_t bytes);
+/* rn_backend_upload_async of n parts as one: one wait for the ops before the previous
+ * call, the parts copied in order, and every op issued after this call sees them all
+ * (a batch's pixels and its labels: two copies, one place in the streams' order). Parts
+ * of 0 bytes are skipped. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} rn_upload_part;
+int rn_backend_upload_parts_async(rn_backend *be, const rn_upload_part *parts, int n);
 /* Wait until the last rn_backend_upload_async has read its source. */
 int rn_backend_upload_wait(rn_backend *be);
 

@@ -32,7 +32,7 @@ typedef struct rn_backend_ops {
     size_t ws_limit;     /* rn_backend_workspace_limit (CUDA: set per context) */
     int (*host_alloc)(rn_backend *be, size_t bytes, void **out);
     void (*host_free)(rn_backend *be, void *p);
-    int (*upload_async)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*upload_async)(rn_backend *be, const rn_upload_part *parts, int n); /* n >= 1, none empty */
     int (*upload_wait)(rn_backend *be);
 
     size_t (*conv_workspace)(rn_backend *be, const rn_conv_desc *d);

@@ -809,7 +809,10 @@ static void run_bn(env *e) {
  * stream into two device buffers in turn while ops read the other, each normalised on
  * the compute stream right after its rn_backend_upload_async. Every output must equal
  * the CPU's normalise of its own batch (a copy overtaking or racing an op shows up as
- * another batch's pixels). Also rn_backend_mem_info's figures. */
+ * another batch's pixels). Each batch's labels go with its pixels as a second part
+ * (rn_backend_upload_parts_async, as rn_runner_stage sends them) and are read by a top-1
+ * count whose result is the round's own (r + 1 hits). Also rn_backend_mem_info's
+ * figures. */
 /* round r's pixels */
 static void staged_pattern(uint8_t *h, size_t bytes, int r) {
     for (size_t i = 0; i < bytes; i++) h[i] = (uint8_t)((i * 2654435761u + (uint64_t)r * 977 + seed) >> 5);
@@ -824,13 +827,21 @@ static void test_staging(env *e) {
     const size_t bytes = (size_t)m * 3;
     const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
     uint8_t *host[2] = {NULL, NULL}, *dev[2] = {NULL, NULL};
+    int32_t *hlab[2] = {NULL, NULL}, *ghits = NULL;
+    const size_t lab_off = (bytes + 15) & ~(size_t)15;
+    enum { NL = 32 }; /* labels per batch; logits row i's largest is class i */
+    float *logits = calloc(NL * NL, sizeof(float)), *glogits = NULL;
+    for (int i = 0; i < NL; i++) logits[i * NL + i] = 1;
     void *out[ROUNDS] = {NULL};
     float *want = malloc(sizeof(float) * (size_t)m * 3);
     void *gbig = NULL, *gbig_y = NULL;
     for (int i = 0; i < 2; i++) {
         CHECK_OK(rn_backend_host_alloc(e->gpu, bytes, (void **)&host[i]));
-        CHECK_OK(rn_backend_alloc(e->gpu, bytes, (void **)&dev[i]));
+        CHECK_OK(rn_backend_host_alloc(e->gpu, sizeof(int32_t) * NL, (void **)&hlab[i]));
+        CHECK_OK(rn_backend_alloc(e->gpu, lab_off + sizeof(int32_t) * NL, (void **)&dev[i]));
     }
+    glogits = up(e->gpu, RN_F32, logits, NL * NL);
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t) * ROUNDS, (void **)&ghits));
     /* a long op before each copy, so that copies run while the compute stream is busy */
     const int64_t mbig = (int64_t)1 << 22;
     CHECK_OK(rn_backend_alloc(e->gpu, (size_t)mbig * 3, &gbig));
@@ -844,14 +855,25 @@ static void test_staging(env *e) {
         have_out &= out[r] != NULL;
     }
     CHECK_OK(rn_backend_sync(e->gpu));
+    have_out &= hlab[0] && hlab[1] && ghits && glogits;
     for (int r = 0; r < ROUNDS && have_out && host[0] && host[1] && dev[0] && dev[1] && gbig && gbig_y; r++) {
         uint8_t *h = host[r % 2];
+        int32_t *l = hlab[r % 2];
         staged_pattern(h, bytes, r);
+        for (int i = 0; i < NL; i++) l[i] = i <= r ? i : (i + 1) % NL; /* r + 1 rows hit */
         CHECK_OK(rn_input_normalize(e->gpu, RN_F32, mbig, 3, gbig, mean, std, gbig_y));
-        CHECK_OK(rn_backend_upload_async(e->gpu, dev[r % 2], h, bytes));
+        rn_upload_part parts[2] = {{dev[r % 2], h, bytes}, {dev[r % 2] + lab_off, l, sizeof(int32_t) * NL}};
+        CHECK_OK(rn_backend_upload_parts_async(e->gpu, parts, 2));
         CHECK_OK(rn_input_normalize(e->gpu, RN_F32, m, 3, dev[r % 2], mean, std, out[r]));
-        CHECK_OK(rn_backend_upload_wait(e->gpu)); /* h may be refilled two rounds on */
+        CHECK_OK(rn_top1_count(e->gpu, NL, NL, glogits, (const int32_t *)(dev[r % 2] + lab_off), RN_TOP1_LABEL,
+                               ghits + r));
+        CHECK_OK(rn_backend_upload_wait(e->gpu)); /* h and l may be refilled two rounds on */
     }
+    int32_t hits[ROUNDS] = {0};
+    if (have_out) CHECK_OK(rn_backend_download(e->gpu, hits, ghits, sizeof hits));
+    for (int r = 0; r < ROUNDS && have_out; r++)
+        CHECK(hits[r] == r + 1, "staged labels of batch %d: %d hits, want %d (another batch's labels?)", r, hits[r],
+              r + 1);
     for (int r = 0; r < ROUNDS && have_out; r++) {
         uint8_t *h = malloc(bytes);
         staged_pattern(h, bytes, r);
@@ -864,10 +886,12 @@ static void test_staging(env *e) {
     for (int r = 0; r < ROUNDS; r++) rn_backend_free(e->gpu, out[r]);
     for (int i = 0; i < 2; i++) {
         rn_backend_host_free(e->gpu, host[i]);
+        rn_backend_host_free(e->gpu, hlab[i]);
         rn_backend_free(e->gpu, dev[i]);
     }
     rn_backend_free(e->gpu, gbig), rn_backend_free(e->gpu, gbig_y);
-    free(want);
+    rn_backend_free(e->gpu, glogits), rn_backend_free(e->gpu, ghits);
+    free(want), free(logits);
 }
 
 /* A shape first met while a reservation is held (a short last batch): its algorithms are
