@@ -490,7 +490,7 @@ static int setup(run *t) {
             (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)))
             return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats)", (long long)n);
     }
-    t->ring = o->log_every < RN_TRAIN_METRICS_RING ? o->log_every : RN_TRAIN_METRICS_RING;
+    t->ring = o->log_every < 1 ? 1 : o->log_every < RN_TRAIN_METRICS_RING ? o->log_every : RN_TRAIN_METRICS_RING;
     size_t mb = 2 * sizeof(float) * (size_t)t->ring * (size_t)t->accum;
     if ((rc = rn_backend_alloc(t->r.be, mb, &t->metrics)))
         return rn_error_context(rc, "the train loss and top-1 of %d steps", t->ring);
@@ -583,28 +583,27 @@ static int top1_target(const rn_mix_desc *md) {
     return md->kind == RN_MIX_NONE || own > other ? RN_TOP1_LABEL : own < other ? RN_TOP1_ROLLED : RN_TOP1_SMALLER;
 }
 
-/* The pending steps' train loss and top-1 hits read back (one read for all of them),
- * summed over the micro-batches and then over the ranks in rank order (the float
- * operations, in their order, of a read after each micro-batch), each step's loss
- * checked, and added in step order to the report's window and the epoch's. Every rank
- * calls it at the same steps: at a report, a save, the end, and when the ring is full. */
-static int flush(run *t) {
-    const int n = t->npend, a = t->accum, cap = t->ring * a;
-    if (n == 0) return RN_OK;
-    t->npend = 0;
+/* The error for a diverged step: step's loss is not finite. */
+static int diverged(const run *t, int64_t step, float loss) {
+    const rn_train_opts *o = t->o;
+    /* (the forward does not depend on the loss scale: skipping would not help) */
+    return rn_errorf(RN_ENUMERIC,
+                     "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
+                     "%s keeps the last good checkpoint",
+                     (long long)step, loss,
+                     o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "", o->out);
+}
+
+/* This rank's part of each pending step's loss and top-1 hits, read back in one copy:
+ * loss[j] the sum over its micro-batches of loss / steps (the float operations, in their
+ * order, of a read after each micro-batch), hits[j] their hits. */
+static int read_pending(run *t, float *loss, int64_t *hits) {
+    const int a = t->accum, cap = t->ring * a;
     int rc = rn_backend_download(t->r.be, t->metrics_h, t->metrics, 2 * sizeof(float) * (size_t)cap);
     if (rc) return rn_error_context(rc, "reading back the train loss");
     const float *lo = t->metrics_h;
     const int32_t *hi = (const int32_t *)(lo + cap);
-    const int world = t->world;
-    float *loss = rn_malloc(sizeof(float) * (size_t)n * (size_t)(world + 1));
-    int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n * (size_t)(world + 1));
-    if (!loss || !hits) {
-        free(loss);
-        free(hits);
-        return RN_ENOMEM;
-    }
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < t->npend; j++) {
         float l = 0;
         int64_t h = 0;
         for (int k = 0; k < a; k++) {
@@ -614,7 +613,21 @@ static int flush(run *t) {
         loss[j] = l;
         hits[j] = h;
     }
-    if (world > 1) {
+    return RN_OK;
+}
+
+/* The pending steps' train loss and top-1 hits (read_pending), summed over the ranks in
+ * rank order, each step's loss checked, and added in step order to the report's window
+ * and the epoch's. Every rank calls it at the same steps: at a report, a save, the end,
+ * and when the ring is full. */
+static int flush(run *t) {
+    const int n = t->npend, world = t->world;
+    if (n == 0) return RN_OK;
+    float *loss = rn_malloc(sizeof(float) * (size_t)n * (size_t)(world + 1));
+    int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n * (size_t)(world + 1));
+    int rc = loss && hits ? read_pending(t, loss, hits) : RN_ENOMEM;
+    t->npend = 0;
+    if (rc == RN_OK && world > 1) {
         /* every rank's after this rank's own, then summed per step in rank order */
         float *al = loss + n;
         int64_t *ah = hits + n;
@@ -629,14 +642,7 @@ static int flush(run *t) {
     }
     for (int j = 0; j < n && rc == RN_OK; j++) {
         if (!isfinite(loss[j])) {
-            const rn_train_opts *o = t->o;
-            /* (the forward does not depend on the loss scale: skipping would not help) */
-            rc = rn_errorf(RN_ENUMERIC,
-                           "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
-                           "%s keeps the last good checkpoint",
-                           (long long)(t->pend_step + j), loss[j],
-                           o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
-                           o->out);
+            rc = diverged(t, t->pend_step + j, loss[j]);
             break;
         }
         t->w.loss += loss[j], t->ep.loss += loss[j];
@@ -645,6 +651,32 @@ static int flush(run *t) {
     free(loss);
     free(hits);
     return rc;
+}
+
+/* A run failing with rc while steps are pending: when one of them diverged (this rank's
+ * part of its loss not finite: then the sum is not either), that is the cause the old
+ * order named first, and the error returned. No collective: the ranks may be failing
+ * at different places. */
+static int first_cause(run *t, int rc) {
+    const int n = t->npend;
+    if (n == 0 || rc == RN_OK) return rc;
+    float *loss = rn_malloc(sizeof(float) * (size_t)n);
+    int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n);
+    char kept[1024];
+    snprintf(kept, sizeof kept, "%s", rn_last_error());
+    int out = rc;
+    if (loss && hits && read_pending(t, loss, hits) == RN_OK) {
+        for (int j = 0; j < n; j++)
+            if (!isfinite(loss[j])) {
+                out = diverged(t, t->pend_step + j, loss[j]);
+                break;
+            }
+    }
+    if (out == rc) rn_errorf(rc, "%s", kept); /* (a failed read-back's message is not the run's) */
+    t->npend = 0;
+    free(loss);
+    free(hits);
+    return out;
 }
 
 /* rn_net_grad_fn: a gradient is final, its bucket may go (rn_dist_sum_part); profiled
@@ -1062,6 +1094,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
         rc = rn_errorf(RN_EINTR, "stopped by signal %d at step %lld; %s holds the state to resume from", sig,
                        (long long)t.st.step, o->out);
 out:
+    rc = first_cause(&t, rc);
     finish(&t);
     return rc;
 }
