@@ -192,6 +192,13 @@ int main(int argc, char **argv) {
         TRY(step(&st, s, batch));
     int64_t skipped0 = st.skipped;
     TRY(rn_backend_sync(be));
+    TRY(rn_backend_download(be, losses, dloss, sizeof(float) * (size_t)warmup));
+    for (int s = 0; s < warmup; s++)
+        if (!isfinite(losses[s])) {
+            fprintf(stderr, "bench_gpu_step: warm-up step %d: the loss is %g: training diverged%s\n", s, losses[s],
+                    st.scaled ? " (fp16 activations overflow past 65504)" : "");
+            goto fail;
+        }
     int64_t l0 = rn_backend_launches(be);
     double w0 = wall(), t0 = mono();
     for (int s = 0; s < steps; s++)
