@@ -2,6 +2,7 @@
 # Runs every test: the C unit tests in $BUILD/tests, the fuzz harnesses' replay of
 # tests/fuzz/seeds/ and tests/fuzz/regress/ (inputs that once crashed), the bats lint (tests/lint-bats.sh), then
 # the bats files in tests/.
+# Each unit test's and each bats file's seconds are printed after it (where CI time goes).
 # Ends with one line "tests: N passed, N failed, N skipped" and exits non-zero on a failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -16,9 +17,10 @@ failures=()
 
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
+    t0=$SECONDS
     if out=$("$t" 2>&1); then
         passed=$((passed + 1))
-        echo "ok unit $(basename "$t"): $(tail -n 1 <<<"$out")"
+        echo "ok unit $(basename "$t"): $(tail -n 1 <<<"$out") ($((SECONDS - t0)) s)"
     else
         failed=$((failed + 1))
         failures+=("unit $(basename "$t")")
@@ -60,8 +62,10 @@ fi
 if command -v bats >/dev/null; then
     for f in tests/*.bats; do
         [ -f "$f" ] || continue
+        t0=$SECONDS
         out=$(bats --tap "$f" 2>&1)
         echo "$out"
+        echo "# $f: $((SECONDS - t0)) s"
         p=$(grep -c '^ok .*# skip' <<<"$out")
         skipped=$((skipped + p))
         passed=$((passed + $(grep '^ok ' <<<"$out" | grep -vc '# skip')))

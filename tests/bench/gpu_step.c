@@ -109,6 +109,16 @@ static int step(stepper *st, int s, int batch) {
     return RN_OK;
 }
 
+/* the first n steps' losses into losses, each checked ("which" steps, for the message) */
+static int read_losses(const stepper *st, float *losses, int n, const char *which) {
+    int rc = rn_backend_download(st->be, losses, st->loss, sizeof(float) * (size_t)n);
+    for (int s = 0; s < n && rc == RN_OK; s++)
+        if (!isfinite(losses[s]))
+            rc = rn_errorf(RN_ENUMERIC, "%s step %d: the loss is %g: training diverged%s", which, s, losses[s],
+                           st->scaled ? " (fp16 activations overflow past 65504)" : "");
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && argc <= 3 && strcmp(argv[1], "probe") == 0) return probe(argc == 3 ? argv[2] : "cuda");
     if (argc != 7 && argc != 8) {
@@ -192,26 +202,14 @@ int main(int argc, char **argv) {
         TRY(step(&st, s, batch));
     int64_t skipped0 = st.skipped;
     TRY(rn_backend_sync(be));
-    TRY(rn_backend_download(be, losses, dloss, sizeof(float) * (size_t)warmup));
-    for (int s = 0; s < warmup; s++)
-        if (!isfinite(losses[s])) {
-            fprintf(stderr, "bench_gpu_step: warm-up step %d: the loss is %g: training diverged%s\n", s, losses[s],
-                    st.scaled ? " (fp16 activations overflow past 65504)" : "");
-            goto fail;
-        }
+    TRY(read_losses(&st, losses, warmup, "warm-up"));
     int64_t l0 = rn_backend_launches(be);
     double w0 = wall(), t0 = mono();
     for (int s = 0; s < steps; s++)
         TRY(step(&st, s, batch));
     TRY(rn_backend_sync(be));
     double dt = mono() - t0, w1 = wall();
-    TRY(rn_backend_download(be, losses, dloss, sizeof(float) * (size_t)steps));
-    for (int s = 0; s < steps; s++)
-        if (!isfinite(losses[s])) {
-            fprintf(stderr, "bench_gpu_step: timed step %d: the loss is %g: training diverged%s\n", s, losses[s],
-                    st.scaled ? " (fp16 activations overflow past 65504)" : "");
-            goto fail;
-        }
+    TRY(read_losses(&st, losses, steps, "timed"));
     double lps = (double)(rn_backend_launches(be) - l0) / steps;
     printf("img/s=%.2f ms_per_step=%.3f net_mib=%.1f t0=%.3f t1=%.3f loss=%.6g loss_scale=%g skipped=%lld "
            "launches_per_step=%.1f\n",
