@@ -777,7 +777,7 @@ static int cpu_top1_count(rn_backend *be, int n, int classes, const float *logit
         for (int j = 1; j < classes; j++)
             if (z[j] > z[best]) best = j;
         int a = labels[i], p = labels[(i + n - 1) % n];
-        int want = target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : a < p ? a : p;
+        int want = rn_top1_want(target, a, p);
         count += best == want;
     }
     *hits = count;

@@ -1862,7 +1862,7 @@ __global__ void top1_count_k(int n, int k, int target, const float *logits, cons
             float z0 = z[0];
             int best = z0 != z0 || at < 0 ? 0 : at;
             int a = labels[i], p = labels[(i + n - 1) % n];
-            int want = target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : a < p ? a : p;
+            int want = rn_top1_want(target, a, p);
             count += best == want;
         }
     }
