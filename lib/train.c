@@ -583,15 +583,19 @@ static int top1_target(const rn_mix_desc *md) {
     return md->kind == RN_MIX_NONE || own > other ? RN_TOP1_LABEL : own < other ? RN_TOP1_ROLLED : RN_TOP1_SMALLER;
 }
 
-/* The error for a diverged step: step's loss is not finite. */
-static int diverged(const run *t, int64_t step, float loss) {
+/* The error for the first of the n pending steps whose loss is not finite, or RN_OK. */
+static int diverged(const run *t, const float *loss, int n) {
     const rn_train_opts *o = t->o;
-    /* (the forward does not depend on the loss scale: skipping would not help) */
-    return rn_errorf(RN_ENUMERIC,
-                     "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
-                     "%s keeps the last good checkpoint",
-                     (long long)step, loss,
-                     o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "", o->out);
+    for (int j = 0; j < n; j++)
+        if (!isfinite(loss[j]))
+            /* (the forward does not depend on the loss scale: skipping would not help) */
+            return rn_errorf(RN_ENUMERIC,
+                             "step %lld: the loss is %g: training diverged (lower --lr, check the data%s); "
+                             "%s keeps the last good checkpoint",
+                             (long long)(t->pend_step + j), loss[j],
+                             o->amp == RN_F16 ? ", or use --amp bf16: fp16 activations overflow past 65504" : "",
+                             o->out);
+    return RN_OK;
 }
 
 /* This rank's part of each pending step's loss and top-1 hits, read back in one copy:
@@ -640,11 +644,8 @@ static int flush(run *t) {
             for (int r = 0; r < world; r++) loss[j] += al[(size_t)r * n + j], hits[j] += ah[(size_t)r * n + j];
         }
     }
+    if (rc == RN_OK) rc = diverged(t, loss, n);
     for (int j = 0; j < n && rc == RN_OK; j++) {
-        if (!isfinite(loss[j])) {
-            rc = diverged(t, t->pend_step + j, loss[j]);
-            break;
-        }
         t->w.loss += loss[j], t->ep.loss += loss[j];
         t->w.hits += hits[j];
     }
@@ -664,15 +665,8 @@ static int first_cause(run *t, int rc) {
     int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n);
     char kept[1024];
     snprintf(kept, sizeof kept, "%s", rn_last_error());
-    int out = rc;
-    if (loss && hits && read_pending(t, loss, hits) == RN_OK) {
-        for (int j = 0; j < n; j++)
-            if (!isfinite(loss[j])) {
-                out = diverged(t, t->pend_step + j, loss[j]);
-                break;
-            }
-    }
-    if (out == rc) rn_errorf(rc, "%s", kept); /* (a failed read-back's message is not the run's) */
+    int out = loss && hits && read_pending(t, loss, hits) == RN_OK ? diverged(t, loss, n) : RN_OK;
+    if (out == RN_OK) out = rn_errorf(rc, "%s", kept); /* (a failed read-back's message is not the run's) */
     t->npend = 0;
     free(loss);
     free(hits);
