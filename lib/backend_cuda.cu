@@ -32,7 +32,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +66,49 @@ extern "C" {
 #define DNN(call) do { cudnnStatus_t s_ = (call); if (s_ != CUDNN_STATUS_SUCCESS) \
     return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudnnGetErrorString(s_)); } while (0)
 #define BLAS(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
-    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublasGetStatusString(s_)); } while (0)
+    return rn_errorf(RN_EGPU, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cublas.status(s_)); } while (0)
+#define RN_STR_(x) #x
+#define RN_STR(x) RN_STR_(x)
+/* cuBLAS is opened (dlopen) when the first context is, not linked: its start-up
+ * (cuBLASLt's static initialisers, about 0.35 s) would otherwise be paid by every
+ * rn-train, rn-eval and rn-export process, on a GPU or not. These are the calls rn makes;
+ * cublas_v2.h's macros give the exported names (cublasCreate is cublasCreate_v2). */
+#define CUBLAS_SONAME "libcublas.so." RN_STR(CUBLAS_VER_MAJOR)
+static struct {
+    decltype(&cublasCreate) create;
+    decltype(&cublasDestroy) destroy;
+    decltype(&cublasSetStream) set_stream;
+    decltype(&cublasSetMathMode) set_math;
+    /* the exported C function; C++ also sees an inline overload taking cudaDataType */
+    cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                           const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                           cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    decltype(&cublasGetStatusString) status;
+    decltype(&cublasGetVersion) version;
+    char error[600]; /* why it could not be loaded; empty once it is */
+} cublas;
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+
+static void cublas_load(void) {
+    void *h = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(cublas.error, sizeof cublas.error, "cannot load %s: %s", CUBLAS_SONAME, e ? e : "dlopen failed");
+        return;
+    }
+#define CUBLAS_SYM(field, fn) \
+    if (!(*(void **)&cublas.field = dlsym(h, RN_STR(fn)))) { \
+        snprintf(cublas.error, sizeof cublas.error, "%s lacks %s", CUBLAS_SONAME, RN_STR(fn)); return; }
+    CUBLAS_SYM(create, cublasCreate)
+    CUBLAS_SYM(destroy, cublasDestroy)
+    CUBLAS_SYM(set_stream, cublasSetStream)
+    CUBLAS_SYM(set_math, cublasSetMathMode)
+    CUBLAS_SYM(gemm, cublasGemmEx)
+    CUBLAS_SYM(status, cublasGetStatusString)
+    CUBLAS_SYM(version, cublasGetVersion)
+#undef CUBLAS_SYM
+}
+
 /* after a kernel launch: a bad configuration shows here, a fault at the next sync
  * (RN_SYNC=1 makes that the same op) */
 #define LAUNCHED(kernel) do { be->launches++; cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
@@ -1691,7 +1735,7 @@ static int fc_fwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const vo
     }
     cudaDataType_t t = blas_type(d->dtype);
     be->launches++;
-    BLAS(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, w, t, d->in, x, t, d->in, &beta,
+    BLAS(cublas.gemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, w, t, d->in, x, t, d->in, &beta,
                       y, t, d->out, blas_compute(g, d->dtype), CUBLAS_GEMM_DEFAULT));
     return RN_OK;
 }
@@ -1708,12 +1752,12 @@ static int fc_bwd_t(rn_backend *be, const rn_fc_desc *d, const void *x, const vo
     float one = 1, zero = 0, beta = accumulate ? 1.0f : 0.0f;
     if (dx) { /* dx^T (in, n) = w^T (in, out) dy^T (out, n) */
         be->launches++;
-        BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, w, t, d->in, dy, t, d->out,
+        BLAS(cublas.gemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, w, t, d->in, dy, t, d->out,
                           &zero, dx, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
     }
     /* dw^T (in, out) [+]= x^T (in, n) dy (n, out) */
     be->launches++;
-    BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, x, t, d->in, dy, t, d->out,
+    BLAS(cublas.gemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, x, t, d->in, dy, t, d->out,
                       &beta, dw, t, d->in, ct, CUBLAS_GEMM_DEFAULT));
     if (db) {
         bias_grad_k<T><<<blocks_for(g, d->out), TPB, 0, g->stream>>>(d->n, d->out, (const T *)dy, (T *)db,
@@ -2334,7 +2378,7 @@ static void ctx_free(cuda_ctx *g) {
     if (g->bn_x) cudnnDestroyTensorDescriptor(g->bn_x);
     if (g->bn_stat) cudnnDestroyTensorDescriptor(g->bn_stat);
     if (g->bn_relu) cudnnDestroyActivationDescriptor(g->bn_relu);
-    if (g->blas) cublasDestroy(g->blas);
+    if (g->blas) cublas.destroy(g->blas);
     if (g->dnn) cudnnDestroy(g->dnn);
     if (g->stream) cudaStreamDestroy(g->stream);
     if (g->copy) cudaStreamDestroy(g->copy);
@@ -2434,6 +2478,14 @@ static int no_gpu(int index, cudaError_t e) {
                      index, cudaGetErrorString(e));
 }
 
+extern "C" int rn_backend_cuda_blas_open(void) {
+    pthread_once(&cublas_once, cublas_load);
+    if (cublas.error[0])
+        return rn_errorf(RN_EGPU, "%s (cuBLAS comes with the CUDA Toolkit; rn-gpuinfo shows which libraries load)",
+                         cublas.error);
+    return RN_OK;
+}
+
 static int ctx_open(cuda_ctx *g) {
     CU(cudaSetDevice(g->dev));
     CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
@@ -2446,9 +2498,11 @@ static int ctx_open(cuda_ctx *g) {
     DNN(cudnnCreateTensorDescriptor(&g->bn_stat));
     DNN(cudnnCreateActivationDescriptor(&g->bn_relu));
     DNN(cudnnSetActivationDescriptor(g->bn_relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
-    BLAS(cublasCreate(&g->blas));
-    BLAS(cublasSetStream(g->blas, g->stream));
-    BLAS(cublasSetMathMode(g->blas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    int rc = rn_backend_cuda_blas_open();
+    if (rc != RN_OK) return rc;
+    BLAS(cublas.create(&g->blas));
+    BLAS(cublas.set_stream(g->blas, g->stream));
+    BLAS(cublas.set_math(g->blas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return RN_OK;
 }
 
@@ -2492,7 +2546,7 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     be->impl = g;
     size_t cv = cudnnGetVersion();
     int bv = 0;
-    cublasGetVersion(g->blas, &bv);
+    cublas.version(g->blas, &bv);
     char name[1024];
     snprintf(name, sizeof name,
              "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "

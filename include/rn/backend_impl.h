@@ -158,6 +158,10 @@ int rn_backend_cpu_init(rn_backend *be);
 /* CUDA backend (lib/backend_cuda.cu; only in builds with RN_HAVE_CUDA) on GPU `index`.
  * Errors: RN_EGPU saying why no GPU is usable (pointing at rn-gpuinfo), RN_ENOMEM. On failure be is left untouched. */
 int rn_backend_cuda_init(rn_backend *be, int index);
+/* Opens cuBLAS (dlopen of libcublas.so.<the major version built against>) and finds the
+ * calls the CUDA backend makes, once per process; rn_backend_cuda_init does it for its
+ * first context. Needs no GPU. Errors: RN_EGPU naming the library or the missing call. */
+int rn_backend_cuda_blas_open(void);
 
 /* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the
  * CPU table. */

@@ -14,6 +14,7 @@
 #include "rn/rng.h"
 #include "rn/tensor.h"
 #ifdef RN_HAVE_CUDA
+#include "rn/backend_impl.h" /* rn_backend_cuda_blas_open */
 #include "rn/cudnn_status.h"
 #endif
 
@@ -1023,8 +1024,17 @@ static void run_real_sizes(env *e) {
     test_fc(e, (int)n, 2048, 1000);
 }
 
+/* cuBLAS is opened at run time, not linked: the library and every call the backend makes
+ * are found (no GPU needed), so a misspelt name cannot wait for a GPU machine to show */
+static void test_blas_open(void) {
+#ifdef RN_HAVE_CUDA
+    CHECK_OK(rn_backend_cuda_blas_open());
+#endif
+}
+
 int main(void) {
     test_status_classes();
+    test_blas_open();
     const char *s = getenv("RN_TEST_SEED");
     if (s && *s) seed = strtoull(s, NULL, 10);
     /* RN_TEST_DEVICE=cpu runs the harness itself CPU against CPU (fp32 only): a check of
@@ -1041,7 +1051,8 @@ int main(void) {
     if (rc != RN_OK) {
         /* any failure to open a GPU (no CUDA in this build, no driver, no device, a driver
          * too old) means: skip, saying why */
-        printf("test_cuda_ops: SKIP (the CUDA ops were not tested; %d cuDNN status checks passed): %s\n",
+        printf("test_cuda_ops: SKIP (the CUDA ops were not tested; %d checks of cuDNN status classes and cuBLAS "
+               "calls passed): %s\n",
                check_passed, rn_last_error());
         return check_failed ? check_done("test_cuda_ops") : 0;
     }
