@@ -72,6 +72,7 @@ static int cpu_host_alloc(rn_backend *be, size_t bytes, void **out) {
     (void)be;
     size_t n = (bytes + 63) & ~(size_t)63;
     if (posix_memalign(out, 64, n ? n : 64) != 0) return rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", bytes);
+    rn_advise_huge(*out, n);
     return RN_OK;
 }
 

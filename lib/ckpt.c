@@ -313,9 +313,21 @@ int rn_ckpt_validate(const rn_ckpt *c) {
     return rc;
 }
 
+/* protobuf-c's allocations through rn_malloc, so that a tensor's bytes get huge pages
+ * (rn_advise_huge); freed with free(), as rn_ckpt_free's default allocator does */
+static void *pb_alloc(void *ctx, size_t n) {
+    (void)ctx;
+    return rn_malloc(n);
+}
+static void pb_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
 int rn_ckpt_parse(const uint8_t *buf, size_t len, const char *name, rn_ckpt **out) {
     if (len == 0) return rn_errorf(RN_ECORRUPT, "%s: empty file, not a checkpoint", name);
-    rn_ckpt *c = rn__checkpoint__unpack(NULL, len, buf);
+    rn_ckpt *c = rn__checkpoint__unpack(&pb_allocator, len, buf);
     if (!c)
         return rn_errorf(RN_ECORRUPT, "%s: not a valid rn checkpoint (%zu bytes; truncated or corrupt protobuf)", name,
                          len);

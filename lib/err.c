@@ -1,9 +1,11 @@
 #include "rn/err.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Thread-local, like errno: the one piece of per-thread state librn keeps, so that
  * a status code can travel up the stack while the message stays readable. */
@@ -46,14 +48,24 @@ const char *rn_strerror(int code) {
     }
 }
 
+void rn_advise_huge(void *p, size_t n) {
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (!p || n < RN_HUGE_MIN) return;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), b = ((uintptr_t)p + n) & ~(huge - 1);
+    /* the result is not checked: advice (EINVAL where the kernel has no THP) */
+    if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+}
+
 void *rn_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) rn_errorf(RN_ENOMEM, "out of memory allocating %zu bytes", n);
+    rn_advise_huge(p, n);
     return p;
 }
 
 void *rn_calloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) rn_errorf(RN_ENOMEM, "out of memory allocating %zu x %zu bytes", n, size);
+    else if (size && n <= SIZE_MAX / size) rn_advise_huge(p, n * size);
     return p;
 }

@@ -11,8 +11,9 @@
 
 #include "rn/err.h"
 
-static int read_fd(int fd, const char *path, uint8_t **out, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
+/* cap: the first buffer's size (a regular file's size + 1 reads it in one buffer) */
+static int read_fd(int fd, const char *path, size_t cap, uint8_t **out, size_t *len) {
+    size_t n = 0;
     uint8_t *buf = rn_malloc(cap);
     if (!buf) return RN_ENOMEM;
     for (;;) {
@@ -41,10 +42,15 @@ static int read_fd(int fd, const char *path, uint8_t **out, size_t *len) {
 }
 
 int rn_file_read(const char *path, uint8_t **out, size_t *len) {
-    if (strcmp(path, "-") == 0) return read_fd(0, "<stdin>", out, len);
+    if (strcmp(path, "-") == 0) return read_fd(0, "<stdin>", 1 << 16, out, len);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return rn_errorf(RN_EIO, "%s: cannot open: %s", path, strerror(errno));
-    int rc = read_fd(fd, path, out, len);
+    struct stat st;
+    size_t cap = 1 << 16;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX / 2)
+        cap = (size_t)st.st_size + 1; /* +1: the read that finds the end needs room; without
+                                         the size (a pipe) the buffer grows as it fills */
+    int rc = read_fd(fd, path, cap, out, len);
     close(fd);
     return rc;
 }

@@ -87,7 +87,9 @@ struct worker {
 
 static void *def_alloc(size_t n, void *ctx) {
     void *p = NULL;
-    return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
+    if (posix_memalign(&p, 64, n ? n : 1) != 0) return NULL;
+    rn_advise_huge(p, n);
+    return p;
 }
 static void def_free(void *p, void *ctx) { free(p); }
 

@@ -1,3 +1,6 @@
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -118,8 +121,63 @@ static void test_json(void) {
     CHECK(!strcmp(json_end(&o), "1e+07"), "large reading: %s", o.text);
 }
 
+/* the VmFlags of the mapping that holds p in /proc/self/smaps ("" if none is found) */
+static void vm_flags(const void *p, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    char line[512];
+    int inside = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        /* a mapping's first line starts with its lowercase hex range, the others with a
+         * capitalised name */
+        int head = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
+        if (head && sscanf(line, "%lx-%lx ", &a, &b) == 2)
+            inside = (uintptr_t)p >= a && (uintptr_t)p < b;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            snprintf(out, cap, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* rn_malloc and rn_calloc advise huge pages on big blocks (MADV_HUGEPAGE: the mapping's
+ * "hg" flag), not on small ones; rn_advise_huge takes any pointer and size */
+static void test_advise_huge(void) {
+    rn_advise_huge(NULL, (size_t)64 << 20);
+    char small[100];
+    rn_advise_huge(small, sizeof small);
+    size_t n = (size_t)24 << 20;
+    uint8_t *a = rn_malloc(n), *c = rn_calloc(n / 4, 4);
+    CHECK(a && c, "allocations");
+    if (!a || !c) return;
+    memset(a, 7, n);
+    CHECK(a[n - 1] == 7 && c[n - 1] == 0, "the memory is usable, calloc's zeroed");
+    FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[128] = "";
+    if (thp) {
+        if (!fgets(mode, sizeof mode, thp)) mode[0] = 0;
+        fclose(thp);
+    }
+    if (!strstr(mode, "[always]") && !strstr(mode, "[madvise]")) {
+        printf("test_basics: huge-page advice not checked: transparent huge pages are off here (%s)\n",
+               mode[0] ? mode : "no /sys/kernel/mm/transparent_hugepage/enabled");
+    } else {
+        char fl[512];
+        vm_flags(a + n / 2, fl, sizeof fl);
+        CHECK(strstr(fl, " hg") != NULL, "rn_malloc's %zu bytes advised: VmFlags%s", n, fl);
+        vm_flags(c + n / 2, fl, sizeof fl);
+        CHECK(strstr(fl, " hg") != NULL, "rn_calloc's %zu bytes advised: VmFlags%s", n, fl);
+    }
+    free(a);
+    free(c);
+}
+
 int main(void) {
     test_crc32c();
+    test_advise_huge();
     test_philox();
     test_half();
     test_json();
