@@ -69,7 +69,7 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
 
 @test "bench-gpu's dry run on the CPU: every line in the summary form, rows rn cannot run say so with no number" {
     have_torch || skip "needs PyTorch for the peer"
-    [ -n "${RN_SANITIZE:-}" ] && skip "a dry run of the benchmark script under the sanitizers is too slow; covered by the plain build"
+    plain_build_only "a dry run of the benchmark script (rn-train and PyTorch runs)"
     mpi_no_leak_checks # its DDP row runs rn-train under mpirun
     # a stand-in NVML, so that the sampling and its windows run too
     cc -shared -fPIC -o "$BATS_TEST_TMPDIR/libnvidia-ml.so.1" "$BATS_TEST_DIRNAME/gpu/fake-nvml.c"
@@ -108,7 +108,7 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
 
 @test "gpu-check's dry run on the CPU: every row it can run passes (the op harness CPU against CPU, training, ranks)" {
     cuda_build || skip "a CPU-only build: gpu-check wants the CUDA backend built"
-    [ -n "${RN_SANITIZE:-}" ] && skip "a dry run of the GPU check script under the sanitizers is too slow; covered by the plain build"
+    plain_build_only "a dry run of the GPU check script (the op harness, training, ranks)"
     mpi_no_leak_checks # its data-parallel row runs rn-train under mpirun
     run env GPU_CHECK_DRY=1 GPU_CHECK_BUILD=0 GPU_CHECK_OUT="$BATS_TEST_TMPDIR/gc" \
         BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" "$BATS_TEST_DIRNAME/gpu/gpu-check.sh"

@@ -81,6 +81,7 @@ eval_on() {
 }
 
 @test "1 to 4 ranks: the same JSON (full-precision loss) and logits at batch 1, 3 and 8" {
+    plain_build_only "1 to 4 ranks at 3 batch sizes"
     need_mpi
     # batch 1: every step leaves all ranks but one empty; batch 3 (22 = 7*3 + 1): a
     # short last run; batch 8 on 4 ranks: one step of 22, rank 0 empty

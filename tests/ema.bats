@@ -82,6 +82,7 @@ print(sorted(fields))'
 }
 
 @test "the EMA set equals torchvision's ExponentialMovingAverage over the same weights (12 steps, warm-up reset)" {
+    plain_build_only "12 one-step runs against torchvision"
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     # one step per run (resume is exact, tested below), the weights after each exported
     prev=init.pb
@@ -119,6 +120,7 @@ print(sorted(fields))'
 }
 
 @test "resume with EMA is exact, and the EMA set is the same bytes for --threads 1, 2 and 3" {
+    plain_build_only "runs at 1, 2 and 3 threads and resumed"
     for t in 1 2 3; do
         rn-train --data train.lmdb --in init.pb --out full$t.pb --max-steps 10 $T $E --threads $t 2> /dev/null
     done

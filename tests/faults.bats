@@ -25,6 +25,7 @@ kill_after() {
 }
 
 @test "rn-train killed at 12 points during --save-every 1: the checkpoint is always a whole one; the next run succeeds" {
+    plain_build_only "12 killed runs"
     A="--data train.lmdb --batch 8 --crop 32 --workers 1 --threads 2 --save-every 1"
     rn-train $A --in init.pb --out run.pb --max-steps 1 2> /dev/null
     for t in 0.1 0.3 0.5 0.7 0.9 1.1 1.3 1.6 1.9 2.2 2.6 3.0; do
@@ -39,6 +40,7 @@ kill_after() {
 }
 
 @test "rn-init and rn-export killed at 8 points: the old file or the whole new one, never a part; the next run succeeds" {
+    plain_build_only "8 killed runs of each"
     rn-init --arch resnet50 --classes 10 --seed 4 -o keep.pb
     rn-init --arch resnet50 --classes 10 --seed 5 -o new.pb
     rn-export keep.pb keep.safetensors

@@ -6,7 +6,12 @@ RN_BIN=${RN_BIN:-$BATS_TEST_DIRNAME/../build/bin}
 PATH="$RN_BIN:$PATH"
 PYTHON=${PYTHON:-/usr/bin/python3}
 
-have_torch() { "$PYTHON" -c 'import torch, torchvision' 2>/dev/null; }
+# torch and torchvision import (2 s): asked once per bats run, the answer kept in its tmpdir
+have_torch() {
+    local f="${BATS_RUN_TMPDIR:?}/have_torch"
+    [ -f "$f" ] || { "$PYTHON" -c 'import torch, torchvision' 2>/dev/null && echo yes > "$f" || echo no > "$f"; }
+    [ "$(cat "$f")" = yes ]
+}
 
 # xor one byte of a file at an offset, in place
 flip_byte() {
@@ -32,4 +37,13 @@ toy_setup() {
 # then check memory errors, not leaks.
 mpi_no_leak_checks() {
     [ -z "${RN_SANITIZE:-}" ] || export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+}
+
+# The sanitizer build (make test SANITIZE=1, RN_SANITIZE) checks memory and undefined
+# behaviour, which one run of a code path shows. A test that only runs paths the file's
+# other tests already run, again and again to compare the bytes (threads, ranks, resume,
+# kill points) or against a Python reference, is the plain build's: there it skips, so
+# that CI's two halves fit its time.
+plain_build_only() {
+    [ -z "${RN_SANITIZE:-}" ] || skip "${1:-repeats code paths other tests run} under the sanitizers: the plain build runs it"
 }

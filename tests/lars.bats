@@ -75,6 +75,7 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
 }
 
 @test "LARS with poly and warm-up: 2N steps equal N steps, resume, N steps; --threads 1, 2, 3 the same bytes" {
+    plain_build_only "runs at 1, 2 and 3 threads and resumed"
     P="$L --lr 2 --lr-schedule poly --warmup-epochs 1 --lr-epochs 3"
     rn-train --data train.lmdb --in init.pb --out full.pb --max-steps 8 $T $P --log full.jsonl --log-every 1
     rn-train --data train.lmdb --in init.pb --out half.pb --max-steps 4 $T $P

@@ -116,6 +116,7 @@ E="--augment crop-pad=4,flip,erase=0.5:random"
 }
 
 @test "--dump-grads with mixup, cutmix and label smoothing matches torchvision's reference mixing" {
+    plain_build_only "4 mixing settings against torchvision"
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     rn-export init.pb init.safetensors
     for how in "--mixup 4" "--cutmix 1.0" "--mixup 0.2 --label-smoothing 0.1" "--cutmix 1.0 --label-smoothing 0.1"; do

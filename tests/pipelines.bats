@@ -257,6 +257,7 @@ EOF
 }
 
 @test "bench-dist's dry run: rn-train on 2 ranks and the DDP peer each give img/s, in the summary form" {
+    plain_build_only "a dry run of the benchmark script (rn-train and PyTorch runs)"
     command -v mpirun >/dev/null || skip "no mpirun"
     have_torch || skip "no torch/torchvision for $PYTHON"
     mpi_no_leak_checks
@@ -346,6 +347,7 @@ PY
 }
 
 @test "bench-infer's dry run: rn, onnxruntime and PyTorch each give a rate in the summary form, and the log each round's rn/onnxruntime ratio" {
+    plain_build_only "a dry run of the benchmark script (rn, onnxruntime and PyTorch runs)"
     have_torch || skip "no torch/torchvision for $PYTHON"
     run env DRY=1 DIR="$PWD/binfer" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
         "$BATS_TEST_DIRNAME/bench/infer.sh"
@@ -363,6 +365,7 @@ PY
 }
 
 @test "bench-infer with ORT=0: the onnxruntime rows say skipped and why, the PyTorch rows still come, exit 0" {
+    plain_build_only "a dry run of the benchmark script (rn and PyTorch runs)"
     have_torch || skip "no torch/torchvision for $PYTHON"
     run env ORT=0 DRY=1 DIR="$PWD/binfer" BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}" PYTHON="$PYTHON" \
         "$BATS_TEST_DIRNAME/bench/infer.sh"

@@ -202,6 +202,7 @@ print(abs(e['val_loss'] - a) < 1e-5, abs(e['ema_val_loss'] - b) < 1e-5)" "$loss"
 }
 
 @test "--crop-schedule: the crop of each epoch follows FFCV's formula; resume is exact across a change" {
+    plain_build_only "runs resumed across crop changes"
     C="--data train.lmdb --batch 8 --crop-schedule 32:96:0:3 $T"
     run rn-train $C --in init.pb --out cs.pb --epochs 5 --log cs.jsonl
     assert_success

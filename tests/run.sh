@@ -2,7 +2,8 @@
 # Runs every test: the C unit tests in $BUILD/tests, the fuzz harnesses' replay of
 # tests/fuzz/seeds/ and tests/fuzz/regress/ (inputs that once crashed), the bats lint (tests/lint-bats.sh), then
 # the bats files in tests/.
-# Each unit test's and each bats file's seconds are printed after it (where CI time goes).
+# Each unit test's and each bats file's seconds are printed after it, each bats test's
+# milliseconds on its line (where CI time goes).
 # Ends with one line "tests: N passed, N failed, N skipped" and exits non-zero on a failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -63,7 +64,7 @@ if command -v bats >/dev/null; then
     for f in tests/*.bats; do
         [ -f "$f" ] || continue
         t0=$SECONDS
-        out=$(bats --tap "$f" 2>&1)
+        out=$(bats --tap --timing "$f" 2>&1) # --timing: each test's milliseconds
         echo "$out"
         echo "# $f: $((SECONDS - t0)) s"
         p=$(grep -c '^ok .*# skip' <<<"$out")

@@ -388,6 +388,7 @@ print("64 images agree")'
 }
 
 @test "--freeze-bn: torchvision's gradients with BN in eval(); BN buffers kept; K=2 micro-batches equal one batch of 2B" {
+    plain_build_only "torchvision's gradients and runs at 1 and 2 micro-batches (test_amp runs frozen BN under the sanitizers)"
     have_torch || skip "no torch/torchvision for $PYTHON (run make deps)"
     # three ordinary steps first, so that the running statistics are not the initial 0 and 1
     rn-train --data train.lmdb --in init.pb --out fz0.pb --max-steps 3 $T
