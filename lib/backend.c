@@ -638,10 +638,15 @@ static int check_fc(rn_backend *be, const char *op, rn_fc_desc *d) {
     return RN_OK;
 }
 
+size_t rn_fc_workspace(rn_backend *be, const rn_fc_desc *d) {
+    return be->ops->fc_workspace ? be->ops->fc_workspace(be, d) : 0;
+}
+
 int rn_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
               const void *b, void *y) {
     rn_fc_desc dd = *d;
     int rc = check_fc(be, "fc_fwd", &dd);
+    if (!rc) rc = check_ws(be, "fc_fwd", rn_fc_workspace(be, &dd));
     if (rc) return rc;
     NEED(x, "fc_fwd"); NEED(w, "fc_fwd"); NEED(y, "fc_fwd");
     return after(be, be->ops->fc_fwd(be, &dd, x, w, b, y));
@@ -651,6 +656,7 @@ int rn_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
               const void *dy, void *dx, void *dw, void *db, int accumulate) {
     rn_fc_desc dd = *d;
     int rc = check_fc(be, "fc_bwd", &dd);
+    if (!rc) rc = check_ws(be, "fc_bwd", rn_fc_workspace(be, &dd));
     if (rc) return rc;
     NEED(x, "fc_bwd"); NEED(w, "fc_bwd"); NEED(dy, "fc_bwd"); NEED(dw, "fc_bwd");
     return after(be, be->ops->fc_bwd(be, &dd, x, w, dy, dx, dw, db, accumulate != 0));

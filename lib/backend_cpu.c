@@ -1091,6 +1091,7 @@ static const rn_backend_ops cpu_ops = {
     .maxpool_bwd = cpu_maxpool_bwd,
     .avgpool_global_fwd = cpu_gap_fwd,
     .avgpool_global_bwd = cpu_gap_bwd,
+    .fc_workspace = rn_cpu_fc_workspace,
     .fc_fwd = rn_cpu_fc_fwd,
     .fc_bwd = rn_cpu_fc_bwd,
     .softmax_xent = cpu_softmax_xent,
@@ -1114,8 +1115,15 @@ int rn_backend_cpu_init(rn_backend *be) {
     /* OpenBLAS's own pool stays idle: every GEMM is split across this context's pool
      * (backend_cpu_gemm.c says why). The setting is process-wide. */
     openblas_set_num_threads(1);
+    /* the GEMMs' kernel: rn's own (backend_cpu_fused.c), or OpenBLAS's */
+    int isa = be->opts.cpu_conv_openblas ? RN_GEMM_NONE : rn_cpu_gemm_isa();
+    if (isa == RN_GEMM_AVX512 && be->opts.cpu_gemm_avx2) isa = RN_GEMM_AVX2;
     const char *core = openblas_get_corename();
-    snprintf(be->name, sizeof be->name, "cpu: OpenBLAS %s, %d thread%s", core ? core : "?",
-             be->nthreads, be->nthreads == 1 ? "" : "s");
+    if (isa)
+        snprintf(be->name, sizeof be->name, "cpu: rn GEMM %s, %d thread%s", isa == RN_GEMM_AVX512 ? "AVX-512" : "AVX2",
+                 be->nthreads, be->nthreads == 1 ? "" : "s");
+    else
+        snprintf(be->name, sizeof be->name, "cpu: OpenBLAS %s, %d thread%s", core ? core : "?", be->nthreads,
+                 be->nthreads == 1 ? "" : "s");
     return RN_OK;
 }

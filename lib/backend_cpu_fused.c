@@ -1,41 +1,54 @@
-/* The CPU inference path's own GEMM: y = [relu](a w^T + (bias [+ res])) with the bias,
- * residual and ReLU applied in registers, on x86-64 CPUs with AVX2 and FMA.
+/* The CPU backend's own GEMM: C = [relu](A B + (bias [+ res])), or C += A B, on x86-64
+ * CPUs with AVX2 and FMA (six rows by 16 columns at a time) or AVX-512 (eight rows by
+ * 32 columns). Every convolution and fully connected layer of training and inference
+ * runs on it where the CPU has one of them (backend_cpu_gemm.c), unless
+ * RN_CPU_GEMM=openblas.
  *
- * Why not OpenBLAS here. OpenBLAS packs both operands on every call (one more pass over
- * the activations after im2col's) and cannot fuse an epilogue, so the inference conv
- * paid for a fill pass before the GEMM and a ReLU pass after it; and at ResNet-50's
- * 56x56 layers (C = 64: short dot products) its kernel ran at 0.6-0.7 of its own peak.
- * This kernel reads the activation rows where they are (x itself for a 1x1 conv, the
- * im2col tile otherwise): each of MR rows is a sequential stream, one broadcast per row
- * and step, against a panel of NR output channels packed once per call. Measured on a
- * 2-core EPYC, one thread: C = 64 shapes 1.5x OpenBLAS's sgemm, C >= 1024 0.9-1.05x
- * (README, Benchmarks).
+ * Summation order, the point of it. Every C element is sum_p A(r,p) B(p,j), accumulated
+ * by one FMA per term in the order of p from 0 (from C's own value when accumulating,
+ * from 0 otherwise), through memory between KCB-long chunks of p (a float stored and
+ * reloaded is exact), then + (bias + res), then ReLU as max(0, v), which passes NaN and
+ * keeps -0 as v < 0 ? 0 : v does. A vector lane holds one element's whole chain, so the
+ * vector width, the block sizes, how rows and columns are cut into tasks and which
+ * thread runs them change nothing: the AVX2 and AVX-512 kernels give the same bits, for
+ * any thread count, whatever OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their
+ * own order). test_ops checks the two kernels against each other bit for bit.
  *
- * Summation order. Every y element is sum_p a[p] w[p] accumulated by FMA in the order of
- * p from 0, through memory between KCB-long chunks of p (a float stored and reloaded is
- * exact), then + (bias + res), then ReLU as max(0, v), which passes NaN and keeps -0 as
- * v < 0 ? 0 : v does. Nothing depends on how rows and panels are cut or which thread runs
- * them, nor on OPENBLAS_CORETYPE: the bits depend only on the inputs. */
+ * Why not OpenBLAS's sgemm, besides the order. It packs both operands on every call (one
+ * more pass over the activations after im2col's) and cannot fuse an epilogue, and at
+ * ResNet-50's 56x56 layers (C = 64: short dot products) its kernel ran at 0.6-0.7 of its
+ * own peak. Here A is read where it is (x itself for a 1x1 conv, the im2col tile, dy)
+ * with one broadcast per row and step, against B packed once per call into panels of
+ * NR columns (the weights; in the weight gradient the im2col tile) or read in place.
+ *
+ * Operands (rn_cpu_gemm_args): A (m x kc) at a[r*ars + p*aps], either row-major (aps 1)
+ * or transposed (ars 1: the weight gradient's dy^T); B (kc x n) at
+ * b[(j / NR) * bps + p * bpp + j % NR], packed panels (bps = kc * NR, bpp = NR) or a
+ * row-major matrix (bps = NR, bpp = its row stride); C row-major. */
 #include <stdint.h>
 #include <string.h>
 
 #include "rn/backend_cpu_impl.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-#define MR RN_FUSED_MR
 #define NR RN_FUSED_NR
-/* Steps of p per pass over a row tile: the panel (KCB x NR floats, 16 KiB) stays in L1
- * while MR-row groups stream past it, the row tile's KCB columns (48 rows: 48 KiB) in L1/L2. */
+/* Steps of p per pass: a block of B (KCB x 32 floats, 32 KiB) stays in L1 while MR-row
+ * groups of A stream past it. */
 #define KCB 256
 
-int rn_cpu_fused_available(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+/* B (kc x n, row stride ldb) into panels [t0, t1) of NR columns (zero past n). */
+void rn_cpu_gemm_pack_n(const float *b, int64_t ldb, int64_t kc, int64_t n, int64_t t0, int64_t t1, float *out) {
+    for (int64_t t = t0; t < t1; t++) {
+        float *dst = out + t * kc * NR;
+        int64_t j0 = t * NR, nb = n - j0 < NR ? n - j0 : NR;
+        for (int64_t p = 0; p < kc; p++) {
+            memcpy(dst + p * NR, b + p * ldb + j0, sizeof(float) * (size_t)nb);
+            if (nb < NR) memset(dst + p * NR + nb, 0, sizeof(float) * (size_t)(NR - nb));
+        }
+    }
 }
 
-/* Panels [p0, p1) of w (k, kc) row-major into wp: panel t holds kc rows of NR output
- * channels (filters t*NR ..), zero past k. */
+/* Panels [p0, p1) of w (k, kc) row-major, used as B = w^T (kc x k): panel t holds kc rows
+ * of NR output channels (filters t*NR ..), zero past k. */
 void rn_cpu_fused_pack(const float *w, int64_t k, int64_t kc, int64_t p0, int64_t p1, float *wp) {
     for (int64_t t = p0; t < p1; t++) {
         float *dst = wp + t * kc * NR;
@@ -51,102 +64,260 @@ void rn_cpu_fused_pack(const float *w, int64_t k, int64_t kc, int64_t p0, int64_
     }
 }
 
-/* The epilogue's inputs for one MR x NR block: bias (NR), res (row stride ldc) or NULL. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+int rn_cpu_gemm_isa(void) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return RN_GEMM_NONE;
+    return __builtin_cpu_supports("avx512f") ? RN_GEMM_AVX512 : RN_GEMM_AVX2;
+}
+
+/* One block's epilogue: first (start from 0, not C), last (the chunk that ends the sum:
+ * add bias and res, then ReLU), bias (the block's columns) and res (C's layout) or NULL. */
 typedef struct {
     int first, last, relu;
     const float *bias, *res;
 } epi;
 
-/* c (MR x NR, row stride ldc) = [first ? 0 : c] + a (MR rows of kc, stride lda) * b
- * (kc x NR packed), then on the last chunk + (bias + res) and ReLU. */
-__attribute__((target("avx2,fma"))) static void kern(int64_t kc, const float *a, int64_t lda, const float *b,
-                                                     float *c, int64_t ldc, const epi *e) {
-    __m256 acc[MR][2];
-    /* every loop over acc fully unrolled, so that it lives in registers */
+/* One block: rows x (NR * 2) floats on AVX-512 / rows x NR on AVX2, the rows of A from
+ * a, kb steps of p. rows < MR only with row-major A (the missing rows read the last one
+ * again and are not stored). */
+typedef struct {
+    int64_t kb, rows;
+    const float *a;
+    int64_t ars, aps;
+    const float *b;
+    int64_t bps, bpp;
+    float *c;
+    int64_t ldc;
+} blk;
+
+/* ---- AVX2: six rows by one panel (two ymm) ---- */
+#define MR2 6
+
+static inline __attribute__((always_inline, target("avx2,fma"))) void k2_body(const blk *k, const epi *e,
+                                                                              const int trans) {
+    __m256 acc[MR2][2];
+    const int64_t rows = k->rows, ldc = k->ldc;
+    float *c = k->c;
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR2; r++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
-            acc[r][h] = e->first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + h * 8);
-    const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda,
-                *a5 = a + 5 * lda;
-    for (int64_t p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_loadu_ps(b + p * NR), b1 = _mm256_loadu_ps(b + p * NR + 8), x;
-        x = _mm256_broadcast_ss(a0 + p);
-        acc[0][0] = _mm256_fmadd_ps(x, b0, acc[0][0]);
-        acc[0][1] = _mm256_fmadd_ps(x, b1, acc[0][1]);
-        x = _mm256_broadcast_ss(a1 + p);
-        acc[1][0] = _mm256_fmadd_ps(x, b0, acc[1][0]);
-        acc[1][1] = _mm256_fmadd_ps(x, b1, acc[1][1]);
-        x = _mm256_broadcast_ss(a2 + p);
-        acc[2][0] = _mm256_fmadd_ps(x, b0, acc[2][0]);
-        acc[2][1] = _mm256_fmadd_ps(x, b1, acc[2][1]);
-        x = _mm256_broadcast_ss(a3 + p);
-        acc[3][0] = _mm256_fmadd_ps(x, b0, acc[3][0]);
-        acc[3][1] = _mm256_fmadd_ps(x, b1, acc[3][1]);
-        x = _mm256_broadcast_ss(a4 + p);
-        acc[4][0] = _mm256_fmadd_ps(x, b0, acc[4][0]);
-        acc[4][1] = _mm256_fmadd_ps(x, b1, acc[4][1]);
-        x = _mm256_broadcast_ss(a5 + p);
-        acc[5][0] = _mm256_fmadd_ps(x, b0, acc[5][0]);
-        acc[5][1] = _mm256_fmadd_ps(x, b1, acc[5][1]);
+            acc[r][h] = e->first || r >= rows ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + h * 8);
+    const float *b = k->b;
+    const int64_t bpp = k->bpp, kb = k->kb;
+#define F2(r, x)                                          \
+    acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);        \
+    acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+    if (!trans) {
+        const int64_t l = k->ars;
+        const float *a0 = k->a, *a1 = a0 + (rows > 1 ? l : 0), *a2 = a0 + (rows > 2 ? 2 * l : 0),
+                    *a3 = a0 + (rows > 3 ? 3 * l : 0), *a4 = a0 + (rows > 4 ? 4 * l : 0),
+                    *a5 = a0 + (rows > 5 ? 5 * l : 0);
+        for (int64_t p = 0; p < kb; p++) {
+            __m256 b0 = _mm256_loadu_ps(b + p * bpp), b1 = _mm256_loadu_ps(b + p * bpp + 8), x;
+            x = _mm256_broadcast_ss(a0 + p);
+            F2(0, x) x = _mm256_broadcast_ss(a1 + p);
+            F2(1, x) x = _mm256_broadcast_ss(a2 + p);
+            F2(2, x) x = _mm256_broadcast_ss(a3 + p);
+            F2(3, x) x = _mm256_broadcast_ss(a4 + p);
+            F2(4, x) x = _mm256_broadcast_ss(a5 + p);
+            F2(5, x)
+        }
+    } else {
+        const float *ap = k->a;
+        const int64_t s = k->aps;
+        for (int64_t p = 0; p < kb; p++, ap += s) {
+            __m256 b0 = _mm256_loadu_ps(b + p * bpp), b1 = _mm256_loadu_ps(b + p * bpp + 8), x;
+            x = _mm256_broadcast_ss(ap);
+            F2(0, x) x = _mm256_broadcast_ss(ap + 1);
+            F2(1, x) x = _mm256_broadcast_ss(ap + 2);
+            F2(2, x) x = _mm256_broadcast_ss(ap + 3);
+            F2(3, x) x = _mm256_broadcast_ss(ap + 4);
+            F2(4, x) x = _mm256_broadcast_ss(ap + 5);
+            F2(5, x)
+        }
     }
+#undef F2
     if (e->last) {
         const __m256 zero = _mm256_setzero_ps();
 #pragma GCC unroll 6
-        for (int r = 0; r < MR; r++)
+        for (int r = 0; r < MR2; r++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m256 add = _mm256_loadu_ps(e->bias + h * 8);
-                if (e->res) add = _mm256_add_ps(add, _mm256_loadu_ps(e->res + r * ldc + h * 8));
-                acc[r][h] = _mm256_add_ps(acc[r][h], add);
+                if (r >= rows) continue;
+                if (e->bias || e->res) {
+                    __m256 add = e->bias ? _mm256_loadu_ps(e->bias + h * 8) : zero;
+                    if (e->res) {
+                        __m256 v = _mm256_loadu_ps(e->res + r * ldc + h * 8);
+                        add = e->bias ? _mm256_add_ps(add, v) : v;
+                    }
+                    acc[r][h] = _mm256_add_ps(acc[r][h], add);
+                }
                 /* MAXPS returns its second operand when either is NaN or both are zero */
                 if (e->relu) acc[r][h] = _mm256_max_ps(zero, acc[r][h]);
             }
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR2; r++)
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) _mm256_storeu_ps(c + r * ldc + h * 8, acc[r][h]);
+        for (int h = 0; h < 2; h++)
+            if (r < rows) _mm256_storeu_ps(c + r * ldc + h * 8, acc[r][h]);
 }
 
-/* A block of mr < MR rows or nb < NR columns: through full-size copies, so that every
- * element sees the same arithmetic as in kern's full blocks. */
-__attribute__((target("avx2,fma"))) static void kern_edge(int64_t kc, int64_t mr, int64_t nb, const float *a,
-                                                          int64_t lda, const float *b, float *c, int64_t ldc,
-                                                          const epi *e) {
-    float ta[MR * KCB], tc[MR * NR], tr[MR * NR], tb[NR];
-    memset(ta, 0, sizeof ta);
-    memset(tc, 0, sizeof tc);
-    memset(tr, 0, sizeof tr);
-    memset(tb, 0, sizeof tb);
-    for (int64_t r = 0; r < mr; r++) {
-        memcpy(ta + r * kc, a + r * lda, sizeof(float) * (size_t)kc);
-        if (!e->first) memcpy(tc + r * NR, c + r * ldc, sizeof(float) * (size_t)nb);
-        if (e->last && e->res) memcpy(tr + r * NR, e->res + r * ldc, sizeof(float) * (size_t)nb);
+__attribute__((target("avx2,fma"))) static void k2_n(const blk *k, const epi *e) { k2_body(k, e, 0); }
+__attribute__((target("avx2,fma"))) static void k2_t(const blk *k, const epi *e) { k2_body(k, e, 1); }
+
+/* ---- AVX-512: eight rows by two panels (two zmm) ---- */
+#define MR5 8
+
+static inline __attribute__((always_inline, target("avx512f"))) void k5_body(const blk *k, const epi *e,
+                                                                             const int trans) {
+    __m512 acc[MR5][2];
+    const int64_t rows = k->rows, ldc = k->ldc;
+    float *c = k->c;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR5; r++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            acc[r][h] = e->first || r >= rows ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + h * NR);
+    const float *b = k->b, *bh = k->b + k->bps;
+    const int64_t bpp = k->bpp, kb = k->kb;
+#define F5(r, x)                                          \
+    acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);        \
+    acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    if (!trans) {
+        const int64_t l = k->ars;
+        const float *a0 = k->a, *a1 = a0 + (rows > 1 ? l : 0), *a2 = a0 + (rows > 2 ? 2 * l : 0),
+                    *a3 = a0 + (rows > 3 ? 3 * l : 0), *a4 = a0 + (rows > 4 ? 4 * l : 0),
+                    *a5 = a0 + (rows > 5 ? 5 * l : 0), *a6 = a0 + (rows > 6 ? 6 * l : 0),
+                    *a7 = a0 + (rows > 7 ? 7 * l : 0);
+        for (int64_t p = 0; p < kb; p++) {
+            __m512 b0 = _mm512_loadu_ps(b + p * bpp), b1 = _mm512_loadu_ps(bh + p * bpp), x;
+            x = _mm512_set1_ps(a0[p]);
+            F5(0, x) x = _mm512_set1_ps(a1[p]);
+            F5(1, x) x = _mm512_set1_ps(a2[p]);
+            F5(2, x) x = _mm512_set1_ps(a3[p]);
+            F5(3, x) x = _mm512_set1_ps(a4[p]);
+            F5(4, x) x = _mm512_set1_ps(a5[p]);
+            F5(5, x) x = _mm512_set1_ps(a6[p]);
+            F5(6, x) x = _mm512_set1_ps(a7[p]);
+            F5(7, x)
+        }
+    } else {
+        const float *ap = k->a;
+        const int64_t s = k->aps;
+        for (int64_t p = 0; p < kb; p++, ap += s) {
+            __m512 b0 = _mm512_loadu_ps(b + p * bpp), b1 = _mm512_loadu_ps(bh + p * bpp), x;
+            x = _mm512_set1_ps(ap[0]);
+            F5(0, x) x = _mm512_set1_ps(ap[1]);
+            F5(1, x) x = _mm512_set1_ps(ap[2]);
+            F5(2, x) x = _mm512_set1_ps(ap[3]);
+            F5(3, x) x = _mm512_set1_ps(ap[4]);
+            F5(4, x) x = _mm512_set1_ps(ap[5]);
+            F5(5, x) x = _mm512_set1_ps(ap[6]);
+            F5(6, x) x = _mm512_set1_ps(ap[7]);
+            F5(7, x)
+        }
     }
-    if (e->last) memcpy(tb, e->bias, sizeof(float) * (size_t)nb);
-    epi te = {.first = e->first, .last = e->last, .relu = e->relu, .bias = tb, .res = e->res ? tr : NULL};
-    kern(kc, ta, kc, b, tc, NR, &te);
-    for (int64_t r = 0; r < mr; r++) memcpy(c + r * ldc, tc + r * NR, sizeof(float) * (size_t)nb);
+#undef F5
+    if (e->last) {
+        const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < MR5; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                if (r >= rows) continue;
+                if (e->bias || e->res) {
+                    __m512 add = e->bias ? _mm512_loadu_ps(e->bias + h * NR) : zero;
+                    if (e->res) {
+                        __m512 v = _mm512_loadu_ps(e->res + r * ldc + h * NR);
+                        add = e->bias ? _mm512_add_ps(add, v) : v;
+                    }
+                    acc[r][h] = _mm512_add_ps(acc[r][h], add);
+                }
+                /* as MAXPS: the second operand when either is NaN or both are zero */
+                if (e->relu) acc[r][h] = _mm512_max_ps(zero, acc[r][h]);
+            }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR5; r++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            if (r < rows) _mm512_storeu_ps(c + r * ldc + h * NR, acc[r][h]);
 }
 
-/* y rows [0, rows) x output channels [p0*NR, min(p1*NR, k)) (row stride k) =
- * [relu](a (rows x kc, row stride lda) w^T + (bias + res)), wp from rn_cpu_fused_pack;
- * res has y's layout, or NULL. */
-void rn_cpu_fused_gemm(const float *a, int64_t lda, int64_t rows, int64_t kc, const float *wp, int64_t k,
-                       int64_t p0, int64_t p1, const float *bias, const float *res, int relu, float *y) {
-    for (int64_t k0 = 0; k0 < kc; k0 += KCB) {
-        int64_t kb = kc - k0 < KCB ? kc - k0 : KCB;
-        for (int64_t t = p0; t < p1; t++) {
-            const float *b = wp + (t * kc + k0) * NR;
-            int64_t j0 = t * NR, nb = k - j0 < NR ? k - j0 : NR;
-            for (int64_t r = 0; r < rows; r += MR) {
-                int64_t mr = rows - r < MR ? rows - r : MR;
-                epi e = {.first = k0 == 0, .last = k0 + kb == kc, .relu = relu, .bias = bias + j0,
-                         .res = res ? res + r * k + j0 : NULL};
-                if (mr == MR && nb == NR) kern(kb, a + r * lda + k0, lda, b, y + r * k + j0, k, &e);
-                else kern_edge(kb, mr, nb, a + r * lda + k0, lda, b, y + r * k + j0, k, &e);
+__attribute__((target("avx512f"))) static void k5_n(const blk *k, const epi *e) { k5_body(k, e, 0); }
+__attribute__((target("avx512f"))) static void k5_t(const blk *k, const epi *e) { k5_body(k, e, 1); }
+
+/* A block the kernels do not take as it is: fewer columns than their width (C, bias and
+ * res through zero-padded copies; B, tb, was copied once for all the rows by the caller),
+ * or fewer rows than MR from a transposed A (A copied row-major). Copies are exact, so
+ * every element sees the same arithmetic as in a full block. */
+static void edge(int isa, int trans, int64_t nb, const blk *k, const epi *e, const float *tb) {
+    enum { W = 2 * NR, M = MR5 > MR2 ? MR5 : MR2 };
+    const int64_t width = isa == RN_GEMM_AVX512 ? W : NR, mr = isa == RN_GEMM_AVX512 ? MR5 : MR2;
+    float ta[M * KCB], tc[M * W], tr[M * W], tbias[W];
+    blk t = *k;
+    epi te = *e;
+    if (trans) { /* rows of A copied out of their columns; the missing ones zero */
+        memset(ta, 0, sizeof(float) * (size_t)(mr * k->kb));
+        for (int64_t r = 0; r < k->rows; r++)
+            for (int64_t p = 0; p < k->kb; p++) ta[r * k->kb + p] = k->a[r * k->ars + p * k->aps];
+        t.a = ta, t.ars = k->kb, t.aps = 1;
+    }
+    if (nb < width) {
+        memset(tc, 0, sizeof tc);
+        memset(tr, 0, sizeof tr);
+        memset(tbias, 0, sizeof tbias);
+        for (int64_t r = 0; r < k->rows; r++) {
+            if (!e->first) memcpy(tc + r * width, k->c + r * k->ldc, sizeof(float) * (size_t)nb);
+            if (e->last && e->res) memcpy(tr + r * width, e->res + r * k->ldc, sizeof(float) * (size_t)nb);
+        }
+        if (e->last && e->bias) memcpy(tbias, e->bias, sizeof(float) * (size_t)nb);
+        t.b = tb, t.bps = NR, t.bpp = width, t.c = tc, t.ldc = width;
+        te.bias = e->bias ? tbias : NULL;
+        te.res = e->res ? tr : NULL;
+    }
+    if (isa == RN_GEMM_AVX512) k5_n(&t, &te);
+    else k2_n(&t, &te);
+    if (nb < width)
+        for (int64_t r = 0; r < k->rows; r++) memcpy(k->c + r * k->ldc, tc + r * width, sizeof(float) * (size_t)nb);
+}
+
+void rn_cpu_gemm(const rn_cpu_gemm_args *g) {
+    const int wide = g->isa == RN_GEMM_AVX512, trans = g->a_trans;
+    const int64_t mr = wide ? MR5 : MR2, width = wide ? 2 * NR : NR;
+    float tb[KCB * 2 * NR]; /* a block of B narrower than the kernel, zero-padded */
+    for (int64_t k0 = 0; k0 < g->kc; k0 += KCB) {
+        const int64_t kb = g->kc - k0 < KCB ? g->kc - k0 : KCB;
+        for (int64_t j0 = 0; j0 < g->n; j0 += width) {
+            const int64_t nb = g->n - j0 < width ? g->n - j0 : width;
+            const float *b = g->b + j0 / NR * g->bps + k0 * g->bpp;
+            if (nb < width)
+                for (int64_t p = 0; p < kb; p++)
+                    for (int64_t j = 0; j < width; j++)
+                        tb[p * width + j] = j < nb ? b[j / NR * g->bps + p * g->bpp + j % NR] : 0.0f;
+            for (int64_t r0 = 0; r0 < g->m; r0 += mr) {
+                blk k = {.kb = kb,
+                         .rows = g->m - r0 < mr ? g->m - r0 : mr,
+                         .a = g->a + r0 * g->ars + k0 * g->aps,
+                         .ars = g->ars,
+                         .aps = g->aps,
+                         .b = b,
+                         .bps = g->bps,
+                         .bpp = g->bpp,
+                         .c = g->c + r0 * g->ldc + j0,
+                         .ldc = g->ldc};
+                epi e = {.first = k0 == 0 && !g->accumulate,
+                         .last = k0 + kb == g->kc,
+                         .relu = g->relu,
+                         .bias = g->bias ? g->bias + j0 : NULL,
+                         .res = g->res ? g->res + r0 * g->ldc + j0 : NULL};
+                if (nb < width || (trans && k.rows < mr)) edge(g->isa, trans, nb, &k, &e, tb);
+                else if (wide) trans ? k5_t(&k, &e) : k5_n(&k, &e);
+                else trans ? k2_t(&k, &e) : k2_n(&k, &e);
             }
         }
     }
@@ -154,16 +325,33 @@ void rn_cpu_fused_gemm(const float *a, int64_t lda, int64_t rows, int64_t kc, co
 
 #else
 
-int rn_cpu_fused_available(void) { return 0; }
+int rn_cpu_gemm_isa(void) { return RN_GEMM_NONE; }
 
-void rn_cpu_fused_pack(const float *w, int64_t k, int64_t kc, int64_t p0, int64_t p1, float *wp) {
-    (void)w, (void)k, (void)kc, (void)p0, (void)p1, (void)wp;
-}
-
-void rn_cpu_fused_gemm(const float *a, int64_t lda, int64_t rows, int64_t kc, const float *wp, int64_t k,
-                       int64_t p0, int64_t p1, const float *bias, const float *res, int relu, float *y) {
-    (void)a, (void)lda, (void)rows, (void)kc, (void)wp, (void)k, (void)p0, (void)p1, (void)bias, (void)res,
-        (void)relu, (void)y;
-}
+void rn_cpu_gemm(const rn_cpu_gemm_args *g) { (void)g; }
 
 #endif
+
+/* y rows [0, rows) x output channels [p0*NR, min(p1*NR, k)) (row stride k) =
+ * [relu](a (rows x kc, row stride lda) w^T + (bias + res)), wp from rn_cpu_fused_pack;
+ * res has y's layout, or NULL. */
+void rn_cpu_fused_gemm(int isa, const float *a, int64_t lda, int64_t rows, int64_t kc, const float *wp, int64_t k,
+                       int64_t p0, int64_t p1, const float *bias, const float *res, int relu, float *y) {
+    int64_t j0 = p0 * NR, j1 = p1 * NR < k ? p1 * NR : k;
+    if (j1 <= j0) return;
+    rn_cpu_gemm_args g = {.isa = isa,
+                          .m = rows,
+                          .n = j1 - j0,
+                          .kc = kc,
+                          .a = a,
+                          .ars = lda,
+                          .aps = 1,
+                          .b = wp + p0 * kc * NR,
+                          .bps = kc * NR,
+                          .bpp = NR,
+                          .c = y + j0,
+                          .ldc = k,
+                          .bias = bias ? bias + j0 : NULL,
+                          .res = res ? res + j0 : NULL,
+                          .relu = relu};
+    rn_cpu_gemm(&g);
+}

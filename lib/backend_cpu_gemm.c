@@ -158,33 +158,36 @@ static int wino_use(const rn_backend *be, const rn_conv_desc *d);
 static int wino_m(const rn_backend *be, const rn_conv_desc *d);
 static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d);
 static int fused_use(const rn_backend *be);
-static size_t fused_workspace(const rn_backend *be, const rn_conv_desc *d);
+static int own_isa(const rn_backend *be);
+static size_t own_workspace(const rn_backend *be, const rn_conv_desc *d);
 
 /* K rounded up to whole panels of rn's own kernel (backend_cpu_fused.c) */
 static int64_t k_pad(const rn_conv_desc *d) { return round_up(d->k, RN_FUSED_NR); }
 
 /* forward and backward-data: one tile per thread; backward-filter: one tile, cut by
  * columns; the inference forward of a Winograd shape: its transformed filters and one
- * block of tiles per thread; on rn's own kernel: the im2col tiles and the packed weights */
+ * block of tiles per thread; on rn's own kernel: the im2col tiles and behind them the
+ * packed weights (forward, backward-data) or each thread's packed im2col columns
+ * (backward-filter) */
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d) {
-    size_t im2col = pointwise(d) ? 0 : (size_t)be->nthreads * tile_stride(d) * sizeof(float);
+    size_t need = pointwise(d) ? 0 : (size_t)be->nthreads * tile_stride(d) * sizeof(float);
     if ((d->dirs & RN_CONV_FWD) && wino_use(be, d)) {
         size_t wino = wino_workspace(be, d);
-        if (wino > im2col) return wino;
+        if (wino > need) need = wino;
     }
-    if ((d->dirs & RN_CONV_FWD) && fused_use(be)) {
-        size_t fused = fused_workspace(be, d);
-        if (fused > im2col) return fused;
+    if (fused_use(be)) {
+        size_t own = own_workspace(be, d);
+        if (own > need) need = own;
     }
-    return im2col;
+    return need;
 }
 
 const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir) {
-    (void)be;
     if (dir == RN_CONV_BIAS_FWD && wino_use(be, d))
         return wino_m(be, d) == 4 ? "Winograd F(4x4,3x3)" : "Winograd F(2x2,3x3)";
     if (dir == RN_CONV_BIAS_FWD && fused_use(be))
         return pointwise(d) ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
+    if (fused_use(be)) return pointwise(d) ? "own GEMM (pointwise)" : "im2col + own GEMM";
     return pointwise(d) ? "GEMM (pointwise)" : "im2col + GEMM";
 }
 
@@ -280,6 +283,7 @@ typedef struct {
     float *pk;       /* where the weights' packed form is made (the workspace's front, or the
                         caller's buffer in rn_cpu_conv_bias_pack) */
     const float *wp; /* the packed form the GEMMs read */
+    int isa;         /* rn's own kernel (RN_GEMM_AVX2/AVX512), or RN_GEMM_NONE: OpenBLAS */
 } conv_job;
 
 /* Rows are independent: tiles of rows are handed out one at a time, each worker using
@@ -318,12 +322,15 @@ static void conv_fwd_block(void *ctx, int64_t t, int worker) {
     gemm_block(&j->g, t, CblasNoTrans, CblasTrans, kc, 1.0f, a, kc, j->w, kc, 0.0f, j->y, d->k);
 }
 
+static int fused_run(rn_backend *be, conv_job *j, int prepared);
+
 int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const void *wv,
                     void *yv) {
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
     const int nt = conv_team(be, d);
-    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt};
+    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .isa = own_isa(be)};
+    if (j.isa) return fused_run(be, &j, 0);
     if (whole(d)) {
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
         j.g = grid_of(rows_total(d), d->k);
@@ -748,7 +755,7 @@ static void wino_block(void *ctx, int64_t blk, int worker) {
     if (j->packed) {
         const int64_t panels = k_pad(d) / RN_FUSED_NR;
         for (int e = 0; e < E; e++)
-            rn_cpu_fused_gemm(V + e * tb * C, C, rows, C, U + e * k_pad(d) * C, K, 0, panels, zero, NULL, 0,
+            rn_cpu_fused_gemm(j->isa, V + e * tb * C, C, rows, C, U + e * k_pad(d) * C, K, 0, panels, zero, NULL, 0,
                               Mo + e * tb * K);
     } else {
         for (int e = 0; e < E; e++)
@@ -785,7 +792,7 @@ static void wino_gemm_part(void *ctx, int64_t t, int worker) {
     int64_t tb;
     float *V = wino_shared(j, &tb), *Mo = V + wino_e(j->wm) * tb * C;
     const float *zero = V - wino_zero_floats(d);
-    rn_cpu_fused_gemm(V + e * tb * C, C, tb, C, j->wp + e * k_pad(d) * C, K, p0, p1, zero, NULL, 0, Mo + e * tb * K);
+    rn_cpu_fused_gemm(j->isa, V + e * tb * C, C, tb, C, j->wp + e * k_pad(d) * C, K, p0, p1, zero, NULL, 0, Mo + e * tb * K);
 }
 static void wino_out_run(void *ctx, int64_t t, int worker) {
     (void)worker;
@@ -867,7 +874,14 @@ static int64_t fused_rows(const rn_conv_desc *d) {
 }
 #define FUSED_PACK_PANELS 4
 
-static int fused_use(const rn_backend *be) { return !be->opts.cpu_conv_openblas && rn_cpu_fused_available(); }
+/* rn's own kernel at the widest ISA the CPU has (AVX2 where RN_CPU_GEMM=avx2), or
+ * RN_GEMM_NONE: OpenBLAS (RN_CPU_GEMM=openblas, or a CPU without AVX2 and FMA) */
+static int own_isa(const rn_backend *be) {
+    if (be->opts.cpu_conv_openblas) return RN_GEMM_NONE;
+    int isa = rn_cpu_gemm_isa();
+    return isa == RN_GEMM_AVX512 && be->opts.cpu_gemm_avx2 ? RN_GEMM_AVX2 : isa;
+}
+static int fused_use(const rn_backend *be) { return own_isa(be) != RN_GEMM_NONE; }
 
 static int64_t fused_panels(const rn_conv_desc *d) { return k_pad(d) / RN_FUSED_NR; }
 static int64_t fused_w_floats(const rn_conv_desc *d) { return round_up(k_pad(d) * kcols(d), SPLIT_ALIGN); }
@@ -876,8 +890,32 @@ static int64_t fused_col_floats(const rn_backend *be, const rn_conv_desc *d) {
     return pointwise(d) ? 0 : be->nthreads * tile_stride(d);
 }
 
-static size_t fused_workspace(const rn_backend *be, const rn_conv_desc *d) {
-    return sizeof(float) * (size_t)(fused_col_floats(be, d) + fused_w_floats(d));
+/* backward-data: the weights packed as B = w (k x KC) */
+static int64_t kc_pad(const rn_conv_desc *d) { return round_up(kcols(d), RN_FUSED_NR); }
+static int64_t dgrad_w_floats(const rn_conv_desc *d) { return round_up(d->k * kc_pad(d), SPLIT_ALIGN); }
+
+/* backward-filter: dw's blocks (columns only where im2col builds them) and the rows of x
+ * or im2col per tile, as many as TILE_BYTES of its columns hold */
+static gemm_grid wgrad_grid(const rn_conv_desc *d) {
+    if (pointwise(d)) return grid_of(d->k, d->c);
+    /* blocks a whole number of the AVX-512 kernel's 32 columns wide */
+    return grid_cut(d->k, kcols(d), d->k, min64(round_up(ceil_div(kcols(d), PARTS), 2 * RN_FUSED_NR), kcols(d)));
+}
+static int64_t wgrad_rows(const rn_conv_desc *d) {
+    return pointwise(d) ? min64(rows_total(d), tile_rows(d)) : tile_rows(d);
+}
+/* one thread's packed tile of its block's columns */
+static int64_t wgrad_pk_floats(const rn_conv_desc *d) {
+    return round_up(wgrad_rows(d) * round_up(wgrad_grid(d).bn, RN_FUSED_NR), SPLIT_ALIGN);
+}
+
+static size_t own_workspace(const rn_backend *be, const rn_conv_desc *d) {
+    int64_t need = 0, col = fused_col_floats(be, d);
+    if (d->dirs & RN_CONV_FWD) need = col + fused_w_floats(d);
+    if ((d->dirs & RN_CONV_BWD_DATA) && col + dgrad_w_floats(d) > need) need = col + dgrad_w_floats(d);
+    if ((d->dirs & RN_CONV_BWD_FILTER) && col + be->nthreads * wgrad_pk_floats(d) > need)
+        need = col + be->nthreads * wgrad_pk_floats(d);
+    return sizeof(float) * (size_t)need;
 }
 
 static void fused_pack_task(void *ctx, int64_t t, int worker) {
@@ -909,7 +947,7 @@ static void fused_task(void *ctx, int64_t t, int worker) {
         im2col(d, j->x, m0, rows, 0, kc, col);
         a = col;
     }
-    rn_cpu_fused_gemm(a, kc, rows, kc, j->wp, d->k, p0, p1, j->bias, j->res ? j->res + m0 * d->k : NULL, j->relu,
+    rn_cpu_fused_gemm(j->isa, a, kc, rows, kc, j->wp, d->k, p0, p1, j->bias, j->res ? j->res + m0 * d->k : NULL, j->relu,
                       j->y + m0 * d->k);
 }
 
@@ -928,7 +966,8 @@ static int fused_run(rn_backend *be, conv_job *j, int prepared) {
     /* panels per task: all, unless the row tiles are fewer than PARTS and the rows are
        shared (a 1x1 conv's x or a whole im2col matrix) */
     j->ipt = panels;
-    if (row_tiles < PARTS && (pointwise(d) || whole(d))) j->ipt = ceil_div(panels, min64(ceil_div(PARTS, row_tiles), panels));
+    if (row_tiles < PARTS && (pointwise(d) || whole(d)))
+        j->ipt = min64(round_up(ceil_div(panels, min64(ceil_div(PARTS, row_tiles), panels)), 2), panels);
     if (!pointwise(d) && whole(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, j);
     rn_cpu_pool_run(be->impl, row_tiles * ceil_div(panels, j->ipt), nt, fused_task, j);
     return RN_OK;
@@ -956,7 +995,7 @@ int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, 
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .bias = bias, .res = res,
-                  .relu = relu};
+                  .relu = relu, .isa = own_isa(be)};
     if (wino_use(be, d)) return wino_run(be, &j, packed);
     if (fused_use(be)) return fused_run(be, &j, packed);
     if (whole(d)) {
@@ -968,6 +1007,102 @@ int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, 
     j.mt = bias_tile_rows(d);
     rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, conv_bias_tile, &j);
     return RN_OK;
+}
+
+
+/* ---- training's backward GEMMs on rn's own kernel ----
+ * The same tiles, blocks and tasks as through OpenBLAS below, with B packed into the
+ * kernel's panels: backward-data's weights once per call behind the im2col tiles,
+ * backward-filter's columns of x or im2col per tile into the worker's own slice. Each
+ * element's sum runs in one fixed order whatever the cut (backend_cpu_fused.c); the
+ * weight gradient's sum over the rows m runs from m = 0 up through every tile in turn,
+ * accumulated in dw itself. */
+
+static void dgrad_pack_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, kc_pad(d) / RN_FUSED_NR);
+    rn_cpu_gemm_pack_n(j->w, kcols(d), d->k, kcols(d), p0, p1, j->pk);
+}
+
+/* rows [m0, m0 + rows) x columns [j0, j0 + nb) of dcol (row stride ldc, at c) = dy w
+ * (+ what c holds, accumulating) */
+static void dgrad_gemm(const conv_job *j, int64_t m0, int64_t rows, int64_t j0, int64_t nb, float *c, int64_t ldc,
+                       int accumulate) {
+    const rn_conv_desc *d = j->d;
+    const int64_t K = d->k;
+    rn_cpu_gemm_args g = {.isa = j->isa, .m = rows, .n = nb, .kc = K, .a = j->dy + m0 * K, .ars = K, .aps = 1,
+                          .b = j->wp + j0 / RN_FUSED_NR * K * RN_FUSED_NR, .bps = K * RN_FUSED_NR,
+                          .bpp = RN_FUSED_NR, .c = c + j0, .ldc = ldc, .accumulate = accumulate};
+    rn_cpu_gemm(&g);
+}
+
+/* dw block [i0, i0 + mb) x [j0, j0 + nb) (+)= dy^T over rows [m0, m0 + rows) times pk,
+ * those rows' columns [j0, j0 + nb) in panels */
+static void wgrad_gemm(const conv_job *j, int64_t m0, int64_t rows, int64_t i0, int64_t mb, int64_t j0, int64_t nb,
+                       const float *pk, int accumulate) {
+    const rn_conv_desc *d = j->d;
+    const int64_t K = d->k, ld = pointwise(d) ? d->c : kcols(d);
+    rn_cpu_gemm_args g = {.isa = j->isa, .m = mb, .n = nb, .kc = rows, .a = j->dy + m0 * K + i0, .ars = 1, .aps = K,
+                          .a_trans = 1, .b = pk, .bps = rows * RN_FUSED_NR, .bpp = RN_FUSED_NR,
+                          .c = j->dw + i0 * ld + j0, .ldc = ld, .accumulate = accumulate};
+    rn_cpu_gemm(&g);
+}
+
+static void own_bwd_data_task(void *ctx, int64_t task, int worker) {
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int64_t M = rows_total(d), kc = kcols(d), C = d->c;
+    if (pointwise(d)) {
+        int64_t m0 = task * j->mt, rows = min64(M - m0, j->mt);
+        dgrad_gemm(j, m0, rows, 0, C, j->dx + m0 * C, C, j->accumulate);
+        return;
+    }
+    const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
+    float *col = j->ws + (int64_t)worker * tile_stride(d);
+    int64_t n0 = task * j->ipt, n1 = min64(n0 + j->ipt, d->n);
+    if (!j->accumulate) memset(j->dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
+    for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += j->mt) {
+        int64_t rows = min64(n1 * pq - m0, j->mt);
+        dgrad_gemm(j, m0, rows, 0, kc, col, kc, 0);
+        col2im_add(d, col, m0, rows, j->dx);
+    }
+}
+
+/* whole-matrix backward data: block t of dcol (or of dx, 1x1) */
+static void own_dcol_block(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    int64_t i0, mb, j0, nb;
+    grid_block(&j->g, t, &i0, &mb, &j0, &nb);
+    if (mb <= 0 || nb <= 0) return;
+    const int64_t ld = pointwise(d) ? d->c : kcols(d);
+    float *c = pointwise(d) ? j->dx : j->ws;
+    dgrad_gemm(j, i0, mb, j0, nb, c + i0 * ld, ld, pointwise(d) && j->accumulate);
+}
+
+static void own_bwd_filter_task(void *ctx, int64_t t, int worker) {
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    const int64_t M = rows_total(d), mt = j->mt;
+    int64_t i0, mb, j0, nb;
+    grid_block(&j->g, t, &i0, &mb, &j0, &nb);
+    if (mb <= 0 || nb <= 0) return;
+    float *pk = j->pk + (int64_t)worker * wgrad_pk_floats(d);
+    const int64_t panels = ceil_div(nb, RN_FUSED_NR);
+    for (int64_t m0 = 0; m0 < M; m0 += mt) {
+        int64_t rows = min64(M - m0, mt);
+        if (pointwise(d)) {
+            rn_cpu_gemm_pack_n(j->x + m0 * d->c + j0, d->c, rows, nb, 0, panels, pk);
+        } else {
+            float *col = j->ws + mt * j0;
+            im2col(d, j->x, m0, rows, j0, j0 + nb, col);
+            rn_cpu_gemm_pack_n(col, nb, rows, nb, 0, panels, pk);
+        }
+        wgrad_gemm(j, m0, rows, i0, mb, j0, nb, pk, m0 > 0 || j->accumulate);
+    }
 }
 
 /* Receptive fields overlap inside an image but never across images, so a task is a run
@@ -1046,21 +1181,28 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate,
-                  .tn = nt};
+                  .tn = nt, .isa = own_isa(be)};
+    rn_cpu_task_fn task = conv_bwd_data_task, block = conv_dcol_block;
+    if (j.isa) { /* the weights into panels behind the im2col tiles */
+        j.pk = j.ws + fused_col_floats(be, d);
+        j.wp = j.pk;
+        rn_cpu_pool_run(be->impl, ceil_div(kc_pad(d) / RN_FUSED_NR, FUSED_PACK_PANELS), nt, dgrad_pack_task, &j);
+        task = own_bwd_data_task, block = own_dcol_block;
+    }
     if (whole(d)) {
         j.g = grid_of(rows_total(d), kcols(d));
-        rn_cpu_pool_run(be->impl, j.g.count, nt, conv_dcol_block, &j);
+        rn_cpu_pool_run(be->impl, j.g.count, nt, block, &j);
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_col2im_part, &j);
         return RN_OK;
     }
     if (pointwise(d)) {
         j.mt = fwd_tile_rows(d);
-        rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, conv_bwd_data_task, &j);
+        rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, task, &j);
         return RN_OK;
     }
     j.ipt = bwd_images(d);
     j.mt = min64(j.ipt * d->p * d->q, tile_rows(d));
-    rn_cpu_pool_run(be->impl, ceil_div(d->n, j.ipt), nt, conv_bwd_data_task, &j);
+    rn_cpu_pool_run(be->impl, ceil_div(d->n, j.ipt), nt, task, &j);
     return RN_OK;
 }
 
@@ -1096,14 +1238,26 @@ int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .dy = dyv, .dw = dwv, .ws = be->ws, .mt = tile_rows(d),
-                  .tn = nt, .accumulate = accumulate};
+                  .tn = nt, .accumulate = accumulate, .isa = own_isa(be)};
+    if (j.isa) {
+        j.g = wgrad_grid(d);
+        j.mt = wgrad_rows(d);
+        j.pk = j.ws + fused_col_floats(be, d);
+        rn_cpu_pool_run(be->impl, j.g.count, nt, own_bwd_filter_task, &j);
+        return RN_OK;
+    }
     /* im2col: blocks of columns only, each spanning all of dw's rows */
     j.g = pointwise(d) ? grid_of(d->k, d->c) : grid_cut(d->k, kcols(d), d->k, part_len(kcols(d)));
     rn_cpu_pool_run(be->impl, j.g.count, nt, conv_bwd_filter_task, &j);
     return RN_OK;
 }
 
-/* ---- fully connected: x (n, in), w (out, in), y (n, out) ---- */
+/* ---- fully connected: x (n, in), w (out, in), y (n, out) ----
+ * On rn's own kernel the batch is the short side, so every GEMM is written with the
+ * weights as A, read in place, and the batch's operand packed into panels (small: n
+ * columns): y^T = w x^T, dx^T = w^T dy^T (w read transposed), dw = dy^T x (x packed,
+ * dy^T read in place). y and dx are transposed back from the workspace. Each element
+ * sums in the order of the inner index (backend_cpu_fused.c), then + b. */
 
 typedef struct {
     const rn_fc_desc *d;
@@ -1112,7 +1266,147 @@ typedef struct {
     gemm_grid gy, gdx, gdw;   /* fixed blocks of y, dx and dw */
     int64_t db_len;           /* bias entries per task */
     int accumulate;
+    int isa;                  /* rn's own kernel, or RN_GEMM_NONE: OpenBLAS */
+    float *pk, *t;            /* own kernel: the packed batch operand, a transposed result */
+    float *pkx;               /* own kernel, backward: x packed for dw */
 } fc_job;
+
+static int64_t npad(const rn_fc_desc *d) { return round_up(d->n, RN_FUSED_NR); }
+
+/* own kernel, floats: forward x^T packed and y^T; backward dy^T packed, dx^T and x packed */
+static int64_t fc_fwd_floats(const rn_fc_desc *d) {
+    return round_up((int64_t)d->in * npad(d), SPLIT_ALIGN) + round_up((int64_t)d->out * d->n, SPLIT_ALIGN);
+}
+static int64_t fc_bwd_floats(const rn_fc_desc *d) {
+    return round_up((int64_t)d->out * npad(d), SPLIT_ALIGN) + round_up((int64_t)d->in * d->n, SPLIT_ALIGN) +
+           round_up((int64_t)d->n * round_up(d->in, RN_FUSED_NR), SPLIT_ALIGN);
+}
+
+size_t rn_cpu_fc_workspace(rn_backend *be, const rn_fc_desc *d) {
+    if (!fused_use(be)) return 0;
+    int64_t f = fc_fwd_floats(d), b = fc_bwd_floats(d);
+    return sizeof(float) * (size_t)(f > b ? f : b);
+}
+
+/* Rows of a product cut into PARTS tasks, from its shape (the bits do not depend on it). */
+static int64_t fc_rows_per_task(int64_t rows) { return part_len(rows); }
+
+/* task t: rows of y^T (= outputs) [r0, r0 + len): w rows times x^T */
+static void fc_own_fwd_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const fc_job *j = ctx;
+    const rn_fc_desc *d = j->d;
+    const int64_t len = fc_rows_per_task(d->out), r0 = t * len, rows = min64(len, d->out - r0);
+    rn_cpu_gemm_args g = {.isa = j->isa, .m = rows, .n = d->n, .kc = d->in, .a = j->w + r0 * d->in, .ars = d->in,
+                          .aps = 1, .b = j->pk, .bps = (int64_t)d->in * RN_FUSED_NR, .bpp = RN_FUSED_NR,
+                          .c = j->t + r0 * d->n, .ldc = d->n};
+    rn_cpu_gemm(&g);
+}
+
+/* panels of n columns of B = src^T, src (n, len) row-major: one task per panel */
+typedef struct {
+    const float *src;
+    int64_t n, len;
+    float *out;
+} tpack;
+
+static void tpack_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const tpack *p = ctx;
+    float *dst = p->out + t * p->len * RN_FUSED_NR;
+    for (int64_t j = 0; j < RN_FUSED_NR; j++) {
+        int64_t i = t * RN_FUSED_NR + j;
+        if (i >= p->n) {
+            for (int64_t q = 0; q < p->len; q++) dst[q * RN_FUSED_NR + j] = 0.0f;
+            continue;
+        }
+        const float *src = p->src + i * p->len;
+        for (int64_t q = 0; q < p->len; q++) dst[q * RN_FUSED_NR + j] = src[q];
+    }
+}
+
+static void tpack_run(rn_backend *be, int team, const float *src, int64_t n, int64_t len, float *out) {
+    tpack p = {.src = src, .n = n, .len = len, .out = out};
+    rn_cpu_pool_run(be->impl, ceil_div(n, RN_FUSED_NR), team, tpack_task, &p);
+}
+
+static int fc_own_fwd(rn_backend *be, fc_job *j, int team) {
+    const rn_fc_desc *d = j->d;
+    j->pk = be->ws;
+    j->t = j->pk + round_up((int64_t)d->in * npad(d), SPLIT_ALIGN);
+    tpack_run(be, team, j->x, d->n, d->in, j->pk);
+    rn_cpu_pool_run(be->impl, ceil_div(d->out, fc_rows_per_task(d->out)), team, fc_own_fwd_task, j);
+    for (int64_t i = 0; i < d->n; i++)
+        for (int64_t k = 0; k < d->out; k++) {
+            float v = j->t[k * d->n + i];
+            j->y[i * d->out + k] = j->b ? v + j->b[k] : v;
+        }
+    return RN_OK;
+}
+
+/* Tasks in order: row blocks of dx^T (inputs; when wanted), the blocks of dw, then runs
+ * of bias entries, each summed over the batch in order. */
+static void fc_own_bwd_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const fc_job *j = ctx;
+    const rn_fc_desc *d = j->d;
+    const int64_t len = fc_rows_per_task(d->in), ndx = j->dx ? ceil_div(d->in, len) : 0;
+    if (t < ndx) {
+        const int64_t r0 = t * len, rows = min64(len, d->in - r0);
+        rn_cpu_gemm_args g = {.isa = j->isa, .m = rows, .n = d->n, .kc = d->out, .a = j->w + r0, .ars = 1,
+                              .aps = d->in, .a_trans = 1, .b = j->pk, .bps = (int64_t)d->out * RN_FUSED_NR,
+                              .bpp = RN_FUSED_NR, .c = j->t + r0 * d->n, .ldc = d->n};
+        rn_cpu_gemm(&g);
+        return;
+    }
+    t -= ndx;
+    if (t < j->gdw.count) {
+        int64_t i0, mb, k0, nb;
+        grid_block(&j->gdw, t, &i0, &mb, &k0, &nb);
+        if (mb <= 0 || nb <= 0) return;
+        rn_cpu_gemm_args g = {.isa = j->isa, .m = mb, .n = nb, .kc = d->n, .a = j->dy + i0, .ars = 1,
+                              .aps = d->out, .a_trans = 1, .b = j->pkx + k0 * d->n, .bps = (int64_t)d->n * RN_FUSED_NR,
+                              .bpp = RN_FUSED_NR, .c = j->dw + i0 * d->in + k0, .ldc = d->in,
+                              .accumulate = j->accumulate};
+        rn_cpu_gemm(&g);
+        return;
+    }
+    t -= j->gdw.count;
+    int64_t lo = t * j->db_len, hi = min64(lo + j->db_len, d->out);
+    for (int64_t k = lo; k < hi; k++) {
+        float s = j->accumulate ? j->db[k] : 0.0f;
+        for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
+        j->db[k] = s;
+    }
+}
+
+static void fc_packx_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const fc_job *j = ctx;
+    const rn_fc_desc *d = j->d;
+    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, ceil_div(d->in, RN_FUSED_NR));
+    rn_cpu_gemm_pack_n(j->x, d->in, d->n, d->in, p0, p1, j->pkx);
+}
+
+static int fc_own_bwd(rn_backend *be, fc_job *j, int team) {
+    const rn_fc_desc *d = j->d;
+    j->pk = be->ws;
+    j->t = j->pk + round_up((int64_t)d->out * npad(d), SPLIT_ALIGN);
+    j->pkx = j->t + round_up((int64_t)d->in * d->n, SPLIT_ALIGN);
+    if (j->dx) tpack_run(be, team, j->dy, d->n, d->out, j->pk);
+    rn_cpu_pool_run(be->impl, ceil_div(ceil_div(d->in, RN_FUSED_NR), FUSED_PACK_PANELS), team, fc_packx_task, j);
+    /* dw's blocks whole multiples of the AVX-512 kernel's 32 columns */
+    j->gdw = grid_cut(d->out, d->in, part_len(d->out), min64(round_up(ceil_div(d->in, PARTS), 2 * RN_FUSED_NR), d->in));
+    int64_t tasks = (j->dx ? ceil_div(d->in, fc_rows_per_task(d->in)) : 0) + j->gdw.count +
+                    (j->db ? ceil_div(d->out, j->db_len) : 0);
+    rn_cpu_pool_run(be->impl, tasks, team, fc_own_bwd_task, j);
+    if (j->dx)
+        for (int64_t i = 0; i < d->n; i++)
+            for (int64_t k = 0; k < d->in; k++) j->dx[i * d->in + k] = j->t[k * d->n + i];
+    return RN_OK;
+}
+
+/* Through OpenBLAS: */
 
 /* Block t of y, then the bias on that block. */
 static void fc_fwd_task(void *ctx, int64_t t, int worker) {
@@ -1130,9 +1424,10 @@ static void fc_fwd_task(void *ctx, int64_t t, int worker) {
 
 int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *b, void *y) {
-    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y, .gy = grid_of(d->n, d->out)};
-    rn_cpu_pool_run(be->impl, j.gy.count, team_for(be, 2.0 * d->n * d->in * d->out),
-                    fc_fwd_task, &j);
+    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y, .gy = grid_of(d->n, d->out), .isa = own_isa(be)};
+    const int team = team_for(be, 2.0 * d->n * d->in * d->out);
+    if (j.isa) return fc_own_fwd(be, &j, team);
+    rn_cpu_pool_run(be->impl, j.gy.count, team, fc_fwd_task, &j);
     return RN_OK;
 }
 
@@ -1167,7 +1462,8 @@ int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void
                   const void *dy, void *dx, void *dw, void *db, int accumulate) {
     fc_job j = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db,
                 .gdx = grid_of(d->n, d->in), .gdw = grid_of(d->out, d->in),
-                .db_len = part_len(d->out), .accumulate = accumulate};
+                .db_len = part_len(d->out), .accumulate = accumulate, .isa = own_isa(be)};
+    if (j.isa) return fc_own_bwd(be, &j, team_for(be, 2.0 * d->n * d->in * d->out));
     int64_t tasks = (dx ? j.gdx.count : 0) + j.gdw.count + (db ? ceil_div(d->out, j.db_len) : 0);
     rn_cpu_pool_run(be->impl, tasks, team_for(be, 2.0 * d->n * d->in * d->out), fc_bwd_task, &j);
     return RN_OK;

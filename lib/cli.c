@@ -206,6 +206,18 @@ static int env_choice(const char *name, const char *off, const char *on, int *ou
     return RN_OK;
 }
 
+/* RN_CPU_GEMM: own (rn's kernel, widest ISA), avx2 (rn's kernel at AVX2) or openblas */
+static int env_gemm(rn_backend_opts *o) {
+    const char *s = getenv("RN_CPU_GEMM");
+    if (!s || !*s) return RN_OK;
+    if (strcmp(s, "own") != 0 && strcmp(s, "avx2") != 0 && strcmp(s, "openblas") != 0)
+        return rn_errorf(RN_EINVAL, "RN_CPU_GEMM='%s': expected own (rn's kernel, the default), avx2 (rn's kernel "
+                         "without AVX-512) or openblas", s);
+    o->cpu_conv_openblas = strcmp(s, "openblas") == 0;
+    o->cpu_gemm_avx2 = strcmp(s, "avx2") == 0;
+    return RN_OK;
+}
+
 /* RN_CPU_WINOGRAD: 0, 1 or 2 (rn_backend_opts.cpu_winograd) */
 static int env_winograd(int *out) {
     const char *s = getenv("RN_CPU_WINOGRAD");
@@ -245,7 +257,7 @@ int rn_cli_backend_env(rn_backend_opts *o) {
     if ((s = getenv("RN_CPU_MEMORY")) && *s && (rc = rn_cli_size("RN_CPU_MEMORY", s, 1, &o->cpu_memory)) != RN_OK)
         goto fail;
     if ((rc = env_winograd(&o->cpu_winograd)) != RN_OK) goto fail;
-    if ((rc = env_choice("RN_CPU_GEMM", "own", "openblas", &o->cpu_conv_openblas)) != RN_OK) goto fail;
+    if ((rc = env_gemm(o)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_TF32", &o->cuda_tf32)) != RN_OK) goto fail;
     if ((rc = env_flag("RN_CUDA_DETERMINISTIC", &o->cuda_deterministic)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_CONV_ALGO", "find", "heuristic", &o->cuda_conv_heuristic)) != RN_OK) goto fail;

@@ -468,6 +468,9 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         rn_conv_desc fd;
         if ((rc = fc_conv_desc(net, max_batch, &fd))) goto fail;
         if (rn_conv_workspace(be, &fd) > ws) ws = rn_conv_workspace(be, &fd);
+    } else { /* rn_fc_fwd and rn_fc_bwd */
+        rn_fc_desc fd = {dtype, max_batch, spec->fc_in, spec->num_classes};
+        if (rn_fc_workspace(be, &fd) > ws) ws = rn_fc_workspace(be, &fd);
     }
     if (plan) net->bytes += ws;
     else if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;

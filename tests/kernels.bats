@@ -2,9 +2,11 @@
 # The same bytes on every OpenBLAS kernel: the CPU backend's ops (test_threads) and a short
 # rn-train + rn-eval give identical results for 1, 2 and 3 threads, under the kernel
 # OpenBLAS picks as the environment stands and under each kernel named below that this
-# CPU can execute. A kernel the CPU cannot run (AVX-512 on a CPU without it) is skipped,
-# saying so. OPENBLAS_CORETYPE is set here per test to cover kernels beyond the one this
-# machine would pick: the environment's own choice is always tested first, unchanged.
+# CPU can execute; and, on rn's own GEMM kernel (the default where the CPU has AVX2 and
+# FMA), identical results across all those kernels and at AVX2 as at AVX-512 (the last
+# test). A kernel the CPU cannot run (AVX-512 on a CPU without it) is skipped, saying so.
+# OPENBLAS_CORETYPE is set here per test to cover kernels beyond the one this machine
+# would pick: the environment's own choice is always tested first, unchanged.
 load helper
 
 setup_file() {
@@ -77,3 +79,40 @@ same_bytes_on() {
 @test "same bytes for 1, 2 and 3 threads: Zen kernel" { same_bytes_on Zen; }
 @test "same bytes for 1, 2 and 3 threads: Sandybridge kernel" { same_bytes_on Sandybridge; }
 @test "same bytes for 1, 2 and 3 threads: Prescott kernel" { same_bytes_on Prescott; }
+
+# rn's own GEMM kernel (lib/backend_cpu_fused.c) runs every conv and fc GEMM of training
+# and inference and sums each element in one order: whichever kernel OpenBLAS would pick,
+# and at AVX2 on a CPU with AVX-512 (RN_CPU_GEMM=avx2), the tensors and logits are the
+# same bytes. (Through OpenBLAS, RN_CPU_GEMM=openblas, each kernel rounds its own way.)
+@test "one result on every OpenBLAS kernel and at AVX2 as at AVX-512: rn's own GEMM kernel" {
+    plain_build_only "it runs the tools under every kernel"
+    [ -x "$UNIT" ] || skip "$UNIT not built (make all)"
+    run rn-train --data train.lmdb --in init.pb --out own-probe.pb --batch 8 --crop 32 --max-steps 1
+    assert_success
+    [[ "$output" == *"on cpu: rn GEMM"* ]] ||
+        skip "rn's own GEMM kernel does not run here (no AVX2 and FMA): each OpenBLAS kernel rounds its own way"
+    local runs=0 core
+    for core in "" unset Haswell SkylakeX Cooperlake Zen Sandybridge Prescott avx2; do
+        local pre=(with_core "$core")
+        if [ "$core" = avx2 ]; then
+            pre=(env RN_CPU_GEMM=avx2)
+        elif ! with_core "$core" "$UNIT" --probe > /dev/null 2>&1; then
+            echo "# OpenBLAS's $core kernel cannot run on this CPU: not compared"
+            continue
+        fi
+        local k=own-${core:-env}
+        "${pre[@]}" rn-train --data train.lmdb --in init.pb --out $k.pb --batch 8 --crop 32 --workers 2 \
+            --threads 2 --max-steps 3 --lr 0.05 2> /dev/null
+        rn-info --tensors $k.pb | grep '^  [a-z]' > $k.tensors
+        "${pre[@]}" rn-eval --data train.lmdb --ckpt $k.pb --crop 32 --threads 2 --dump-logits $k.logits > /dev/null
+        runs=$((runs + 1))
+        [ "$k" = own-env ] && continue
+        run diff own-env.tensors $k.tensors
+        assert_success
+        run cmp own-env.logits $k.logits
+        assert_success
+    done
+    [ "$(wc -l < own-env.tensors)" -eq 184 ]
+    echo "# $runs runs compared"
+    [ "$runs" -ge 4 ]
+}

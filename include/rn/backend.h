@@ -86,9 +86,12 @@ typedef struct {
                                  up), else F(2x2,3x3) where 2x2 ones do; 2: F(2x2,3x3) only
                                  (about 30x less rounding error per conv); 0: im2col + GEMM
                                  (RN_CPU_WINOGRAD=0|1|2) */
-    int cpu_conv_openblas;    /* CPU: rn_conv_bias_fwd's GEMMs through OpenBLAS (RN_CPU_GEMM=openblas);
-                                 default 0: rn's own AVX2 kernel with the bias, residual and
-                                 ReLU fused, where the CPU has AVX2 and FMA */
+    int cpu_conv_openblas;    /* CPU: the convolutions' and the fc's GEMMs through OpenBLAS
+                                 (RN_CPU_GEMM=openblas); default 0: rn's own kernel (AVX-512
+                                 or AVX2 + FMA, where the CPU has them), whose bits do not
+                                 depend on the ISA or OpenBLAS's kernel */
+    int cpu_gemm_avx2;        /* CPU: rn's own kernel at AVX2 even where AVX-512 runs
+                                 (RN_CPU_GEMM=avx2; the same bits, to compare) */
     int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
                                  local rank, rn/dist.h); "cuda:N" names its own */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */
@@ -401,6 +404,9 @@ typedef struct {
     int n, in, out;
 } rn_fc_desc;
 
+/* Workspace bytes rn_fc_fwd and rn_fc_bwd may take for d on this context (the CPU's own
+ * kernel packs the batch's operands); reserve it with the convs' (rn_backend_reserve). */
+size_t rn_fc_workspace(rn_backend *be, const rn_fc_desc *d);
 /* y = x w^T + b; b may be NULL (no bias). */
 int rn_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
               const void *b, void *y);

@@ -99,6 +99,7 @@ typedef struct rn_backend_ops {
     int (*avgpool_global_bwd)(rn_backend *be, int dtype, int n, int hw, int c,
                               const void *dy, void *dx);
 
+    size_t (*fc_workspace)(rn_backend *be, const rn_fc_desc *d); /* NULL: none */
     int (*fc_fwd)(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *b, void *y);
     int (*fc_bwd)(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
@@ -177,6 +178,7 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dy, 
                          void *dx, int accumulate);
 int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *x,
                            const void *dy, void *dw, int accumulate);
+size_t rn_cpu_fc_workspace(rn_backend *be, const rn_fc_desc *d);
 int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *b, void *y);
 int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,

@@ -401,7 +401,8 @@ static float *all_params(rn_net *net, int grads, int64_t *n) {
  * scaled, a micro-batch dropped, a stale compute copy) is off by O(1) or more. */
 typedef struct {
     int dtype;
-    float scale;     /* loss scale of the AMP run */
+    float scale;     /* loss scale of the AMP run (test_gradients) */
+    float traj_scale; /* loss scale of test_trajectory's steps */
     double loss_tol; /* relative, first forward */
     double fc_tol;   /* fc.weight gradient, relative L2 */
     double grad_tol; /* every other gradient tensor, relative L2 */
@@ -448,7 +449,7 @@ out:
     rn_net_destroy(amp);
 }
 
-/* Three steps on the same batch with batch statistics: the AMP losses follow fp32's down
+/* Three steps on the same batch with batch statistics (at traj_scale): the AMP losses follow fp32's down
  * (the compute copy follows every SGD step), and so does an inference forward after. */
 static void test_trajectory(rn_backend *cpu_be, rn_backend *emu_be, const amp_case *c) {
     const char *name = rn_dtype_name(c->dtype);
@@ -458,7 +459,7 @@ static void test_trajectory(rn_backend *cpu_be, rn_backend *emu_be, const amp_ca
     for (int s = 0; s < STEPS; s++) {
         int fref = 0, famp = 0;
         step(cpu_be, ref, 1.0f, &lref[s], &fref);
-        step(emu_be, amp, c->scale, &lamp[s], &famp);
+        step(emu_be, amp, c->traj_scale, &lamp[s], &famp);
         CHECK(!fref && !famp, "%s step %d: unexpected overflow (fp32 %d, amp %d)", name, s, fref, famp);
     }
     double drop = lref[0] - lref[STEPS - 1];
@@ -616,7 +617,12 @@ int main(void) {
               "CPU backend with fp16");
         CHECK(strstr(rn_last_error(), "F32 only") != NULL, "message: %s", rn_last_error());
         CHECK(rn_net_create(cpu_be, &spec, 2, SIZE, SIZE, RN_NET_TRAIN, RN_U8, &net) == RN_EINVAL, "U8 net");
-        const amp_case cases[] = {{RN_F16, 65536.0f, 2e-4, 4e-3, 0.15}, {RN_BF16, 1.0f, 2e-3, 3e-2, 0.4}};
+        /* With batch statistics (test_trajectory) the stem's weight gradient of one
+           micro-batch peaks near 1: at 65536 its largest entry, scaled, came to 65265
+           (GEMMs through OpenBLAS) and 67255 (rn's kernel), either side of fp16's 65504, so
+           that a rounding difference decided whether step 0 overflowed. 16384 leaves 4x. */
+        const amp_case cases[] = {{RN_F16, 65536.0f, 16384.0f, 2e-4, 4e-3, 0.15},
+                                  {RN_BF16, 1.0f, 1.0f, 2e-3, 3e-2, 0.4}};
         for (int i = 0; i < 2; i++) {
             test_gradients(cpu_be, emu_be, &cases[i]);
             test_trajectory(cpu_be, emu_be, &cases[i]);

@@ -186,7 +186,14 @@ static void test_conv(rn_backend *be) {
 /* The algorithm rn_conv_bias_fwd takes on a context for a shape outside Winograd's: rn's
  * own kernel ("fused GEMM") by default where the CPU has AVX2 and FMA. */
 static const char *plain_algo(int openblas, int pointwise) {
-    if (!openblas && rn_cpu_fused_available()) return pointwise ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
+    if (!openblas && rn_cpu_gemm_isa()) return pointwise ? "fused GEMM (pointwise)" : "im2col + fused GEMM";
+    return pointwise ? "GEMM (pointwise)" : "im2col + GEMM";
+}
+
+/* The algorithm the training convs (rn_conv_fwd and both backwards) take: rn's own kernel
+ * unless the context keeps OpenBLAS or the CPU lacks AVX2 and FMA. */
+static const char *train_algo(int openblas, int pointwise) {
+    if (!openblas && rn_cpu_gemm_isa()) return pointwise ? "own GEMM (pointwise)" : "im2col + own GEMM";
     return pointwise ? "GEMM (pointwise)" : "im2col + GEMM";
 }
 
@@ -265,7 +272,7 @@ static void test_conv_bias_on(rn_backend *be, int openblas) {
     CHECK_OK(rn_conv_desc_init(&d, 2, 8, 8, 64, 64, 1, 1, 1, 0));
     CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_BIAS_FWD), plain_algo(openblas, 1)) == 0, "1x1 conv_bias runs %s",
           rn_conv_algo(be, &d, RN_CONV_BIAS_FWD));
-    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), "GEMM (pointwise)") == 0, "1x1 conv_fwd runs %s",
+    CHECK(strcmp(rn_conv_algo(be, &d, RN_CONV_FWD), train_algo(openblas, 1)) == 0, "1x1 conv_fwd runs %s",
           rn_conv_algo(be, &d, RN_CONV_FWD));
     test_conv_bias_case(be, 2, 5, 7, 3, 5, 3, 1, 1, 1, 1);
     test_conv_bias_case(be, 2, 7, 5, 3, 5, 7, 2, 3, 0, 1);
@@ -424,7 +431,7 @@ static void test_wino(rn_backend *be) {
     wino_expect(be, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(4x4,3x3)", "56x56x64 batch 32");
     wino_expect(be, 1, 13, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "13x13x64 batch 1");
     wino_expect(two, 32, 56, 64, RN_CONV_BIAS_FWD, "Winograd F(2x2,3x3)", "F(2x2) only: 56x56x64 batch 32");
-    wino_expect(be, 2, 40, 128, RN_CONV_FWD, "im2col + GEMM", "conv_fwd 40x40x128");
+    wino_expect(be, 2, 40, 128, RN_CONV_FWD, train_algo(0, 0), "conv_fwd 40x40x128");
     wino_expect(off, 2, 40, 128, RN_CONV_BIAS_FWD, plain_algo(0, 0), "Winograd off 40x40x128");
 done:
     rn_backend_destroy(off);
@@ -800,6 +807,132 @@ static void test_fc(rn_backend *be) {
         for (int o = 0; o < 5; o++) ry[i * 5 + o] -= b[o];
     CHECK_CLOSE("fc fwd without bias", y, ry, ny, 1e-5);
     free(x), free(w), free(b), free(y), free(r), free(dx), free(dw), free(db);
+}
+
+/* A larger fc, so that rn's own kernel's panels, column edges and the batch's packing are
+ * all reached (33 images: two panels and one column; 70 outputs; 100 inputs), against
+ * double loops; then the same on a context whose GEMMs go through OpenBLAS. */
+static void test_fc_big_on(rn_backend *be, const char *what) {
+    const int N = 33, IN = 100, OUT = 70;
+    rn_fc_desc d = {RN_F32, N, IN, OUT};
+    reserve(be, rn_fc_workspace(be, &d));
+    float *x = randn(4101, N * IN, 0, 1), *w = randn(4102, OUT * IN, 0, 0.1f), *b = randn(4103, OUT, 0, 1);
+    float *dy = randn(4104, N * OUT, 0, 1), *y = zeros(N * OUT), *dx = zeros(N * IN), *dw = zeros(OUT * IN),
+          *db = zeros(OUT);
+    double *ry = malloc(sizeof(double) * N * OUT), *rdx = malloc(sizeof(double) * N * IN),
+           *rdw = malloc(sizeof(double) * OUT * IN), *rdb = malloc(sizeof(double) * OUT);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OUT; o++) {
+            double s = b[o];
+            for (int k = 0; k < IN; k++) s += (double)x[i * IN + k] * w[o * IN + k];
+            ry[i * OUT + o] = s;
+        }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < IN; k++) {
+            double s = 0;
+            for (int o = 0; o < OUT; o++) s += (double)dy[i * OUT + o] * w[o * IN + k];
+            rdx[i * IN + k] = s;
+        }
+    for (int o = 0; o < OUT; o++) {
+        double sb = 0;
+        for (int i = 0; i < N; i++) sb += dy[i * OUT + o];
+        rdb[o] = sb;
+        for (int k = 0; k < IN; k++) {
+            double s = 0;
+            for (int i = 0; i < N; i++) s += (double)dy[i * OUT + o] * x[i * IN + k];
+            rdw[o * IN + k] = s;
+        }
+    }
+    char name[96];
+    snprintf(name, sizeof name, "fc 33x100->70 (%s) fwd", what);
+    CHECK_OK(rn_fc_fwd(be, &d, x, w, b, y));
+    CHECK_CLOSE(name, y, ry, N * OUT, 1e-5);
+    CHECK_OK(rn_fc_bwd(be, &d, x, w, dy, dx, dw, db, 0));
+    snprintf(name, sizeof name, "fc 33x100->70 (%s) dx", what);
+    CHECK_CLOSE(name, dx, rdx, N * IN, 1e-5);
+    snprintf(name, sizeof name, "fc 33x100->70 (%s) dw", what);
+    CHECK_CLOSE(name, dw, rdw, OUT * IN, 1e-5);
+    snprintf(name, sizeof name, "fc 33x100->70 (%s) db", what);
+    CHECK_CLOSE(name, db, rdb, OUT, 1e-5);
+    CHECK_OK(rn_fc_bwd(be, &d, x, w, dy, NULL, dw, db, 1));
+    for (int i = 0; i < OUT * IN; i++) rdw[i] *= 2;
+    snprintf(name, sizeof name, "fc 33x100->70 (%s) dw accumulate", what);
+    CHECK_CLOSE(name, dw, rdw, OUT * IN, 1e-5);
+    free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+    free(ry), free(rdx), free(rdw), free(rdb);
+}
+
+/* rn's own GEMM kernel sums every element in one order, so its AVX2 and AVX-512 forms
+ * give the same bits (backend_cpu_fused.c): the training convs (both backwards, with and
+ * without accumulation) and the fc, on shapes with row and column edges. Where the CPU
+ * has no AVX-512 there is one form and nothing to compare; it says so. */
+static void test_own_isa(void) {
+    if (rn_cpu_gemm_isa() != RN_GEMM_AVX512) {
+        fprintf(stderr, "test_ops: no AVX-512 on this CPU: rn's kernel runs at AVX2 only, no second form to compare\n");
+        return;
+    }
+    rn_backend_opts o;
+    rn_backend_opts_init(&o);
+    rn_backend *wide = NULL, *narrow = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &wide));
+    o.cpu_gemm_avx2 = 1; /* RN_CPU_GEMM=avx2 */
+    CHECK_OK(rn_backend_create("cpu", 3, &o, &narrow));
+    if (!wide || !narrow) goto done;
+    CHECK(strstr(rn_backend_name(wide), "AVX-512") && strstr(rn_backend_name(narrow), "AVX2"), "names: %s; %s",
+          rn_backend_name(wide), rn_backend_name(narrow));
+    static const int shapes[][8] = {
+        /* n, h, w, c, k, kernel, stride, pad */
+        {2, 9, 11, 5, 37, 3, 1, 1}, {3, 8, 8, 64, 64, 1, 1, 0}, {2, 12, 12, 48, 70, 3, 2, 1},
+        {1, 30, 30, 3, 20, 7, 2, 3}, {4, 5, 5, 130, 33, 1, 2, 0}, {2, 14, 14, 64, 64, 3, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const int *v = shapes[i];
+        rn_conv_desc d;
+        CHECK_OK(rn_conv_desc_init(&d, v[0], v[1], v[2], v[3], v[4], v[5], v[5], v[6], v[7]));
+        int64_t nx = (int64_t)v[0] * v[1] * v[2] * v[3], nw = (int64_t)v[4] * v[5] * v[5] * v[3],
+                ny = (int64_t)v[0] * d.p * d.q * v[4];
+        float *x = randn(4200 + i, nx, 0, 1), *w = randn(4300 + i, nw, 0, 0.2f), *dy = randn(4400 + i, ny, 0, 1);
+        float *out[2][3];
+        rn_backend *ctx[2] = {wide, narrow};
+        for (int c = 0; c < 2; c++) {
+            reserve(ctx[c], rn_conv_workspace(ctx[c], &d));
+            out[c][0] = zeros(ny), out[c][1] = zeros(nx), out[c][2] = zeros(nw);
+            CHECK_OK(rn_conv_fwd(ctx[c], &d, x, w, out[c][0]));
+            CHECK_OK(rn_conv_bwd_data(ctx[c], &d, dy, w, out[c][1], 0));
+            CHECK_OK(rn_conv_bwd_data(ctx[c], &d, dy, w, out[c][1], 1));
+            CHECK_OK(rn_conv_bwd_filter(ctx[c], &d, x, dy, out[c][2], 0));
+            CHECK_OK(rn_conv_bwd_filter(ctx[c], &d, x, dy, out[c][2], 1));
+        }
+        CHECK(memcmp(out[0][0], out[1][0], sizeof(float) * ny) == 0, "conv shape %zu: fwd bits differ, AVX-512 vs AVX2", i);
+        CHECK(memcmp(out[0][1], out[1][1], sizeof(float) * nx) == 0, "conv shape %zu: bwd_data bits differ", i);
+        CHECK(memcmp(out[0][2], out[1][2], sizeof(float) * nw) == 0, "conv shape %zu: bwd_filter bits differ", i);
+        for (int c = 0; c < 2; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]);
+        free(x), free(w), free(dy);
+    }
+    static const int fcs[][3] = {{33, 100, 70}, {5, 2048, 10}, {64, 512, 1000}};
+    for (size_t i = 0; i < sizeof fcs / sizeof *fcs; i++) {
+        rn_fc_desc d = {RN_F32, fcs[i][0], fcs[i][1], fcs[i][2]};
+        int64_t nx = (int64_t)d.n * d.in, nw = (int64_t)d.out * d.in, ny = (int64_t)d.n * d.out;
+        float *x = randn(4500 + i, nx, 0, 1), *w = randn(4600 + i, nw, 0, 0.1f), *b = randn(4700 + i, d.out, 0, 1),
+              *dy = randn(4800 + i, ny, 0, 1);
+        float *out[2][4];
+        rn_backend *ctx[2] = {wide, narrow};
+        for (int c = 0; c < 2; c++) {
+            reserve(ctx[c], rn_fc_workspace(ctx[c], &d));
+            out[c][0] = zeros(ny), out[c][1] = zeros(nx), out[c][2] = zeros(nw), out[c][3] = zeros(d.out);
+            CHECK_OK(rn_fc_fwd(ctx[c], &d, x, w, b, out[c][0]));
+            CHECK_OK(rn_fc_bwd(ctx[c], &d, x, w, dy, out[c][1], out[c][2], out[c][3], 0));
+            CHECK_OK(rn_fc_bwd(ctx[c], &d, x, w, dy, NULL, out[c][2], out[c][3], 1));
+        }
+        CHECK(memcmp(out[0][0], out[1][0], sizeof(float) * ny) == 0, "fc %zu: fwd bits differ, AVX-512 vs AVX2", i);
+        CHECK(memcmp(out[0][1], out[1][1], sizeof(float) * nx) == 0, "fc %zu: dx bits differ", i);
+        CHECK(memcmp(out[0][2], out[1][2], sizeof(float) * nw) == 0, "fc %zu: dw bits differ", i);
+        for (int c = 0; c < 2; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]), free(out[c][3]);
+        free(x), free(w), free(b), free(dy);
+    }
+done:
+    rn_backend_destroy(wide);
+    rn_backend_destroy(narrow);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -1349,6 +1482,22 @@ int main(void) {
     test_elementwise(be);
     test_pool(be);
     test_fc(be);
+    test_fc_big_on(be, "default");
+    test_own_isa();
+    /* the training convs and the fc again with their GEMMs through OpenBLAS
+       (RN_CPU_GEMM=openblas, and every CPU without AVX2 and FMA) */
+    rn_backend_opts o;
+    rn_backend_opts_init(&o);
+    o.cpu_conv_openblas = 1;
+    rn_backend *blas = NULL;
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
+    if (blas) {
+        reserve(blas, 1 << 20);
+        test_conv(blas);
+        test_fc(blas);
+        test_fc_big_on(blas, "openblas");
+        rn_backend_destroy(blas);
+    }
     test_xent(be);
     test_xent_mix(be);
     test_top1(be);
