@@ -4,15 +4,20 @@
  * runs on it where the CPU has one of them (backend_cpu_gemm.c), unless
  * RN_CPU_GEMM=openblas.
  *
- * Summation order, the point of it. Every C element is sum_p A(r,p) B(p,j), accumulated
- * by one FMA per term in the order of p from 0 (from C's own value when accumulating,
- * from 0 otherwise), through memory between KCB-long chunks of p (a float stored and
- * reloaded is exact), then + (bias + res), then ReLU as max(0, v), which passes NaN and
- * keeps -0 as v < 0 ? 0 : v does. A vector lane holds one element's whole chain, so the
- * vector width, the block sizes, how rows and columns are cut into tasks and which
- * thread runs them change nothing: the AVX2 and AVX-512 kernels give the same bits, for
- * any thread count, whatever OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their
- * own order). test_ops checks the two kernels against each other bit for bit.
+ * Summation order, the point of it. Every C element is sum_p A(r,p) B(p,j) in two
+ * levels: the terms of each KCB-long chunk of p (p = 0..255, 256..511, ...) accumulated
+ * by one FMA each, in the order of p, from 0; then the chunks' sums added in turn onto C
+ * (onto 0, or onto C's own value when accumulating); then + (bias + res), then ReLU as
+ * max(0, v), which passes NaN and keeps -0 as v < 0 ? 0 : v does. Summing by chunks keeps
+ * the error of long sums (a weight gradient's thousands of rows) near sqrt(KCB) + sqrt(kc /
+ * KCB) roundings rather than sqrt(kc), as a blocked BLAS does. A vector lane holds one
+ * element's whole computation, so the vector width, the block sizes, how rows and columns
+ * are cut into tasks and which thread runs them change nothing: the AVX2 and AVX-512
+ * kernels give the same bits, for any thread count, whatever OPENBLAS_CORETYPE says
+ * (OpenBLAS's kernels each sum in their own order). The chunks start where the call's
+ * inner index starts, so a caller that splits a sum over calls (the weight gradient's row
+ * tiles) fixes its split from the shape alone. test_ops checks the two kernels against
+ * each other bit for bit.
  *
  * Why not OpenBLAS's sgemm, besides the order. It packs both operands on every call (one
  * more pass over the activations after im2col's) and cannot fuse an epilogue, and at
@@ -72,8 +77,8 @@ int rn_cpu_gemm_isa(void) {
     return __builtin_cpu_supports("avx512f") ? RN_GEMM_AVX512 : RN_GEMM_AVX2;
 }
 
-/* One block's epilogue: first (start from 0, not C), last (the chunk that ends the sum:
- * add bias and res, then ReLU), bias (the block's columns) and res (C's layout) or NULL. */
+/* One block's epilogue: first (C holds nothing yet: the chunk's sum is not added onto
+ * it), last (the chunk that ends the sum: add bias and res, then ReLU), bias (the block's columns) and res (C's layout) or NULL. */
 typedef struct {
     int first, last, relu;
     const float *bias, *res;
@@ -104,7 +109,7 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void k2_body(co
     for (int r = 0; r < MR2; r++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
-            acc[r][h] = e->first || r >= rows ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + h * 8);
+            acc[r][h] = _mm256_setzero_ps();
     const float *b = k->b;
     const int64_t bpp = k->bpp, kb = k->kb;
 #define F2(r, x)                                          \
@@ -140,6 +145,12 @@ static inline __attribute__((always_inline, target("avx2,fma"))) void k2_body(co
         }
     }
 #undef F2
+    if (!e->first) /* the chunk's sum onto what C holds */
+#pragma GCC unroll 6
+        for (int r = 0; r < MR2; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                if (r < rows) acc[r][h] = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc + h * 8), acc[r][h]);
     if (e->last) {
         const __m256 zero = _mm256_setzero_ps();
 #pragma GCC unroll 6
@@ -181,7 +192,7 @@ static inline __attribute__((always_inline, target("avx512f"))) void k5_body(con
     for (int r = 0; r < MR5; r++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
-            acc[r][h] = e->first || r >= rows ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + h * NR);
+            acc[r][h] = _mm512_setzero_ps();
     const float *b = k->b, *bh = k->b + k->bps;
     const int64_t bpp = k->bpp, kb = k->kb;
 #define F5(r, x)                                          \
@@ -222,6 +233,12 @@ static inline __attribute__((always_inline, target("avx512f"))) void k5_body(con
         }
     }
 #undef F5
+    if (!e->first) /* the chunk's sum onto what C holds */
+#pragma GCC unroll 8
+        for (int r = 0; r < MR5; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                if (r < rows) acc[r][h] = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + h * NR), acc[r][h]);
     if (e->last) {
         const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 8

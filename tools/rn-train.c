@@ -234,9 +234,12 @@ static void usage(FILE *f) {
             "\n"
             "SIGINT, SIGTERM and SIGUSR1 save OUT at the next step boundary and stop (exit 130 for\n"
             "SIGINT, 0 otherwise); running the same command with --in OUT continues exactly.\n"
-            "--val on the CPU: RN_CPU_GEMM=own|openblas (rn's AVX2 kernel, the default where the\n"
-            "CPU has it, or OpenBLAS) and RN_CPU_WINOGRAD=0|1|2 (Winograd 3x3 convs, default 1), as\n"
-            "rn-eval (see rn-train(1)).\n"
+            "On the CPU: RN_CPU_GEMM=own|avx2|openblas runs every conv and fc GEMM on rn's own\n"
+            "kernel at AVX-512 or AVX2 (own, the default where the CPU has AVX2 and FMA: the same\n"
+            "bytes whatever OPENBLAS_CORETYPE says or OpenBLAS detects), at AVX2 only (the same\n"
+            "bytes), or through OpenBLAS (each of its kernels rounds its own way); --val also\n"
+            "takes RN_CPU_WINOGRAD=0|1|2 (Winograd 3x3 convs, default 1), as rn-eval (see\n"
+            "rn-train(1)).\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,

@@ -13,6 +13,7 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/convert.h"
 #include "rn/err.h"
 #include "rn/net.h"
@@ -58,7 +59,10 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_net(ck, &spec));
     rn_backend *be = NULL;
     rn_net *net = NULL;
-    TRY(rn_backend_create("cpu", 0, NULL, &be));
+    rn_backend_opts o; /* RN_CPU_GEMM and the rest, as rn-train */
+    rn_backend_opts_init(&o);
+    TRY(rn_cli_backend_env(&o));
+    TRY(rn_backend_create("cpu", 0, &o, &be));
     TRY(rn_net_create(be, &spec, n, h, w, RN_NET_TRAIN, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     TRY(rn_backend_upload(be, rn_net_input(net), x->data, x->nbytes));

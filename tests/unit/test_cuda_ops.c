@@ -415,6 +415,7 @@ static void test_fc(env *e, int n, int in, int out) {
     round_all(e->dtype, dy, ny), round_all(e->dtype, dw0, nw), round_all(e->dtype, db0, out);
     float *y = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx), *dw = copyf(dw0, nw),
           *db = copyf(db0, out);
+    reserve_both(e, rn_fc_workspace(e->cpu, &d), rn_fc_workspace(e->gpu, &dg));
     CHECK_OK(rn_fc_fwd(e->cpu, &d, x, w, b, y));
     CHECK_OK(rn_fc_bwd(e->cpu, &d, x, w, dy, dx, dw, db, 1));
     void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, w, nw), *gb = up(e->gpu, e->dtype, b, out);
