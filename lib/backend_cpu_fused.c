@@ -270,20 +270,16 @@ __attribute__((target("avx512f"))) static void k5_t(const blk *k, const epi *e) 
 
 /* A block the kernels do not take as it is: fewer columns than their width (C, bias and
  * res through zero-padded copies; B, tb, was copied once for all the rows by the caller),
- * or fewer rows than MR from a transposed A (A copied row-major). Copies are exact, so
- * every element sees the same arithmetic as in a full block. */
-static void edge(int isa, int trans, int64_t nb, const blk *k, const epi *e, const float *tb) {
+ * or fewer rows than MR from a transposed A (ta: those rows copied row-major by the
+ * caller, once per chunk). Copies are exact, so every element sees the same arithmetic
+ * as in a full block. */
+static void edge(int isa, int trans, const float *ta, int64_t nb, const blk *k, const epi *e, const float *tb) {
     enum { W = 2 * NR, M = MR5 > MR2 ? MR5 : MR2 };
-    const int64_t width = isa == RN_GEMM_AVX512 ? W : NR, mr = isa == RN_GEMM_AVX512 ? MR5 : MR2;
-    float ta[M * KCB], tc[M * W], tr[M * W], tbias[W];
+    const int64_t width = isa == RN_GEMM_AVX512 ? W : NR;
+    float tc[M * W], tr[M * W], tbias[W];
     blk t = *k;
     epi te = *e;
-    if (trans) { /* rows of A copied out of their columns; the missing ones zero */
-        memset(ta, 0, sizeof(float) * (size_t)(mr * k->kb));
-        for (int64_t r = 0; r < k->rows; r++)
-            for (int64_t p = 0; p < k->kb; p++) ta[r * k->kb + p] = k->a[r * k->ars + p * k->aps];
-        t.a = ta, t.ars = k->kb, t.aps = 1;
-    }
+    if (ta) t.a = ta, t.ars = k->kb, t.aps = 1, trans = 0; /* a transposed A's last rows, copied row-major */
     if (nb < width) {
         memset(tc, 0, sizeof tc);
         memset(tr, 0, sizeof tr);
@@ -297,8 +293,8 @@ static void edge(int isa, int trans, int64_t nb, const blk *k, const epi *e, con
         te.bias = e->bias ? tbias : NULL;
         te.res = e->res ? tr : NULL;
     }
-    if (isa == RN_GEMM_AVX512) k5_n(&t, &te);
-    else k2_n(&t, &te);
+    if (isa == RN_GEMM_AVX512) trans ? k5_t(&t, &te) : k5_n(&t, &te);
+    else trans ? k2_t(&t, &te) : k2_n(&t, &te);
     if (nb < width)
         for (int64_t r = 0; r < k->rows; r++) memcpy(k->c + r * k->ldc, tc + r * width, sizeof(float) * (size_t)nb);
 }
@@ -307,8 +303,15 @@ void rn_cpu_gemm(const rn_cpu_gemm_args *g) {
     const int wide = g->isa == RN_GEMM_AVX512, trans = g->a_trans;
     const int64_t mr = wide ? MR5 : MR2, width = wide ? 2 * NR : NR;
     float tb[KCB * 2 * NR]; /* a block of B narrower than the kernel, zero-padded */
+    float ta[MR5 * KCB];    /* a transposed A's last rows when fewer than MR, row-major, zero-padded */
+    const int64_t redge = trans && g->m % mr ? g->m - g->m % mr : -1; /* where those rows start */
     for (int64_t k0 = 0; k0 < g->kc; k0 += KCB) {
         const int64_t kb = g->kc - k0 < KCB ? g->kc - k0 : KCB;
+        if (redge >= 0) { /* once per chunk, for every column block */
+            memset(ta, 0, sizeof(float) * (size_t)(mr * kb));
+            for (int64_t r = redge; r < g->m; r++)
+                for (int64_t p = 0; p < kb; p++) ta[(r - redge) * kb + p] = g->a[r * g->ars + (k0 + p) * g->aps];
+        }
         for (int64_t j0 = 0; j0 < g->n; j0 += width) {
             const int64_t nb = g->n - j0 < width ? g->n - j0 : width;
             const float *b = g->b + j0 / NR * g->bps + k0 * g->bpp;
@@ -332,7 +335,7 @@ void rn_cpu_gemm(const rn_cpu_gemm_args *g) {
                          .relu = g->relu,
                          .bias = g->bias ? g->bias + j0 : NULL,
                          .res = g->res ? g->res + r0 * g->ldc + j0 : NULL};
-                if (nb < width || (trans && k.rows < mr)) edge(g->isa, trans, nb, &k, &e, tb);
+                if (nb < width || r0 == redge) edge(g->isa, trans, r0 == redge ? ta : NULL, nb, &k, &e, tb);
                 else if (wide) trans ? k5_t(&k, &e) : k5_n(&k, &e);
                 else trans ? k2_t(&k, &e) : k2_n(&k, &e);
             }

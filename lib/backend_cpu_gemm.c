@@ -897,24 +897,31 @@ static int64_t dgrad_w_floats(const rn_conv_desc *d) { return round_up(d->k * kc
 /* backward-filter: dw's blocks (columns only where im2col builds them) and the rows of x
  * or im2col per tile, as many as TILE_BYTES of its columns hold */
 static gemm_grid wgrad_grid(const rn_conv_desc *d) {
-    if (pointwise(d)) return grid_of(d->k, d->c);
-    /* blocks a whole number of the AVX-512 kernel's 32 columns wide */
-    return grid_cut(d->k, kcols(d), d->k, min64(round_up(ceil_div(kcols(d), PARTS), 2 * RN_FUSED_NR), kcols(d)));
+    /* columns in blocks a whole number of the AVX-512 kernel's 32 wide */
+    int64_t bn = min64(round_up(ceil_div(kcols(d), PARTS), 2 * RN_FUSED_NR), kcols(d));
+    if (pointwise(d)) { /* x's tile is packed once for all blocks: cut the longer side */
+        /* rows in whole groups of both kernels' 6 and 8 */
+        if (d->k > d->c) return grid_cut(d->k, d->c, min64(round_up(ceil_div(d->k, PARTS), 24), d->k), d->c);
+        return grid_cut(d->k, d->c, d->k, bn);
+    }
+    return grid_cut(d->k, kcols(d), d->k, bn);
 }
 static int64_t wgrad_rows(const rn_conv_desc *d) {
     return pointwise(d) ? min64(rows_total(d), tile_rows(d)) : tile_rows(d);
 }
-/* one thread's packed tile of its block's columns */
+/* the packed tile: a 1x1 conv's x, all columns, shared; otherwise one thread's
+ * columns of im2col, each thread its own */
 static int64_t wgrad_pk_floats(const rn_conv_desc *d) {
-    return round_up(wgrad_rows(d) * round_up(wgrad_grid(d).bn, RN_FUSED_NR), SPLIT_ALIGN);
+    return round_up(wgrad_rows(d) * round_up(pointwise(d) ? d->c : wgrad_grid(d).bn, RN_FUSED_NR), SPLIT_ALIGN);
 }
+static int64_t wgrad_pk_copies(const rn_backend *be, const rn_conv_desc *d) { return pointwise(d) ? 1 : be->nthreads; }
 
 static size_t own_workspace(const rn_backend *be, const rn_conv_desc *d) {
     int64_t need = 0, col = fused_col_floats(be, d);
     if (d->dirs & RN_CONV_FWD) need = col + fused_w_floats(d);
     if ((d->dirs & RN_CONV_BWD_DATA) && col + dgrad_w_floats(d) > need) need = col + dgrad_w_floats(d);
-    if ((d->dirs & RN_CONV_BWD_FILTER) && col + be->nthreads * wgrad_pk_floats(d) > need)
-        need = col + be->nthreads * wgrad_pk_floats(d);
+    if ((d->dirs & RN_CONV_BWD_FILTER) && col + wgrad_pk_copies(be, d) * wgrad_pk_floats(d) > need)
+        need = col + wgrad_pk_copies(be, d) * wgrad_pk_floats(d);
     return sizeof(float) * (size_t)need;
 }
 
@@ -1090,19 +1097,32 @@ static void own_bwd_filter_task(void *ctx, int64_t t, int worker) {
     int64_t i0, mb, j0, nb;
     grid_block(&j->g, t, &i0, &mb, &j0, &nb);
     if (mb <= 0 || nb <= 0) return;
-    float *pk = j->pk + (int64_t)worker * wgrad_pk_floats(d);
+    float *pk = j->pk + (int64_t)worker * wgrad_pk_floats(d), *col = j->ws + mt * j0;
     const int64_t panels = ceil_div(nb, RN_FUSED_NR);
     for (int64_t m0 = 0; m0 < M; m0 += mt) {
         int64_t rows = min64(M - m0, mt);
-        if (pointwise(d)) {
-            rn_cpu_gemm_pack_n(j->x + m0 * d->c + j0, d->c, rows, nb, 0, panels, pk);
-        } else {
-            float *col = j->ws + mt * j0;
-            im2col(d, j->x, m0, rows, j0, j0 + nb, col);
-            rn_cpu_gemm_pack_n(col, nb, rows, nb, 0, panels, pk);
-        }
+        im2col(d, j->x, m0, rows, j0, j0 + nb, col);
+        rn_cpu_gemm_pack_n(col, nb, rows, nb, 0, panels, pk);
         wgrad_gemm(j, m0, rows, i0, mb, j0, nb, pk, m0 > 0 || j->accumulate);
     }
+}
+
+/* A 1x1 conv: tile by tile, x's rows packed once (split by panels), then every block of
+ * dw takes its sum over the tile's rows (j->ipt: the tile's first row, j->mt its rows). */
+static void own_wgrad_pack_task(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    const rn_conv_desc *d = j->d;
+    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, ceil_div(d->c, RN_FUSED_NR));
+    rn_cpu_gemm_pack_n(j->x + j->ipt * d->c, d->c, j->mt, d->c, p0, p1, j->pk);
+}
+
+static void own_wgrad_block(void *ctx, int64_t t, int worker) {
+    (void)worker;
+    const conv_job *j = ctx;
+    int64_t i0, mb, j0, nb;
+    grid_block(&j->g, t, &i0, &mb, &j0, &nb);
+    if (mb > 0 && nb > 0) wgrad_gemm(j, j->ipt, j->mt, i0, mb, j0, nb, j->pk + j0 * j->mt, j->ipt > 0 || j->accumulate);
 }
 
 /* Receptive fields overlap inside an image but never across images, so a task is a run
@@ -1241,9 +1261,19 @@ int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv
                   .tn = nt, .accumulate = accumulate, .isa = own_isa(be)};
     if (j.isa) {
         j.g = wgrad_grid(d);
-        j.mt = wgrad_rows(d);
         j.pk = j.ws + fused_col_floats(be, d);
-        rn_cpu_pool_run(be->impl, j.g.count, nt, own_bwd_filter_task, &j);
+        if (!pointwise(d)) {
+            j.mt = wgrad_rows(d);
+            rn_cpu_pool_run(be->impl, j.g.count, nt, own_bwd_filter_task, &j);
+            return RN_OK;
+        }
+        const int64_t M = rows_total(d), mt = wgrad_rows(d);
+        for (int64_t m0 = 0; m0 < M; m0 += mt) {
+            j.ipt = m0, j.mt = min64(M - m0, mt);
+            rn_cpu_pool_run(be->impl, ceil_div(ceil_div(d->c, RN_FUSED_NR), FUSED_PACK_PANELS), nt,
+                            own_wgrad_pack_task, &j);
+            rn_cpu_pool_run(be->impl, j.g.count, nt, own_wgrad_block, &j);
+        }
         return RN_OK;
     }
     /* im2col: blocks of columns only, each spanning all of dw's rows */
