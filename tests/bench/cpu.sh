@@ -3,9 +3,10 @@
 # side by side. Lines: <name>: rn=<value> peer=<value> ratio=<r>, higher is better
 # (for memory the ratio is peer/rn). The last line is cpu-train at 64x64 batch 32.
 #
-# OpenBLAS's kernel (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE, or what it detects) changes
-# both sides' speed, and a forced kernel can slow one side far more than the other. The
-# log names the kernel each side ran. When the environment sets OPENBLAS_* variables, the
+# OpenBLAS's kernel (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE, or what it detects) changes the
+# speed of whatever runs through OpenBLAS: rn's GEMMs only under RN_CPU_GEMM=openblas or on
+# a CPU without AVX2 and FMA (rn's own kernel otherwise), and a forced kernel can slow one
+# side far more than the other. The log names the kernel each side ran. When the environment sets OPENBLAS_* variables, the
 # lines are given twice: as the environment is (names ending -env), then with every
 # OPENBLAS_* variable unset for rn and peer alike (the plain names, the fair comparison).
 set -euo pipefail
@@ -40,7 +41,7 @@ run_pair() { # name size batch steps mode
         pi=$(best "$pi" "$(field img/s <<<"$p")")
         rm=$(field peak_rss_mib <<<"$r") pm=$(field peak_rss_mib <<<"$p")
     done
-    echo "# $1 OpenBLAS kernel: rn $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$r"), peer $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$p")" >&2
+    echo "# $1 OpenBLAS kernel: rn $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$r") (its GEMMs on $(sed -n 's/.*gemm=\([^ ]*\).*/\1/p' <<<"$r")), peer $(sed -n 's/.*blas=\([^ ]*\).*/\1/p' <<<"$p")" >&2
     echo "$1: rn=$ri peer=$pi ratio=$(ratio "$ri" "$pi")"
     if [ "$5" = train ]; then
         echo "$1-peak-rss-mib: rn=$rm peer=$pm ratio=$(ratio "$pm" "$rm")"

@@ -1,7 +1,9 @@
 /* CPU benchmark body for make bench-cpu: ResNet training steps (forward, backward, SGD)
  * or eval forwards on random input, timed after one warm-up step.
  *   bench_cpu_step ARCH SIZE BATCH STEPS THREADS train|eval
- * Prints "img/s=<x> peak_rss_mib=<y> net_mib=<z> blas=<OpenBLAS kernel>". */
+ * The context takes RN_CPU_GEMM and the rest from the environment, as the tools do.
+ * Prints "img/s=<x> peak_rss_mib=<y> net_mib=<z> blas=<OpenBLAS kernel> gemm=<what runs
+ * the GEMMs: rn-AVX-512, rn-AVX2 or OpenBLAS>". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "rn/backend.h"
 #include "rn/ckpt.h"
+#include "rn/cli.h"
 #include "rn/err.h"
 #include "rn/net.h"
 #include "rn/rng.h"
@@ -38,7 +41,10 @@ int main(int argc, char **argv) {
     TRY(rn_resnet_build(&spec, argv[1], 1000));
     TRY(rn_ckpt_new(&spec, &ck));
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
-    TRY(rn_backend_create("cpu", threads, NULL, &be));
+    rn_backend_opts o;
+    rn_backend_opts_init(&o);
+    TRY(rn_cli_backend_env(&o));
+    TRY(rn_backend_create("cpu", threads, &o, &be));
     TRY(rn_net_create(be, &spec, batch, size, size, train ? RN_NET_TRAIN : RN_NET_INFER, RN_F32, &net));
     TRY(rn_net_load(net, ck));
     rn_ckpt_free(ck);
@@ -59,8 +65,10 @@ int main(int argc, char **argv) {
     double dt = now() - t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("img/s=%.2f peak_rss_mib=%.1f net_mib=%.1f blas=%s\n", steps * batch / dt,
-           ru.ru_maxrss / 1024.0, rn_net_bytes(net) / 1048576.0, openblas_get_corename());
+    const char *name = rn_backend_name(be);
+    const char *gemm = strstr(name, "AVX-512") ? "rn-AVX-512" : strstr(name, "AVX2") ? "rn-AVX2" : "OpenBLAS";
+    printf("img/s=%.2f peak_rss_mib=%.1f net_mib=%.1f blas=%s gemm=%s\n", steps * batch / dt,
+           ru.ru_maxrss / 1024.0, rn_net_bytes(net) / 1048576.0, openblas_get_corename(), gemm);
     free(labels);
     rn_net_destroy(net);
     rn_backend_destroy(be);
