@@ -1057,26 +1057,6 @@ static void wgrad_gemm(const conv_job *j, int64_t m0, int64_t rows, int64_t i0, 
     rn_cpu_gemm(&g);
 }
 
-static void own_bwd_data_task(void *ctx, int64_t task, int worker) {
-    const conv_job *j = ctx;
-    const rn_conv_desc *d = j->d;
-    const int64_t M = rows_total(d), kc = kcols(d), C = d->c;
-    if (pointwise(d)) {
-        int64_t m0 = task * j->mt, rows = min64(M - m0, j->mt);
-        dgrad_gemm(j, m0, rows, 0, C, j->dx + m0 * C, C, j->accumulate);
-        return;
-    }
-    const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
-    float *col = j->ws + (int64_t)worker * tile_stride(d);
-    int64_t n0 = task * j->ipt, n1 = min64(n0 + j->ipt, d->n);
-    if (!j->accumulate) memset(j->dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
-    for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += j->mt) {
-        int64_t rows = min64(n1 * pq - m0, j->mt);
-        dgrad_gemm(j, m0, rows, 0, kc, col, kc, 0);
-        col2im_add(d, col, m0, rows, j->dx);
-    }
-}
-
 /* whole-matrix backward data: block t of dcol (or of dx, 1x1) */
 static void own_dcol_block(void *ctx, int64_t t, int worker) {
     (void)worker;
@@ -1138,8 +1118,9 @@ static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
     float beta = j->accumulate ? 1.0f : 0.0f;
     if (pointwise(d)) {
         int64_t m0 = task * j->mt, rows = min64(M - m0, j->mt);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
-                    j->dy + m0 * K, K, j->w, C, beta, j->dx + m0 * C, C);
+        if (j->isa) dgrad_gemm(j, m0, rows, 0, C, j->dx + m0 * C, C, j->accumulate);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, C, K, 1.0f,
+                         j->dy + m0 * K, K, j->w, C, beta, j->dx + m0 * C, C);
         return;
     }
     const int64_t pq = (int64_t)d->p * d->q, img = (int64_t)d->h * d->w * C;
@@ -1148,8 +1129,9 @@ static void conv_bwd_data_task(void *ctx, int64_t task, int worker) {
     if (!j->accumulate) memset(j->dx + n0 * img, 0, sizeof(float) * (size_t)((n1 - n0) * img));
     for (int64_t m0 = n0 * pq; m0 < n1 * pq; m0 += j->mt) {
         int64_t rows = min64(n1 * pq - m0, j->mt);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
-                    j->dy + m0 * K, K, j->w, (int)kc, 0.0f, col, (int)kc);
+        if (j->isa) dgrad_gemm(j, m0, rows, 0, kc, col, kc, 0);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)kc, K, 1.0f,
+                         j->dy + m0 * K, K, j->w, (int)kc, 0.0f, col, (int)kc);
         col2im_add(d, col, m0, rows, j->dx);
     }
 }
@@ -1207,7 +1189,7 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
         j.pk = j.ws + fused_col_floats(be, d);
         j.wp = j.pk;
         rn_cpu_pool_run(be->impl, ceil_div(kc_pad(d) / RN_FUSED_NR, FUSED_PACK_PANELS), nt, dgrad_pack_task, &j);
-        task = own_bwd_data_task, block = own_dcol_block;
+        block = own_dcol_block;
     }
     if (whole(d)) {
         j.g = grid_of(rows_total(d), kcols(d));
@@ -1300,6 +1282,17 @@ typedef struct {
     float *pk, *t;            /* own kernel: the packed batch operand, a transposed result */
     float *pkx;               /* own kernel, backward: x packed for dw */
 } fc_job;
+
+/* run t of the bias gradient: its entries summed over the batch in order */
+static void fc_db_run(const fc_job *j, int64_t t) {
+    const rn_fc_desc *d = j->d;
+    int64_t lo = t * j->db_len, hi = min64(lo + j->db_len, d->out);
+    for (int64_t k = lo; k < hi; k++) {
+        float s = j->accumulate ? j->db[k] : 0.0f;
+        for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
+        j->db[k] = s;
+    }
+}
 
 static int64_t npad(const rn_fc_desc *d) { return round_up(d->n, RN_FUSED_NR); }
 
@@ -1401,13 +1394,7 @@ static void fc_own_bwd_task(void *ctx, int64_t t, int worker) {
         rn_cpu_gemm(&g);
         return;
     }
-    t -= j->gdw.count;
-    int64_t lo = t * j->db_len, hi = min64(lo + j->db_len, d->out);
-    for (int64_t k = lo; k < hi; k++) {
-        float s = j->accumulate ? j->db[k] : 0.0f;
-        for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
-        j->db[k] = s;
-    }
+    fc_db_run(j, t - j->gdw.count);
 }
 
 static void fc_packx_task(void *ctx, int64_t t, int worker) {
@@ -1479,13 +1466,7 @@ static void fc_bwd_task(void *ctx, int64_t t, int worker) {
                    j->accumulate ? 1.0f : 0.0f, j->dw, d->in);
         return;
     }
-    t -= j->gdw.count;
-    int64_t lo = t * j->db_len, hi = min64(lo + j->db_len, d->out);
-    for (int64_t k = lo; k < hi; k++) {
-        float s = j->accumulate ? j->db[k] : 0.0f;
-        for (int i = 0; i < d->n; i++) s += j->dy[(int64_t)i * d->out + k];
-        j->db[k] = s;
-    }
+    fc_db_run(j, t - j->gdw.count);
 }
 
 int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
