@@ -175,8 +175,20 @@ int main(int argc, char **argv) {
     CHECK_OK(rn_ckpt_new(&spec, &init));
     if (!init) return check_done("test_syncbn");
     CHECK_OK(rn_ckpt_init(init, &spec, 7, 0));
+    /* The data decides whether some activation lies within rounding of a ReLU's kink, and
+       one that does lands on either side depending on the order of every sum before it:
+       the gradients below it then move by O(1) at a few positions (about 2e-2 of relative
+       L2), more than any rounding tolerance. With the data of seed 20260611 the plain net
+       on rn's GEMM kernel and the same net through OpenBLAS differed so at layer1 and
+       below (0.0237), the synchronised net siding with OpenBLAS (3.4e-6); over seeds 1-8
+       about half hold such an activation, on either kernel. rn's kernel gives the same
+       bits on every x86-64 CPU with AVX2 and FMA, so seed 1, which holds none for it, does
+       so everywhere. A change to the kernel's summation order can bring one into reach
+       again: if this test then fails from some layer down by about 1e-2, run the plain
+       net through OpenBLAS (rn_backend_opts.cpu_conv_openblas) as a second reference
+       before suspecting synchronised BN. */
     static float u[BATCH * SIZE * SIZE * 3 + BATCH];
-    rn_rng_uniform(rn_rng_key(20260611u, 1), u, (int64_t)(sizeof u / sizeof *u), 0, 1);
+    rn_rng_uniform(rn_rng_key(1u, 1), u, (int64_t)(sizeof u / sizeof *u), 0, 1);
     for (size_t i = 0; i < sizeof px; i++)
         px[i] = (uint8_t)(u[i] * 255.99f);
     for (int i = 0; i < BATCH; i++)
