@@ -18,8 +18,9 @@ int rn_cpu_pool_size(const rn_cpu_pool *p);
 void rn_cpu_pool_run(rn_cpu_pool *p, int64_t ntasks, int team, rn_cpu_task_fn fn, void *ctx);
 
 /* The CPU backend's own GEMM (lib/backend_cpu_fused.c): C = [relu](A B + (bias + res)) or
- * C += A B, each element summed by FMA in the order of the inner index, so that its bits
- * depend on the inputs alone (not the ISA, the blocking or OPENBLAS_CORETYPE). x86-64
+ * C += A B, each element summed in a fixed order (256-term chunks by FMA, then the chunks'
+ * sums in turn), so that its bits depend on the inputs alone (not the ISA, the blocking or
+ * OPENBLAS_CORETYPE). x86-64
  * with AVX2 and FMA (RN_GEMM_AVX2) or AVX-512 (RN_GEMM_AVX512); rn_cpu_gemm_isa() says
  * the widest this CPU runs, RN_GEMM_NONE where it must not be called. B is packed into
  * panels of RN_FUSED_NR columns (ceil(n / RN_FUSED_NR) * RN_FUSED_NR * kc floats) or
