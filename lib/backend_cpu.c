@@ -1116,8 +1116,7 @@ int rn_backend_cpu_init(rn_backend *be) {
      * (backend_cpu_gemm.c says why). The setting is process-wide. */
     openblas_set_num_threads(1);
     /* the GEMMs' kernel: rn's own (backend_cpu_fused.c), or OpenBLAS's */
-    int isa = be->opts.cpu_conv_openblas ? RN_GEMM_NONE : rn_cpu_gemm_isa();
-    if (isa == RN_GEMM_AVX512 && be->opts.cpu_gemm_avx2) isa = RN_GEMM_AVX2;
+    int isa = rn_cpu_own_isa(be);
     const char *core = openblas_get_corename();
     if (isa)
         snprintf(be->name, sizeof be->name, "cpu: rn GEMM %s, %d thread%s", isa == RN_GEMM_AVX512 ? "AVX-512" : "AVX2",

@@ -158,7 +158,6 @@ static int wino_use(const rn_backend *be, const rn_conv_desc *d);
 static int wino_m(const rn_backend *be, const rn_conv_desc *d);
 static size_t wino_workspace(const rn_backend *be, const rn_conv_desc *d);
 static int fused_use(const rn_backend *be);
-static int own_isa(const rn_backend *be);
 static size_t own_workspace(const rn_backend *be, const rn_conv_desc *d);
 
 /* K rounded up to whole panels of rn's own kernel (backend_cpu_fused.c) */
@@ -329,7 +328,7 @@ int rn_cpu_conv_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, const
     int rc = check_int(d, "conv_fwd");
     if (rc) return rc;
     const int nt = conv_team(be, d);
-    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .isa = own_isa(be)};
+    conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .isa = rn_cpu_own_isa(be)};
     if (j.isa) return fused_run(be, &j, 0);
     if (whole(d)) {
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_im2col_part, &j);
@@ -874,14 +873,12 @@ static int64_t fused_rows(const rn_conv_desc *d) {
 }
 #define FUSED_PACK_PANELS 4
 
-/* rn's own kernel at the widest ISA the CPU has (AVX2 where RN_CPU_GEMM=avx2), or
- * RN_GEMM_NONE: OpenBLAS (RN_CPU_GEMM=openblas, or a CPU without AVX2 and FMA) */
-static int own_isa(const rn_backend *be) {
+int rn_cpu_own_isa(const rn_backend *be) {
     if (be->opts.cpu_conv_openblas) return RN_GEMM_NONE;
     int isa = rn_cpu_gemm_isa();
     return isa == RN_GEMM_AVX512 && be->opts.cpu_gemm_avx2 ? RN_GEMM_AVX2 : isa;
 }
-static int fused_use(const rn_backend *be) { return own_isa(be) != RN_GEMM_NONE; }
+static int fused_use(const rn_backend *be) { return rn_cpu_own_isa(be) != RN_GEMM_NONE; }
 
 static int64_t fused_panels(const rn_conv_desc *d) { return k_pad(d) / RN_FUSED_NR; }
 static int64_t fused_w_floats(const rn_conv_desc *d) { return round_up(k_pad(d) * kcols(d), SPLIT_ALIGN); }
@@ -925,16 +922,33 @@ static size_t own_workspace(const rn_backend *be, const rn_conv_desc *d) {
     return sizeof(float) * (size_t)need;
 }
 
-static void fused_pack_task(void *ctx, int64_t t, int worker) {
+/* An operand of rn's kernel into its panels of RN_FUSED_NR columns, FUSED_PACK_PANELS
+ * panels per task: B = src (kc x n, row stride ld; rn_cpu_gemm_pack_n) or, trans, B =
+ * src^T with src (n x kc) row-major (rn_cpu_fused_pack). A copy: any split will do. */
+typedef struct {
+    const float *src;
+    int64_t ld, kc, n;
+    int trans;
+    float *out;
+} pack_job;
+
+static void pack_task(void *ctx, int64_t t, int worker) {
     (void)worker;
-    const conv_job *j = ctx;
-    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, fused_panels(j->d));
-    rn_cpu_fused_pack(j->w, j->d->k, kcols(j->d), p0, p1, j->pk);
+    const pack_job *p = ctx;
+    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, ceil_div(p->n, RN_FUSED_NR));
+    if (p->trans) rn_cpu_fused_pack(p->src, p->n, p->kc, p0, p1, p->out);
+    else rn_cpu_gemm_pack_n(p->src, p->ld, p->kc, p->n, p0, p1, p->out);
+}
+
+static void pack_run(rn_backend *be, int team, const float *src, int64_t ld, int64_t kc, int64_t n, int trans,
+                     float *out) {
+    pack_job p = {.src = src, .ld = ld, .kc = kc, .n = n, .trans = trans, .out = out};
+    rn_cpu_pool_run(be->impl, ceil_div(ceil_div(n, RN_FUSED_NR), FUSED_PACK_PANELS), team, pack_task, &p);
 }
 
 /* j->pk = the weights in the kernel's panels */
 static void fused_pack(rn_backend *be, conv_job *j) {
-    rn_cpu_pool_run(be->impl, ceil_div(fused_panels(j->d), FUSED_PACK_PANELS), (int)j->tn, fused_pack_task, j);
+    pack_run(be, (int)j->tn, j->w, kcols(j->d), kcols(j->d), j->d->k, 1, j->pk);
 }
 
 /* Task t: row tile t / groups, panel group t % groups (j->ipt panels each). */
@@ -1002,7 +1016,7 @@ int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, 
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .w = wv, .y = yv, .ws = be->ws, .tn = nt, .bias = bias, .res = res,
-                  .relu = relu, .isa = own_isa(be)};
+                  .relu = relu, .isa = rn_cpu_own_isa(be)};
     if (wino_use(be, d)) return wino_run(be, &j, packed);
     if (fused_use(be)) return fused_run(be, &j, packed);
     if (whole(d)) {
@@ -1024,14 +1038,6 @@ int rn_cpu_conv_bias_fwd(rn_backend *be, const rn_conv_desc *d, const void *xv, 
  * element's sum runs in one fixed order whatever the cut (backend_cpu_fused.c); the
  * weight gradient's sum over the rows m runs from m = 0 up through every tile in turn,
  * accumulated in dw itself. */
-
-static void dgrad_pack_task(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const conv_job *j = ctx;
-    const rn_conv_desc *d = j->d;
-    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, kc_pad(d) / RN_FUSED_NR);
-    rn_cpu_gemm_pack_n(j->w, kcols(d), d->k, kcols(d), p0, p1, j->pk);
-}
 
 /* rows [m0, m0 + rows) x columns [j0, j0 + nb) of dcol (row stride ldc, at c) = dy w
  * (+ what c holds, accumulating) */
@@ -1057,19 +1063,6 @@ static void wgrad_gemm(const conv_job *j, int64_t m0, int64_t rows, int64_t i0, 
     rn_cpu_gemm(&g);
 }
 
-/* whole-matrix backward data: block t of dcol (or of dx, 1x1) */
-static void own_dcol_block(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const conv_job *j = ctx;
-    const rn_conv_desc *d = j->d;
-    int64_t i0, mb, j0, nb;
-    grid_block(&j->g, t, &i0, &mb, &j0, &nb);
-    if (mb <= 0 || nb <= 0) return;
-    const int64_t ld = pointwise(d) ? d->c : kcols(d);
-    float *c = pointwise(d) ? j->dx : j->ws;
-    dgrad_gemm(j, i0, mb, j0, nb, c + i0 * ld, ld, pointwise(d) && j->accumulate);
-}
-
 static void own_bwd_filter_task(void *ctx, int64_t t, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
@@ -1087,16 +1080,8 @@ static void own_bwd_filter_task(void *ctx, int64_t t, int worker) {
     }
 }
 
-/* A 1x1 conv: tile by tile, x's rows packed once (split by panels), then every block of
- * dw takes its sum over the tile's rows (j->ipt: the tile's first row, j->mt its rows). */
-static void own_wgrad_pack_task(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const conv_job *j = ctx;
-    const rn_conv_desc *d = j->d;
-    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, ceil_div(d->c, RN_FUSED_NR));
-    rn_cpu_gemm_pack_n(j->x + j->ipt * d->c, d->c, j->mt, d->c, p0, p1, j->pk);
-}
-
+/* A 1x1 conv: tile by tile, x's rows packed once, then every block of dw takes its sum
+ * over the tile's rows (j->ipt: the tile's first row, j->mt its rows). */
 static void own_wgrad_block(void *ctx, int64_t t, int worker) {
     (void)worker;
     const conv_job *j = ctx;
@@ -1142,6 +1127,13 @@ static void conv_dcol_block(void *ctx, int64_t t, int worker) {
     const conv_job *j = ctx;
     const rn_conv_desc *d = j->d;
     int kc = (int)kcols(d);
+    if (j->isa) { /* rn's kernel: the same block of dcol (or of dx, 1x1) */
+        int64_t i0, mb, j0, nb;
+        grid_block(&j->g, t, &i0, &mb, &j0, &nb);
+        float *c = pointwise(d) ? j->dx : j->ws;
+        if (mb > 0 && nb > 0) dgrad_gemm(j, i0, mb, j0, nb, c + i0 * kc, kc, pointwise(d) && j->accumulate);
+        return;
+    }
     if (pointwise(d)) {
         gemm_block(&j->g, t, CblasNoTrans, CblasNoTrans, d->k, 1.0f, j->dy, d->k, j->w, kc,
                    j->accumulate ? 1.0f : 0.0f, j->dx, kc);
@@ -1183,28 +1175,26 @@ int rn_cpu_conv_bwd_data(rn_backend *be, const rn_conv_desc *d, const void *dyv,
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .dy = dyv, .w = wv, .dx = dxv, .ws = be->ws, .accumulate = accumulate,
-                  .tn = nt, .isa = own_isa(be)};
-    rn_cpu_task_fn task = conv_bwd_data_task, block = conv_dcol_block;
+                  .tn = nt, .isa = rn_cpu_own_isa(be)};
     if (j.isa) { /* the weights into panels behind the im2col tiles */
         j.pk = j.ws + fused_col_floats(be, d);
         j.wp = j.pk;
-        rn_cpu_pool_run(be->impl, ceil_div(kc_pad(d) / RN_FUSED_NR, FUSED_PACK_PANELS), nt, dgrad_pack_task, &j);
-        block = own_dcol_block;
+        pack_run(be, nt, j.w, kcols(d), d->k, kcols(d), 0, j.pk);
     }
     if (whole(d)) {
         j.g = grid_of(rows_total(d), kcols(d));
-        rn_cpu_pool_run(be->impl, j.g.count, nt, block, &j);
+        rn_cpu_pool_run(be->impl, j.g.count, nt, conv_dcol_block, &j);
         if (!pointwise(d)) rn_cpu_pool_run(be->impl, nt, nt, conv_col2im_part, &j);
         return RN_OK;
     }
     if (pointwise(d)) {
         j.mt = fwd_tile_rows(d);
-        rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, task, &j);
+        rn_cpu_pool_run(be->impl, ceil_div(rows_total(d), j.mt), nt, conv_bwd_data_task, &j);
         return RN_OK;
     }
     j.ipt = bwd_images(d);
     j.mt = min64(j.ipt * d->p * d->q, tile_rows(d));
-    rn_cpu_pool_run(be->impl, ceil_div(d->n, j.ipt), nt, task, &j);
+    rn_cpu_pool_run(be->impl, ceil_div(d->n, j.ipt), nt, conv_bwd_data_task, &j);
     return RN_OK;
 }
 
@@ -1240,7 +1230,7 @@ int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv
     if (rc) return rc;
     const int nt = conv_team(be, d);
     conv_job j = {.d = d, .x = xv, .dy = dyv, .dw = dwv, .ws = be->ws, .mt = tile_rows(d),
-                  .tn = nt, .accumulate = accumulate, .isa = own_isa(be)};
+                  .tn = nt, .accumulate = accumulate, .isa = rn_cpu_own_isa(be)};
     if (j.isa) {
         j.g = wgrad_grid(d);
         j.pk = j.ws + fused_col_floats(be, d);
@@ -1252,8 +1242,7 @@ int rn_cpu_conv_bwd_filter(rn_backend *be, const rn_conv_desc *d, const void *xv
         const int64_t M = rows_total(d), mt = wgrad_rows(d);
         for (int64_t m0 = 0; m0 < M; m0 += mt) {
             j.ipt = m0, j.mt = min64(M - m0, mt);
-            rn_cpu_pool_run(be->impl, ceil_div(ceil_div(d->c, RN_FUSED_NR), FUSED_PACK_PANELS), nt,
-                            own_wgrad_pack_task, &j);
+            pack_run(be, nt, j.x + m0 * d->c, d->c, j.mt, d->c, 0, j.pk);
             rn_cpu_pool_run(be->impl, j.g.count, nt, own_wgrad_block, &j);
         }
         return RN_OK;
@@ -1326,38 +1315,11 @@ static void fc_own_fwd_task(void *ctx, int64_t t, int worker) {
     rn_cpu_gemm(&g);
 }
 
-/* panels of n columns of B = src^T, src (n, len) row-major: one task per panel */
-typedef struct {
-    const float *src;
-    int64_t n, len;
-    float *out;
-} tpack;
-
-static void tpack_task(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const tpack *p = ctx;
-    float *dst = p->out + t * p->len * RN_FUSED_NR;
-    for (int64_t j = 0; j < RN_FUSED_NR; j++) {
-        int64_t i = t * RN_FUSED_NR + j;
-        if (i >= p->n) {
-            for (int64_t q = 0; q < p->len; q++) dst[q * RN_FUSED_NR + j] = 0.0f;
-            continue;
-        }
-        const float *src = p->src + i * p->len;
-        for (int64_t q = 0; q < p->len; q++) dst[q * RN_FUSED_NR + j] = src[q];
-    }
-}
-
-static void tpack_run(rn_backend *be, int team, const float *src, int64_t n, int64_t len, float *out) {
-    tpack p = {.src = src, .n = n, .len = len, .out = out};
-    rn_cpu_pool_run(be->impl, ceil_div(n, RN_FUSED_NR), team, tpack_task, &p);
-}
-
 static int fc_own_fwd(rn_backend *be, fc_job *j, int team) {
     const rn_fc_desc *d = j->d;
     j->pk = be->ws;
     j->t = j->pk + round_up((int64_t)d->in * npad(d), SPLIT_ALIGN);
-    tpack_run(be, team, j->x, d->n, d->in, j->pk);
+    pack_run(be, team, j->x, d->in, d->in, d->n, 1, j->pk); /* x^T */
     rn_cpu_pool_run(be->impl, ceil_div(d->out, fc_rows_per_task(d->out)), team, fc_own_fwd_task, j);
     for (int64_t i = 0; i < d->n; i++)
         for (int64_t k = 0; k < d->out; k++) {
@@ -1397,21 +1359,13 @@ static void fc_own_bwd_task(void *ctx, int64_t t, int worker) {
     fc_db_run(j, t - j->gdw.count);
 }
 
-static void fc_packx_task(void *ctx, int64_t t, int worker) {
-    (void)worker;
-    const fc_job *j = ctx;
-    const rn_fc_desc *d = j->d;
-    int64_t p0 = t * FUSED_PACK_PANELS, p1 = min64(p0 + FUSED_PACK_PANELS, ceil_div(d->in, RN_FUSED_NR));
-    rn_cpu_gemm_pack_n(j->x, d->in, d->n, d->in, p0, p1, j->pkx);
-}
-
 static int fc_own_bwd(rn_backend *be, fc_job *j, int team) {
     const rn_fc_desc *d = j->d;
     j->pk = be->ws;
     j->t = j->pk + round_up((int64_t)d->out * npad(d), SPLIT_ALIGN);
     j->pkx = j->t + round_up((int64_t)d->in * d->n, SPLIT_ALIGN);
-    if (j->dx) tpack_run(be, team, j->dy, d->n, d->out, j->pk);
-    rn_cpu_pool_run(be->impl, ceil_div(ceil_div(d->in, RN_FUSED_NR), FUSED_PACK_PANELS), team, fc_packx_task, j);
+    if (j->dx) pack_run(be, team, j->dy, d->out, d->out, d->n, 1, j->pk); /* dy^T */
+    pack_run(be, team, j->x, d->in, d->n, d->in, 0, j->pkx);
     /* dw's blocks whole multiples of the AVX-512 kernel's 32 columns */
     j->gdw = grid_cut(d->out, d->in, part_len(d->out), min64(round_up(ceil_div(d->in, PARTS), 2 * RN_FUSED_NR), d->in));
     int64_t tasks = (j->dx ? ceil_div(d->in, fc_rows_per_task(d->in)) : 0) + j->gdw.count +
@@ -1441,7 +1395,7 @@ static void fc_fwd_task(void *ctx, int64_t t, int worker) {
 
 int rn_cpu_fc_fwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void *w,
                   const void *b, void *y) {
-    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y, .gy = grid_of(d->n, d->out), .isa = own_isa(be)};
+    fc_job j = {.d = d, .x = x, .w = w, .b = b, .y = y, .gy = grid_of(d->n, d->out), .isa = rn_cpu_own_isa(be)};
     const int team = team_for(be, 2.0 * d->n * d->in * d->out);
     if (j.isa) return fc_own_fwd(be, &j, team);
     rn_cpu_pool_run(be->impl, j.gy.count, team, fc_fwd_task, &j);
@@ -1473,7 +1427,7 @@ int rn_cpu_fc_bwd(rn_backend *be, const rn_fc_desc *d, const void *x, const void
                   const void *dy, void *dx, void *dw, void *db, int accumulate) {
     fc_job j = {.d = d, .x = x, .w = w, .dy = dy, .dx = dx, .dw = dw, .db = db,
                 .gdx = grid_of(d->n, d->in), .gdw = grid_of(d->out, d->in),
-                .db_len = part_len(d->out), .accumulate = accumulate, .isa = own_isa(be)};
+                .db_len = part_len(d->out), .accumulate = accumulate, .isa = rn_cpu_own_isa(be)};
     if (j.isa) return fc_own_bwd(be, &j, team_for(be, 2.0 * d->n * d->in * d->out));
     int64_t tasks = (dx ? j.gdx.count : 0) + j.gdw.count + (db ? ceil_div(d->out, j.db_len) : 0);
     rn_cpu_pool_run(be->impl, tasks, team_for(be, 2.0 * d->n * d->in * d->out), fc_bwd_task, &j);
