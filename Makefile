@@ -4,6 +4,7 @@
 #   make demo       the main job on an embedded default
 #   make deps       install the Debian packages the build and tests need
 #   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
+#   make check-aarch64  the tools built for aarch64, run under qemu: the same bytes as here
 # Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
 #          USE_PNG=auto|0|1, USE_WEBP=auto|0|1 (PNG input through libspng, WebP through
 #          libwebp; default: detected),
@@ -155,10 +156,14 @@ PARITY_BIN := $(patsubst tests/parity/%.c,$(BUILD)/tests/parity_%,$(wildcard tes
 # the fuzz harnesses built with a replay main(): make test runs tests/fuzz/regress/ through them
 FUZZ_REPLAY_BIN := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/tests/fuzzreplay_%,$(wildcard tests/fuzz/fuzz_*.c))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/bench/*.c))
+# rn's GEMM kernel alone (tests/xarch/gemm_forms.c), native and, where the cross compiler
+# is installed, for aarch64 (static; tests/kernels.bats runs it under qemu-aarch64)
+XARCH_CC ?= aarch64-linux-gnu-gcc
+XARCH_BIN := $(BUILD)/tests/gemm_forms $(if $(shell command -v $(XARCH_CC) 2>/dev/null),$(BUILD)/tests/gemm_forms.aarch64)
 
-.PHONY: all summary fuzz deps onnxruntime test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check
+.PHONY: all summary fuzz deps onnxruntime test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check check-aarch64
 
-all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN)
+all: summary $(TOOLS) $(UNIT_BIN) $(PARITY_BIN) $(BENCH_BIN) $(FUZZ_REPLAY_BIN) $(XARCH_BIN)
 
 summary:
 	@echo "rn $(VERSION): $(BUILD_SUMMARY)$(JPEG_SUMMARY)$(IMG_SUMMARY)$(MPI_SUMMARY)"
@@ -211,12 +216,22 @@ $(BUILD)/tests/parity_%: tests/parity/%.c $(LIBRN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) $< $(LIBRN) $(LDFLAGS) $(LDLIBS) -o $@
 
+GEMM_FORMS_SRC := tests/xarch/gemm_forms.c lib/backend_cpu_fused.c include/rn/backend_cpu_impl.h
+$(BUILD)/tests/gemm_forms: $(GEMM_FORMS_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -Iinclude $(CFLAGS) $(filter %.c,$^) -lm -o $@
+
+$(BUILD)/tests/gemm_forms.aarch64: $(GEMM_FORMS_SRC)
+	@mkdir -p $(dir $@)
+	$(XARCH_CC) -Iinclude -O2 -std=c11 -Wall -Wextra -static $(filter %.c,$^) -lm -o $@
+
 -include $(wildcard $(DEPFILES) $(BUILD)/tests/bench_*.d $(BUILD)/tests/parity_*.d)
 
 # Debian packages for the build and the tests; quick when all are present.
 DEB_PKGS := libturbojpeg0-dev liblmdb-dev lmdb-utils libprotobuf-c-dev protobuf-c-compiler \
   libjpeg62-turbo-dev libspng-dev libwebp-dev libopenblas-dev bats bats-assert bats-support pkg-config python3-torch python3-torchvision \
-  python3-numpy python3-pil python3-onnx dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin
+  python3-numpy python3-pil python3-onnx dataset-fashion-mnist gnuplot-nox man-db libopenmpi-dev openmpi-bin \
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all $(words $(DEB_PKGS)) Debian packages present"; \
@@ -227,6 +242,12 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all onnxruntime
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) RN_SANITIZE=$(SANITIZE:0=) tests/run.sh
+
+# rn-prep to rn-eval built for aarch64 (in build-aarch64/) and run under qemu-aarch64
+# beside this build: the same bytes (a minute; needs Debian's arm64 libraries, which the
+# script names; exits 77 without them)
+check-aarch64:
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/xarch/whole-run.sh
 
 # onnxruntime's Node.js binding (npm; its Linux x64 CPU library ships in the package)
 # in $(BUILD)/node: the outside runtime tests/export-onnx.bats runs rn-export's ONNX

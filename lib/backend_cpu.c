@@ -1119,8 +1119,9 @@ int rn_backend_cpu_init(rn_backend *be) {
     int isa = rn_cpu_own_isa(be);
     const char *core = openblas_get_corename();
     if (isa)
-        snprintf(be->name, sizeof be->name, "cpu: rn GEMM %s, %d thread%s", isa == RN_GEMM_AVX512 ? "AVX-512" : "AVX2",
-                 be->nthreads, be->nthreads == 1 ? "" : "s");
+        snprintf(be->name, sizeof be->name, "cpu: rn GEMM %s, %d thread%s",
+                 isa == RN_GEMM_AVX512 ? "AVX-512" : isa == RN_GEMM_AVX2 ? "AVX2" : "portable C", be->nthreads,
+                 be->nthreads == 1 ? "" : "s");
     else
         snprintf(be->name, sizeof be->name, "cpu: OpenBLAS %s, %d thread%s", core ? core : "?", be->nthreads,
                  be->nthreads == 1 ? "" : "s");

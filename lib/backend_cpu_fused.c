@@ -1,8 +1,9 @@
 /* The CPU backend's own GEMM: C = [relu](A B + (bias [+ res])), or C += A B, on x86-64
  * CPUs with AVX2 and FMA (six rows by 16 columns at a time) or AVX-512 (eight rows by
- * 32 columns). Every convolution and fully connected layer of training and inference
- * runs on it where the CPU has one of them (backend_cpu_gemm.c), unless
- * RN_CPU_GEMM=openblas.
+ * 32 columns), and in a portable C form (six by 16, fmaf on each term) on other CPUs
+ * with a fused multiply-add instruction (aarch64). Every convolution and fully
+ * connected layer of training and inference runs on it where the CPU has one of them
+ * (backend_cpu_gemm.c), unless RN_CPU_GEMM=openblas.
  *
  * Summation order, the point of it. Every C element is sum_p A(r,p) B(p,j) in two
  * levels: the terms of each KCB-long chunk of p (p = 0..255, 256..511, ...) accumulated
@@ -12,12 +13,12 @@
  * the error of long sums (a weight gradient's thousands of rows) near sqrt(KCB) + sqrt(kc /
  * KCB) roundings rather than sqrt(kc), as a blocked BLAS does. A vector lane holds one
  * element's whole computation, so the vector width, the block sizes, how rows and columns
- * are cut into tasks and which thread runs them change nothing: the AVX2 and AVX-512
- * kernels give the same bits, for any thread count, whatever OPENBLAS_CORETYPE says
- * (OpenBLAS's kernels each sum in their own order). The chunks start where the call's
- * inner index starts, so a caller that splits a sum over calls (the weight gradient's row
- * tiles) fixes its split from the shape alone. test_ops checks the two kernels against
- * each other bit for bit.
+ * are cut into tasks and which thread runs them change nothing: the AVX2, AVX-512 and C
+ * forms give the same bits, for any thread count, on x86-64 and aarch64 alike, whatever
+ * OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their own order). The chunks
+ * start where the call's inner index starts, so a caller that splits a sum over calls
+ * (the weight gradient's row tiles) fixes its split from the shape alone. test_ops checks the forms against each
+ * other bit for bit; tests/xarch/gemm_forms.c runs the kernel alone, on aarch64 too.
  *
  * Why not OpenBLAS's sgemm, besides the order. It packs both operands on every call (one
  * more pass over the activations after im2col's) and cannot fuse an epilogue, and at
@@ -30,6 +31,7 @@
  * or transposed (ars 1: the weight gradient's dy^T); B (kc x n) at
  * b[(j / NR) * bps + p * bpp + j % NR], packed panels (bps = kc * NR, bpp = NR) or a
  * row-major matrix (bps = NR, bpp = its row stride); C row-major. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -69,14 +71,6 @@ void rn_cpu_fused_pack(const float *w, int64_t k, int64_t kc, int64_t p0, int64_
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-int rn_cpu_gemm_isa(void) {
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return RN_GEMM_NONE;
-    return __builtin_cpu_supports("avx512f") ? RN_GEMM_AVX512 : RN_GEMM_AVX2;
-}
-
 /* One block's epilogue: first (C holds nothing yet: the chunk's sum is not added onto
  * it), last (the chunk that ends the sum: add bias and res, then ReLU), bias (the block's columns) and res (C's layout) or NULL. */
 typedef struct {
@@ -97,8 +91,70 @@ typedef struct {
     int64_t ldc;
 } blk;
 
-/* ---- AVX2: six rows by one panel (two ymm) ---- */
+/* ---- The portable form: six rows by one panel, in C ----
+ * fmaf on each term, so every compiler and CPU give the same bits as the AVX2 and AVX-512
+ * forms: the production form where the CPU is not x86-64 but has a fused multiply-add
+ * instruction (FP_FAST_FMAF: aarch64, ppc64le, s390x, riscv64), which the compiler
+ * vectorises along the panel's 16 columns. On x86-64 it is there to be compared
+ * (RN_CPU_GEMM=portable) and compiled for AVX2 and FMA, where the other forms run. */
 #define MR2 6
+#define MR5 8 /* the AVX-512 form's rows */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RN_PORTABLE_TARGET __attribute__((target("avx2,fma")))
+#else
+#define RN_PORTABLE_TARGET
+#endif
+
+static inline __attribute__((always_inline)) RN_PORTABLE_TARGET void kp_body(const blk *k, const epi *e,
+                                                                             const int trans) {
+    float acc[MR2][NR];
+    const int64_t rows = k->rows, ldc = k->ldc, bpp = k->bpp, kb = k->kb;
+    const float *ar[MR2]; /* row r's A(r, p) at ar[r][p * as]; rows past `rows` (row-major A only) read the first */
+    const int64_t as = trans ? k->aps : 1;
+    float *c = k->c;
+    for (int r = 0; r < MR2; r++) {
+        ar[r] = trans ? k->a + r : k->a + (r < rows ? r : 0) * k->ars;
+        for (int j = 0; j < NR; j++) acc[r][j] = 0.0f;
+    }
+    for (int64_t p = 0; p < kb; p++) {
+        const float *b = k->b + p * bpp;
+#pragma GCC unroll 6
+        for (int r = 0; r < MR2; r++) {
+            const float x = ar[r][p * as];
+#pragma GCC unroll 16
+            for (int j = 0; j < NR; j++) acc[r][j] = fmaf(x, b[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < NR; j++) {
+            float v = acc[r][j];
+            if (!e->first) v = c[r * ldc + j] + v; /* the chunk's sum onto what C holds */
+            if (e->last) {
+                if (e->bias || e->res) {
+                    float add = e->bias ? e->bias[j] : 0.0f;
+                    if (e->res) add = e->bias ? add + e->res[r * ldc + j] : e->res[r * ldc + j];
+                    v = v + add;
+                }
+                if (e->relu) v = 0.0f > v ? 0.0f : v; /* as MAXPS(0, v): NaN and -0 pass */
+            }
+            c[r * ldc + j] = v;
+        }
+}
+
+RN_PORTABLE_TARGET static void kp_n(const blk *k, const epi *e) { kp_body(k, e, 0); }
+RN_PORTABLE_TARGET static void kp_t(const blk *k, const epi *e) { kp_body(k, e, 1); }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RN_GEMM_X86 1
+
+int rn_cpu_gemm_isa(void) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return RN_GEMM_NONE;
+    return __builtin_cpu_supports("avx512f") ? RN_GEMM_AVX512 : RN_GEMM_AVX2;
+}
+
+/* ---- AVX2: six rows by one panel (two ymm) ---- */
 
 static inline __attribute__((always_inline, target("avx2,fma"))) void k2_body(const blk *k, const epi *e,
                                                                               const int trans) {
@@ -181,7 +237,6 @@ __attribute__((target("avx2,fma"))) static void k2_n(const blk *k, const epi *e)
 __attribute__((target("avx2,fma"))) static void k2_t(const blk *k, const epi *e) { k2_body(k, e, 1); }
 
 /* ---- AVX-512: eight rows by two panels (two zmm) ---- */
-#define MR5 8
 
 static inline __attribute__((always_inline, target("avx512f"))) void k5_body(const blk *k, const epi *e,
                                                                              const int trans) {
@@ -268,6 +323,37 @@ static inline __attribute__((always_inline, target("avx512f"))) void k5_body(con
 __attribute__((target("avx512f"))) static void k5_n(const blk *k, const epi *e) { k5_body(k, e, 0); }
 __attribute__((target("avx512f"))) static void k5_t(const blk *k, const epi *e) { k5_body(k, e, 1); }
 
+#endif /* x86-64 */
+
+#if !defined(RN_GEMM_X86)
+/* the portable form where fmaf is one instruction; OpenBLAS elsewhere (fmaf in software
+ * would cost tens of times the GEMM's time) */
+int rn_cpu_gemm_isa(void) {
+#if defined(FP_FAST_FMAF)
+    return RN_GEMM_PORTABLE;
+#else
+    return RN_GEMM_NONE;
+#endif
+}
+#endif
+
+/* One block through the form isa names. */
+static void run_block(int isa, int trans, const blk *k, const epi *e) {
+#if defined(RN_GEMM_X86)
+    if (isa == RN_GEMM_AVX512) {
+        trans ? k5_t(k, e) : k5_n(k, e);
+        return;
+    }
+    if (isa == RN_GEMM_AVX2) {
+        trans ? k2_t(k, e) : k2_n(k, e);
+        return;
+    }
+#else
+    (void)isa; /* the portable form is the one there is */
+#endif
+    trans ? kp_t(k, e) : kp_n(k, e);
+}
+
 /* A block the kernels do not take as it is: fewer columns than their width (C, bias and
  * res through zero-padded copies; B, tb, was copied once for all the rows by the caller),
  * or fewer rows than MR from a transposed A (ta: those rows copied row-major by the
@@ -293,8 +379,7 @@ static void edge(int isa, int trans, const float *ta, int64_t nb, const blk *k, 
         te.bias = e->bias ? tbias : NULL;
         te.res = e->res ? tr : NULL;
     }
-    if (isa == RN_GEMM_AVX512) trans ? k5_t(&t, &te) : k5_n(&t, &te);
-    else trans ? k2_t(&t, &te) : k2_n(&t, &te);
+    run_block(isa, trans, &t, &te);
     if (nb < width)
         for (int64_t r = 0; r < k->rows; r++) memcpy(k->c + r * k->ldc, tc + r * width, sizeof(float) * (size_t)nb);
 }
@@ -336,20 +421,12 @@ void rn_cpu_gemm(const rn_cpu_gemm_args *g) {
                          .bias = g->bias ? g->bias + j0 : NULL,
                          .res = g->res ? g->res + r0 * g->ldc + j0 : NULL};
                 if (nb < width || r0 == redge) edge(g->isa, trans, r0 == redge ? ta : NULL, nb, &k, &e, tb);
-                else if (wide) trans ? k5_t(&k, &e) : k5_n(&k, &e);
-                else trans ? k2_t(&k, &e) : k2_n(&k, &e);
+                else run_block(g->isa, trans, &k, &e);
             }
         }
     }
 }
 
-#else
-
-int rn_cpu_gemm_isa(void) { return RN_GEMM_NONE; }
-
-void rn_cpu_gemm(const rn_cpu_gemm_args *g) { (void)g; }
-
-#endif
 
 /* y rows [0, rows) x output channels [p0*NR, min(p1*NR, k)) (row stride k) =
  * [relu](a (rows x kc, row stride lda) w^T + (bias + res)), wp from rn_cpu_fused_pack;

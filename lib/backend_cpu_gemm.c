@@ -874,9 +874,12 @@ static int64_t fused_rows(const rn_conv_desc *d) {
 #define FUSED_PACK_PANELS 4
 
 int rn_cpu_own_isa(const rn_backend *be) {
-    if (be->opts.cpu_conv_openblas) return RN_GEMM_NONE;
-    int isa = rn_cpu_gemm_isa();
-    return isa == RN_GEMM_AVX512 && be->opts.cpu_gemm_avx2 ? RN_GEMM_AVX2 : isa;
+    int isa = rn_cpu_gemm_isa(), want = be->opts.cpu_gemm;
+    if (want == RN_CPU_GEMM_OPENBLAS || isa == RN_GEMM_NONE) return RN_GEMM_NONE;
+    /* a narrower form where asked for and the CPU has it (an x86-64 CPU runs all three) */
+    if (want == RN_CPU_GEMM_PORTABLE) return RN_GEMM_PORTABLE;
+    if (want == RN_CPU_GEMM_AVX2 && isa == RN_GEMM_AVX512) return RN_GEMM_AVX2;
+    return isa;
 }
 static int fused_use(const rn_backend *be) { return rn_cpu_own_isa(be) != RN_GEMM_NONE; }
 

@@ -206,16 +206,20 @@ static int env_choice(const char *name, const char *off, const char *on, int *ou
     return RN_OK;
 }
 
-/* RN_CPU_GEMM: own (rn's kernel, widest ISA), avx2 (rn's kernel at AVX2) or openblas */
+/* RN_CPU_GEMM: own (rn's kernel, widest form), avx2 or portable (narrower forms of it) or
+ * openblas */
 static int env_gemm(rn_backend_opts *o) {
+    static const char *const names[] = {[RN_CPU_GEMM_OWN] = "own", [RN_CPU_GEMM_AVX2] = "avx2",
+                                        [RN_CPU_GEMM_PORTABLE] = "portable", [RN_CPU_GEMM_OPENBLAS] = "openblas"};
     const char *s = getenv("RN_CPU_GEMM");
     if (!s || !*s) return RN_OK;
-    if (strcmp(s, "own") != 0 && strcmp(s, "avx2") != 0 && strcmp(s, "openblas") != 0)
-        return rn_errorf(RN_EINVAL, "RN_CPU_GEMM='%s': expected own (rn's kernel, the default), avx2 (rn's kernel "
-                         "without AVX-512) or openblas", s);
-    o->cpu_conv_openblas = strcmp(s, "openblas") == 0;
-    o->cpu_gemm_avx2 = strcmp(s, "avx2") == 0;
-    return RN_OK;
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
+        if (strcmp(s, names[i]) == 0) {
+            o->cpu_gemm = i;
+            return RN_OK;
+        }
+    return rn_errorf(RN_EINVAL, "RN_CPU_GEMM='%s': expected own (rn's kernel, the default), avx2 (rn's kernel "
+                     "without AVX-512), portable (rn's kernel in C) or openblas", s);
 }
 
 /* RN_CPU_WINOGRAD: 0, 1 or 2 (rn_backend_opts.cpu_winograd) */

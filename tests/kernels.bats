@@ -82,9 +82,10 @@ same_bytes_on() {
 
 # rn's own GEMM kernel (lib/backend_cpu_fused.c) runs every conv and fc GEMM of training
 # and inference and sums each element in one order: whichever kernel OpenBLAS would pick,
-# and at AVX2 on a CPU with AVX-512 (RN_CPU_GEMM=avx2), the tensors and logits are the
-# same bytes. (Through OpenBLAS, RN_CPU_GEMM=openblas, each kernel rounds its own way.)
-@test "one result on every OpenBLAS kernel and at AVX2 as at AVX-512: rn's own GEMM kernel" {
+# and in each of the kernel's forms (RN_CPU_GEMM=avx2 on a CPU with AVX-512; the portable
+# C form, RN_CPU_GEMM=portable), the tensors and logits are the same bytes. (Through
+# OpenBLAS, RN_CPU_GEMM=openblas, each kernel rounds its own way.)
+@test "one result on every OpenBLAS kernel and in every form of rn's own GEMM kernel (AVX-512, AVX2, portable C)" {
     plain_build_only "it runs the tools under every kernel"
     [ -x "$UNIT" ] || skip "$UNIT not built (make all)"
     run rn-train --data train.lmdb --in init.pb --out own-probe.pb --batch 8 --crop 32 --max-steps 1
@@ -92,10 +93,10 @@ same_bytes_on() {
     [[ "$output" == *"on cpu: rn GEMM"* ]] ||
         skip "rn's own GEMM kernel does not run here (no AVX2 and FMA): each OpenBLAS kernel rounds its own way"
     local runs=0 core
-    for core in "" unset Haswell SkylakeX Cooperlake Zen Sandybridge Prescott avx2; do
+    for core in "" unset Haswell SkylakeX Cooperlake Zen Sandybridge Prescott avx2 portable; do
         local pre=(with_core "$core")
-        if [ "$core" = avx2 ]; then
-            pre=(env RN_CPU_GEMM=avx2)
+        if [ "$core" = avx2 ] || [ "$core" = portable ]; then
+            pre=(env RN_CPU_GEMM=$core)
         elif ! with_core "$core" "$UNIT" --probe > /dev/null 2>&1; then
             echo "# OpenBLAS's $core kernel cannot run on this CPU: not compared"
             continue
@@ -115,4 +116,30 @@ same_bytes_on() {
     [ "$(wc -l < own-env.tensors)" -eq 184 ]
     echo "# $runs runs compared"
     [ "$runs" -ge 4 ]
+}
+
+# The portable C form is the one a non-x86 CPU with a fused multiply-add runs (aarch64:
+# Grace, Graviton). tests/xarch/gemm_forms.c runs a set of products through the kernel
+# alone; built for aarch64 (make, where aarch64-linux-gnu-gcc is installed: make deps
+# installs it) and run under qemu-aarch64, it must print the hashes the x86-64 forms print.
+@test "rn's GEMM kernel gives the same bits on aarch64 (under qemu) as in each x86-64 form" {
+    local x86=$RN_BUILD/tests/gemm_forms a64=$RN_BUILD/tests/gemm_forms.aarch64
+    [ -x "$x86" ] || skip "$x86 not built (make all)"
+    command -v qemu-aarch64 > /dev/null || skip "no qemu-aarch64 (make deps installs qemu-user)"
+    [ -x "$a64" ] || skip "$a64 not built: no aarch64-linux-gnu-gcc (make deps installs it)"
+    run "$x86" widest
+    assert_success
+    [ "$(grep -c '^[a-z]' <<< "$output")" -eq 8 ]
+    local want=$output form
+    for form in avx2 portable; do
+        run "$x86" $form
+        [ "$status" -eq 3 ] && { echo "# no $form form on this CPU"; continue; }
+        assert_success
+        assert_output "$want"
+    done
+    run qemu-aarch64 "$a64" --which
+    assert_output "portable C"
+    run qemu-aarch64 "$a64" widest
+    assert_success
+    assert_output "$want"
 }

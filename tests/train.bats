@@ -322,7 +322,7 @@ print("max |logit diff|", d)'
     fi
     run env RN_CPU_GEMM=mkl rn-eval --data val.lmdb --ckpt w.pb --crop 32
     assert_failure 2
-    assert_output --partial "RN_CPU_GEMM='mkl': expected own (rn's kernel, the default), avx2 (rn's kernel without AVX-512) or openblas"
+    assert_output --partial "RN_CPU_GEMM='mkl': expected own (rn's kernel, the default), avx2 (rn's kernel without AVX-512), portable (rn's kernel in C) or openblas"
 }
 
 @test "rn-eval's logits are the same bytes at any --batch on rn's kernel (with 1000 classes the fc went through OpenBLAS, whose bits for one image changed with the batch)" {

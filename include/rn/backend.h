@@ -75,6 +75,8 @@ typedef struct rn_backend rn_backend;
  * flags and from the documented environment overrides (rn_cli_backend_env reads them:
  * the library itself never reads the environment). */
 #define RN_CUDA_WORKSPACE_DEFAULT ((size_t)1024 << 20)
+/* rn_backend_opts.cpu_gemm: RN_CPU_GEMM=own|avx2|portable|openblas */
+enum { RN_CPU_GEMM_OWN = 0, RN_CPU_GEMM_AVX2, RN_CPU_GEMM_PORTABLE, RN_CPU_GEMM_OPENBLAS };
 typedef struct {
     int sync_each_op;         /* synchronise after every op, so an asynchronous GPU fault is
                                  reported by the op that caused it (RN_SYNC=1) */
@@ -86,12 +88,13 @@ typedef struct {
                                  up), else F(2x2,3x3) where 2x2 ones do; 2: F(2x2,3x3) only
                                  (about 30x less rounding error per conv); 0: im2col + GEMM
                                  (RN_CPU_WINOGRAD=0|1|2) */
-    int cpu_conv_openblas;    /* CPU: the convolutions' and the fc's GEMMs through OpenBLAS
-                                 (RN_CPU_GEMM=openblas); default 0: rn's own kernel (AVX-512
-                                 or AVX2 + FMA, where the CPU has them), whose bits do not
-                                 depend on the ISA or OpenBLAS's kernel */
-    int cpu_gemm_avx2;        /* CPU: rn's own kernel at AVX2 even where AVX-512 runs
-                                 (RN_CPU_GEMM=avx2; the same bits, to compare) */
+    int cpu_gemm;             /* CPU: what runs the convolutions' and the fc's GEMMs
+                                 (RN_CPU_GEMM): RN_CPU_GEMM_OWN, the default, rn's own kernel
+                                 in the widest form the CPU runs (AVX-512, AVX2 + FMA, or the
+                                 portable C form on a non-x86 CPU with FMA), whose bits
+                                 depend on neither the form nor OpenBLAS's kernel; _AVX2
+                                 and _PORTABLE name a narrower form (the same bits, to
+                                 compare); _OPENBLAS, OpenBLAS's sgemm (its kernel's rounding) */
     int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
                                  local rank, rn/dist.h); "cuda:N" names its own */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */

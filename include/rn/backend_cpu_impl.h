@@ -21,16 +21,17 @@ void rn_cpu_pool_run(rn_cpu_pool *p, int64_t ntasks, int team, rn_cpu_task_fn fn
  * C += A B, each element summed in a fixed order (256-term chunks by FMA, then the chunks'
  * sums in turn), so that its bits depend on the inputs alone (not the ISA, the blocking or
  * OPENBLAS_CORETYPE). x86-64
- * with AVX2 and FMA (RN_GEMM_AVX2) or AVX-512 (RN_GEMM_AVX512); rn_cpu_gemm_isa() says
- * the widest this CPU runs, RN_GEMM_NONE where it must not be called. B is packed into
+ * with AVX2 and FMA (RN_GEMM_AVX2) or AVX-512 (RN_GEMM_AVX512), and a portable C form
+ * (RN_GEMM_PORTABLE; on x86-64 it needs AVX2 and FMA too); rn_cpu_gemm_isa() says the
+ * widest this CPU runs, RN_GEMM_NONE where none must be called. B is packed into
  * panels of RN_FUSED_NR columns (ceil(n / RN_FUSED_NR) * RN_FUSED_NR * kc floats) or
  * read in place; RN_FUSED_MR rows is a good multiple for row tiles. */
 #define RN_FUSED_NR 16
 #define RN_FUSED_MR 6
-enum { RN_GEMM_NONE = 0, RN_GEMM_AVX2 = 1, RN_GEMM_AVX512 = 2 };
+enum { RN_GEMM_NONE = 0, RN_GEMM_AVX2 = 1, RN_GEMM_AVX512 = 2, RN_GEMM_PORTABLE = 3 };
 int rn_cpu_gemm_isa(void);
 typedef struct {
-    int isa;             /* RN_GEMM_AVX2 or RN_GEMM_AVX512 (the same bits either way) */
+    int isa;             /* RN_GEMM_AVX2, _AVX512 or _PORTABLE (the same bits whichever) */
     int64_t m, n, kc;    /* C (m x n) = A (m x kc) B (kc x n) */
     const float *a;      /* A(r, p) = a[r * ars + p * aps] */
     int64_t ars, aps;

@@ -166,9 +166,10 @@ int rn_backend_cuda_blas_open(void);
 
 /* CPU convolutions and fully connected layer (lib/backend_cpu_gemm.c), entries of the
  * CPU table. */
-/* What runs the CPU context's GEMMs: rn's own kernel at the widest ISA the CPU has (AVX2
- * where RN_CPU_GEMM=avx2), RN_GEMM_AVX2/AVX512 of rn/backend_cpu_impl.h, or 0: OpenBLAS
- * (RN_CPU_GEMM=openblas, or a CPU without AVX2 and FMA). */
+/* What runs the CPU context's GEMMs: rn's own kernel in the widest form the CPU has (a
+ * narrower one where RN_CPU_GEMM=avx2|portable), RN_GEMM_AVX2/AVX512/PORTABLE of
+ * rn/backend_cpu_impl.h, or 0: OpenBLAS (RN_CPU_GEMM=openblas, or a CPU with neither
+ * AVX2 + FMA nor, off x86, a fused multiply-add instruction). */
 int rn_cpu_own_isa(const rn_backend *be);
 size_t rn_cpu_conv_workspace(rn_backend *be, const rn_conv_desc *d);
 const char *rn_cpu_conv_algo(rn_backend *be, const rn_conv_desc *d, int dir);

@@ -66,7 +66,10 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const char *name = rn_backend_name(be);
-    const char *gemm = strstr(name, "AVX-512") ? "rn-AVX-512" : strstr(name, "AVX2") ? "rn-AVX2" : "OpenBLAS";
+    const char *gemm = strstr(name, "AVX-512") ? "rn-AVX-512"
+                       : strstr(name, "AVX2")  ? "rn-AVX2"
+                       : strstr(name, "portable") ? "rn-portable"
+                                                  : "OpenBLAS";
     printf("img/s=%.2f peak_rss_mib=%.1f net_mib=%.1f blas=%s gemm=%s\n", steps * batch / dt,
            ru.ru_maxrss / 1024.0, rn_net_bytes(net) / 1048576.0, openblas_get_corename(), gemm);
     free(labels);

@@ -4,7 +4,7 @@
  *   bench_infer_step MODEL.pb SIZE BATCH STEPS THREADS fast|im2col|openblas|exact
  * fast: rn-eval's inference path (RN_NET_INFER); im2col: the same with Winograd off
  * (cpu_winograd 0, RN_CPU_WINOGRAD=0); openblas: the same with its convs' GEMMs through
- * OpenBLAS (cpu_conv_openblas, RN_CPU_GEMM=openblas); exact: the training ops with BN in inference mode
+ * OpenBLAS (cpu_gemm, RN_CPU_GEMM=openblas); exact: the training ops with BN in inference mode
  * (RN_NET_INFER_EXACT). Prints "img/s=<x> ms=<per batch>". */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     rn_backend_opts bo;
     rn_backend_opts_init(&bo);
     bo.cpu_winograd = strcmp(argv[6], "im2col") != 0;
-    bo.cpu_conv_openblas = strcmp(argv[6], "openblas") == 0;
+    if (strcmp(argv[6], "openblas") == 0) bo.cpu_gemm = RN_CPU_GEMM_OPENBLAS;
     TRY(rn_backend_create("cpu", threads, &bo, &be));
     TRY(rn_net_create(be, &spec, batch, size, size, mode, RN_F32, &net));
     TRY(rn_net_load(net, ck));

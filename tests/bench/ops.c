@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     rn_backend_opts env, blas;
     rn_backend_opts_init(&env);
     rn_backend_opts_init(&blas);
-    blas.cpu_conv_openblas = 1;
+    blas.cpu_gemm = RN_CPU_GEMM_OPENBLAS;
     if (rn_cli_backend_env(&env) || rn_backend_create("cpu", threads, &env, &be) ||
         rn_backend_create("cpu", threads, &blas, &be_ex)) {
         fprintf(stderr, "%s\n", rn_last_error());

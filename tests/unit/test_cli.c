@@ -196,7 +196,7 @@ static void test_backend_env(void) {
     setenv("RN_CUDA_STEM", "pad", 1);
     CHECK_OK(rn_cli_backend_env(&o));
     CHECK(!o.cuda_stem_plain, "RN_CUDA_STEM=pad");
-    CHECK(d.cpu_winograd == 1 && !d.cpu_conv_openblas, "CPU defaults: Winograd 1, own GEMM kernel");
+    CHECK(d.cpu_winograd == 1 && d.cpu_gemm == RN_CPU_GEMM_OWN, "CPU defaults: Winograd 1, own GEMM kernel");
     const char *wino[] = {"0", "1", "2"};
     for (int i = 0; i < 3; i++) {
         setenv("RN_CPU_WINOGRAD", wino[i], 1);

@@ -299,7 +299,7 @@ static void test_conv_bias(rn_backend *be) {
     test_conv_bias_on(be, 0);
     rn_backend_opts o;
     rn_backend_opts_init(&o);
-    o.cpu_conv_openblas = 1;
+    o.cpu_gemm = RN_CPU_GEMM_OPENBLAS;
     rn_backend *blas = NULL;
     CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
     if (!blas) return;
@@ -395,7 +395,7 @@ static void test_wino(rn_backend *be) {
     CHECK_OK(rn_backend_create("cpu", 2, &o, &off));
     o.cpu_winograd = 2; /* RN_CPU_WINOGRAD=2: F(2x2) only */
     CHECK_OK(rn_backend_create("cpu", 2, &o, &two));
-    o.cpu_conv_openblas = 1; /* RN_CPU_GEMM=openblas: the GEMMs through OpenBLAS */
+    o.cpu_gemm = RN_CPU_GEMM_OPENBLAS; /* RN_CPU_GEMM=openblas: the GEMMs through OpenBLAS */
     CHECK_OK(rn_backend_create("cpu", 2, &o, &blas2));
     o.cpu_winograd = 1;
     CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
@@ -862,52 +862,71 @@ static void test_fc_big_on(rn_backend *be, const char *what) {
     free(ry), free(rdx), free(rdw), free(rdb);
 }
 
-/* rn's own GEMM kernel sums every element in one order, so its AVX2 and AVX-512 forms
- * give the same bits (backend_cpu_fused.c): the training convs (both backwards, with and
- * without accumulation) and the fc, on shapes with row and column edges. Where the CPU
- * has no AVX-512 there is one form and nothing to compare; it says so. */
+/* rn's own GEMM kernel sums every element in one order, so its forms (AVX-512, AVX2, the
+ * portable C one) give the same bits (backend_cpu_fused.c): the training convs (both
+ * backwards, with and without accumulation), the inference conv with bias, residual and
+ * ReLU, and the fc, on shapes with row and column edges, each form against the widest.
+ * Where the CPU runs one form only there is nothing to compare; it says so. */
 static void test_own_isa(void) {
-    if (rn_cpu_gemm_isa() != RN_GEMM_AVX512) {
-        fprintf(stderr, "test_ops: no AVX-512 on this CPU: rn's kernel runs at AVX2 only, no second form to compare\n");
-        return;
-    }
+    int widest = rn_cpu_gemm_isa();
     rn_backend_opts o;
     rn_backend_opts_init(&o);
-    rn_backend *wide = NULL, *narrow = NULL;
-    CHECK_OK(rn_backend_create("cpu", 2, &o, &wide));
-    o.cpu_gemm_avx2 = 1; /* RN_CPU_GEMM=avx2 */
-    CHECK_OK(rn_backend_create("cpu", 3, &o, &narrow));
-    if (!wide || !narrow) goto done;
-    CHECK(strstr(rn_backend_name(wide), "AVX-512") && strstr(rn_backend_name(narrow), "AVX2"), "names: %s; %s",
-          rn_backend_name(wide), rn_backend_name(narrow));
+    enum { F = 3 };
+    rn_backend *ctx[F] = {NULL};
+    const char *form[F] = {widest == RN_GEMM_AVX512 ? "AVX-512" : widest == RN_GEMM_AVX2 ? "AVX2" : "portable C"};
+    int nf = 1;
+    if (widest == RN_GEMM_NONE || widest == RN_GEMM_PORTABLE) {
+        fprintf(stderr, "test_ops: rn's kernel runs in %s form only on this CPU: no second form to compare\n",
+                widest == RN_GEMM_NONE ? "no" : "its portable");
+        return;
+    }
+    CHECK_OK(rn_backend_create("cpu", 2, &o, &ctx[0]));
+    if (widest == RN_GEMM_AVX512) {
+        o.cpu_gemm = RN_CPU_GEMM_AVX2; /* RN_CPU_GEMM=avx2 */
+        CHECK_OK(rn_backend_create("cpu", 3, &o, &ctx[nf]));
+        form[nf++] = "AVX2";
+    }
+    o.cpu_gemm = RN_CPU_GEMM_PORTABLE; /* RN_CPU_GEMM=portable */
+    CHECK_OK(rn_backend_create("cpu", 1, &o, &ctx[nf]));
+    form[nf++] = "portable C";
+    for (int c = 0; c < nf; c++) {
+        if (!ctx[c]) goto done;
+        CHECK(strstr(rn_backend_name(ctx[c]), form[c]) != NULL, "form %d: %s, want %s", c, rn_backend_name(ctx[c]),
+              form[c]);
+    }
     static const int shapes[][8] = {
         /* n, h, w, c, k, kernel, stride, pad */
         {2, 9, 11, 5, 37, 3, 1, 1}, {3, 8, 8, 64, 64, 1, 1, 0}, {2, 12, 12, 48, 70, 3, 2, 1},
         {1, 30, 30, 3, 20, 7, 2, 3}, {4, 5, 5, 130, 33, 1, 2, 0}, {2, 14, 14, 64, 64, 3, 1, 1},
     };
+    static const char *const what[4] = {"fwd", "bwd_data", "bwd_filter", "fwd with bias, residual, ReLU"};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const int *v = shapes[i];
         rn_conv_desc d;
         CHECK_OK(rn_conv_desc_init(&d, v[0], v[1], v[2], v[3], v[4], v[5], v[5], v[6], v[7]));
         int64_t nx = (int64_t)v[0] * v[1] * v[2] * v[3], nw = (int64_t)v[4] * v[5] * v[5] * v[3],
                 ny = (int64_t)v[0] * d.p * d.q * v[4];
-        float *x = randn(4200 + i, nx, 0, 1), *w = randn(4300 + i, nw, 0, 0.2f), *dy = randn(4400 + i, ny, 0, 1);
-        float *out[2][3];
-        rn_backend *ctx[2] = {wide, narrow};
-        for (int c = 0; c < 2; c++) {
+        float *x = randn(4200 + i, nx, 0, 1), *w = randn(4300 + i, nw, 0, 0.2f), *dy = randn(4400 + i, ny, 0, 1),
+              *bias = randn(4900 + i, v[4], 0, 1);
+        float *out[F][4];
+        const int64_t len[4] = {ny, nx, nw, ny};
+        for (int c = 0; c < nf; c++) {
             reserve(ctx[c], rn_conv_workspace(ctx[c], &d));
-            out[c][0] = zeros(ny), out[c][1] = zeros(nx), out[c][2] = zeros(nw);
+            out[c][0] = zeros(ny), out[c][1] = zeros(nx), out[c][2] = zeros(nw), out[c][3] = zeros(ny);
             CHECK_OK(rn_conv_fwd(ctx[c], &d, x, w, out[c][0]));
             CHECK_OK(rn_conv_bwd_data(ctx[c], &d, dy, w, out[c][1], 0));
             CHECK_OK(rn_conv_bwd_data(ctx[c], &d, dy, w, out[c][1], 1));
             CHECK_OK(rn_conv_bwd_filter(ctx[c], &d, x, dy, out[c][2], 0));
             CHECK_OK(rn_conv_bwd_filter(ctx[c], &d, x, dy, out[c][2], 1));
+            CHECK_OK(rn_conv_bias_fwd(ctx[c], &d, x, w, bias, dy, 1, out[c][3]));
         }
-        CHECK(memcmp(out[0][0], out[1][0], sizeof(float) * ny) == 0, "conv shape %zu: fwd bits differ, AVX-512 vs AVX2", i);
-        CHECK(memcmp(out[0][1], out[1][1], sizeof(float) * nx) == 0, "conv shape %zu: bwd_data bits differ", i);
-        CHECK(memcmp(out[0][2], out[1][2], sizeof(float) * nw) == 0, "conv shape %zu: bwd_filter bits differ", i);
-        for (int c = 0; c < 2; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]);
-        free(x), free(w), free(dy);
+        for (int c = 1; c < nf; c++)
+            for (int t = 0; t < 4; t++)
+                CHECK(memcmp(out[0][t], out[c][t], sizeof(float) * len[t]) == 0, "conv shape %zu: %s bits differ, %s vs %s",
+                      i, what[t], form[0], form[c]);
+        for (int c = 0; c < nf; c++)
+            for (int t = 0; t < 4; t++) free(out[c][t]);
+        free(x), free(w), free(dy), free(bias);
     }
     static const int fcs[][3] = {{33, 100, 70}, {5, 2048, 10}, {64, 512, 1000}};
     for (size_t i = 0; i < sizeof fcs / sizeof *fcs; i++) {
@@ -915,24 +934,27 @@ static void test_own_isa(void) {
         int64_t nx = (int64_t)d.n * d.in, nw = (int64_t)d.out * d.in, ny = (int64_t)d.n * d.out;
         float *x = randn(4500 + i, nx, 0, 1), *w = randn(4600 + i, nw, 0, 0.1f), *b = randn(4700 + i, d.out, 0, 1),
               *dy = randn(4800 + i, ny, 0, 1);
-        float *out[2][4];
-        rn_backend *ctx[2] = {wide, narrow};
-        for (int c = 0; c < 2; c++) {
+        float *out[F][4];
+        for (int c = 0; c < nf; c++) {
             reserve(ctx[c], rn_fc_workspace(ctx[c], &d));
             out[c][0] = zeros(ny), out[c][1] = zeros(nx), out[c][2] = zeros(nw), out[c][3] = zeros(d.out);
             CHECK_OK(rn_fc_fwd(ctx[c], &d, x, w, b, out[c][0]));
             CHECK_OK(rn_fc_bwd(ctx[c], &d, x, w, dy, out[c][1], out[c][2], out[c][3], 0));
             CHECK_OK(rn_fc_bwd(ctx[c], &d, x, w, dy, NULL, out[c][2], out[c][3], 1));
         }
-        CHECK(memcmp(out[0][0], out[1][0], sizeof(float) * ny) == 0, "fc %zu: fwd bits differ, AVX-512 vs AVX2", i);
-        CHECK(memcmp(out[0][1], out[1][1], sizeof(float) * nx) == 0, "fc %zu: dx bits differ", i);
-        CHECK(memcmp(out[0][2], out[1][2], sizeof(float) * nw) == 0, "fc %zu: dw bits differ", i);
-        for (int c = 0; c < 2; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]), free(out[c][3]);
+        for (int c = 1; c < nf; c++) {
+            CHECK(memcmp(out[0][0], out[c][0], sizeof(float) * ny) == 0, "fc %zu: fwd bits differ, %s vs %s", i, form[0],
+                  form[c]);
+            CHECK(memcmp(out[0][1], out[c][1], sizeof(float) * nx) == 0, "fc %zu: dx bits differ, %s vs %s", i, form[0],
+                  form[c]);
+            CHECK(memcmp(out[0][2], out[c][2], sizeof(float) * nw) == 0, "fc %zu: dw bits differ, %s vs %s", i, form[0],
+                  form[c]);
+        }
+        for (int c = 0; c < nf; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]), free(out[c][3]);
         free(x), free(w), free(b), free(dy);
     }
 done:
-    rn_backend_destroy(wide);
-    rn_backend_destroy(narrow);
+    for (int c = 0; c < F; c++) rn_backend_destroy(ctx[c]);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -1488,7 +1510,7 @@ int main(void) {
        (RN_CPU_GEMM=openblas, and every CPU without AVX2 and FMA) */
     rn_backend_opts o;
     rn_backend_opts_init(&o);
-    o.cpu_conv_openblas = 1;
+    o.cpu_gemm = RN_CPU_GEMM_OPENBLAS;
     rn_backend *blas = NULL;
     CHECK_OK(rn_backend_create("cpu", 2, &o, &blas));
     if (blas) {

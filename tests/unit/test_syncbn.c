@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
        bits on every x86-64 CPU with AVX2 and FMA, so seed 1, which holds none for it, does
        so everywhere. A change to the kernel's summation order can bring one into reach
        again: if this test then fails from some layer down by about 1e-2, run the plain
-       net through OpenBLAS (rn_backend_opts.cpu_conv_openblas) as a second reference
+       net through OpenBLAS (rn_backend_opts.cpu_gemm) as a second reference
        before suspecting synchronised BN. */
     static float u[BATCH * SIZE * SIZE * 3 + BATCH];
     rn_rng_uniform(rn_rng_key(1u, 1), u, (int64_t)(sizeof u / sizeof *u), 0, 1);

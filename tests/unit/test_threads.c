@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
     rn_backend_opts_init(&o);
     o.cpu_winograd = 1;
     for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &be[t]));
-    o.cpu_conv_openblas = 1;
+    o.cpu_gemm = RN_CPU_GEMM_OPENBLAS;
     for (int t = 1; t <= NT; t++) CHECK_OK(rn_backend_create("cpu", t, &o, &blas[t]));
     for (int t = 1; t <= NT; t++)
         if (!be[t] || !blas[t]) return check_done("test_threads");
