@@ -139,7 +139,15 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     s->first = (int)(lo < total ? lo : total);
     s->n = (int)(hi < total ? hi : total) - s->first;
     s->total = total;
-    for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
+    if (l->o.repeats > 1) { /* batch b's records: order[b * n/K + j], copy r at j + r * n/K */
+        int64_t per = l->o.batch / l->o.repeats, b0 = i / l->o.batch * per;
+        for (int k = 0; k < s->n; k++) {
+            int64_t o = s->first + k;
+            s->ids[k] = l->perm[b0 + o % per] + (uint32_t)(o / per * (int64_t)l->count);
+        }
+    } else {
+        for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
+    }
     s->seq = seq;
     s->epoch = e;
     s->index = i;
@@ -304,13 +312,15 @@ static int render(const rn_loader_opts *o, int c, const rn_sample *s, int W, int
     return rn_window_render(px, part, pw, ph, c, &win, S, dst, &w->ws);
 }
 
-static int do_sample(worker *w, int64_t epoch, uint32_t rec, uint8_t *dst, int32_t *label, rn_erase *erase) {
+/* sample id: the record, or with repeats copy r of record i, i + r * count */
+static int do_sample(worker *w, int64_t epoch, uint32_t id, uint8_t *dst, int32_t *label, rn_erase *erase) {
     rn_loader *l = w->l;
     rn_sample smp;
+    uint32_t rec = (uint32_t)(id % l->count);
     int rc = rn_dataset_read(w->rd, rec, &smp);
     if (rc) return rc;
     *label = smp.label;
-    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, rec, &w->sc, dst, erase)) != RN_OK)
+    if ((rc = rn_loader_transform(&l->o, l->c, &smp, epoch, id, &w->sc, dst, erase)) != RN_OK)
         return rn_error_context(rc, "%s: record %08u (%s)", rn_dataset_path(l->ds), rec, smp.name);
     return RN_OK;
 }
@@ -396,6 +406,20 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
     if (l->count == 0 || l->count > UINT32_MAX) {
         rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records: the loader needs 1 .. 2^32-1", path, l->count);
         goto fail;
+    }
+    if (o->repeats > 1) {
+        /* an epoch's batches take batch / repeats records each from the order */
+        uint64_t B = (uint64_t)o->batch, nb = o->drop_last ? l->count / B : (l->count + B - 1) / B;
+        const char *why = !o->train                                  ? "training batches only"
+                          : o->batch % o->repeats                    ? "the batch must be a multiple of the repeats"
+                          : l->count * (uint64_t)o->repeats > UINT32_MAX ? "records x repeats past 2^32-1"
+                          : nb * (B / (uint64_t)o->repeats) > l->count   ? "fewer records than one batch takes"
+                                                                         : NULL;
+        if (why) {
+            rc = rn_errorf(RN_EINVAL, "%s: repeated augmentation x%d, batch %d, %" PRIu64 " records: %s", path,
+                           o->repeats, o->batch, l->count, why);
+            goto fail;
+        }
     }
     if (o->drop_last && l->count < (uint64_t)o->batch) {
         rc = rn_errorf(RN_EINVAL, "%s: %" PRIu64 " records cannot fill one batch of %d with drop-last (use a smaller batch)",

@@ -66,13 +66,15 @@ static void progress_begin(void *ctx, const rn_run_info *run) {
     char amp_note[64] = "";
     if (run->amp == RN_F16) snprintf(amp_note, sizeof amp_note, ", AMP fp16 (loss scale %g)", run->loss_scale);
     else if (run->amp == RN_BF16) snprintf(amp_note, sizeof amp_note, ", AMP bf16");
-    char world_note[64] = "", rec_note[96] = "";
+    char world_note[64] = "", rec_note[96] = "", ra_note[64] = "";
+    if (run->ra_reps > 1)
+        snprintf(ra_note, sizeof ra_note, "; %d records x %d copies", run->batch / run->ra_reps, run->ra_reps);
     if (run->recompute)
         snprintf(rec_note, sizeof rec_note, ", recomputing blocks in backward (saves %.1f MiB)",
                  run->recompute_saved / 1048576.0);
     if (run->world > 1) snprintf(world_note, sizeof world_note, " on each of %d processes", run->world);
-    fprintf(p->f, "rn-train: %s on %s%s: %lld steps per epoch of %d (%d x %d), network %.0f MiB%s%s\n", run->arch,
-            run->device, world_note, (long long)run->steps_per_epoch, run->batch, run->accum, run->micro,
+    fprintf(p->f, "rn-train: %s on %s%s: %lld steps per epoch of %d (%d x %d%s), network %.0f MiB%s%s\n", run->arch,
+            run->device, world_note, (long long)run->steps_per_epoch, run->batch, run->accum, run->micro, ra_note,
             run->net_bytes / 1048576.0, rec_note, amp_note);
 }
 

@@ -34,6 +34,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->val_resize = -1;
     rn_augment_default(&o->augment);
     o->shuffle = 1;
+    o->ra_reps = 1;
     o->epochs = 1;
     o->log_every = RN_TRAIN_LOG_EVERY;
     o->momentum = RN_TRAIN_MOMENTUM;
@@ -238,6 +239,7 @@ static int setup_data(run *t) {
     lo.drop_last = 1; /* every step sees a full batch (BN needs more than one value) */
     lo.seed = t->st.seed;
     lo.epoch_batches = o->overfit_batches;
+    lo.repeats = o->ra_reps;
     lo.part = t->rank; /* this rank's slice of every global batch */
     lo.parts = t->world;
     int rc = rn_loader_create(o->data, &lo, &t->l);
@@ -369,6 +371,7 @@ static int setup_report(run *t) {
     }
     rn_run_info info = {.arch = t->ck->model->arch, .device = rn_backend_name(t->r.be), .steps_per_epoch = t->spe,
                         .step = t->st.step, .batch = o->batch, .accum = t->steps, .micro = t->micro, .world = t->world,
+                        .ra_reps = o->ra_reps,
                         .net_bytes = (double)rn_net_bytes(t->r.net), .amp = o->amp,
                         .recompute = t->r.recompute, .recompute_saved = (double)t->r.recompute_saved,
                         .loss_scale = t->scaled ? t->sc.scale : 1.0, .workers = o->workers};

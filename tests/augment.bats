@@ -122,3 +122,26 @@ T="--batch 8 --crop 32 --workers 2 --threads 2"
     run diff -q <(tensors full.pb) <(tensors noerase.pb)
     assert_failure
 }
+
+@test "--ra-reps: repeated augmentation trains other bytes than without, resumes exactly, says so; bad values exit 2" {
+    A="$T --ra-reps 4 --seed 3"
+    run rn-train --data train.lmdb --in init.pb --out ra.pb --max-steps 4 $A
+    assert_success
+    assert_output --partial "steps per epoch of 8 (1 x 8; 2 records x 4 copies)"
+    rn-train --data train.lmdb --in init.pb --out half.pb --max-steps 2 $A
+    rn-train --data train.lmdb --in half.pb --out resumed.pb --max-steps 2 $A
+    tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
+    diff <(tensors ra.pb) <(tensors resumed.pb)
+    rn-train --data train.lmdb --in init.pb --out plain.pb --max-steps 4 $T --seed 3
+    run diff -q <(tensors ra.pb) <(tensors plain.pb)
+    assert_failure
+    run rn-train --data train.lmdb --in init.pb --out x.pb $T --ra-reps 3
+    assert_failure 2
+    assert_output --partial "--batch 8 is not a multiple of --ra-reps 3"
+    run rn-train --data train.lmdb --in init.pb --out x.pb $T --ra-reps 0
+    assert_failure 2
+    run rn-load --ra-reps 2 --eval train.lmdb
+    assert_failure 2
+    assert_output --partial "--ra-reps repeats training batches: not with --eval"
+    [ ! -e x.pb ]
+}

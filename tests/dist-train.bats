@@ -40,10 +40,15 @@ step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load
     assert_output --regexp "layer4\.1\.bn2\.running_var +512 +F32 +[0-9a-f]{8} buffer"
 }
 
-@test "3 ranks equal one process with --accum 3, bit for bit" {
+@test "3 ranks equal one process with --accum 3, bit for bit; also with --ra-reps 3 (each rank one copy of 4 records)" {
     rn-train --data train.lmdb --in init.pb --out one3.pb $A --batch 12 --max-steps 2 --accum 3
     $MPI -np 3 rn-train --data train.lmdb --in init.pb --out three.pb $A --batch 12 --max-steps 2
     diff <(tensors one3.pb) <(tensors three.pb)
+    rn-train --data train.lmdb --in init.pb --out one3ra.pb $A --batch 12 --max-steps 2 --accum 3 --ra-reps 3
+    $MPI -np 3 rn-train --data train.lmdb --in init.pb --out three-ra.pb $A --batch 12 --max-steps 2 --ra-reps 3
+    diff <(tensors one3ra.pb) <(tensors three-ra.pb)
+    run diff -q <(tensors three.pb) <(tensors three-ra.pb)
+    assert_failure
 }
 
 @test "4 ranks equal one process with --accum 4, bit for bit, with buckets of 0.05 MB and of 1000 MB" {

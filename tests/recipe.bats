@@ -27,7 +27,7 @@ expected() {
     torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
         "--lr-epochs 600 --warmup-epochs 5 --epochs 600 --label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
         "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --val-crop 224 --val-resize 232 --ema-decay 0.99998" \
-        "--ema-every 32" ;;
+        "--ema-every 32 --ra-reps 4" ;;
     cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --epochs 200" \
         "--crop 32 --resize 0 --augment crop-pad=4,flip" ;;
     mlperf) echo "--optimizer lars --batch 3264 --lr 10.5 --momentum 0.9 --wd 5e-5 --lars-eta 0.001 --lars-eps 0" \

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "                     erase[=P][:random]; none: the eval transform (default rrc,flip)\n"
             "  --resize N         eval resize of the shorter side (0: none)\n"
             "  --no-shuffle       keep the record order\n"
+            "  --ra-reps K        repeated augmentation, as rn-train --ra-reps: batch/K records per\n"
+            "                     batch, K copies each with their own draws (--batch a multiple of K)\n"
             "  --drop-last        drop each epoch's incomplete last batch\n"
             "  --exact            decode JPEGs at full size (pixels as torchvision+PIL)\n"
             "  --float            also normalise each batch to float (ImageNet mean/std), as the CPU\n"
@@ -108,7 +110,7 @@ int main(int argc, char **argv) {
     int64_t start_e = 0, start_i = 0;
     const char *dump = NULL, *raw = NULL;
     enum { O_CROP = 256, O_BATCH, O_WORKERS, O_PREFETCH, O_EPOCHS, O_BATCHES, O_SEED, O_EVAL, O_AUGMENT,
-           O_RESIZE, O_NOSHUF, O_DROP, O_EXACT, O_FLOAT, O_START, O_SUMS, O_DUMP, O_LIST, O_VERSION, O_RAW, O_CHECKSUM };
+           O_RESIZE, O_NOSHUF, O_DROP, O_EXACT, O_FLOAT, O_START, O_SUMS, O_DUMP, O_LIST, O_VERSION, O_RAW, O_CHECKSUM, O_RAREPS };
     static const struct option lo[] = {
         {"crop", required_argument, 0, O_CROP},         {"batch", required_argument, 0, O_BATCH},
         {"workers", required_argument, 0, O_WORKERS},   {"prefetch", required_argument, 0, O_PREFETCH},
@@ -120,6 +122,7 @@ int main(int argc, char **argv) {
         {"start", required_argument, 0, O_START},       {"sums", no_argument, 0, O_SUMS},
         {"dump", required_argument, 0, O_DUMP},         {"raw", required_argument, 0, O_RAW},
         {"checksum", no_argument, 0, O_CHECKSUM},         {"list", no_argument, 0, O_LIST},
+        {"ra-reps", required_argument, 0, O_RAREPS},
         {"quiet", no_argument, 0, 'q'},                 {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},         {0, 0, 0, 0}};
     int c, rc = RN_OK;
@@ -138,6 +141,7 @@ int main(int argc, char **argv) {
             break;
         case O_RESIZE: rc = rn_cli_int("--resize", optarg, 0, 65535, &o.resize); break;
         case O_NOSHUF: o.shuffle = 0; break;
+        case O_RAREPS: rc = rn_cli_int("--ra-reps", optarg, 1, 64, &o.repeats); break;
         case O_DROP: o.drop_last = 1; break;
         case O_EXACT: o.exact = 1; break;
         case O_FLOAT: to_float = 1; break;
@@ -154,6 +158,10 @@ int main(int argc, char **argv) {
         }
     }
     if (rc == RN_OK) rc = check_flags(argc - optind);
+    if (rc == RN_OK && o.repeats > 1 && !o.train)
+        rc = rn_errorf(RN_EINVAL, "--ra-reps repeats training batches: not with --eval");
+    if (rc == RN_OK && o.repeats > 1 && o.batch % o.repeats)
+        rc = rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --ra-reps %d", o.batch, o.repeats);
     if (rc != RN_OK) {
         fprintf(stderr, "rn-load: %s\nTry 'rn-load --help'.\n", rn_last_error());
         return 2;

@@ -95,6 +95,13 @@ static void usage(FILE *f) {
             "                          none: the eval transform\n"
             "                          (resize + centre crop); standard and rrc alone: rrc,flip\n"
             "      --no-shuffle        visit the records in order\n"
+            "      --ra-reps K         repeated augmentation (torchvision's --ra-sampler --ra-reps):\n"
+            "                          each batch holds batch/K records of the epoch's order, K\n"
+            "                          copies of each with their own --augment draws, spread so\n"
+            "                          that each rank's micro-batch holds a record once when\n"
+            "                          ranks x --accum >= K; an epoch keeps its steps (about\n"
+            "                          1/K of the records, K times). --batch a multiple of K.\n"
+            "                          Default 1: off\n"
             "      --overfit-batches K train on the first K batches of epoch 0 only, the same images\n"
             "                          and crops (epoch 0's draws of --augment) every epoch of K\n"
             "                          steps, with a constant --lr unless --lr-schedule is given;\n"
@@ -286,6 +293,9 @@ static int check_flags(const rn_train_opts *o, const char *in, int nargs, char *
         return rn_errorf(RN_EINVAL, "--out must be a file (checkpoints are written during training)");
     if (o->batch % o->accum)
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
+    if (o->batch % o->ra_reps)
+        return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --ra-reps %d (each batch holds batch/K records, "
+                         "K times each)", o->batch, o->ra_reps);
     if (o->micro_batch && o->accum != 1)
         return rn_errorf(RN_EINVAL, "give --micro-batch or --accum, not both (each sets the other)");
     if (o->micro_batch > 0 && o->batch % o->micro_batch)
@@ -319,7 +329,7 @@ enum {
     O_MAXSTEPS = 256, O_VAL, O_ACCUM, O_CROP, O_AUG, O_NOSHUF, O_SEED, O_DEVICE, O_LR, O_MOM, O_WD, O_NEST, O_NOWDBN, O_FREEZEBN,
     O_LS, O_SCHED, O_LRSTEP, O_GAMMA, O_MILES, O_LREPOCHS, O_WARM, O_SAVE, O_LOG, O_LOGEVERY, O_DUMP, O_RESIZE,
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
-    O_OVERFIT, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
+    O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED
 };
@@ -339,7 +349,7 @@ static const char *const recipe_torchvision_v2[] = {
     "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-bn", "--lr-schedule", "cosine",
     "--lr-epochs", "600", "--warmup-epochs", "5", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
     "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
-    "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", NULL};
+    "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", "--ra-reps", "4", NULL};
 static const char *const recipe_cifar[] = {
     "--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4", "--lr-schedule", "cosine",
     "--lr-epochs", "200", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
@@ -416,6 +426,7 @@ int main(int argc, char **argv) {
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
         {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
+        {"ra-reps", required_argument, 0, O_RAREPS},
         {"profile", required_argument, 0, O_PROFILE},      {"profile-steps", required_argument, 0, O_PROFSTEPS},
         {"profile-warmup", required_argument, 0, O_PROFWARM}, {"gpu-sample", required_argument, 0, O_GPUSAMPLE},
         {"optimizer", required_argument, 0, O_OPTIM},   {"lars-eta", required_argument, 0, O_LARSETA},
@@ -503,6 +514,7 @@ int main(int argc, char **argv) {
             break;
         case O_NOSHUF: o.shuffle = 0; break;
         case O_OVERFIT: rc = rn_cli_i64("--overfit-batches", optarg, 1, 1 << 30, &o.overfit_batches); break;
+        case O_RAREPS: rc = rn_cli_int("--ra-reps", optarg, 1, 64, &o.ra_reps); break;
         case O_PROFILE: o.profile = optarg; break;
         case O_PROFSTEPS: rc = rn_cli_int("--profile-steps", optarg, 1, 1000000, &o.profile_steps); break;
         case O_PROFWARM: rc = rn_cli_int("--profile-warmup", optarg, 0, 1000000, &o.profile_warmup); break;

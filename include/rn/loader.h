@@ -82,6 +82,15 @@ typedef struct {
                        ranks): of a batch of n, images [part*n/parts, (part+1)*n/parts);
                        the order, the augmentation and the position stay the whole
                        batch's, so every rank walks the same batches. 0, 0: all of it */
+    int repeats;    /* train: repeated augmentation (torchvision's RASampler, rn-train
+                       --ra-reps): K > 1 copies of each record, each with its own draws,
+                       where one record stood. A batch of n (a multiple of K) holds n / K
+                       records, the next n / K of the epoch's order, each K times: copy r
+                       of the batch's j-th record at j + r * n / K, so that a slice of the
+                       batch holds n / K records or fewer, each once, where the batch is
+                       cut into K or more slices (ranks x micro-batches). An epoch keeps
+                       its count of images: about count / K records, each K times. Copy
+                       r of record i draws as sample i + r * count (0 or 1: off) */
     int unit;       /* parts > 1: slice in whole runs of `unit` images (0 or 1: images):
                        of a batch of n, units U = ceil(n/unit) (the last one short), slice
                        `part` holds units [part*U/parts, (part+1)*U/parts). Evaluation
@@ -171,7 +180,8 @@ typedef struct {
 void rn_loader_scratch_free(rn_loader_scratch *sc);
 /* One record through the loader's transform, as a worker applies it after reading the
  * record: o's train or eval transform (crop, resize, aug, exact) with
- * the draws of (o->seed, epoch, rec), the JPEG decoded at its DCT scale and only over the
+ * the draws of (o->seed, epoch, rec), rec the sample (the record's index, or with
+ * o->repeats copy r of record i: i + r * count), the JPEG decoded at its DCT scale and only over the
  * region the crop reads. channels is the dataset's (1 or 3); dst holds crop x crop x
  * channels bytes; erase (NULL when not wanted) gets the image's erase box (w = 0: none).
  * o is as rn_loader_create accepts it. Errors (without the record's name; the loader adds it): RN_EDATA (the

@@ -29,6 +29,7 @@ typedef struct {
     int64_t steps_per_epoch;
     int64_t step;            /* optimiser steps the checkpoint had taken: the run's first is step + 1 */
     int batch, accum, micro; /* batch = accum x micro images per optimiser step */
+    int ra_reps;             /* repeated augmentation: each batch's records K times (1: off) */
     double net_bytes;        /* rn_net_bytes */
     int recompute;           /* the net recomputes its blocks in backward (RN_NET_RECOMPUTE) */
     double recompute_saved;  /* the bytes that saves, by the memory plan */

@@ -157,6 +157,8 @@ typedef struct {
     int crop_sched[4];      /* --crop-schedule START, END, E1, E2 (rn_train_crop_at); START 0: off */
     rn_augment augment;     /* the training chain (rn/augment.h; n = 0: the eval transform) */
     int shuffle;            /* 1 or 0 */
+    int ra_reps;            /* repeated augmentation: each record K times per batch, each
+                               copy its own draws (rn_loader_opts.repeats; 1: off) */
     int64_t overfit_batches;/* > 0: every epoch is the first N batches of epoch 0, the same
                                images and crops each time (rn_loader_opts.epoch_batches; N
                                over the dataset's batches: all of them, said on progress);

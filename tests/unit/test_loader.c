@@ -536,6 +536,102 @@ static void test_erase_normalize(void) {
     }
 }
 
+/* Repeated augmentation (rn_loader_opts.repeats = K): batch b of n holds the n/K records
+ * order[b*n/K ..], K times each, copy r of the j-th at j + r*n/K. Copy 0 draws as the
+ * record itself, so a batch's copies 0 are the batch of n/K a loader without repeats
+ * gives at the same place in the order; the other copies draw their own crops, flips and
+ * erase boxes (sample id rec + r*N); slices, seeks and K = 1 as without. */
+static void test_repeats(void) {
+    enum { K = 4, B = 8, PER = B / K, NB = 10 };
+    const size_t img = 24 * 24 * 3;
+    rn_loader_opts o;
+    rn_loader_defaults(&o);
+    CHECK_OK(rn_augment_parse("rrc,flip,erase=0.5:value=random", &o.aug));
+    o.crop = 24, o.batch = B, o.seed = 5, o.workers = 2, o.drop_last = 1, o.repeats = K;
+    rn_loader_opts one = o;
+    one.batch = PER, one.repeats = 1;
+    rn_loader *l = NULL, *l1 = NULL;
+    CHECK_OK(rn_loader_create(path, &o, &l));
+    CHECK_OK(rn_loader_create(path, &one, &l1));
+    if (!l || !l1) goto done;
+    CHECK(rn_loader_batches_per_epoch(l) == N / B, "%" PRId64 " batches per epoch, want %d",
+          rn_loader_batches_per_epoch(l), N / B);
+    uint32_t crcs[NB];
+    int same0 = 0, labels = 0, ids = 0, differ = 0, copies = 0;
+    for (int k = 0; k < NB; k++) {
+        rn_batch b, c;
+        CHECK_OK(rn_loader_next(l, &b));
+        CHECK(b.n == B && b.erase, "batch %d: %d images, erase %p", k, b.n, (void *)b.erase);
+        crcs[k] = rn_crc32c(0, b.pixels, b.n * img);
+        CHECK_OK(rn_loader_seek(l1, b.epoch, b.index / B * PER));
+        CHECK_OK(rn_loader_next(l1, &c));
+        same0 += c.n == PER && memcmp(b.pixels, c.pixels, PER * img) == 0 && memcmp(b.labels, c.labels, PER * 4) == 0 &&
+                 memcmp(b.erase, c.erase, PER * sizeof *c.erase) == 0;
+        for (int r = 1; r < K; r++)
+            for (int j = 0; j < PER; j++) {
+                int m = j + r * PER;
+                copies++;
+                labels += b.labels[m] == b.labels[j];
+                ids += b.erase[m].rec == b.erase[j].rec + (uint32_t)(r * N);
+                differ += memcmp(b.pixels + m * img, b.pixels + j * img, img) != 0;
+            }
+        rn_loader_release(l1, &c);
+        rn_loader_release(l, &b);
+    }
+    CHECK(same0 == NB, "copies 0 equal the batch without repeats in %d of %d batches", same0, NB);
+    CHECK(labels == copies && ids == copies, "copies: %d of %d with the record's label, %d with id rec + r*N", labels,
+          copies, ids);
+    CHECK(differ >= copies * 9 / 10, "only %d of %d copies drew other pixels than copy 0", differ, copies);
+    /* two ranks' slices are the whole batch's halves; a seek lands where the run was */
+    for (int part = 0; part < 2; part++) {
+        rn_loader_opts h = o;
+        h.part = part, h.parts = 2;
+        rn_loader *lh = NULL, *lw = NULL;
+        CHECK_OK(rn_loader_create(path, &h, &lh));
+        CHECK_OK(rn_loader_create(path, &o, &lw));
+        for (int k = 0; lh && lw && k < 3; k++) {
+            rn_batch b, w;
+            CHECK_OK(rn_loader_next(lh, &b));
+            CHECK_OK(rn_loader_next(lw, &w));
+            CHECK(b.n == B / 2 && memcmp(b.pixels, w.pixels + part * (B / 2) * img, b.n * img) == 0,
+                  "part %d of batch %d is not the whole batch's half", part, k);
+            rn_loader_release(lh, &b);
+            rn_loader_release(lw, &w);
+        }
+        rn_loader_destroy(lh);
+        rn_loader_destroy(lw);
+    }
+    CHECK_OK(rn_loader_seek(l, 1, B));
+    rn_batch b;
+    CHECK_OK(rn_loader_next(l, &b));
+    CHECK(rn_crc32c(0, b.pixels, b.n * img) == crcs[N / B + 1], "seek to (1, %d): another batch", B);
+    rn_loader_release(l, &b);
+    /* K = 1 is no repeats */
+    uint32_t r0[6], r1[6];
+    rn_loader_opts p = o;
+    p.repeats = 0;
+    run(&p, 6, r0, NULL, NULL);
+    p.repeats = 1;
+    run(&p, 6, r1, NULL, NULL);
+    CHECK(memcmp(r0, r1, sizeof r0) == 0, "repeats 1 differs from 0");
+    /* refused: a batch not a multiple of K, the eval transform, one batch taking more
+       records than there are */
+    rn_loader *bad = NULL;
+    p.repeats = 3;
+    CHECK(rn_loader_create(path, &p, &bad) == RN_EINVAL && strstr(rn_last_error(), "multiple of the repeats"),
+          "batch 8 x3: %s", rn_last_error());
+    p.repeats = 2, p.train = 0;
+    CHECK(rn_loader_create(path, &p, &bad) == RN_EINVAL && strstr(rn_last_error(), "training batches only"),
+          "eval x2: %s", rn_last_error());
+    p = o, p.batch = 80, p.drop_last = 0, p.repeats = 2;
+    CHECK(rn_loader_create(path, &p, &bad) == RN_EINVAL && strstr(rn_last_error(), "fewer records"),
+          "batch 80 x2 of %d: %s", N, rn_last_error());
+    rn_loader_destroy(bad);
+done:
+    rn_loader_destroy(l);
+    rn_loader_destroy(l1);
+}
+
 int main(void) {
     test_info_stats();
     if (!mkdtemp(dir)) {
@@ -554,6 +650,7 @@ int main(void) {
     test_bad_record();
     test_chains();
     test_erase_normalize();
+    test_repeats();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
