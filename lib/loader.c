@@ -139,11 +139,13 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     s->first = (int)(lo < total ? lo : total);
     s->n = (int)(hi < total ? hi : total) - s->first;
     s->total = total;
-    if (l->o.repeats > 1) { /* batch b's records: order[b * n/K + j], copy r at j + r * n/K */
-        int64_t per = l->o.batch / l->o.repeats, b0 = i / l->o.batch * per;
+    if (l->o.repeats > 1) {
+        /* position p, in block b = p / n at j + r * n/K: copy r of record order[b * n/K + j]
+           (a function of the position, so a seek between blocks lands on the same images) */
+        int64_t n = l->o.batch, per = n / l->o.repeats;
         for (int k = 0; k < s->n; k++) {
-            int64_t o = s->first + k;
-            s->ids[k] = l->perm[b0 + o % per] + (uint32_t)(o / per * (int64_t)l->count);
+            int64_t p = i + s->first + k, o = p % n;
+            s->ids[k] = l->perm[p / n * per + o % per] + (uint32_t)(o / per * (int64_t)l->count);
         }
     } else {
         for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
@@ -408,8 +410,9 @@ int rn_loader_create(const char *path, const rn_loader_opts *o, rn_loader **out)
         goto fail;
     }
     if (o->repeats > 1) {
-        /* an epoch's batches take batch / repeats records each from the order */
-        uint64_t B = (uint64_t)o->batch, nb = o->drop_last ? l->count / B : (l->count + B - 1) / B;
+        /* each block of `batch` positions takes batch / repeats records from the order:
+           the epoch's positions (below count) reach ceil(count / batch) blocks */
+        uint64_t B = (uint64_t)o->batch, nb = (l->count + B - 1) / B;
         const char *why = !o->train                                  ? "training batches only"
                           : o->batch % o->repeats                    ? "the batch must be a multiple of the repeats"
                           : l->count * (uint64_t)o->repeats > UINT32_MAX ? "records x repeats past 2^32-1"

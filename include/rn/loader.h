@@ -84,13 +84,14 @@ typedef struct {
                        batch's, so every rank walks the same batches. 0, 0: all of it */
     int repeats;    /* train: repeated augmentation (torchvision's RASampler, rn-train
                        --ra-reps): K > 1 copies of each record, each with its own draws,
-                       where one record stood. A batch of n (a multiple of K) holds n / K
-                       records, the next n / K of the epoch's order, each K times: copy r
-                       of the batch's j-th record at j + r * n / K, so that a slice of the
-                       batch holds n / K records or fewer, each once, where the batch is
-                       cut into K or more slices (ranks x micro-batches). An epoch keeps
-                       its count of images: about count / K records, each K times. Copy
-                       r of record i draws as sample i + r * count (0 or 1: off) */
+                       where one record stood. The epoch's positions are cut into blocks
+                       of `batch` (n, a multiple of K); block b holds the n / K records
+                       order[b * n/K ..], each K times, copy r of its j-th at position
+                       j + r * n/K of the block, so that a batch (a block, unless a seek
+                       put it between two) cut into K or more slices (ranks x
+                       micro-batches) holds each record once per slice. An epoch keeps its
+                       count of images: about count / K records, each K times. Copy r of
+                       record i draws as sample i + r * count (0 or 1: off) */
     int unit;       /* parts > 1: slice in whole runs of `unit` images (0 or 1: images):
                        of a batch of n, units U = ceil(n/unit) (the last one short), slice
                        `part` holds units [part*U/parts, (part+1)*U/parts). Evaluation

@@ -606,6 +606,24 @@ static void test_repeats(void) {
     CHECK_OK(rn_loader_next(l, &b));
     CHECK(rn_crc32c(0, b.pixels, b.n * img) == crcs[N / B + 1], "seek to (1, %d): another batch", B);
     rn_loader_release(l, &b);
+    /* a seek between blocks (rn-load --start, a position saved by a run of another
+       --batch): each position's image is the one the aligned run has there */
+    CHECK_OK(rn_loader_seek(l, 0, B / 2));
+    CHECK_OK(rn_loader_next(l, &b));
+    {
+        rn_loader *la = NULL;
+        rn_batch a0, a1;
+        CHECK_OK(rn_loader_create(path, &o, &la));
+        if (la && rn_loader_next(la, &a0) == RN_OK && rn_loader_next(la, &a1) == RN_OK) {
+            CHECK(memcmp(b.pixels, a0.pixels + (B / 2) * img, (B / 2) * img) == 0 &&
+                      memcmp(b.pixels + (B / 2) * img, a1.pixels, (B / 2) * img) == 0,
+                  "seek to (0, %d): the images are not the aligned run's at those positions", B / 2);
+            rn_loader_release(la, &a0);
+            rn_loader_release(la, &a1);
+        }
+        rn_loader_destroy(la);
+    }
+    rn_loader_release(l, &b);
     /* K = 1 is no repeats */
     uint32_t r0[6], r1[6];
     rn_loader_opts p = o;
