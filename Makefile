@@ -159,7 +159,9 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench_%,$(wildcard tests/
 # rn's GEMM kernel alone (tests/xarch/gemm_forms.c), native and, where the cross compiler
 # is installed, for aarch64 (static; tests/kernels.bats runs it under qemu-aarch64)
 XARCH_CC ?= aarch64-linux-gnu-gcc
-XARCH_BIN := $(BUILD)/tests/gemm_forms $(if $(shell command -v $(XARCH_CC) 2>/dev/null),$(BUILD)/tests/gemm_forms.aarch64)
+# (a cross compiler that links statically: Debian's libc6-dev-arm64-cross beside it)
+XARCH_OK = $(shell printf 'int main(void){return 0;}\n' | $(XARCH_CC) -x c - -static -o /dev/null 2>/dev/null && echo 1)
+XARCH_BIN := $(BUILD)/tests/gemm_forms $(if $(XARCH_OK),$(BUILD)/tests/gemm_forms.aarch64)
 
 .PHONY: all summary fuzz deps onnxruntime test unit bats parity demo install clean format lint compile_commands.json bench bench-cpu bench-loader gpu-check check-aarch64
 

@@ -15,7 +15,9 @@
  * element's whole computation, so the vector width, the block sizes, how rows and columns
  * are cut into tasks and which thread runs them change nothing: the AVX2, AVX-512 and C
  * forms give the same bits, for any thread count, on x86-64 and aarch64 alike, whatever
- * OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their own order). The chunks
+ * OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their own order); one exception,
+ * a NaN the arithmetic itself makes (inf x 0, inf - inf): x86-64 writes 0xFFC00000,
+ * aarch64 0x7FC00000, a difference of sign bit only, in a run that has diverged. The chunks
  * start where the call's inner index starts, so a caller that splits a sum over calls
  * (the weight gradient's row tiles) fixes its split from the shape alone. test_ops checks the forms against each
  * other bit for bit; tests/xarch/gemm_forms.c runs the kernel alone, on aarch64 too.
@@ -78,9 +80,9 @@ typedef struct {
     const float *bias, *res;
 } epi;
 
-/* One block: rows x (NR * 2) floats on AVX-512 / rows x NR on AVX2, the rows of A from
- * a, kb steps of p. rows < MR only with row-major A (the missing rows read the last one
- * again and are not stored). */
+/* One block: rows x (NR * 2) floats on AVX-512 / rows x NR on AVX2 and in C, the rows of
+ * A from a, kb steps of p. rows < MR only with row-major A (the missing rows read the
+ * first one again and are not stored). */
 typedef struct {
     int64_t kb, rows;
     const float *a;

@@ -282,7 +282,7 @@ typedef struct {
     float *pk;       /* where the weights' packed form is made (the workspace's front, or the
                         caller's buffer in rn_cpu_conv_bias_pack) */
     const float *wp; /* the packed form the GEMMs read */
-    int isa;         /* rn's own kernel (RN_GEMM_AVX2/AVX512), or RN_GEMM_NONE: OpenBLAS */
+    int isa;         /* rn's own kernel (RN_GEMM_AVX2/AVX512/PORTABLE), or RN_GEMM_NONE: OpenBLAS */
 } conv_job;
 
 /* Rows are independent: tiles of rows are handed out one at a time, each worker using

@@ -130,7 +130,9 @@ void rn_aug_erase_box(int w, int h, double scale_lo, double scale_hi, double rat
 /* One image's erase box, carried from the loader to the normalisation. */
 typedef struct {
     int32_t x, y, w, h; /* the box in output pixels; w == 0: nothing erased */
-    uint32_t rec;       /* the record (keys the random values) */
+    uint32_t rec;       /* the sample: the record, or with repeated augmentation copy r of
+                           record i, i + r * records (rn_loader_opts.repeats); keys the
+                           random values */
     int32_t random;     /* RN_AUG_ERASE_ZERO or RN_AUG_ERASE_RANDOM */
 } rn_erase;
 

@@ -949,6 +949,8 @@ static void test_own_isa(void) {
                   form[c]);
             CHECK(memcmp(out[0][2], out[c][2], sizeof(float) * nw) == 0, "fc %zu: dw bits differ, %s vs %s", i, form[0],
                   form[c]);
+            CHECK(memcmp(out[0][3], out[c][3], sizeof(float) * d.out) == 0, "fc %zu: db bits differ, %s vs %s", i,
+                  form[0], form[c]);
         }
         for (int c = 0; c < nf; c++) free(out[c][0]), free(out[c][1]), free(out[c][2]), free(out[c][3]);
         free(x), free(w), free(b), free(dy);
