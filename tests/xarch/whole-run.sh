@@ -56,10 +56,11 @@ side() {
         --dump-logits "$tag/logits.st" > "$tag/eval.txt"
     # what the tools wrote, as text: the records' bytes (mdb_dump's data, without the
     # __info__ record, which names the command that wrote them: a path of each side's
-    # own), the dataset's description without that command, the tensors
+    # own), the dataset's description without that command and the writer's version
+    # (each build's own), the tensors
     mdb_dump "$tag/train.lmdb" | sed '1,/^HEADER=END/d' | awk '$1 == "5f5f696e666f5f5f" { skip = 1; next }
         skip { skip = 0; next } { print }' | sha256sum | cut -c1-16 > "$tag/records.sha"
-    "$ROOT/$BUILD/bin/rn-info" "$tag/train.lmdb" | grep -v -e "^command" -e "^  *command" -e "$tag/" > "$tag/dataset.txt"
+    "$ROOT/$BUILD/bin/rn-info" "$tag/train.lmdb" | grep -v -e "^command" -e "^rn version" -e "$tag/" > "$tag/dataset.txt"
     for f in init e1; do "$ROOT/$BUILD/bin/rn-info" --tensors "$tag/$f.pb" | sed -n '/^tensors:/,$p' > "$tag/$f.tensors"; done
     sha256sum < "$tag/logits.st" | cut -c1-16 > "$tag/logits.sha"
 }
