@@ -139,16 +139,13 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     s->first = (int)(lo < total ? lo : total);
     s->n = (int)(hi < total ? hi : total) - s->first;
     s->total = total;
-    if (l->o.repeats > 1) {
-        /* position p, in block b = p / n at j + r * n/K: copy r of record order[b * n/K + j]
-           (a function of the position, so a seek between blocks lands on the same images) */
-        int64_t n = l->o.batch, per = n / l->o.repeats;
-        for (int k = 0; k < s->n; k++) {
-            int64_t p = i + s->first + k, o = p % n;
-            s->ids[k] = l->perm[p / n * per + o % per] + (uint32_t)(o / per * (int64_t)l->count);
-        }
-    } else {
-        for (int k = 0; k < s->n; k++) s->ids[k] = l->perm[i + s->first + k];
+    /* position p, in block b = p / n at j + r * n/K: copy r of record order[b * n/K + j]
+       (a function of the position, so a seek between blocks lands on the same images;
+       without repeats, K = 1, that is order[p]) */
+    int64_t n = l->o.batch, per = n / (l->o.repeats > 1 ? l->o.repeats : 1);
+    for (int k = 0; k < s->n; k++) {
+        int64_t p = i + s->first + k, o = p % n;
+        s->ids[k] = l->perm[p / n * per + o % per] + (uint32_t)(o / per * (int64_t)l->count);
     }
     s->seq = seq;
     s->epoch = e;
