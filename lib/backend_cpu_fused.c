@@ -17,10 +17,11 @@
  * forms give the same bits, for any thread count, on x86-64 and aarch64 alike, whatever
  * OPENBLAS_CORETYPE says (OpenBLAS's kernels each sum in their own order); one exception,
  * a NaN the arithmetic itself makes (inf x 0, inf - inf): x86-64 writes 0xFFC00000,
- * aarch64 0x7FC00000, a difference of sign bit only, in a run that has diverged. The chunks
- * start where the call's inner index starts, so a caller that splits a sum over calls
- * (the weight gradient's row tiles) fixes its split from the shape alone. test_ops checks the forms against each
- * other bit for bit; tests/xarch/gemm_forms.c runs the kernel alone, on aarch64 too.
+ * aarch64 0x7FC00000, a difference of sign bit only, in a run that has diverged. The
+ * chunks start where the call's inner index starts, so a caller that splits a sum over
+ * calls (the weight gradient's row tiles) fixes its split from the shape alone. test_ops
+ * checks the forms against each other bit for bit; tests/xarch/gemm_forms.c runs the
+ * kernel alone, on aarch64 too.
  *
  * Why not OpenBLAS's sgemm, besides the order. It packs both operands on every call (one
  * more pass over the activations after im2col's) and cannot fuse an epilogue, and at
@@ -428,7 +429,6 @@ void rn_cpu_gemm(const rn_cpu_gemm_args *g) {
         }
     }
 }
-
 
 /* y rows [0, rows) x output channels [p0*NR, min(p1*NR, k)) (row stride k) =
  * [relu](a (rows x kc, row stride lda) w^T + (bias + res)), wp from rn_cpu_fused_pack;

@@ -44,15 +44,14 @@ cd "$WORK"
 "$PYTHON" "$ROOT/tests/data/toy.py" src 32 1
 # the same commands on each side: $1 names the side, the rest run the tool
 side() {
-    local tag=$1 run
-    if [ "$tag" = aarch64 ]; then run=(qemu-aarch64 "$ROOT/$A64/bin"); else run=(env "$ROOT/$BUILD/bin"); fi
-    local q=${run[0]} bin=${run[1]}
+    local tag=$1 bin=$ROOT/$BUILD/bin q=()
+    if [ "$tag" = aarch64 ]; then bin=$ROOT/$A64/bin q=(qemu-aarch64); fi
     rm -rf "$tag" && mkdir "$tag"
-    $q "$bin/rn-prep" -q src "$tag/train.lmdb" > /dev/null
-    $q "$bin/rn-init" --arch resnet18 --classes 2 --seed 1 -o "$tag/init.pb" 2> /dev/null
-    $q "$bin/rn-train" --data "$tag/train.lmdb" --in "$tag/init.pb" --out "$tag/e1.pb" --epochs 1 --batch 16 \
+    "${q[@]}" "$bin/rn-prep" -q src "$tag/train.lmdb" > /dev/null
+    "${q[@]}" "$bin/rn-init" --arch resnet18 --classes 2 --seed 1 -o "$tag/init.pb" 2> /dev/null
+    "${q[@]}" "$bin/rn-train" --data "$tag/train.lmdb" --in "$tag/init.pb" --out "$tag/e1.pb" --epochs 1 --batch 16 \
         --accum 2 --crop 32 --workers 2 --threads 2 2> "$tag/train.log"
-    $q "$bin/rn-eval" --data "$tag/train.lmdb" --ckpt "$tag/e1.pb" --crop 32 --threads 2 \
+    "${q[@]}" "$bin/rn-eval" --data "$tag/train.lmdb" --ckpt "$tag/e1.pb" --crop 32 --threads 2 \
         --dump-logits "$tag/logits.st" > "$tag/eval.txt"
     # what the tools wrote, as text: the records' bytes (mdb_dump's data, without the
     # __info__ record, which names the command that wrote them: a path of each side's
