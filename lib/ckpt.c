@@ -240,6 +240,8 @@ static int check_train_state(const Rn__TrainState *t) {
     if (!(t->lr_end >= 0) || isinf(t->lr_end) || !(t->lr_power >= 0) || isinf(t->lr_power))
         return rn_errorf(RN_ECORRUPT, "training state: poly schedule lr_end %g, power %g: not finite non-negative "
                          "numbers", t->lr_end, t->lr_power);
+    if (!(t->warmup_decay >= 0 && t->warmup_decay <= 1))
+        return rn_errorf(RN_ECORRUPT, "training state: warm-up start factor %g is outside 0..1", t->warmup_decay);
     if (!(t->loss_scale >= 0) || isinf(t->loss_scale))
         return rn_errorf(RN_ECORRUPT, "training state: loss scale %g is not a finite non-negative number",
                          t->loss_scale);

@@ -27,8 +27,8 @@ int rn_amp_parse(const char *name) {
 
 const char *rn_amp_name(int dtype) { return dtype == RN_F16 ? "fp16" : dtype == RN_BF16 ? "bf16" : "off"; }
 
-double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
-    if (spe < 1) spe = 1;
+/* The schedule at clock k of spe steps per epoch, with the RAMP warm-up. */
+static double schedule_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
     int64_t epoch = step / spe;
     double lr = s->lr;
     switch (s->schedule) {
@@ -62,3 +62,33 @@ double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
     if (step < warm) lr *= (double)(step + 1) / (double)warm;
     return lr;
 }
+
+double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
+    if (spe < 1) spe = 1;
+    if (s->per_epoch) { /* torchvision's scheduler.step() once per epoch */
+        step /= spe;
+        spe = 1;
+    }
+    if (s->warmup_method == RN_WARMUP_RAMP || s->warmup_epochs <= 0) return schedule_at(s, step, spe);
+    /* torch's SequentialLR([LinearLR or ConstantLR, main], milestones=[W]) */
+    int64_t warm = (int64_t)s->warmup_epochs * spe;
+    double d = s->warmup_decay;
+    if (step < warm)
+        return s->warmup_method == RN_WARMUP_LINEAR ? s->lr * (d + (1.0 - d) * (double)step / (double)warm)
+                                                    : s->lr * d;
+    rn_lr_schedule main = *s; /* from its start, over the epochs after the warm-up */
+    main.warmup_epochs = 0;
+    main.total_epochs = s->total_epochs > s->warmup_epochs ? s->total_epochs - s->warmup_epochs : 1;
+    return schedule_at(&main, step - warm, spe);
+}
+
+static const char *warmup_names[] = {"ramp", "linear", "constant"};
+#define N_WARMUP (int)(sizeof warmup_names / sizeof *warmup_names)
+
+int rn_warmup_method_parse(const char *name) {
+    for (int i = 0; i < N_WARMUP; i++)
+        if (strcmp(name, warmup_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *rn_warmup_method_name(int m) { return m >= 0 && m < N_WARMUP ? warmup_names[m] : "?"; }

@@ -47,6 +47,7 @@ void rn_train_defaults(rn_train_opts *o) {
     o->lr.gamma = RN_TRAIN_LR_GAMMA;
     o->lr.lr_end = RN_TRAIN_LR_END;
     o->lr.power = RN_TRAIN_LR_POWER;
+    o->lr.warmup_decay = RN_TRAIN_WARMUP_DECAY;
     o->optimizer = RN_OPT_SGD;
     o->lars_eta = RN_TRAIN_LARS_ETA;
     o->lars_eps = RN_TRAIN_LARS_EPS;

@@ -25,10 +25,12 @@ expected() {
     torchvision) echo "--batch 256 --lr 0.1 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 30" \
         "--lr-gamma 0.1 --epochs 90 --crop 224 --resize 256 --augment rrc,flip" ;;
     torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
-        "--lr-epochs 600 --warmup-epochs 5 --epochs 600 --label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
+        "--lr-epochs 600 --lr-every epoch --warmup-epochs 5 --warmup-method linear --epochs 600" \
+        "--label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
         "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --val-crop 224 --val-resize 232 --ema-decay 0.99998" \
         "--ema-every 32 --ra-reps 4" ;;
-    cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --epochs 200" \
+    cifar) echo "--batch 128 --lr 0.1 --momentum 0.9 --wd 5e-4 --lr-schedule cosine --lr-epochs 200" \
+        "--lr-every epoch --epochs 200" \
         "--crop 32 --resize 0 --augment crop-pad=4,flip" ;;
     mlperf) echo "--optimizer lars --batch 3264 --lr 10.5 --momentum 0.9 --wd 5e-5 --lars-eta 0.001 --lars-eps 0" \
         "--lr-schedule poly --lr-power 2 --lr-end 1e-4 --warmup-epochs 2 --lr-epochs 37 --epochs 37" \
@@ -86,20 +88,98 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     [ ! -e b.pb ]
 }
 
-@test "--recipe cifar trains on a tiny dataset: its cosine over 200 epochs, lr 0.1" {
-    run rn-train --recipe cifar --data train.lmdb --in init.pb --out c.pb --epochs 1 --batch 8 $T \
+@test "--recipe cifar trains on a tiny dataset: its cosine over 200 epochs, lr 0.1, moving once per epoch" {
+    run rn-train --recipe cifar --data train.lmdb --in init.pb --out c.pb --epochs 2 --batch 8 $T \
         --log c.jsonl --log-every 1
     assert_success
     [ -f c.pb ]
+    # epoch 1 (steps 1-3) at 0.1; epoch 2 (steps 4-6) at 0.1 * (1 + cos(pi / 200)) / 2: --lr-epochs 200, --lr-every epoch
     assert_equal "$(lr_at c.jsonl 1)" 0.10000000000000001
-    # step 2 of 3 * 200: 0.1 * (1 + cos(pi / 600)) / 2, the recipe's --lr-epochs 200
-    want=$("$PYTHON" -c 'import math; print(repr(0.1 * (1 + math.cos(math.pi / 600)) / 2))')
+    assert_equal "$(lr_at c.jsonl 3)" 0.10000000000000001
+    want=$("$PYTHON" -c 'import math; print(repr(0.1 * (1 + math.cos(math.pi / 200)) / 2))')
     run "$PYTHON" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-9 * b)" \
-        "$(lr_at c.jsonl 2)" "$want"
+        "$(lr_at c.jsonl 4)" "$want"
     assert_success
+    assert_equal "$(lr_at c.jsonl 6)" "$(lr_at c.jsonl 4)"
     run rn-info c.pb
     assert_success
     assert_output --partial "--recipe cifar"
+}
+
+@test "--print-lr equals torch's schedulers as torchvision's train.py chains them, per epoch and per step (1e-12)" {
+    plain_build_only "compares with a Python reference"
+    L="$BATS_TEST_DIRNAME/parity/lr_sched.py"
+    # the v2 recipe: LinearLR(0.01, 5) then CosineAnnealingLR(595), stepped once per epoch, 600 epochs
+    rn-train --recipe torchvision-v2 --data train.lmdb --batch 8 --print-lr > v2.txt
+    run "$PYTHON" "$L" v2.txt cosine 0.5 600 3 5 linear 0.01 epoch
+    assert_success
+    assert_output --partial "epochs 600,"
+    F="--data train.lmdb --batch 8 --print-lr"
+    rn-train $F --lr 0.1 --lr-schedule step --lr-step 3 --lr-gamma 0.5 --epochs 20 --warmup-epochs 2 \
+        --warmup-method constant --warmup-decay 0.1 --lr-every epoch > st.txt
+    run "$PYTHON" "$L" st.txt step 0.1 20 3 2 constant 0.1 epoch 3,0.5
+    assert_success
+    rn-train $F --lr 0.1 --lr-schedule multistep --lr-milestones 4,9 --epochs 12 --warmup-epochs 3 \
+        --warmup-method linear --lr-every epoch > ms.txt
+    run "$PYTHON" "$L" ms.txt multistep 0.1 12 3 3 linear 0.01 epoch 4:9,0.1
+    assert_success
+    # per step: the warm-up rises within an epoch and the cosine runs over the steps after it
+    rn-train $F --lr 0.2 --lr-schedule cosine --epochs 30 --warmup-epochs 4 --warmup-method linear \
+        --warmup-decay 0.001 > ps.txt
+    run "$PYTHON" "$L" ps.txt cosine 0.2 30 3 4 linear 0.001 step
+    assert_success
+    # the checker sees a difference: rn's ramp is not torch's LinearLR
+    rn-train $F --lr 0.1 --lr-schedule cosine --epochs 20 --warmup-epochs 2 --lr-every epoch > rp.txt
+    run "$PYTHON" "$L" rp.txt cosine 0.1 20 3 2 linear 0.01 epoch
+    assert_failure
+}
+
+@test "--print-lr is the rate training takes: each step's lr in the log is the table's, per step and per epoch" {
+    S="--lr 0.1 --lr-schedule cosine --lr-epochs 5 --warmup-epochs 1 --warmup-method linear --warmup-decay 0.1"
+    rn-train --data train.lmdb --batch 8 $S --print-lr > pl.txt
+    rn-train --data train.lmdb --in init.pb --out pl.pb --epochs 2 --batch 8 $T $S --log pl.jsonl --log-every 1
+    # epoch 1 is steps 1-3 (the warm-up: 0.01 .. 0.07), epoch 2 steps 4-6
+    assert_equal "$(lr_at pl.jsonl 1)" "$(awk '$1 == 1 {print $3}' pl.txt)"
+    assert_equal "$(lr_at pl.jsonl 3)" "$(awk '$1 == 1 {print $4}' pl.txt)"
+    assert_equal "$(lr_at pl.jsonl 4)" "$(awk '$1 == 2 {print $3}' pl.txt)"
+    assert_equal "$(lr_at pl.jsonl 6)" "$(awk '$1 == 2 {print $4}' pl.txt)"
+    run awk '$1 == 1 {print $3 < $4}' pl.txt
+    assert_output 1
+    rn-train --data train.lmdb --batch 8 $S --lr-every epoch --print-lr > pe.txt
+    rn-train --data train.lmdb --in init.pb --out pe.pb --epochs 2 --batch 8 $T $S --lr-every epoch \
+        --log pe.jsonl --log-every 1
+    assert_equal "$(lr_at pe.jsonl 3)" "$(awk '$1 == 1 {print $3}' pe.txt)"
+    assert_equal "$(lr_at pe.jsonl 4)" "$(awk '$1 == 2 {print $3}' pe.txt)"
+    assert_equal "$(lr_at pe.jsonl 6)" "$(awk '$1 == 2 {print $4}' pe.txt)"
+    # the checkpoint records the schedule's form
+    run rn-info --json pe.pb
+    assert_output --partial '"lr_every":"epoch","warmup_epochs":1,"warmup_method":"linear","warmup_decay":0.10000000000000001,'
+    run rn-info --json pl.pb
+    assert_output --partial '"lr_every":"step","warmup_epochs":1,"warmup_method":"linear",'
+}
+
+@test "--lr-every, --warmup-method, --warmup-decay and --print-lr refuse bad values with exit 2" {
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-every batch
+    assert_failure 2
+    assert_output --partial "--lr-every: 'batch' is not step or epoch"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --warmup-method cosine
+    assert_failure 2
+    assert_output --partial "--warmup-method: 'cosine' is not ramp, linear or constant"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --warmup-method linear --warmup-decay 0
+    assert_failure 2
+    assert_output --partial "--warmup-decay"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --warmup-method linear --warmup-decay 1.5
+    assert_failure 2
+    run rn-train --data train.lmdb --in init.pb --out x.pb --warmup-epochs 2 --warmup-decay 0.1
+    assert_failure 2
+    assert_output --partial "--warmup-decay is the start factor of --warmup-method linear or constant"
+    [ ! -e x.pb ]
+    run rn-train --print-lr --epochs 3
+    assert_failure 2
+    assert_output --partial "--print-lr needs --data"
+    run rn-train --print-lr --data train.lmdb --batch 64
+    assert_failure 1
+    assert_output --partial "holds 24 records, fewer than --batch 64"
 }
 
 @test "a flag on the command line overrides the recipe's, before or after --recipe" {
@@ -121,7 +201,7 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
 @test "--recipe cifar with --augment none is the same run as its flags written out with --augment none" {
     rn-train --recipe cifar --augment none --data train.lmdb --in init.pb --out a1.pb --max-steps 1 --batch 8 $T
     rn-train --data train.lmdb --in init.pb --out a3.pb --max-steps 1 $T --batch 8 --lr 0.1 --momentum 0.9 \
-        --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --crop 32 --resize 0 --augment none
+        --wd 5e-4 --lr-schedule cosine --lr-epochs 200 --lr-every epoch --crop 32 --resize 0 --augment none
     run cmp <(rn-info --tensors a1.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors a3.pb | sed -n '/^tensors:/,$p')
     assert_success
 }

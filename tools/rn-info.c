@@ -188,6 +188,15 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
         printf("\"data_epoch\":%lld,\"data_index\":%lld,\"seed\":%llu,", (long long)c->train->data_epoch,
                (long long)c->train->data_index, (unsigned long long)c->train->seed);
         json_kv("lr_schedule", str(c->train->lr_schedule), 1);
+        json_kv("lr_every", c->train->lr_per_epoch ? "epoch" : "step", 1);
+        const char *wm = c->train->warmup_method && *c->train->warmup_method ? c->train->warmup_method : "ramp";
+        printf("\"warmup_epochs\":%d,", c->train->warmup_epochs);
+        json_kv("warmup_method", wm, 1);
+        if (strcmp(wm, "ramp") != 0) {
+            printf("\"warmup_decay\":");
+            rn_json_number(stdout, c->train->warmup_decay);
+            printf(",");
+        }
         if (c->train->lr_schedule && strcmp(c->train->lr_schedule, "poly") == 0) {
             printf("\"lr_end\":");
             rn_json_number(stdout, c->train->lr_end);

@@ -9,6 +9,7 @@
 
 #include "rn/ckpt.h"
 #include "rn/cli.h"
+#include "rn/dataset.h"
 #include "rn/dist.h"
 #include "rn/err.h"
 #include "rn/gpumon.h"
@@ -196,7 +197,21 @@ static void usage(FILE *f) {
             "      --lr-end X          poly: lr at the end of the run (default %g)\n"
             "      --lr-power X        poly: lr_end + (lr - lr_end)*(1 - t/T)^X over the T steps\n"
             "                          after the warm-up (default %g, MLPerf's pow2)\n"
-            "      --warmup-epochs N   linear warm-up over the first N epochs (default 0)\n"
+            "      --warmup-epochs N   warm-up over the first N epochs (default 0)\n"
+            "      --warmup-method M   ramp (default): the schedule times (k+1)/W at warm-up step k\n"
+            "                          of W; linear: torch's LinearLR, lr*(d + (1-d)*k/W), then\n"
+            "                          the schedule from its start, its epochs counted after the\n"
+            "                          warm-up (cosine over --lr-epochs - N, StepLR's and\n"
+            "                          MultiStepLR's epochs too), as torchvision's SequentialLR;\n"
+            "                          constant: ConstantLR, lr*d, then the same\n"
+            "      --warmup-decay D    linear, constant: the start factor d (default %g,\n"
+            "                          torchvision's --lr-warmup-decay)\n"
+            "      --lr-every U        step (default): the rate moves every optimiser step; epoch:\n"
+            "                          once per epoch, at its first step, as torchvision's\n"
+            "                          scheduler.step() after each epoch (warm-up in epochs too)\n"
+            "      --print-lr          print each epoch's first and last step's lr for these flags\n"
+            "                          (--data's records / --batch steps per epoch, --lr-epochs or\n"
+            "                          else --epochs epochs) and exit; needs no --in or --out\n"
             "Recipes (named bundles of the flags above; see README.md and rn-train(1) for each\n"
             "value and where it comes from):\n"
             "      --recipe NAME       seed, torchvision, torchvision-v2, cifar or mlperf: its flags\n"
@@ -250,11 +265,11 @@ static void usage(FILE *f) {
             "rn-train(1)).\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
-            rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT, RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR,
-            RN_TRAIN_MOMENTUM, RN_TRAIN_WD, RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS, RN_TRAIN_EMA_EVERY, RN_MIX_PROB,
-            RN_MIX_SWITCH, RN_TRAIN_LR_STEP, RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_LOG_EVERY,
-            RN_TRAIN_GPU_SAMPLE, RN_TRAIN_PROFILE_STEPS,
-            RN_TRAIN_PROFILE_WARMUP);
+            rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT,
+            RN_DIST_BUCKET_MB, RN_SCALER_INIT, RN_SCALER_INTERVAL, RN_TRAIN_LR, RN_TRAIN_MOMENTUM, RN_TRAIN_WD,
+            RN_TRAIN_LARS_ETA, RN_TRAIN_LARS_EPS, RN_TRAIN_EMA_EVERY, RN_MIX_PROB, RN_MIX_SWITCH, RN_TRAIN_LR_STEP,
+            RN_TRAIN_LR_GAMMA, RN_TRAIN_LR_END, RN_TRAIN_LR_POWER, RN_TRAIN_WARMUP_DECAY, RN_TRAIN_LOG_EVERY,
+            RN_TRAIN_GPU_SAMPLE, RN_TRAIN_PROFILE_STEPS, RN_TRAIN_PROFILE_WARMUP);
 }
 
 /* --crop-schedule START:END:E1:E2 into sched: RN_OK, or RN_EINVAL with the message */
@@ -286,10 +301,13 @@ parsed:
 
 /* The flags that only make sense together, checked once every flag is read: RN_OK, or
  * RN_EINVAL with the message for the user. */
-static int check_flags(const rn_train_opts *o, const char *in, int nargs, char **args) {
+static int check_flags(const rn_train_opts *o, const char *in, int print_lr, int nargs, char **args) {
     if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s'", args[0]);
-    if (!o->data || !in || !o->out) return rn_errorf(RN_EINVAL, "--data, --in and --out are required (see --help)");
-    if (strcmp(o->out, "-") == 0)
+    if (print_lr && !o->data)
+        return rn_errorf(RN_EINVAL, "--print-lr needs --data: its record count and --batch give the steps per epoch");
+    if (!print_lr && (!o->data || !in || !o->out))
+        return rn_errorf(RN_EINVAL, "--data, --in and --out are required (see --help)");
+    if (o->out && strcmp(o->out, "-") == 0)
         return rn_errorf(RN_EINVAL, "--out must be a file (checkpoints are written during training)");
     if (o->batch % o->accum)
         return rn_errorf(RN_EINVAL, "--batch %d is not a multiple of --accum %d", o->batch, o->accum);
@@ -331,7 +349,7 @@ enum {
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
-    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED
+    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -347,12 +365,12 @@ static const char *const recipe_torchvision[] = {
     "--lr-gamma", "0.1", "--epochs", "90", "--crop", "224", "--resize", "256", "--augment", "rrc,flip", NULL};
 static const char *const recipe_torchvision_v2[] = {
     "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-bn", "--lr-schedule", "cosine",
-    "--lr-epochs", "600", "--warmup-epochs", "5", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
+    "--lr-epochs", "600", "--lr-every", "epoch", "--warmup-epochs", "5", "--warmup-method", "linear", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
     "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
     "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", "--ra-reps", "4", NULL};
 static const char *const recipe_cifar[] = {
     "--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4", "--lr-schedule", "cosine",
-    "--lr-epochs", "200", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
+    "--lr-epochs", "200", "--lr-every", "epoch", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
 static const char *const recipe_mlperf[] = {
     "--optimizer", "lars", "--batch", "3264", "--lr", "10.5", "--momentum", "0.9", "--wd", "5e-5",
     "--lars-eta", "0.001", "--lars-eps", "0", "--lr-schedule", "poly", "--lr-power", "2", "--lr-end", "1e-4",
@@ -396,6 +414,38 @@ static int fail(rn_dist *d, int code) {
     return code;
 }
 
+/* --print-lr: the rate of each epoch's first and last step for a run of `epochs` epochs
+ * from epoch 0, with the steps per epoch the loader gives (records / --batch, the last
+ * partial batch dropped); the doubles rn_lr_at returns, which the optimiser rounds to
+ * float. */
+static int print_lr_table(const rn_train_opts *o, int epochs) {
+    rn_dataset *ds = NULL;
+    int rc = rn_dataset_open(o->data, &ds);
+    if (rc) return rc;
+    uint64_t count = rn_dataset_get_info(ds)->count;
+    rn_dataset_close(ds);
+    int64_t spe = (int64_t)(count / (uint64_t)o->batch);
+    if (spe < 1)
+        return rn_errorf(RN_EINVAL, "--print-lr: %s holds %llu records, fewer than --batch %d: an epoch has no step",
+                         o->data, (unsigned long long)count, o->batch);
+    const rn_lr_schedule *s = &o->lr;
+    printf("# rn-train --print-lr: %s, lr %g, %d epochs of %lld steps (%llu records / batch %d)",
+           rn_lr_schedule_name(s->schedule), s->lr, epochs, (long long)spe, (unsigned long long)count, o->batch);
+    if (s->warmup_epochs > 0) {
+        printf(", %d warm-up epoch%s (%s", s->warmup_epochs, s->warmup_epochs > 1 ? "s" : "",
+               rn_warmup_method_name(s->warmup_method));
+        if (s->warmup_method != RN_WARMUP_RAMP) printf(" from %g", s->warmup_decay);
+        printf(")");
+    }
+    printf(", the rate moves every %s\n# epoch first_step lr_first lr_last\n", s->per_epoch ? "epoch" : "step");
+    for (int e = 0; e < epochs; e++) {
+        int64_t a = (int64_t)e * spe;
+        printf("%d %lld %.17g %.17g\n", e + 1, (long long)a, rn_lr_at(s, a, spe), rn_lr_at(s, a + spe - 1, spe));
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) return rn_errorf(RN_EIO, "--print-lr: writing the table to stdout failed");
+    return RN_OK;
+}
+
 /* the command line with the recipe's flags in front (main's every exit path keeps it) */
 char **rn_train_pargv; /* not static: the store must stay, so leak checkers see it reachable */
 
@@ -419,6 +469,8 @@ int main(int argc, char **argv) {
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
         {"warmup-epochs", required_argument, 0, O_WARM}, {"save-every", required_argument, 0, O_SAVE},
+        {"lr-every", required_argument, 0, O_LREVERY}, {"warmup-method", required_argument, 0, O_WARMMETHOD},
+        {"warmup-decay", required_argument, 0, O_WARMDECAY}, {"print-lr", no_argument, 0, O_PRINTLR},
         {"log", required_argument, 0, O_LOG},      {"log-every", required_argument, 0, O_LOGEVERY},
         {"tensorboard", required_argument, 0, O_TB},
         {"dump-grads", required_argument, 0, O_DUMP}, {"amp", required_argument, 0, O_AMP},
@@ -443,7 +495,7 @@ int main(int argc, char **argv) {
     /* the documented RN_* overrides first, so that flags win */
     int env_rc = rn_cli_backend_env(&o.backend);
     const char *in = NULL;
-    int c, rc = env_rc, have_epochs = 0, have_schedule = 0, mix_flags = 0;
+    int c, rc = env_rc, have_epochs = 0, have_schedule = 0, mix_flags = 0, have_warmup_decay = 0, print_lr = 0;
     double dist_timeout = RN_DIST_TIMEOUT, bucket_mb = RN_DIST_BUCKET_MB;
     /* --recipe and --print-recipe first (getopt on a copy, silent): the recipe's flags then go
      * in front of the command line's, so that a flag given there overrides the recipe's */
@@ -572,6 +624,21 @@ int main(int argc, char **argv) {
             break;
         case O_LREPOCHS: rc = rn_cli_int("--lr-epochs", optarg, 1, 1000000, &o.lr.total_epochs); break;
         case O_WARM: rc = rn_cli_int("--warmup-epochs", optarg, 0, 1000000, &o.lr.warmup_epochs); break;
+        case O_LREVERY:
+            if (strcmp(optarg, "step") == 0 || strcmp(optarg, "epoch") == 0)
+                o.lr.per_epoch = strcmp(optarg, "epoch") == 0;
+            else
+                rc = rn_errorf(RN_EINVAL, "--lr-every: '%s' is not step or epoch", optarg);
+            break;
+        case O_WARMMETHOD:
+            if ((o.lr.warmup_method = rn_warmup_method_parse(optarg)) < 0)
+                rc = rn_errorf(RN_EINVAL, "--warmup-method: '%s' is not ramp, linear or constant", optarg);
+            break;
+        case O_WARMDECAY:
+            rc = rn_cli_float("--warmup-decay", optarg, 1e-12, 1, &o.lr.warmup_decay);
+            have_warmup_decay = 1;
+            break;
+        case O_PRINTLR: print_lr = 1; break;
         case O_SAVE: rc = rn_cli_i64("--save-every", optarg, 1, MAX_STEPS, &o.save_every); break;
         case O_LOG: o.log_path = optarg; break;
         case O_TB: o.tensorboard = optarg; break;
@@ -604,7 +671,10 @@ int main(int argc, char **argv) {
         free(pargv);
         return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
     }
-    if (rc == RN_OK) rc = check_flags(&o, in, pargc - optind, pargv + optind);
+    if (rc == RN_OK) rc = check_flags(&o, in, print_lr, pargc - optind, pargv + optind);
+    if (rc == RN_OK && have_warmup_decay && o.lr.warmup_method == RN_WARMUP_RAMP)
+        rc = rn_errorf(RN_EINVAL, "--warmup-decay is the start factor of --warmup-method linear or constant; the "
+                       "default ramp starts at 1/W of the schedule");
     free(pargv);
     if (rc == RN_OK && mix_flags && !(o.mix.mixup > 0) && !(o.mix.cutmix > 0))
         rc = rn_errorf(RN_EINVAL, "--mix-prob and --switch-prob need --mixup ALPHA or --cutmix ALPHA (> 0)");
@@ -620,6 +690,12 @@ int main(int argc, char **argv) {
     if (o.profile) {
         o.max_steps = (int64_t)o.profile_warmup + o.profile_steps;
         have_epochs = 0;
+    }
+    if (print_lr) { /* as a run from epoch 0 of --lr-epochs (else --epochs) epochs */
+        if (!o.lr.total_epochs) o.lr.total_epochs = o.epochs; /* as rn_train's run from epoch 0 sets it */
+        if (print_lr_table(&o, o.lr.total_epochs) == RN_OK) return 0;
+        fprintf(stderr, "rn-train: %s\n", rn_last_error());
+        return 1;
     }
     if (!have_epochs && o.max_steps) o.epochs = 1000000; /* --max-steps alone bounds the run */
     /* the processes of the run (before any thread starts) */

@@ -98,6 +98,8 @@
 #define RN_TRAIN_LR_GAMMA 0.1
 #define RN_TRAIN_LR_END 1e-4      /* --lr-end: poly's final lr (MLPerf's end_learning_rate) */
 #define RN_TRAIN_LR_POWER 2.0     /* --lr-power: poly's exponent (MLPerf's "pow2") */
+#define RN_TRAIN_WARMUP_DECAY 0.01 /* --warmup-decay: linear and constant warm-ups' start
+                                      factor (torchvision's --lr-warmup-decay) */
 #define RN_TRAIN_LARS_ETA 0.001   /* --lars-eta: MLPerf's trust coefficient */
 #define RN_TRAIN_LARS_EPS 0.0     /* --lars-eps: epsilon of MLPerf's TensorFlow LARSOptimizer */
 

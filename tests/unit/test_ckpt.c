@@ -167,6 +167,16 @@ static void test_state_checks(void) {
           rn_last_error());
     t->loss_scale = 65536;
     CHECK_OK(rn_ckpt_validate(c));
+    t->warmup_decay = 1.5;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT && strstr(rn_last_error(), "warm-up start factor 1.5"),
+          "warm-up decay: %s", rn_last_error());
+    t->warmup_decay = 0.0 / 0.0;
+    CHECK(rn_ckpt_validate(c) == RN_ECORRUPT, "NaN warm-up decay");
+    t->warmup_decay = 0.01;
+    /* the method's name, like the schedule's, is a record for rn-info (rn-train takes the
+     * schedule from its flags): a name a later version adds is read, not refused */
+    t->warmup_method = strdup("exp");
+    CHECK_OK(rn_ckpt_validate(c));
     Rn__OptimState *o = malloc(sizeof *o);
     rn__optim_state__init(o);
     o->kind = strdup("adam");

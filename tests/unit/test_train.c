@@ -1,4 +1,5 @@
 #include <math.h>
+#include <string.h>
 
 #include "check.h"
 #include "rn/err.h"
@@ -60,6 +61,35 @@ int main(void) {
               rn_lr_at(&all[3], 22, 12) < 0.1,
           "warm-up ends on its last step");
     CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exp") == -1, "parse");
+    /* torchvision's form: per epoch, LinearLR(0.01, 5) then cosine over the 595 epochs
+     * after it (the v2 recipe at 16 steps an epoch); every step of an epoch has the
+     * epoch's rate, and accumulation (4 steps an epoch, not 16) keeps it */
+    rn_lr_schedule tv = {.schedule = RN_LR_COSINE, .lr = 0.5, .total_epochs = 600, .warmup_epochs = 5,
+                         .warmup_method = RN_WARMUP_LINEAR, .warmup_decay = 0.01, .per_epoch = 1};
+    for (int e = 0; e < 600; e += 7) {
+        double want = e < 5 ? 0.5 * (0.01 + 0.99 * e / 5.0) : 0.5 * (1 + cos(M_PI * (e - 5) / 595.0)) / 2;
+        CHECK(near(rn_lr_at(&tv, e * 16, 16), want) && rn_lr_at(&tv, e * 16 + 15, 16) == rn_lr_at(&tv, e * 16, 16) &&
+                  rn_lr_at(&tv, e * 4 + 3, 4) == rn_lr_at(&tv, e * 16, 16),
+              "torchvision form, epoch %d: %.17g, want %.17g", e, rn_lr_at(&tv, e * 16, 16), want);
+    }
+    CHECK(rn_lr_at(&tv, 5 * 16, 16) == 0.5 && near(rn_lr_at(&tv, 0, 16), 0.005), "linear warm-up: 0.01 x lr, then lr");
+    /* the same per step: the warm-up rises within an epoch, the cosine starts at its end */
+    tv.per_epoch = 0;
+    CHECK(near(rn_lr_at(&tv, 1, 16), 0.5 * (0.01 + 0.99 / 80)) && rn_lr_at(&tv, 80, 16) == 0.5 &&
+              near(rn_lr_at(&tv, 81, 16), 0.5 * (1 + cos(M_PI / (595.0 * 16))) / 2),
+          "torchvision form per step");
+    /* constant warm-up, then a StepLR counted from the warm-up's end */
+    rn_lr_schedule cw = {.schedule = RN_LR_STEP, .lr = 0.1, .step_epochs = 3, .gamma = 0.5, .warmup_epochs = 2,
+                         .warmup_method = RN_WARMUP_CONSTANT, .warmup_decay = 0.1, .per_epoch = 1};
+    CHECK(near(rn_lr_at(&cw, 0, 10), 0.01) && near(rn_lr_at(&cw, 19, 10), 0.01) && near(rn_lr_at(&cw, 20, 10), 0.1) &&
+              near(rn_lr_at(&cw, 49, 10), 0.1) && near(rn_lr_at(&cw, 50, 10), 0.05),
+          "constant warm-up, then StepLR(3) from epoch 2: decays at epoch 5");
+    /* the default ramp is unchanged by warmup_decay */
+    rn_lr_schedule rp = {.schedule = RN_LR_CONSTANT, .lr = 0.1, .warmup_epochs = 2, .warmup_decay = 0.5};
+    CHECK(near(rn_lr_at(&rp, 0, 100), 0.1 / 200), "ramp ignores warmup_decay");
+    CHECK(rn_warmup_method_parse("linear") == RN_WARMUP_LINEAR && rn_warmup_method_parse("ramp") == RN_WARMUP_RAMP &&
+              rn_warmup_method_parse("exp") == -1 && strcmp(rn_warmup_method_name(RN_WARMUP_CONSTANT), "constant") == 0,
+          "warm-up names");
     /* --amp names */
     CHECK(rn_amp_parse("off") == RN_F32 && rn_amp_parse("fp16") == RN_F16 && rn_amp_parse("bf16") == RN_BF16 &&
               rn_amp_parse("fp32") == -1 && rn_amp_parse("") == -1,
