@@ -46,7 +46,7 @@ struct rn_net {
     size_t es;          /* bytes per element of dtype */
     int npref;
     pref *prefs;        /* every parameter, state_dict order */
-    int64_t nparams, ndecay; /* params[0..ndecay) get weight decay under no_wd_bn */
+    int64_t nparams, ndecay; /* params[0..ndecay): conv and fc weights (always decayed) */
     float *params, *grads, *mom, *bufs; /* fp32 always: the master weights under AMP */
     float *fold;        /* RN_NET_INFER with rn_conv_bias_fwd: (nparams) in params' layout,
                            conv weights with their BN folded in and each BN's beta slot
@@ -287,7 +287,8 @@ int rn_net_dtype(const rn_net *net) { return net->dtype; }
 const float *rn_net_logits(const rn_net *net) { return net->logits; }
 
 /* Lay out parameters: decayed ones (conv weights, fc weight) first, then BN and fc
- * bias, so --no-wd-bn is two contiguous SGD calls. */
+ * bias (last, as in torchvision's order), so each weight-decay mode is contiguous SGD
+ * calls: --no-wd-bn two, --no-wd-norm three. */
 static int layout(rn_net *net) {
     rn_tensor_desc *d = NULL;
     int n = 0, rc = rn_resnet_tensors(&net->spec, &d, &n);
@@ -320,6 +321,11 @@ static int layout(rn_net *net) {
             }
         }
     net->nparams = off;
+    /* sgd() relies on it: the fc bias closes the parameters (torchvision's order) */
+    if (net->prefs[net->npref - 1].d.kind != RN_T_FC_B) {
+        free(d);
+        return rn_errorf(RN_EINVAL, "parameter layout: the fc bias is not the last parameter");
+    }
     for (int i = 0; i < net->spec.nunits; i++) {
         net->u[i].stat_off = stat;
         stat += 2 * net->spec.units[i].cout;
@@ -1297,7 +1303,7 @@ int rn_net_set_lars(rn_net *net, int on, double eta, double eps) {
 
 /* SGD (or LARS, rn_net_set_lars) over every parameter on the gradients times grad_scale
  * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale). */
-static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     if (net->lars) {
@@ -1311,11 +1317,16 @@ static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int ne
     sd.grad_scale = grad_scale;
     sd.dtype = net->dtype;
     float *buf = momentum != 0.0f ? net->mom : NULL;
-    if (!no_wd_bn) rc = sgd_part(net, &sd, 0, net->nparams, buf);
+    if (wd_mode == RN_WD_ALL) rc = sgd_part(net, &sd, 0, net->nparams, buf);
     else {
+        /* decayed weights, the BN parameters without decay, and the fc bias (last) with it
+           under RN_WD_NO_NORM */
+        int64_t bn_end = wd_mode == RN_WD_NO_NORM ? net->fc_b : net->nparams;
         rc = sgd_part(net, &sd, 0, net->ndecay, buf);
         sd.weight_decay = 0.0f;
-        if (rc == RN_OK) rc = sgd_part(net, &sd, net->ndecay, net->nparams - net->ndecay, buf);
+        if (rc == RN_OK) rc = sgd_part(net, &sd, net->ndecay, bn_end - net->ndecay, buf);
+        sd.weight_decay = weight_decay;
+        if (rc == RN_OK && bn_end < net->nparams) rc = sgd_part(net, &sd, bn_end, net->nparams - bn_end, buf);
     }
     if (rc == RN_OK && buf) net->have_mom = 1;
     return rc;
@@ -1333,16 +1344,17 @@ static int grads_nonfinite(rn_net *net, int *found) {
     return rc;
 }
 
-int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                 int *skipped) {
     int skip = 0;
     if (skipped) *skipped = 0;
-    if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, 1.0f);
+    if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
+    if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, wd_mode, 1.0f);
     /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
        turned up, then update the scale */
     int found = 0;
     int rc = grads_nonfinite(net, &found);
-    if (rc == RN_OK && !found) rc = sgd(net, lr, momentum, weight_decay, nesterov, no_wd_bn, rn_scaler_inv(sc));
+    if (rc == RN_OK && !found) rc = sgd(net, lr, momentum, weight_decay, nesterov, wd_mode, rn_scaler_inv(sc));
     if (rc == RN_OK) skip = rn_scaler_update(sc, found);
     if (skipped) *skipped = skip;
     return rc;

@@ -820,7 +820,7 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
     double t0 = tbeg(t, stage);
     if ((rc = tend(t, t0, stage, RN_PROF_COMPUTE, (lars ? 9.0 : 5.0) * (double)np, (lars ? 28.0 : 20.0) * (double)np,
                    rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
-                               (float)o->weight_decay, o->nesterov, o->no_wd_bn, &s->skipped))))
+                               (float)o->weight_decay, o->nesterov, o->wd_mode, &s->skipped))))
         return rc;
     if (t->profiling && (rc = rn_prof_step_end(t->prof))) return rc;
     if ((rc = ema_step(t, ts->step - (int64_t)ts->epoch * t->spe))) return rc;

@@ -24,7 +24,7 @@ expected() {
         "--crop 224 --augment rrc,flip" ;;
     torchvision) echo "--batch 256 --lr 0.1 --momentum 0.9 --wd 1e-4 --lr-schedule step --lr-step 30" \
         "--lr-gamma 0.1 --epochs 90 --crop 224 --resize 256 --augment rrc,flip" ;;
-    torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-bn --lr-schedule cosine" \
+    torchvision-v2) echo "--batch 1024 --lr 0.5 --momentum 0.9 --wd 2e-5 --no-wd-norm --lr-schedule cosine" \
         "--lr-epochs 600 --lr-every epoch --warmup-epochs 5 --warmup-method linear --epochs 600" \
         "--label-smoothing 0.1 --mixup 0.2 --cutmix 1.0" \
         "--augment rrc,flip,ta_wide,erase=0.1 --crop 176 --val-crop 224 --val-resize 232 --ema-decay 0.99998" \
@@ -180,6 +180,40 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     run rn-train --print-lr --data train.lmdb --batch 64
     assert_failure 1
     assert_output --partial "holds 24 records, fewer than --batch 64"
+}
+
+@test "--no-wd-norm spares BN weights and biases (torchvision's --norm-weight-decay 0.0), --no-wd-bn the fc bias too" {
+    # one step from a trained checkpoint (BN biases no longer 0), the same gradients in each
+    # run: p - lr * (g + wd * p) against p - lr * g, so a tensor spared from the decay
+    # differs from the decayed run's by lr * wd * p, and the others are the same bits
+    rn-train --data train.lmdb --in init.pb --out w0.pb --max-steps 1 --batch 8 $T
+    W="--data train.lmdb --in w0.pb --max-steps 1 --batch 8 $T --lr 0.1 --momentum 0 --wd 0.1"
+    rn-train $W --out wa.pb
+    rn-train $W --out wb.pb --no-wd-bn
+    rn-train $W --out wn.pb --no-wd-norm
+    rn-train $W --out wl.pb --no-wd-norm --no-wd-bn
+    for f in w0 wa wb wn wl; do rn-export "$f.pb" "$f.safetensors"; done
+    run "$PYTHON" -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import rnst, torch
+p0, a = rnst.load("w0.safetensors")[0], rnst.load("wa.safetensors")[0]
+def spared(f):
+    t, out = rnst.load(f)[0], []
+    for n in a:
+        if not n.endswith(("weight", "bias")) or torch.equal(t[n], a[n]):
+            continue
+        d, want = (t[n] - a[n]).double(), 0.1 * 0.1 * p0[n].double()
+        assert (d - want).norm() <= 1e-3 * want.norm(), n
+        out.append(n)
+    return out
+b, nn = spared("wb.safetensors"), spared("wn.safetensors")
+bn = [n for n in a if ".bn" in n or n.startswith("bn1.") or ".downsample.1." in n]
+bn = [n for n in bn if n.endswith(("weight", "bias"))]
+print(sorted(nn) == sorted(bn), sorted(b) == sorted(bn + ["fc.bias"]), len(bn), spared("wl.safetensors") == b)' \
+        "$BATS_TEST_DIRNAME/parity"
+    assert_success
+    assert_output "True True 40 True"
 }
 
 @test "a flag on the command line overrides the recipe's, before or after --recipe" {

@@ -151,6 +151,8 @@ static void usage(FILE *f) {
             "      --wd X              weight decay (default %g)\n"
             "      --nesterov          Nesterov momentum\n"
             "      --no-wd-bn          no weight decay on BN weights/biases and the fc bias\n"
+            "      --no-wd-norm        no weight decay on BN weights/biases only (torchvision's\n"
+            "                          --norm-weight-decay 0.0); the last of the two given wins\n"
             "      --optimizer O       sgd or lars (default sgd). lars: MLPerf ResNet-50's LARS,\n"
             "                          per conv/fc weight trust = eta*|w|/(|g| + wd*|w| + eps)\n"
             "                          (1 if a norm is 0), v = momentum*v + lr*trust*(g + wd*w),\n"
@@ -349,7 +351,8 @@ enum {
     O_AMP, O_SCALE, O_SCALEINT, O_MICRO, O_TB, O_MEMLIMIT, O_DETERM, O_DISTTIMEOUT, O_BUCKET, O_SYNCBN,
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
-    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR
+    O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
+    O_NOWDNORM
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -364,7 +367,7 @@ static const char *const recipe_torchvision[] = {
     "--batch", "256", "--lr", "0.1", "--momentum", "0.9", "--wd", "1e-4", "--lr-schedule", "step", "--lr-step", "30",
     "--lr-gamma", "0.1", "--epochs", "90", "--crop", "224", "--resize", "256", "--augment", "rrc,flip", NULL};
 static const char *const recipe_torchvision_v2[] = {
-    "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-bn", "--lr-schedule", "cosine",
+    "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-norm", "--lr-schedule", "cosine",
     "--lr-epochs", "600", "--lr-every", "epoch", "--warmup-epochs", "5", "--warmup-method", "linear", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
     "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
     "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", "--ra-reps", "4", NULL};
@@ -464,6 +467,7 @@ int main(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
         {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
+        {"no-wd-norm", no_argument, 0, O_NOWDNORM},
         {"freeze-bn", no_argument, 0, O_FREEZEBN}, {"recompute", required_argument, 0, O_RECOMPUTE},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
@@ -597,7 +601,8 @@ int main(int argc, char **argv) {
         case O_LREND: rc = rn_cli_float("--lr-end", optarg, 0, 1e6, &o.lr.lr_end); break;
         case O_LRPOWER: rc = rn_cli_float("--lr-power", optarg, 1e-6, 1e6, &o.lr.power); break;
         case O_NEST: o.nesterov = 1; break;
-        case O_NOWDBN: o.no_wd_bn = 1; break;
+        case O_NOWDBN: o.wd_mode = RN_WD_NO_BN_BIAS; break;
+        case O_NOWDNORM: o.wd_mode = RN_WD_NO_NORM; break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
         case O_SYNCBN: o.sync_bn = 1; break;
         case O_EMADECAY: rc = rn_cli_float("--ema-decay", optarg, 0, 1, &o.ema_decay); break;

@@ -145,20 +145,24 @@ int rn_net_backward_dev(rn_net *net, const int32_t *labels, int n, float label_s
 /* Make rn_net_step a LARS step (on 1; off: SGD, the default) with trust coefficient eta
  * and epsilon eps (rn/backend.h, rn_lars_update): conv and fc weights adapted and decayed
  * tensor by tensor, BN parameters and the fc bias plain momentum without weight decay
- * (no_wd_bn is implied; nesterov is refused). The momentum buffers then hold LARS's
+ * (wd_mode is ignored; nesterov is refused). The momentum buffers then hold LARS's
  * steps: a checkpoint's SGD momentum must not be resumed under LARS (rn_state_optim_kind).
  * Errors: RN_EINVAL (eta or eps negative or not finite). */
 int rn_net_set_lars(rn_net *net, int on, double eta, double eps);
 
+/* rn_net_step's weight decay: on every parameter (RN_WD_ALL); not on BN weights and
+ * biases nor the fc bias (RN_WD_NO_BN_BIAS, rn-train --no-wd-bn); not on BN weights and
+ * biases (RN_WD_NO_NORM, --no-wd-norm: torchvision's --norm-weight-decay 0.0). */
+enum { RN_WD_ALL = 0, RN_WD_NO_BN_BIAS = 1, RN_WD_NO_NORM = 2 };
+
 /* One optimiser step on the gradients accumulated since the last: SGD with momentum
- * (torch.optim.SGD), weight decay on every parameter or, with no_wd_bn, not on BN
- * weights/biases and the fc bias. sc NULL (fp32, bf16): the step. sc given (fp16's loss
+ * (torch.optim.SGD), weight decay on the parameters wd_mode (RN_WD_*) says. sc NULL (fp32, bf16): the step. sc given (fp16's loss
  * scale): GradScaler's step: check the gradients for inf/NaN (synchronising with the
  * device), unscale them by rn_scaler_inv(sc) in the SGD pass or skip the step, then
  * rn_scaler_update; *skipped (unless NULL) = 1 when the step was skipped. Under mixed
  * precision the same pass refreshes the weights' compute copy. The caller decides what
  * a scale that keeps falling means (rn-train stops below FLT_MIN). Training nets only. */
-int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int no_wd_bn,
+int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                 int *skipped);
 
 /* The gradient of the named parameter (torchvision name and OIHW layout) into host

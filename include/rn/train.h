@@ -174,7 +174,7 @@ typedef struct {
     int seed_given;         /* else the checkpoint's seed is kept */
     double momentum, weight_decay, label_smoothing;
     rn_mix_opts mix;        /* mixup/cutmix of each micro-batch (rn/mix.h); alphas 0: off */
-    int nesterov, no_wd_bn;
+    int nesterov, wd_mode;    /* wd_mode: RN_WD_* (rn/net.h): --no-wd-bn, --no-wd-norm */
     int optimizer;          /* RN_OPT_SGD or RN_OPT_LARS (rn_net_set_lars) */
     double lars_eta, lars_eps;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
