@@ -7,16 +7,22 @@
 
 #include "rn/tensor.h"
 
+/* name tables indexed by the enums of rn/schedule.h */
 static const char *sched_names[] = {"step", "multistep", "cosine", "constant", "poly"};
+static const char *warmup_names[] = {"ramp", "linear", "constant"};
 #define N_SCHED (int)(sizeof sched_names / sizeof *sched_names)
+#define N_WARMUP (int)(sizeof warmup_names / sizeof *warmup_names)
 
-int rn_lr_schedule_parse(const char *name) {
-    for (int i = 0; i < N_SCHED; i++)
-        if (strcmp(name, sched_names[i]) == 0) return i;
+static int name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
 
+int rn_lr_schedule_parse(const char *name) { return name_index(sched_names, N_SCHED, name); }
 const char *rn_lr_schedule_name(int s) { return s >= 0 && s < N_SCHED ? sched_names[s] : "?"; }
+int rn_warmup_method_parse(const char *name) { return name_index(warmup_names, N_WARMUP, name); }
+const char *rn_warmup_method_name(int m) { return m >= 0 && m < N_WARMUP ? warmup_names[m] : "?"; }
 
 int rn_amp_parse(const char *name) {
     if (strcmp(name, "off") == 0) return RN_F32;
@@ -81,14 +87,3 @@ double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
     main.total_epochs = s->total_epochs > s->warmup_epochs ? s->total_epochs - s->warmup_epochs : 1;
     return schedule_at(&main, step - warm, spe);
 }
-
-static const char *warmup_names[] = {"ramp", "linear", "constant"};
-#define N_WARMUP (int)(sizeof warmup_names / sizeof *warmup_names)
-
-int rn_warmup_method_parse(const char *name) {
-    for (int i = 0; i < N_WARMUP; i++)
-        if (strcmp(name, warmup_names[i]) == 0) return i;
-    return -1;
-}
-
-const char *rn_warmup_method_name(int m) { return m >= 0 && m < N_WARMUP ? warmup_names[m] : "?"; }

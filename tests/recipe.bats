@@ -113,7 +113,9 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     rn-train --recipe torchvision-v2 --data train.lmdb --batch 8 --print-lr > v2.txt
     run "$PYTHON" "$L" v2.txt cosine 0.5 600 3 5 linear 0.01 epoch
     assert_success
-    assert_output --partial "epochs 600,"
+    assert_output --regexp '^epochs 600, worst relative difference [0-9.e-]+, 0 rates differ as float32$'
+    run "$PYTHON" -c 'import sys; sys.exit(float(sys.argv[1].split()[5].rstrip(",")) > 2e-14)' "$output"
+    assert_success
     F="--data train.lmdb --batch 8 --print-lr"
     rn-train $F --lr 0.1 --lr-schedule step --lr-step 3 --lr-gamma 0.5 --epochs 20 --warmup-epochs 2 \
         --warmup-method constant --warmup-decay 0.1 --lr-every epoch > st.txt
@@ -131,7 +133,10 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     # the checker sees a difference: rn's ramp is not torch's LinearLR
     rn-train $F --lr 0.1 --lr-schedule cosine --epochs 20 --warmup-epochs 2 --lr-every epoch > rp.txt
     run "$PYTHON" "$L" rp.txt cosine 0.1 20 3 2 linear 0.01 epoch
-    assert_failure
+    assert_failure 1
+    assert_output --regexp '^epochs 20, worst relative difference [0-9]'
+    run "$PYTHON" "$L" rp.txt cosine 0.1 20 3 2 lineer 0.01 epoch
+    assert_failure 2
 }
 
 @test "--print-lr is the rate training takes: each step's lr in the log is the table's, per step and per epoch" {
@@ -180,6 +185,12 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     run rn-train --print-lr --data train.lmdb --batch 64
     assert_failure 1
     assert_output --partial "holds 24 records, fewer than --batch 64"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --optimizer lars --no-wd-norm
+    assert_failure 2
+    assert_output --partial "drop --no-wd-norm"
+    # under --overfit-batches an epoch is that many steps, in the table as in training
+    run rn-train --print-lr --data train.lmdb --batch 8 --overfit-batches 1 --lr-schedule cosine --epochs 3
+    assert_output --partial "3 epochs of 1 step (24 records / batch 8)"
 }
 
 @test "--no-wd-norm spares BN weights and biases (torchvision's --norm-weight-decay 0.0), --no-wd-bn the fc bias too" {

@@ -152,7 +152,8 @@ static void usage(FILE *f) {
             "      --nesterov          Nesterov momentum\n"
             "      --no-wd-bn          no weight decay on BN weights/biases and the fc bias\n"
             "      --no-wd-norm        no weight decay on BN weights/biases only (torchvision's\n"
-            "                          --norm-weight-decay 0.0); the last of the two given wins\n"
+            "                          --norm-weight-decay 0.0); the last of the two given wins.\n"
+            "                          Not with --optimizer lars (it spares BN and the fc bias)\n"
             "      --optimizer O       sgd or lars (default sgd). lars: MLPerf ResNet-50's LARS,\n"
             "                          per conv/fc weight trust = eta*|w|/(|g| + wd*|w| + eps)\n"
             "                          (1 if a norm is 0), v = momentum*v + lr*trust*(g + wd*w),\n"
@@ -207,13 +208,14 @@ static void usage(FILE *f) {
             "                          MultiStepLR's epochs too), as torchvision's SequentialLR;\n"
             "                          constant: ConstantLR, lr*d, then the same\n"
             "      --warmup-decay D    linear, constant: the start factor d (default %g,\n"
-            "                          torchvision's --lr-warmup-decay)\n"
+            "                          torchvision's --lr-warmup-decay); refused with ramp\n"
             "      --lr-every U        step (default): the rate moves every optimiser step; epoch:\n"
             "                          once per epoch, at its first step, as torchvision's\n"
             "                          scheduler.step() after each epoch (warm-up in epochs too)\n"
             "      --print-lr          print each epoch's first and last step's lr for these flags\n"
-            "                          (--data's records / --batch steps per epoch, --lr-epochs or\n"
-            "                          else --epochs epochs) and exit; needs no --in or --out\n"
+            "                          (--data's records / --batch steps per epoch, at most\n"
+            "                          --overfit-batches; --lr-epochs or else --epochs epochs)\n"
+            "                          and exit; needs no --in or --out\n"
             "Recipes (named bundles of the flags above; see README.md and rn-train(1) for each\n"
             "value and where it comes from):\n"
             "      --recipe NAME       seed, torchvision, torchvision-v2, cifar or mlperf: its flags\n"
@@ -336,6 +338,9 @@ static int check_flags(const rn_train_opts *o, const char *in, int print_lr, int
         return rn_errorf(RN_EINVAL, "--profile runs --profile-warmup + --profile-steps steps: drop --max-steps");
     if (o->optimizer == RN_OPT_LARS && o->nesterov)
         return rn_errorf(RN_EINVAL, "--optimizer lars has no Nesterov momentum: drop --nesterov");
+    if (o->optimizer == RN_OPT_LARS && o->wd_mode == RN_WD_NO_NORM)
+        return rn_errorf(RN_EINVAL, "--optimizer lars excludes BN parameters and the fc bias from weight decay "
+                                    "itself: drop --no-wd-norm");
     if (o->lr.schedule == RN_LR_POLY && o->lr.lr_end > o->lr.lr)
         return rn_errorf(RN_EINVAL, "--lr-end %g is above --lr %g: poly decays from --lr down to --lr-end",
                          o->lr.lr_end, o->lr.lr);
@@ -428,12 +433,14 @@ static int print_lr_table(const rn_train_opts *o, int epochs) {
     uint64_t count = rn_dataset_get_info(ds)->count;
     rn_dataset_close(ds);
     int64_t spe = (int64_t)(count / (uint64_t)o->batch);
+    if (o->overfit_batches > 0 && o->overfit_batches < spe) spe = o->overfit_batches; /* as the loader caps it */
     if (spe < 1)
         return rn_errorf(RN_EINVAL, "--print-lr: %s holds %llu records, fewer than --batch %d: an epoch has no step",
                          o->data, (unsigned long long)count, o->batch);
     const rn_lr_schedule *s = &o->lr;
-    printf("# rn-train --print-lr: %s, lr %g, %d epochs of %lld steps (%llu records / batch %d)",
-           rn_lr_schedule_name(s->schedule), s->lr, epochs, (long long)spe, (unsigned long long)count, o->batch);
+    printf("# rn-train --print-lr: %s, lr %g, %d epoch%s of %lld step%s (%llu records / batch %d)",
+           rn_lr_schedule_name(s->schedule), s->lr, epochs, epochs > 1 ? "s" : "", (long long)spe, spe > 1 ? "s" : "",
+           (unsigned long long)count, o->batch);
     if (s->warmup_epochs > 0) {
         printf(", %d warm-up epoch%s (%s", s->warmup_epochs, s->warmup_epochs > 1 ? "s" : "",
                rn_warmup_method_name(s->warmup_method));
