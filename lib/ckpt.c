@@ -238,7 +238,7 @@ static int check_train_state(const Rn__TrainState *t) {
             return rn_errorf(RN_ECORRUPT, "training state: lr milestone %d outside 0..%d", t->lr_milestones[i],
                              RN_CKPT_MAX_EPOCHS);
     if (!(t->lr_end >= 0) || isinf(t->lr_end) || !(t->lr_power >= 0) || isinf(t->lr_power))
-        return rn_errorf(RN_ECORRUPT, "training state: poly schedule lr_end %g, power %g: not finite non-negative "
+        return rn_errorf(RN_ECORRUPT, "training state: schedule end rate %g, power %g: not finite non-negative "
                          "numbers", t->lr_end, t->lr_power);
     if (!(t->warmup_decay >= 0 && t->warmup_decay <= 1))
         return rn_errorf(RN_ECORRUPT, "training state: warm-up start factor %g is outside 0..1", t->warmup_decay);

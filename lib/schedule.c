@@ -8,7 +8,7 @@
 #include "rn/tensor.h"
 
 /* name tables indexed by the enums of rn/schedule.h */
-static const char *sched_names[] = {"step", "multistep", "cosine", "constant", "poly"};
+static const char *sched_names[] = {"step", "multistep", "cosine", "constant", "poly", "exp"};
 static const char *warmup_names[] = {"ramp", "linear", "constant"};
 #define N_SCHED (int)(sizeof sched_names / sizeof *sched_names)
 #define N_WARMUP (int)(sizeof warmup_names / sizeof *warmup_names)
@@ -45,10 +45,11 @@ static double schedule_at(const rn_lr_schedule *s, int64_t step, int64_t spe) {
         for (int i = 0; i < s->n_milestones; i++)
             if (epoch >= s->milestones[i]) lr *= s->gamma;
         break;
+    case RN_LR_EXP: lr *= pow(s->gamma, (double)epoch); break;
     case RN_LR_COSINE: {
         double total = (double)(s->total_epochs > 0 ? s->total_epochs : 1) * (double)spe;
         double t = (double)step / total;
-        lr *= 0.5 * (1.0 + cos(M_PI * (t < 1.0 ? t : 1.0)));
+        lr = s->lr_min + (lr - s->lr_min) * (0.5 * (1.0 + cos(M_PI * (t < 1.0 ? t : 1.0))));
         break;
     }
     case RN_LR_POLY: {

@@ -49,7 +49,7 @@ int rn_state_put(rn_ckpt *c, const rn_run_state *s, const rn_lr_schedule *lr) {
     t->lr_gamma = lr->gamma;
     t->warmup_epochs = lr->warmup_epochs;
     t->total_epochs = lr->total_epochs;
-    t->lr_end = lr->schedule == RN_LR_POLY ? lr->lr_end : 0;
+    t->lr_end = lr->schedule == RN_LR_POLY ? lr->lr_end : lr->schedule == RN_LR_COSINE ? lr->lr_min : 0;
     t->lr_power = lr->schedule == RN_LR_POLY ? lr->power : 0;
     t->lr_per_epoch = lr->per_epoch != 0;
     if ((rc = rn_pb_set_string(&t->warmup_method, rn_warmup_method_name(lr->warmup_method)))) return rc;

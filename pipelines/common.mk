@@ -20,8 +20,9 @@
 #   BATCH       images per optimiser step (default 256)
 #   ACCUM       micro-batches per step (rn-train --accum; default 1)
 #   LR          base learning rate (default 0.01)
-#   LR_SCHEDULE step|multistep|cosine|constant|poly (default step); LR_STEP (default 10) and
-#               LR_GAMMA (default 0.1) for step; LR_MILESTONES (e.g. 30,60,80) for multistep;
+#   LR_SCHEDULE step|multistep|cosine|constant|poly|exp (default step); LR_STEP (default 10)
+#               and LR_GAMMA (default 0.1) for step, LR_GAMMA for exp; LR_MILESTONES (e.g.
+#               30,60,80) for multistep;
 #               cosine and poly run over EPOCHS
 #   AMP         mixed precision (fp16|bf16), passed as rn-train --amp only when set; needs
 #               a GPU (the CPU backend computes in fp32 and refuses it)

@@ -37,7 +37,7 @@ LOG_EVERY ?= 20
 
 RN_TRAIN_FLAGS = --batch $(BATCH) $(if $(filter-out 1,$(ACCUM)),--accum $(ACCUM)) \
   --lr $(LR) --lr-schedule $(LR_SCHEDULE) \
-  $(if $(filter step,$(LR_SCHEDULE)),--lr-step $(LR_STEP) --lr-gamma $(LR_GAMMA)) \
+  $(if $(filter step exp,$(LR_SCHEDULE)),$(if $(filter step,$(LR_SCHEDULE)),--lr-step $(LR_STEP) )--lr-gamma $(LR_GAMMA)) \
   $(if $(filter multistep,$(LR_SCHEDULE)),--lr-milestones $(LR_MILESTONES) --lr-gamma $(LR_GAMMA)) \
   $(if $(filter cosine poly,$(LR_SCHEDULE)),--lr-epochs $(EPOCHS)) \
   $(if $(AMP),--amp $(AMP)) --seed $(SEED) $(if $(SAVE_EVERY),--save-every $(SAVE_EVERY)) \

@@ -130,6 +130,17 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
         --warmup-decay 0.001 > ps.txt
     run "$PYTHON" "$L" ps.txt cosine 0.2 30 3 4 linear 0.001 step
     assert_success
+    # torchvision's other two: ExponentialLR, and CosineAnnealingLR's eta_min (--lr-min)
+    rn-train $F --lr 0.1 --lr-schedule exp --lr-gamma 0.9 --epochs 30 --warmup-epochs 3 \
+        --warmup-method linear --lr-every epoch > ex.txt
+    run "$PYTHON" "$L" ex.txt exp 0.1 30 3 3 linear 0.01 epoch 0.9
+    assert_success
+    rn-train $F --lr 0.1 --lr-schedule cosine --lr-min 0.001 --epochs 40 --warmup-epochs 2 \
+        --warmup-method constant --warmup-decay 0.5 --lr-every epoch > cm.txt
+    run "$PYTHON" "$L" cm.txt cosine 0.1 40 3 2 constant 0.5 epoch 0.001
+    assert_success
+    run awk '$1 == 40 {print ($3 > 0.001)}' cm.txt
+    assert_output 1
     # the checker sees a difference: rn's ramp is not torch's LinearLR
     rn-train $F --lr 0.1 --lr-schedule cosine --epochs 20 --warmup-epochs 2 --lr-every epoch > rp.txt
     run "$PYTHON" "$L" rp.txt cosine 0.1 20 3 2 linear 0.01 epoch
@@ -148,7 +159,7 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     assert_equal "$(lr_at pl.jsonl 3)" "$(awk '$1 == 1 {print $4}' pl.txt)"
     assert_equal "$(lr_at pl.jsonl 4)" "$(awk '$1 == 2 {print $3}' pl.txt)"
     assert_equal "$(lr_at pl.jsonl 6)" "$(awk '$1 == 2 {print $4}' pl.txt)"
-    run awk '$1 == 1 {print $3 < $4}' pl.txt
+    run awk '$1 == 1 {print ($3 < $4)}' pl.txt
     assert_output 1
     rn-train --data train.lmdb --batch 8 $S --lr-every epoch --print-lr > pe.txt
     rn-train --data train.lmdb --in init.pb --out pe.pb --epochs 2 --batch 8 $T $S --lr-every epoch \
@@ -185,6 +196,12 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
     run rn-train --print-lr --data train.lmdb --batch 64
     assert_failure 1
     assert_output --partial "holds 24 records, fewer than --batch 64"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr 0.1 --lr-schedule cosine --lr-min 0.2
+    assert_failure 2
+    assert_output --partial "--lr-min 0.2 is above --lr 0.1"
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-schedule exponential
+    assert_failure 2
+    assert_output --partial "is not step, multistep, cosine, constant, poly or exp"
     run rn-train --data train.lmdb --in init.pb --out x.pb --optimizer lars --no-wd-norm
     assert_failure 2
     assert_output --partial "drop --no-wd-norm"

@@ -197,6 +197,11 @@ static void print_json(const char *path, const rn_ckpt *c, int tensors) {
             rn_json_number(stdout, c->train->warmup_decay);
             printf(",");
         }
+        if (c->train->lr_schedule && strcmp(c->train->lr_schedule, "cosine") == 0 && c->train->lr_end > 0) {
+            printf("\"lr_min\":");
+            rn_json_number(stdout, c->train->lr_end);
+            printf(",");
+        }
         if (c->train->lr_schedule && strcmp(c->train->lr_schedule, "poly") == 0) {
             printf("\"lr_end\":");
             rn_json_number(stdout, c->train->lr_end);

@@ -191,12 +191,15 @@ static void usage(FILE *f) {
             "                          --augment's erase applies to each image before the\n"
             "                          mixing, as torchvision's per-image RandomErasing\n"
             "Schedule (in optimiser steps, so --accum never changes it):\n"
-            "      --lr-schedule S     step, multistep, cosine, constant or poly (default step)\n"
+            "      --lr-schedule S     step, multistep, cosine, constant, poly or exp (default step);\n"
+            "                          exp: lr * gamma^epoch (torch's ExponentialLR)\n"
             "      --lr-step N         step: decay every N epochs (default %d)\n"
-            "      --lr-gamma X        step, multistep: decay factor (default %g)\n"
+            "      --lr-gamma X        step, multistep, exp: decay factor (default %g)\n"
             "      --lr-milestones L   multistep: comma-separated epochs, e.g. 30,60,80\n"
             "      --lr-epochs N       cosine, poly: length of the whole run in epochs (default:\n"
             "                          the epoch this run ends at)\n"
+            "      --lr-min X          cosine: the rate it decays to (default 0; torch's eta_min,\n"
+            "                          torchvision's --lr-min), at most --lr\n"
             "      --lr-end X          poly: lr at the end of the run (default %g)\n"
             "      --lr-power X        poly: lr_end + (lr - lr_end)*(1 - t/T)^X over the T steps\n"
             "                          after the warm-up (default %g, MLPerf's pow2)\n"
@@ -341,6 +344,9 @@ static int check_flags(const rn_train_opts *o, const char *in, int print_lr, int
     if (o->optimizer == RN_OPT_LARS && o->wd_mode == RN_WD_NO_NORM)
         return rn_errorf(RN_EINVAL, "--optimizer lars excludes BN parameters and the fc bias from weight decay "
                                     "itself: drop --no-wd-norm");
+    if (o->lr.schedule == RN_LR_COSINE && o->lr.lr_min > o->lr.lr)
+        return rn_errorf(RN_EINVAL, "--lr-min %g is above --lr %g: cosine decays from --lr down to --lr-min",
+                         o->lr.lr_min, o->lr.lr);
     if (o->lr.schedule == RN_LR_POLY && o->lr.lr_end > o->lr.lr)
         return rn_errorf(RN_EINVAL, "--lr-end %g is above --lr %g: poly decays from --lr down to --lr-end",
                          o->lr.lr_end, o->lr.lr);
@@ -357,7 +363,7 @@ enum {
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
-    O_NOWDNORM
+    O_NOWDNORM, O_LRMIN
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -494,7 +500,7 @@ int main(int argc, char **argv) {
         {"profile-warmup", required_argument, 0, O_PROFWARM}, {"gpu-sample", required_argument, 0, O_GPUSAMPLE},
         {"optimizer", required_argument, 0, O_OPTIM},   {"lars-eta", required_argument, 0, O_LARSETA},
         {"lars-eps", required_argument, 0, O_LARSEPS},  {"lr-end", required_argument, 0, O_LREND},
-        {"lr-power", required_argument, 0, O_LRPOWER},
+        {"lr-power", required_argument, 0, O_LRPOWER}, {"lr-min", required_argument, 0, O_LRMIN},
         {"ema-decay", required_argument, 0, O_EMADECAY}, {"ema-every", required_argument, 0, O_EMAEVERY},
         {"mixup", required_argument, 0, O_MIXUP},  {"cutmix", required_argument, 0, O_CUTMIX},
         {"mix-prob", required_argument, 0, O_MIXPROB}, {"switch-prob", required_argument, 0, O_SWITCHPROB},
@@ -606,6 +612,7 @@ int main(int argc, char **argv) {
         case O_LARSETA: rc = rn_cli_float("--lars-eta", optarg, 0, 1e6, &o.lars_eta); break;
         case O_LARSEPS: rc = rn_cli_float("--lars-eps", optarg, 0, 1e6, &o.lars_eps); break;
         case O_LREND: rc = rn_cli_float("--lr-end", optarg, 0, 1e6, &o.lr.lr_end); break;
+        case O_LRMIN: rc = rn_cli_float("--lr-min", optarg, 0, 1e6, &o.lr.lr_min); break;
         case O_LRPOWER: rc = rn_cli_float("--lr-power", optarg, 1e-6, 1e6, &o.lr.power); break;
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.wd_mode = RN_WD_NO_BN_BIAS; break;
@@ -625,7 +632,7 @@ int main(int argc, char **argv) {
         case O_SCHED:
             have_schedule = 1;
             if ((o.lr.schedule = rn_lr_schedule_parse(optarg)) < 0)
-                rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine, constant or poly",
+                rc = rn_errorf(RN_EINVAL, "--lr-schedule: '%s' is not step, multistep, cosine, constant, poly or exp",
                                optarg);
             break;
         case O_LRSTEP: rc = rn_cli_int("--lr-step", optarg, 1, 1000000, &o.lr.step_epochs); break;

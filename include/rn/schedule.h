@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT, RN_LR_POLY };
+enum { RN_LR_STEP = 0, RN_LR_MULTISTEP, RN_LR_COSINE, RN_LR_CONSTANT, RN_LR_POLY, RN_LR_EXP };
 /* rn_lr_schedule.warmup_method */
 enum { RN_WARMUP_RAMP = 0, RN_WARMUP_LINEAR, RN_WARMUP_CONSTANT };
 
@@ -24,7 +24,7 @@ typedef struct {
     int schedule;          /* RN_LR_* */
     double lr;             /* base learning rate */
     int step_epochs;       /* step: decay every step_epochs epochs */
-    double gamma;          /* step, multistep: decay factor */
+    double gamma;          /* step, multistep, exp: decay factor */
     int milestones[32];    /* multistep: epochs at which to decay */
     int n_milestones;
     int warmup_epochs;     /* W: the warm-up's length (0: none) */
@@ -41,6 +41,7 @@ typedef struct {
                               schedule count epochs, not steps. 0: every step */
     int total_epochs;      /* cosine, poly: epochs of the whole run */
     double lr_end;         /* poly: the learning rate at the end of the run */
+    double lr_min;         /* cosine: the rate it decays to (torch's eta_min) */
     double power;          /* poly: the exponent (MLPerf's "pow2": 2) */
 } rn_lr_schedule;
 
@@ -50,14 +51,15 @@ typedef struct {
  * spe steps in all, on the RAMP warm-up
  *   step:      lr * gamma^floor(k / (step_epochs * spe))
  *   multistep: lr * gamma^(milestones at or below k / spe)
- *   cosine:    lr * (1 + cos(pi * min(k / T, 1))) / 2
+ *   exp:       lr * gamma^floor(k / spe)   (torch's ExponentialLR, once per epoch)
+ *   cosine:    lr_min + (lr - lr_min) * (1 + cos(pi * min(k / T, 1))) / 2
  *   poly:      lr_end + (lr - lr_end) * (1 - min(max(k - W, 0), T - W) / (T - W))^power
  *              (T - W at least 1)
  * each multiplied by (k + 1) / W while k < W. On the LINEAR and CONSTANT warm-ups, k < W
  * has lr * (d + (1 - d) * k / W), or lr * d, and k >= W the schedule above at k - W with
  * T - W steps in all (at least one epoch's) and no warm-up. */
 double rn_lr_at(const rn_lr_schedule *s, int64_t step, int64_t steps_per_epoch);
-/* Parse "step", "multistep", "cosine", "constant", "poly"; -1 if unknown. */
+/* Parse "step", "multistep", "cosine", "constant", "poly", "exp"; -1 if unknown. */
 int rn_lr_schedule_parse(const char *name);
 /* The name rn_lr_schedule_parse reads back; "?" for an unknown schedule. */
 const char *rn_lr_schedule_name(int schedule);

@@ -3,14 +3,15 @@ builds them, against `rn-train --print-lr`'s table.
 
 usage: lr_sched.py TABLE SCHED LR EPOCHS SPE WARMUP METHOD DECAY CLOCK [ARG]
   TABLE   rn-train --print-lr's output (epoch first_step lr_first lr_last per line)
-  SCHED   cosine | step | multistep | constant
-  ARG     step: "STEP_SIZE,GAMMA"; multistep: "M1:M2:...,GAMMA"
+  SCHED   cosine | step | multistep | exp | constant
+  ARG     step: "STEP_SIZE,GAMMA"; multistep: "M1:M2:...,GAMMA"; exp: "GAMMA";
+          cosine: "ETA_MIN" (default 0)
   METHOD  linear | constant (torchvision's --lr-warmup-method; WARMUP 0: none)
   CLOCK   epoch: scheduler.step() once per epoch, as train.py; step: once per optimiser
           step, every length in steps (epochs x SPE)
 
-Builds the main scheduler (StepLR, MultiStepLR, CosineAnnealingLR with T_max = EPOCHS -
-WARMUP and eta_min 0, or none for constant), and with WARMUP > 0 LinearLR(start_factor =
+Builds the main scheduler (StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR with
+T_max = EPOCHS - WARMUP and ETA_MIN, or none for constant), and with WARMUP > 0 LinearLR(start_factor =
 DECAY, total_iters = WARMUP) or ConstantLR(factor = DECAY, ...), chained by
 SequentialLR(milestones=[WARMUP]) as train.py does. It reads the optimiser's lr at each
 step of the table's first and last step of every epoch and prints one line:
@@ -37,7 +38,10 @@ def main():
     unit = spe if clock == "step" else 1  # scheduler steps per epoch
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr, momentum=0.9)
     if sched == "cosine":
-        main_s = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=(epochs - warm) * unit, eta_min=0.0)
+        main_s = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=(epochs - warm) * unit,
+                                                            eta_min=float(arg) if arg else 0.0)
+    elif sched == "exp" and clock == "epoch":
+        main_s = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=float(arg))
     elif sched == "step":
         size, gamma = arg.split(",")
         main_s = torch.optim.lr_scheduler.StepLR(opt, step_size=int(size) * unit, gamma=float(gamma))

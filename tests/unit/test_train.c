@@ -60,7 +60,7 @@ int main(void) {
     CHECK(near(rn_lr_at(&all[3], 5, 3), 0.1) && near(rn_lr_at(&all[3], 23, 12), 0.1) && rn_lr_at(&all[3], 4, 3) < 0.1 &&
               rn_lr_at(&all[3], 22, 12) < 0.1,
           "warm-up ends on its last step");
-    CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exp") == -1, "parse");
+    CHECK(rn_lr_schedule_parse("cosine") == RN_LR_COSINE && rn_lr_schedule_parse("exponential") == -1, "parse");
     /* torchvision's form: per epoch, LinearLR(0.01, 5) then cosine over the 595 epochs
      * after it (the v2 recipe at 16 steps an epoch); every step of an epoch has the
      * epoch's rate, and accumulation (4 steps an epoch, not 16) keeps it */
@@ -84,6 +84,15 @@ int main(void) {
     CHECK(near(rn_lr_at(&cw, 0, 10), 0.01) && near(rn_lr_at(&cw, 19, 10), 0.01) && near(rn_lr_at(&cw, 20, 10), 0.1) &&
               near(rn_lr_at(&cw, 49, 10), 0.1) && near(rn_lr_at(&cw, 50, 10), 0.05),
           "constant warm-up, then StepLR(3) from epoch 2: decays at epoch 5");
+    /* ExponentialLR: lr * gamma^epoch; cosine down to lr_min (eta_min), halfway at the mean */
+    rn_lr_schedule ex = {.schedule = RN_LR_EXP, .lr = 0.1, .gamma = 0.9};
+    CHECK(near(rn_lr_at(&ex, 0, 10), 0.1) && near(rn_lr_at(&ex, 9, 10), 0.1) && near(rn_lr_at(&ex, 30, 10), 0.1 * 0.729),
+          "exp: %.17g", rn_lr_at(&ex, 30, 10));
+    rn_lr_schedule cm = {.schedule = RN_LR_COSINE, .lr = 0.1, .lr_min = 0.01, .total_epochs = 10};
+    CHECK(near(rn_lr_at(&cm, 0, 10), 0.1) && near(rn_lr_at(&cm, 50, 10), 0.055) && near(rn_lr_at(&cm, 100, 10), 0.01) &&
+              near(rn_lr_at(&cm, 500, 10), 0.01),
+          "cosine to lr_min: %.17g %.17g", rn_lr_at(&cm, 50, 10), rn_lr_at(&cm, 100, 10));
+    CHECK(rn_lr_schedule_parse("exp") == RN_LR_EXP && strcmp(rn_lr_schedule_name(RN_LR_EXP), "exp") == 0, "exp name");
     /* the default ramp is unchanged by warmup_decay */
     rn_lr_schedule rp = {.schedule = RN_LR_CONSTANT, .lr = 0.1, .warmup_epochs = 2, .warmup_decay = 0.5};
     CHECK(near(rn_lr_at(&rp, 0, 100), 0.1 / 200), "ramp ignores warmup_decay");
