@@ -12,11 +12,16 @@ Options give the torchvision-v2-style recipe, each as rn-train's flag of the sam
   --lr-schedule cosine cosine over EPOCHS, per step (rn's cosine) in place of StepLR
   --mixup A, --cutmix A  torchvision's reference RandomMixup / RandomCutmix (p=1), one of the
                        two per batch with probability 1/2 when both are given
-  --wd W               weight decay (default 1e-4); --no-wd-bn: none on BN and biases (rn's)
-  --warmup-epochs W    linear warm-up as rn's: the step-k lr times (k+1)/(W x steps per epoch)
+  --wd W               weight decay (default 1e-4); --no-wd-bn: none on BN and biases (rn's);
+                       --no-wd-norm: none on BN only (torchvision's --norm-weight-decay 0.0)
+  --warmup-epochs W    warm-up; --warmup-method ramp (rn's default: the schedule times
+                       (k+1)/W at warm-up step k), or linear / constant from --warmup-decay D
+                       (torchvision's LinearLR / ConstantLR, then the schedule from its start
+                       through SequentialLR, as train.py)
+  --lr-every epoch     the scheduler steps once per epoch, as train.py (default: every step)
   --ema-decay D, --ema-every N  torchvision's reference ExponentialMovingAverage (its
                        adjustment for batch and N, reset during the warm-up), evaluated too
-Prints one line per epoch and 'peer: top1=... seconds=...'."""
+Prints one line per epoch (with the lr of its last step) and 'peer: top1=... seconds=...'."""
 import argparse
 import math
 import sys
@@ -39,7 +44,11 @@ ap.add_argument("--mixup", type=float, default=0.0)
 ap.add_argument("--cutmix", type=float, default=0.0)
 ap.add_argument("--wd", type=float, default=1e-4)
 ap.add_argument("--no-wd-bn", action="store_true")
+ap.add_argument("--no-wd-norm", action="store_true")
 ap.add_argument("--warmup-epochs", type=int, default=0)
+ap.add_argument("--warmup-method", choices=["ramp", "linear", "constant"], default="ramp")
+ap.add_argument("--warmup-decay", type=float, default=0.01)
+ap.add_argument("--lr-every", choices=["step", "epoch"], default="step")
 ap.add_argument("--ema-decay", type=float, default=0.0)
 ap.add_argument("--ema-every", type=int, default=32)
 opt_args = ap.parse_args(sys.argv[10:])
@@ -59,24 +68,40 @@ model = getattr(torchvision.models, arch)(num_classes=len(train.classes))
 if opt_args.no_wd_bn:  # rn's --no-wd-bn: BN weights and biases, and every bias (1-D tensors)
     groups = [{"params": [p for p in model.parameters() if p.ndim > 1]},
               {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+elif opt_args.no_wd_norm:  # torchvision's set_weight_decay with norm_weight_decay 0.0
+    bn = {id(p) for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d) for p in m.parameters()}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in bn]},
+              {"params": [p for p in model.parameters() if id(p) in bn], "weight_decay": 0.0}]
 else:
     groups = model.parameters()
 opt = torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=opt_args.wd)
-warm = opt_args.warmup_epochs * len(tl)
+unit = len(tl) if opt_args.lr_every == "step" else 1  # scheduler steps per epoch
+warm = opt_args.warmup_epochs * unit
 
 
 def warmup(i):
     return (i + 1) / warm if i < warm else 1.0
 
 
-if opt_args.lr_schedule == "cosine":  # rn's cosine: per optimiser step over the whole run
+if warm and opt_args.warmup_method != "ramp":  # train.py: SequentialLR([warm-up, main], [W])
+    if opt_args.lr_schedule == "cosine":
+        main = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(epochs * unit - warm, unit))
+    else:
+        main = torch.optim.lr_scheduler.StepLR(opt, lr_step * unit, 0.1)
+    if opt_args.warmup_method == "linear":
+        first = torch.optim.lr_scheduler.LinearLR(opt, start_factor=opt_args.warmup_decay, total_iters=warm)
+    else:
+        first = torch.optim.lr_scheduler.ConstantLR(opt, factor=opt_args.warmup_decay, total_iters=warm)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [first, main], milestones=[warm])
+elif opt_args.lr_schedule == "cosine":  # rn's cosine: over the whole run, times the ramp
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(1.0, i / (epochs * len(tl))))) * warmup(i))
+        opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(1.0, i / (epochs * unit)))) * warmup(i))
 elif warm:
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.1 ** ((i // len(tl)) // lr_step) * warmup(i))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.1 ** ((i // unit) // lr_step) * warmup(i))
 else:
     sched = torch.optim.lr_scheduler.StepLR(opt, lr_step, 0.1)
-per_step = opt_args.lr_schedule == "cosine" or warm > 0
+# stepped every optimiser step, or once per epoch (StepLR alone is the same either way)
+per_step = opt_args.lr_every == "step" and (opt_args.lr_schedule == "cosine" or warm > 0)
 ema = None
 if opt_args.ema_decay > 0:  # references/classification/train.py and utils.py
     alpha = min(1.0, (1.0 - opt_args.ema_decay) * batch * opt_args.ema_every / epochs)
@@ -126,6 +151,7 @@ for epoch in range(epochs):
         opt.zero_grad()
         loss.backward()
         opt.step()
+        last_lr = opt.param_groups[0]["lr"]
         if ema is not None and i % opt_args.ema_every == 0:
             ema.update_parameters(model)
             if epoch < opt_args.warmup_epochs:
@@ -136,5 +162,6 @@ for epoch in range(epochs):
         sched.step()
     acc, n = top1(model)
     ema_text = f" ema_top1={top1(ema)[0]:.4f}" if ema is not None else ""
-    print(f"epoch {epoch + 1}: top1={acc:.4f}{ema_text} n={n} ({time.time() - t0:.0f} s)", flush=True)
+    print(f"epoch {epoch + 1}: top1={acc:.4f}{ema_text} n={n} lr={last_lr:.6g} ({time.time() - t0:.0f} s)",
+          flush=True)
 print(f"peer: top1={acc:.4f}{ema_text} seconds={time.time() - t0:.0f}")
