@@ -778,6 +778,23 @@ int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void 
     return after(be, be->ops->cast(be, src_dtype, dst_dtype, n, x, y, accumulate != 0));
 }
 
+size_t rn_sumsq_workspace(rn_backend *be, int64_t n) {
+    (void)be;
+    int64_t chunks = n > 0 ? (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK : 0;
+    return (size_t)chunks * sizeof(double) + sizeof(double); /* a chunk's sum each */
+}
+
+int rn_sumsq(rn_backend *be, int64_t n, const float *x, double *out) {
+    const char *op = "sumsq";
+    if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);
+    NEED(out, op);
+    if (n > 0) NEED(x, op);
+    int rc = check_ws(be, op, rn_sumsq_workspace(be, n));
+    if (rc) return rc;
+    if (!be->ops->sumsq) return rn_errorf(RN_ENOTSUP, "%s: not implemented by %s", op, be->name);
+    return after(be, be->ops->sumsq(be, n, x, out));
+}
+
 int rn_ema_update(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take) {
     const char *op = "ema_update";
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count %lld", op, (long long)n);

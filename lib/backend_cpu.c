@@ -962,6 +962,40 @@ static int cpu_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, flo
     return RN_OK;
 }
 
+/* ---- the sum of squares (--clip-grad-norm's gradient norm), in LARS's order ---- */
+
+typedef struct {
+    const float *x;
+    int64_t n;
+    double *part; /* (chunks) */
+} sumsq_job;
+
+static void sumsq_chunks(void *ctx, int64_t c0, int64_t c1) {
+    const sumsq_job *j = ctx;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < j->n ? i0 + RN_LARS_CHUNK : j->n;
+        double lane[RN_LARS_LANES] = {0};
+        for (int64_t b = i0; b < i1; b += RN_LARS_LANES) {
+            int m = i1 - b < RN_LARS_LANES ? (int)(i1 - b) : RN_LARS_LANES;
+            const float *v = j->x + b;
+            for (int l = 0; l < m; l++) lane[l] += (double)v[l] * (double)v[l];
+        }
+        double s = 0;
+        for (int l = 0; l < RN_LARS_LANES; l++) s += lane[l];
+        j->part[c] = s;
+    }
+}
+
+static int cpu_sumsq(rn_backend *be, int64_t n, const float *x, double *out) {
+    int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
+    sumsq_job j = {x, n, be->ws};
+    if (chunks > 0) par_range(be, chunks, 1, n, sumsq_chunks, &j);
+    double s = 0;
+    for (int64_t c = 0; c < chunks; c++) s += j.part[c];
+    *out = s;
+    return RN_OK;
+}
+
 /* ---- conversions (storage: fp32, fp16, bf16) and the non-finite check ---- */
 
 static float load1(int dtype, const void *x, int64_t i) {
@@ -1098,6 +1132,7 @@ static const rn_backend_ops cpu_ops = {
     .top1_count = cpu_top1_count,
     .sgd_update = cpu_sgd_update,
     .lars_update = cpu_lars_update,
+    .sumsq = cpu_sumsq,
     .cast = cpu_cast,
     .nonfinite = cpu_nonfinite,
     .ema_update = cpu_ema_update,

@@ -2047,6 +2047,42 @@ static int cuda_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, fl
     return BY_DTYPE(copy ? d->dtype : RN_F32, lars_t)(be, d, n, p, grad, buf, copy);
 }
 
+/* ---- the sum of squares (--clip-grad-norm): lars_norm_k's order for one array, the
+ * CPU backend's cpu_sumsq bit for bit ---- */
+
+__global__ void sumsq_k(int64_t n, const float *x, double *part) {
+    __shared__ double lane[RN_LARS_LANES];
+    const int64_t c = blockIdx.x, i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
+    double s = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += RN_LARS_LANES) s = __dadd_rn(s, __dmul_rn((double)x[i], (double)x[i]));
+    lane[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s = 0;
+        for (int l = 0; l < RN_LARS_LANES; l++) s = __dadd_rn(s, lane[l]);
+        part[c] = s;
+    }
+}
+
+__global__ void sumsq_total_k(int64_t chunks, const double *part, double *out) {
+    double s = 0;
+    for (int64_t c = 0; c < chunks; c++) s = __dadd_rn(s, part[c]);
+    *out = s;
+}
+
+static int cuda_sumsq(rn_backend *be, int64_t n, const float *x, double *out) {
+    cuda_ctx *g = CTX(be);
+    int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
+    double *part = (double *)be->ws;
+    if (chunks > 0) {
+        sumsq_k<<<(unsigned)chunks, RN_LARS_LANES, 0, g->stream>>>(n, x, part);
+        LAUNCHED("sumsq chunks");
+    }
+    sumsq_total_k<<<1, 1, 0, g->stream>>>(chunks, part, out);
+    LAUNCHED("sumsq");
+    return RN_OK;
+}
+
 /* ---- the weights' moving average: the CPU backend's ema_range, rounded the same way
  * (each product and the sum rounded once, no fused multiply-add) ---- */
 
@@ -2448,6 +2484,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->top1_count = cuda_top1_count;
     o->sgd_update = cuda_sgd_update;
     o->lars_update = cuda_lars_update;
+    o->sumsq = cuda_sumsq;
     o->cast = cuda_cast;
     o->nonfinite = cuda_nonfinite;
     o->ema_update = cuda_ema_update;

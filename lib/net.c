@@ -88,6 +88,9 @@ struct rn_net {
     int have_mom;
     int lars;           /* the step is LARS (rn_net_set_lars) instead of SGD */
     float lars_eta, lars_eps;
+    double clip;        /* rn_net_set_clip's max norm; 0: off */
+    double gnorm;       /* the last step's gradient norm before clipping (NaN: not measured) */
+    double *gsq;        /* one double, backend memory: rn_sumsq of the gradients */
     int freeze_bn;      /* training uses and keeps BN's running statistics */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
@@ -259,7 +262,7 @@ void rn_net_destroy(rn_net *net) {
         }
     void *bufs[] = {net->params, net->fold, net->packed, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
                     net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
-                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->ema, net->ema_bufs};
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->gsq, net->ema, net->ema_bufs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
@@ -392,6 +395,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         return rn_errorf(RN_ENOTSUP, "network compute type %s: %s computes in F32 only", rn_dtype_name(dtype),
                          rn_backend_name(be));
     rn_net *net = rn_calloc(1, sizeof *net);
+    if (net) net->gnorm = NAN;
     if (!net) return RN_ENOMEM;
     net->be = be;
     net->plan = plan;
@@ -465,9 +469,13 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     }
     net->fin_hw = ch * cw;
     net->max_act = max_act;
-    if (mode == RN_NET_TRAIN) /* rn_net_set_lars's norms: bounded by the largest tensor */
+    if (mode == RN_NET_TRAIN) { /* rn_net_set_lars's norms: bounded by the largest tensor */
         for (int i = 0; i < net->npref; i++)
             if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
+        int64_t all = 0; /* rn_net_set_clip's: every gradient at once (the layout's padding is 0) */
+        for (int i = 0; i < net->npref; i++) all += align16(net->prefs[i].numel);
+        if (rn_sumsq_workspace(be, all) > ws) ws = rn_sumsq_workspace(be, all);
+    }
     /* the inference path: BN folded into the convs (fold_bn), rn_conv_bias_fwd, the fc a 1x1 conv */
     const int folds = mode == RN_NET_INFER && dtype == RN_F32 && rn_backend_has_conv_bias(be);
     if (folds) { /* fc_fwd's 1x1 conv */
@@ -532,6 +540,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
             (rc = nalloc(net, (size_t)B * net->pool_h * net->pool_w * 64 * es, &net->pooled_max)) ||
             (rc = nalloc(net, sizeof(int32_t), &net->flag)) ||
+            (rc = nalloc(net, sizeof(double), &net->gsq)) ||
             (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
             (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
             goto fail;
@@ -1301,11 +1310,36 @@ int rn_net_set_lars(rn_net *net, int on, double eta, double eps) {
     return RN_OK;
 }
 
+int rn_net_set_clip(rn_net *net, double max_norm) {
+    if (!(max_norm >= 0) || !isfinite(max_norm))
+        return rn_errorf(RN_EINVAL, "gradient clipping: max norm %g, want a finite value >= 0 (0: off)", max_norm);
+    net->clip = max_norm;
+    return RN_OK;
+}
+
+double rn_net_grad_norm(const rn_net *net) { return net->gnorm; }
+
+/* torch.nn.utils.clip_grad_norm_: the norm of every gradient (unscaled by grad_scale)
+ * together, and when it is above the max, the gradients scaled by max / (norm + 1e-6),
+ * folded here into the step's grad_scale (one multiply per element, as the unscaling). */
+static int clip(rn_net *net, float *grad_scale) {
+    double sq = 0;
+    int rc = rn_sumsq(net->be, net->nparams, net->grads, net->gsq);
+    if (rc == RN_OK) rc = rn_backend_download(net->be, &sq, net->gsq, sizeof sq);
+    if (rc) return rc;
+    net->gnorm = (double)*grad_scale * sqrt(sq);
+    double coef = net->clip / (net->gnorm + 1e-6);
+    if (coef < 1.0) *grad_scale = (float)((double)*grad_scale * coef);
+    return RN_OK;
+}
+
 /* SGD (or LARS, rn_net_set_lars) over every parameter on the gradients times grad_scale
  * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale). */
 static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
+    int rc0 = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
+    if (rc0) return rc0;
     if (net->lars) {
         if (nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
         return lars(net, lr, momentum, weight_decay, grad_scale);
@@ -1349,6 +1383,7 @@ int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weig
     int skip = 0;
     if (skipped) *skipped = 0;
     if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
+    net->gnorm = NAN; /* until a clipping step measures it */
     if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, wd_mode, 1.0f);
     /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN
        turned up, then update the scale */

@@ -147,6 +147,10 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
     fprintf(f, ",\"img_s\":%.2f,\"data_wait\":%.4f,\"loss_scale\":", s->img_s, s->data_wait);
     rn_json_number(f, s->loss_scale);
     fprintf(f, ",\"skipped\":%lld,\"world_size\":%d", (long long)s->skipped, s->world > 1 ? s->world : 1);
+    if (s->has_grad_norm) {
+        fprintf(f, ",\"grad_norm\":");
+        rn_json_number(f, s->grad_norm);
+    }
     if (s->world > 1)
         fprintf(f, ",\"step_s_min\":%.4f,\"step_s_max\":%.4f,\"fast_rank\":%d,\"slow_rank\":%d,"
                    "\"data_wait_min\":%.4f,\"data_wait_max\":%.4f",

@@ -526,6 +526,7 @@ static void sink_step(void *ctx, const rn_step_info *st) {
     if (rc == RN_OK) rc = rn_tb_scalar(s->w, "train/img_s", k, st->img_s);
     if (rc == RN_OK) rc = rn_tb_scalar(s->w, "train/data_wait", k, st->data_wait);
     if (rc == RN_OK && st->scaled) rc = rn_tb_scalar(s->w, "train/loss_scale", k, st->loss_scale);
+    if (rc == RN_OK && st->has_grad_norm) rc = rn_tb_scalar(s->w, "train/grad_norm", k, st->grad_norm);
     if (rc == RN_OK) rc = rn_tb_flush(s->w);
     sink_check(s, rc);
 }

@@ -189,6 +189,7 @@ typedef struct {
     int64_t seen;         /* images of every rank (their loss and top-1 hits: flush) */
     double lr;
     int skipped;          /* the loss scaler skipped it */
+    double grad_norm;     /* before clipping (--clip-grad-norm); NaN: not measured */
     int last;             /* it ended an epoch */
     rn_dist_sum_stats sum; /* many processes, overlapped: how the gradient sum went */
 } step_result;
@@ -288,7 +289,9 @@ static int setup_net(run *t) {
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
     int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
     if (rc) return rc;
-    if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
+    if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps)) ||
+        (rc = rn_net_set_clip(t->r.net, o->clip_grad_norm)))
+        return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;
     t->steps = t->world * t->accum;
@@ -822,6 +825,7 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
                    rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
                                (float)o->weight_decay, o->nesterov, o->wd_mode, &s->skipped))))
         return rc;
+    s->grad_norm = rn_net_grad_norm(t->r.net);
     if (t->profiling && (rc = rn_prof_step_end(t->prof))) return rc;
     if ((rc = ema_step(t, ts->step - (int64_t)ts->epoch * t->spe))) return rc;
     if (t->scaled) {
@@ -864,7 +868,8 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
                        .steps_per_epoch = t->spe, .steps_left = left, .loss = w->loss / w->steps, .lr = s->lr,
                        .train_top1 = w->seen ? (double)w->hits / w->seen : -1,
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
-                       .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .last = s->last,
+                       .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .grad_norm = s->grad_norm,
+                       .has_grad_norm = !isnan(s->grad_norm), .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
                        .wait_max = mine[1], .buckets = s->sum.buckets, .buckets_early = s->sum.started_early,
                        .buckets_done_early = s->sum.done_early};
@@ -921,7 +926,9 @@ static int set_crop(run *t, int c, int loader) {
             (rc = rn_net_load(t->r.net, t->ck)))
             return rn_error_context(rc, "--crop-schedule");
         t->r.crop = c;
-        if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps))) return rc;
+        if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps)) ||
+            (rc = rn_net_set_clip(t->r.net, o->clip_grad_norm)))
+            return rc;
         if (t->world > 1 && o->sync_bn && !o->freeze_bn) {
             if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
         } else if (t->stats && (rc = rn_net_bn_capture(t->r.net, 1)))

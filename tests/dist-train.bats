@@ -38,6 +38,12 @@ step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load
     diff <(tensors one2.pb) <(tensors two.pb)
     run tensors two.pb
     assert_output --regexp "layer4\.1\.bn2\.running_var +512 +F32 +[0-9a-f]{8} buffer"
+    # --clip-grad-norm takes the norm of the summed gradients: the same bits too
+    rn-train --data train.lmdb --in init.pb --out one2c.pb $A --batch 8 --max-steps 3 --accum 2 --clip-grad-norm 5
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out twoc.pb $A --batch 8 --max-steps 3 --clip-grad-norm 5
+    diff <(tensors one2c.pb) <(tensors twoc.pb)
+    run diff -q <(tensors one2.pb) <(tensors one2c.pb)
+    assert_failure
 }
 
 @test "3 ranks equal one process with --accum 3, bit for bit; also with --ra-reps 3 (each rank one copy of 4 records)" {

@@ -31,7 +31,7 @@ T="--batch 16 --crop 32 --workers 2 --threads 2"
     run rn-train --data train.lmdb --in init.pb --out x.pb --batch 10 --accum 3
     assert_failure 2
     assert_output --partial "not a multiple"
-    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-schedule exp
+    run rn-train --data train.lmdb --in init.pb --out x.pb --lr-schedule exponential
     assert_failure 2
     run rn-train --data train.lmdb --in init.pb --out x.pb --lr-milestones 30,20
     assert_failure 2
@@ -485,4 +485,44 @@ print("64 images agree")'
     run rn-eval --data val.lmdb --ckpt init.pb --crop 32 --batch 32 --mem-limit 1M
     assert_failure 1
     assert_output --partial "resnet18 evaluation at batch 32"
+}
+
+@test "--clip-grad-norm is torch's clip_grad_norm_: the logged norm is torch's total norm of the dumped gradients, the step scaled by max/(norm + 1e-6)" {
+    # one step from the same weights, momentum and weight decay off: p1 - p0 = -lr * g, so
+    # the clipped step is the unclipped one times the coefficient, tensor by tensor (a large
+    # lr, so that p1 - p0 is not lost in the rounding of p0: 8e-6 here, 8e-4 at lr 0.1)
+    S="--data train.lmdb --in init.pb --max-steps 1 $T --lr 10 --momentum 0 --wd 0 --log-every 1"
+    rn-train $S --out ca.pb --dump-grads ca.st
+    rn-train $S --out cb.pb --clip-grad-norm 5 --log cb.jsonl
+    rn-train $S --out cc.pb --clip-grad-norm 1e6 --log cc.jsonl
+    for f in init ca cb; do rn-export "$f.pb" "$f.safetensors"; done
+    norm=$(grep -o '"grad_norm":[0-9.e+-]*' cb.jsonl | cut -d: -f2)
+    run "$PYTHON" -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import rnst, torch
+g = rnst.load("ca.st")[0]
+p0, a, b = (rnst.load(f + ".safetensors")[0] for f in ("init", "ca", "cb"))
+names = [n for n in p0 if n in g]
+ps = [torch.nn.Parameter(p0[n].clone()) for n in names]
+for p, n in zip(ps, names):
+    p.grad = g[n].clone()
+total = float(torch.nn.utils.clip_grad_norm_(ps, 5.0))
+rn = float(sys.argv[2])
+coef = 5.0 / (total + 1e-6)
+worst = 0.0
+for n in names:
+    da, db = (a[n] - p0[n]).double(), (b[n] - p0[n]).double()
+    worst = max(worst, float((db - coef * da).norm() / max(float((coef * da).norm()), 1e-30)))
+print(len(names), abs(rn - total) <= 1e-5 * total, coef < 1, worst < 1e-4)' "$BATS_TEST_DIRNAME/parity" "$norm"
+    assert_success
+    assert_output "62 True True True"
+    # a max above the norm changes nothing: the same bytes as no clipping
+    run cmp <(rn-info --tensors ca.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors cc.pb | sed -n '/^tensors:/,$p')
+    assert_success
+    run grep -c '"grad_norm":' cc.jsonl
+    assert_output 1
+    run rn-train $S --out cd.pb --clip-grad-norm 0
+    assert_failure 2
+    assert_output --partial "--clip-grad-norm"
 }

@@ -162,6 +162,11 @@ static void usage(FILE *f) {
             "      --lars-eta X        lars: trust coefficient (default %g)\n"
             "      --lars-eps X        lars: epsilon of the trust ratio (default %g)\n"
             "      --label-smoothing X cross-entropy label smoothing (default 0)\n"
+            "      --clip-grad-norm X  before each step, scale the gradients by X/(norm + 1e-6) when\n"
+            "                          their 2-norm (all together, after fp16 unscaling) is above\n"
+            "                          X: torch.nn.utils.clip_grad_norm_, torchvision's\n"
+            "                          --clip-grad-norm (default: off); log lines gain grad_norm,\n"
+            "                          the norm before clipping\n"
             "Moving average of the weights (torchvision's --model-ema; default: IN's, else off):\n"
             "      --ema-decay D       keep an exponential moving average of the parameters and BN\n"
             "                          statistics: every --ema-every steps of an epoch avg =\n"
@@ -363,7 +368,7 @@ enum {
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
-    O_NOWDNORM, O_LRMIN
+    O_NOWDNORM, O_LRMIN, O_CLIP
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -480,7 +485,7 @@ int main(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE}, {"lr", required_argument, 0, O_LR},
         {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
-        {"no-wd-norm", no_argument, 0, O_NOWDNORM},
+        {"no-wd-norm", no_argument, 0, O_NOWDNORM}, {"clip-grad-norm", required_argument, 0, O_CLIP},
         {"freeze-bn", no_argument, 0, O_FREEZEBN}, {"recompute", required_argument, 0, O_RECOMPUTE},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
@@ -617,6 +622,7 @@ int main(int argc, char **argv) {
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.wd_mode = RN_WD_NO_BN_BIAS; break;
         case O_NOWDNORM: o.wd_mode = RN_WD_NO_NORM; break;
+        case O_CLIP: rc = rn_cli_float("--clip-grad-norm", optarg, 1e-12, 1e12, &o.clip_grad_norm); break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
         case O_SYNCBN: o.sync_bn = 1; break;
         case O_EMADECAY: rc = rn_cli_float("--ema-decay", optarg, 0, 1, &o.ema_decay); break;

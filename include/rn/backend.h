@@ -560,6 +560,15 @@ int rn_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, c
 int rn_lars_update_copy(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
                         void *copy);
 
+/* ---- the sum of squares of a vector: the gradient norm of rn-train --clip-grad-norm ----
+ * *out (one double in backend memory) = the sum of x[i]^2 over n fp32 values, each
+ * square and sum in double, in LARS's order (above): chunks of RN_LARS_CHUNK elements, a
+ * chunk in RN_LARS_LANES lanes added in lane order, the chunks in chunk order: the same
+ * bits for any thread count and on every backend. Workspace: rn_sumsq_workspace(n) bytes
+ * (reserve it with the convs'). Errors: RN_EINVAL (n < 0, NULL, workspace short). */
+size_t rn_sumsq_workspace(rn_backend *be, int64_t n);
+int rn_sumsq(rn_backend *be, int64_t n, const float *x, double *out);
+
 /* ---- the exponential moving average of the weights (rn-train --ema-decay) ----
  * avg = keep * avg + take * x, element by element in fp32, each product and the sum
  * rounded once (no fused multiply-add), in the order torchvision's

@@ -119,6 +119,8 @@ typedef struct rn_backend_ops {
                 void *y, int accumulate);
     int (*nonfinite)(rn_backend *be, int64_t n, const float *x, int32_t *flag);
     int (*ema_update)(rn_backend *be, int64_t n, const float *x, float *avg, float keep, float take);
+    /* workspace: rn_sumsq_workspace(n) bytes at be->ws */
+    int (*sumsq)(rn_backend *be, int64_t n, const float *x, double *out);
 
     /* collectives across processes (rn/dist.h); NULL: the backend has none (host
      * memory: rn/dist.h uses MPI) */

@@ -150,6 +150,18 @@ int rn_net_backward_dev(rn_net *net, const int32_t *labels, int n, float label_s
  * Errors: RN_EINVAL (eta or eps negative or not finite). */
 int rn_net_set_lars(rn_net *net, int on, double eta, double eps);
 
+/* Gradient clipping for rn_net_step, torch.nn.utils.clip_grad_norm_(max_norm) before the
+ * optimiser (torchvision's --clip-grad-norm): the 2-norm of every gradient together (after
+ * AMP's unscaling; BN and fc included), in double over fixed chunks (rn_sumsq: the same
+ * bits for any thread count, process count and backend), and when it is above max_norm
+ * the step takes the gradients times max_norm / (norm + 1e-6). It reads the norm back
+ * from the device each step. 0: off (the default). Errors: RN_EINVAL (negative, not
+ * finite). */
+int rn_net_set_clip(rn_net *net, double max_norm);
+/* The last rn_net_step's gradient norm before clipping; NaN when clipping is off or the
+ * step was skipped (fp16 overflow). */
+double rn_net_grad_norm(const rn_net *net);
+
 /* rn_net_step's weight decay: on every parameter (RN_WD_ALL); not on BN weights and
  * biases nor the fc bias (RN_WD_NO_BN_BIAS, rn-train --no-wd-bn); not on BN weights and
  * biases (RN_WD_NO_NORM, --no-wd-norm: torchvision's --norm-weight-decay 0.0). */

@@ -176,6 +176,7 @@ typedef struct {
     rn_mix_opts mix;        /* mixup/cutmix of each micro-batch (rn/mix.h); alphas 0: off */
     int nesterov, wd_mode;    /* wd_mode: RN_WD_* (rn/net.h): --no-wd-bn, --no-wd-norm */
     int optimizer;          /* RN_OPT_SGD or RN_OPT_LARS (rn_net_set_lars) */
+    double clip_grad_norm;  /* > 0: clip the gradients' global 2-norm to it (rn_net_set_clip) */
     double lars_eta, lars_eps;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of

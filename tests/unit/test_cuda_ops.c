@@ -682,6 +682,21 @@ static void test_lars(env *e, int64_t n) {
     }
 }
 
+/* rn_sumsq (--clip-grad-norm) in the CPU's order: the same double bit for bit */
+static void test_sumsq(env *e, int64_t n) {
+    float *x = randn(n, 0, 3.0f), *gx = up(e->gpu, RN_F32, x, n);
+    double want = -1, got = -2, *gs = NULL;
+    CHECK_OK(rn_backend_reserve(e->cpu, rn_sumsq_workspace(e->cpu, n)));
+    CHECK_OK(rn_backend_reserve(e->gpu, rn_sumsq_workspace(e->gpu, n)));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(double), (void **)&gs));
+    CHECK_OK(rn_sumsq(e->cpu, n, x, &want));
+    CHECK_OK(rn_sumsq(e->gpu, n, gx, gs));
+    CHECK_OK(rn_backend_download(e->gpu, &got, gs, sizeof got));
+    CHECK(memcmp(&got, &want, sizeof got) == 0, "sumsq of %lld: GPU %.17g, CPU %.17g", (long long)n, got, want);
+    rn_backend_free(e->gpu, gx), rn_backend_free(e->gpu, gs);
+    free(x);
+}
+
 /* Every conversion, plain and accumulating, bit for bit (values past the fp16 range
  * included: both sides must make them inf) */
 static void test_cast(env *e, int64_t n) {
@@ -970,6 +985,8 @@ static void run_all(env *e) {
         test_sgd(e, 100003);
         test_sgd_copy(e, 100003);
         test_lars(e, 100003);
+        test_sumsq(e, 100003);
+        test_sumsq(e, 7);
         test_cast(e, 100003);
         test_nonfinite(e, 100003);
         test_ema(e, 100003);

@@ -180,6 +180,40 @@ static void test_errors(rn_backend *be) {
     CHECK(p[0] == 1 && b[0] == 0, "a refused call wrote the weights");
 }
 
+/* rn_sumsq (--clip-grad-norm's norm, in LARS's order): a long double reference, the same
+ * bits on 1, 2 and 3 threads, 0 for no values, and the refusals */
+static void test_sumsq(void) {
+    const int64_t n = 40 * RN_LARS_CHUNK + 5;
+    float *x = malloc(sizeof(float) * n);
+    if (!x) abort();
+    long double want = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = uniform(8, i) * (i % 7 == 0 ? 100.0f : 0.01f);
+        want += (long double)x[i] * x[i];
+    }
+    double first = 0;
+    for (int t = 1; t <= 3; t++) {
+        rn_backend *be = NULL;
+        CHECK_OK(rn_backend_create("cpu", t, NULL, &be));
+        if (!be) break;
+        double s = -1;
+        CHECK_OK(rn_backend_reserve(be, rn_sumsq_workspace(be, n)));
+        CHECK_OK(rn_sumsq(be, n, x, &s));
+        if (t == 1) first = s;
+        CHECK(fabsl((long double)s - want) <= 1e-12L * want, "sumsq: %.17g, want %.17Lg", s, want);
+        CHECK(memcmp(&s, &first, sizeof s) == 0, "sumsq: %d threads give other bits than 1", t);
+        if (t == 1) {
+            CHECK(rn_sumsq(be, 0, NULL, &s) == RN_OK && s == 0, "sumsq of nothing: %g", s);
+            CHECK(rn_sumsq(be, -1, x, &s) == RN_EINVAL, "a negative count must be refused");
+            CHECK(rn_sumsq(be, n, x, NULL) == RN_EINVAL, "a NULL result must be refused");
+            rn_backend_unreserve(be);
+            CHECK(rn_sumsq(be, n, x, &s) == RN_EINVAL, "a workspace short of the chunk sums must be refused");
+        }
+        rn_backend_destroy(be);
+    }
+    free(x);
+}
+
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b)); }
 
 static void test_poly(void) {
@@ -214,6 +248,7 @@ int main(void) {
     test_reference(be);
     rn_backend_destroy(be);
     test_threads_and_copy();
+    test_sumsq();
     test_poly();
     return check_done("test_lars");
 }
