@@ -781,7 +781,7 @@ int rn_cast(rn_backend *be, int src_dtype, int dst_dtype, int64_t n, const void 
 size_t rn_sumsq_workspace(rn_backend *be, int64_t n) {
     (void)be;
     int64_t chunks = n > 0 ? (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK : 0;
-    return (size_t)chunks * sizeof(double) + sizeof(double); /* a chunk's sum each */
+    return (size_t)chunks * sizeof(double); /* a chunk's sum each */
 }
 
 int rn_sumsq(rn_backend *be, int64_t n, const float *x, double *out) {

@@ -472,7 +472,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     if (mode == RN_NET_TRAIN) { /* rn_net_set_lars's norms: bounded by the largest tensor */
         for (int i = 0; i < net->npref; i++)
             if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
-        int64_t all = 0; /* rn_net_set_clip's: every gradient at once (the layout's padding is 0) */
+        int64_t all = 0; /* rn_net_set_clip's: every gradient at once, padding included */
         for (int i = 0; i < net->npref; i++) all += align16(net->prefs[i].numel);
         if (rn_sumsq_workspace(be, all) > ws) ws = rn_sumsq_workspace(be, all);
     }
@@ -1323,6 +1323,8 @@ double rn_net_grad_norm(const rn_net *net) { return net->gnorm; }
  * together, and when it is above the max, the gradients scaled by max / (norm + 1e-6),
  * folded here into the step's grad_scale (one multiply per element, as the unscaling). */
 static int clip(rn_net *net, float *grad_scale) {
+    /* over nparams, the padding between tensors too: it stays 0 (zeroed at build, and no
+       op writes outside its tensor) */
     double sq = 0;
     int rc = rn_sumsq(net->be, net->nparams, net->grads, net->gsq);
     if (rc == RN_OK) rc = rn_backend_download(net->be, &sq, net->gsq, sizeof sq);

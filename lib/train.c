@@ -821,7 +821,9 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
     const int lars = o->optimizer == RN_OPT_LARS;
     const char *stage = lars ? "lars" : "sgd";
     double t0 = tbeg(t, stage);
-    if ((rc = tend(t, t0, stage, RN_PROF_COMPUTE, (lars ? 9.0 : 5.0) * (double)np, (lars ? 28.0 : 20.0) * (double)np,
+    const double cf = o->clip_grad_norm > 0 ? 2.0 : 0.0, cb = o->clip_grad_norm > 0 ? 4.0 : 0.0; /* the norm's pass */
+    if ((rc = tend(t, t0, stage, RN_PROF_COMPUTE, ((lars ? 9.0 : 5.0) + cf) * (double)np,
+                   ((lars ? 28.0 : 20.0) + cb) * (double)np,
                    rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
                                (float)o->weight_decay, o->nesterov, o->wd_mode, &s->skipped))))
         return rc;
@@ -869,7 +871,7 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
                        .train_top1 = w->seen ? (double)w->hits / w->seen : -1,
                        .img_s = ips, .data_wait = dt > 0 ? w->wait / dt : 0, .scaled = t->scaled,
                        .loss_scale = t->scaled ? t->sc.scale : 1.0, .skipped = w->skipped, .grad_norm = s->grad_norm,
-                       .has_grad_norm = !isnan(s->grad_norm), .last = s->last,
+                       .has_grad_norm = o->clip_grad_norm > 0 && !s->skipped, .last = s->last,
                        .world = t->world, .step_s_min = mine[0], .step_s_max = mine[0], .wait_min = mine[1],
                        .wait_max = mine[1], .buckets = s->sum.buckets, .buckets_early = s->sum.started_early,
                        .buckets_done_early = s->sum.done_early};

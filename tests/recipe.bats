@@ -211,6 +211,8 @@ lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' 
         --clip-grad-norm 1 --lr-schedule cosine --lr-min 0.001 --lr-every epoch --warmup-epochs 1 \
         --warmup-method linear
     assert_success
+    run rn-info --json y.pb
+    assert_output --partial '"lr_schedule":"cosine","lr_every":"epoch","warmup_epochs":1,"warmup_method":"linear","warmup_decay":0.01,"lr_min":0.001,'
     # under --overfit-batches an epoch is that many steps, in the table as in training
     run rn-train --print-lr --data train.lmdb --batch 8 --overfit-batches 1 --lr-schedule cosine --epochs 3
     assert_output --partial "3 epochs of 1 step (24 records / batch 8)"

@@ -507,6 +507,7 @@ names = [n for n in p0 if n in g]
 ps = [torch.nn.Parameter(p0[n].clone()) for n in names]
 for p, n in zip(ps, names):
     p.grad = g[n].clone()
+exact = float(torch.sqrt(sum((g[n].double() ** 2).sum() for n in names)))
 total = float(torch.nn.utils.clip_grad_norm_(ps, 5.0))
 rn = float(sys.argv[2])
 coef = 5.0 / (total + 1e-6)
@@ -514,9 +515,10 @@ worst = 0.0
 for n in names:
     da, db = (a[n] - p0[n]).double(), (b[n] - p0[n]).double()
     worst = max(worst, float((db - coef * da).norm() / max(float((coef * da).norm()), 1e-30)))
-print(len(names), abs(rn - total) <= 1e-5 * total, coef < 1, worst < 1e-4)' "$BATS_TEST_DIRNAME/parity" "$norm"
+print(len(names), abs(rn - exact) <= 1e-12 * exact, abs(rn - total) <= 1e-5 * total, coef < 1, worst < 1e-4)' \
+        "$BATS_TEST_DIRNAME/parity" "$norm"
     assert_success
-    assert_output "62 True True True"
+    assert_output "62 True True True True"
     # a max above the norm changes nothing: the same bytes as no clipping
     run cmp <(rn-info --tensors ca.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors cc.pb | sed -n '/^tensors:/,$p')
     assert_success

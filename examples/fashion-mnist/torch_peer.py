@@ -9,7 +9,9 @@ Options give the torchvision-v2-style recipe, each as rn-train's flag of the sam
   --ta-wide            TrivialAugmentWide after the flip (ta_wide)
   --erase P            RandomErasing(P) after Normalize (erase=P)
   --label-smoothing X  cross-entropy label smoothing
-  --lr-schedule cosine cosine over EPOCHS, per step (rn's cosine) in place of StepLR
+  --lr-schedule cosine cosine in place of StepLR: over EPOCHS, times the ramp (rn's), or
+                       over EPOCHS - W after a linear or constant warm-up; per step, or
+                       per epoch with --lr-every epoch
   --mixup A, --cutmix A  torchvision's reference RandomMixup / RandomCutmix (p=1), one of the
                        two per batch with probability 1/2 when both are given
   --wd W               weight decay (default 1e-4); --no-wd-bn: none on BN and biases (rn's);
@@ -43,8 +45,9 @@ ap.add_argument("--lr-schedule", choices=["step", "cosine"], default="step")
 ap.add_argument("--mixup", type=float, default=0.0)
 ap.add_argument("--cutmix", type=float, default=0.0)
 ap.add_argument("--wd", type=float, default=1e-4)
-ap.add_argument("--no-wd-bn", action="store_true")
-ap.add_argument("--no-wd-norm", action="store_true")
+wd_group = ap.add_mutually_exclusive_group()
+wd_group.add_argument("--no-wd-bn", action="store_true")
+wd_group.add_argument("--no-wd-norm", action="store_true")
 ap.add_argument("--warmup-epochs", type=int, default=0)
 ap.add_argument("--warmup-method", choices=["ramp", "linear", "constant"], default="ramp")
 ap.add_argument("--warmup-decay", type=float, default=0.01)

@@ -57,8 +57,8 @@ typedef struct {
     int scaled;              /* fp16 loss scaling on: loss_scale and skipped apply */
     double loss_scale;       /* after the window's last step; 1 when not scaled */
     int64_t skipped;         /* steps the loss scaler skipped in the window */
-    int has_grad_norm;       /* 1: grad_norm was measured (--clip-grad-norm) */
-    double grad_norm;        /* the window's last step's gradient norm before clipping */
+    int has_grad_norm;       /* 1: --clip-grad-norm measured the window's last step */
+    double grad_norm;        /* its gradient norm before clipping (NaN for NaN gradients) */
     int last;                /* the window ends its epoch */
     int world;               /* processes (1 alone); with more, the stragglers: */
     double step_s_min, step_s_max; /* the fastest and slowest rank's seconds per step */

@@ -539,6 +539,43 @@ static void test_nonfinite_activation(rn_backend *cpu_be, rn_backend *emu_be) {
     rn_net_destroy(h);
 }
 
+/* Gradient clipping (rn_net_set_clip) takes the norm after the loss scale is taken out:
+ * in fp32 a power-of-two scale is exact, so scale 1024 and scale 1 give the same norm and
+ * weights bit for bit; clipping acted (an unclipped net ends elsewhere); a skipped fp16
+ * step measures no norm and keeps its weights. */
+static void test_clip_scaled(rn_backend *cpu_be, rn_backend *emu_be) {
+    rn_net *a = make_net(cpu_be, RN_F32, BATCH / 2), *b = make_net(cpu_be, RN_F32, BATCH / 2);
+    rn_net *c = make_net(cpu_be, RN_F32, BATCH / 2), *h = make_net(emu_be, RN_F16, BATCH / 2);
+    float loss;
+    int found = 0;
+    int64_t n;
+    if (!a || !b || !c || !h) goto out;
+    CHECK_OK(rn_net_set_clip(a, 1.0));
+    CHECK_OK(rn_net_set_clip(b, 1.0));
+    CHECK_OK(rn_net_set_clip(h, 1.0));
+    CHECK(rn_net_set_clip(a, -1.0) == RN_EINVAL && rn_net_set_clip(a, INFINITY) == RN_EINVAL, "bad max norms");
+    step(cpu_be, a, 1.0f, &loss, &found);
+    step(cpu_be, b, 1024.0f, &loss, &found);
+    step(cpu_be, c, 1.0f, &loss, &found);
+    double na = rn_net_grad_norm(a), nb = rn_net_grad_norm(b);
+    CHECK(isfinite(na) && na > 1 && memcmp(&na, &nb, sizeof na) == 0, "clip: norm %.17g at scale 1, %.17g at 1024",
+          na, nb);
+    CHECK(isnan(rn_net_grad_norm(c)), "an unclipped step measured a norm");
+    float *pa = all_params(a, 0, &n), *pb = all_params(b, 0, &n), *pc = all_params(c, 0, &n);
+    CHECK(memcmp(pa, pb, sizeof(float) * (size_t)n) == 0, "clip: the scaled step's weights differ");
+    CHECK(memcmp(pa, pc, sizeof(float) * (size_t)n) != 0, "clip: the clipped step equals the unclipped one");
+    free(pa), free(pb), free(pc);
+    float *before = all_params(h, 0, &n);
+    step(emu_be, h, 0x1p40f, &loss, &found);
+    float *after = all_params(h, 0, &n);
+    CHECK(found == 1 && isnan(rn_net_grad_norm(h)), "a skipped fp16 step: found %d, norm %g", found,
+          rn_net_grad_norm(h));
+    CHECK(memcmp(before, after, sizeof(float) * (size_t)n) == 0, "a skipped clipped step changed the weights");
+    free(before), free(after);
+out:
+    rn_net_destroy(a), rn_net_destroy(b), rn_net_destroy(c), rn_net_destroy(h);
+}
+
 /* Recomputation (RN_NET_RECOMPUTE) under mixed precision: its block scratch in half
  * precision, the recomputed forward on the half compute copy; two steps give the bits of
  * the plain AMP net (the same ops on the same inputs), gradients and then weights. */
@@ -630,6 +667,7 @@ int main(void) {
         }
         test_overflow(emu_be);
         test_nonfinite_activation(cpu_be, emu_be);
+        test_clip_scaled(cpu_be, emu_be);
         test_recompute(emu_be);
         test_memory();
     }
