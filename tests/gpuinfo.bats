@@ -246,7 +246,12 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     no_driver_only
     LD_LIBRARY_PATH="$FAKE" rn-gpuinfo --watch 0.2 --device 0 >"$BATS_TEST_TMPDIR/w" 2>&1 3>&- &
     local pid=$!
-    sleep 0.7
+    # two samples in, however slow the start (a sanitizer build on a loaded machine took
+    # longer than a fixed 0.7 s), then the interrupt
+    for _ in $(seq 300); do
+        [ "$(grep -c ' gpu0 ' "$BATS_TEST_TMPDIR/w")" -ge 2 ] && break
+        sleep 0.1
+    done
     kill -INT "$pid"
     local rc=0
     wait "$pid" || rc=$?
