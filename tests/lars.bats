@@ -42,7 +42,7 @@ tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
     assert_output --partial "--lr-end 0.1 is above --lr 0.01"
     run rn-train --data train.lmdb --in init.pb --out x.pb --lr-schedule pow2
     assert_failure 2
-    assert_output --partial "is not step, multistep, cosine, constant or poly"
+    assert_output --partial "is not step, multistep, cosine, constant, poly or exp"
     [ ! -e x.pb ]
 }
 
