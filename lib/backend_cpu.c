@@ -893,31 +893,31 @@ typedef struct {
     float slr;    /* lr * trust */
 } lars_job;
 
-/* Chunk c's sums in RN_LARS_LANES lanes (lane l: elements l, l + LANES, ... of the chunk,
- * in order), then the lanes added in lane order: the order a CUDA block of LANES threads
- * reads coalesced, and one the compiler vectorises here. */
+/* Chunk c's sum of (gs * x)^2 (gs 1: x as it is), in double, in RN_LARS_LANES lanes
+ * (lane l: elements l, l + LANES, ... of the chunk, in order), then the lanes added in
+ * lane order: the order a CUDA block of LANES threads reads coalesced, and one the
+ * compiler vectorises here. LARS's norms and rn_sumsq's both. */
+static double chunk_sumsq(const float *x, int64_t n, int64_t c, float gs) {
+    int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
+    double lane[RN_LARS_LANES] = {0};
+    for (int64_t b = i0; b < i1; b += RN_LARS_LANES) {
+        int m = i1 - b < RN_LARS_LANES ? (int)(i1 - b) : RN_LARS_LANES;
+        const float *v = x + b;
+        for (int l = 0; l < m; l++) {
+            float g = gs == 1.0f ? v[l] : v[l] * gs;
+            lane[l] += (double)g * (double)g;
+        }
+    }
+    double s = 0;
+    for (int l = 0; l < RN_LARS_LANES; l++) s += lane[l];
+    return s;
+}
+
 static void lars_norm_chunks(void *ctx, int64_t c0, int64_t c1) {
     const lars_job *j = ctx;
-    const float gs = j->d->grad_scale;
     for (int64_t c = c0; c < c1; c++) {
-        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < j->n ? i0 + RN_LARS_CHUNK : j->n;
-        double lw[RN_LARS_LANES] = {0}, lg[RN_LARS_LANES] = {0};
-        for (int64_t b = i0; b < i1; b += RN_LARS_LANES) {
-            int m = i1 - b < RN_LARS_LANES ? (int)(i1 - b) : RN_LARS_LANES;
-            const float *pw = j->p + b, *gr = j->grad + b;
-            for (int l = 0; l < m; l++) {
-                float g = gs == 1.0f ? gr[l] : gr[l] * gs;
-                lw[l] += (double)pw[l] * (double)pw[l];
-                lg[l] += (double)g * (double)g;
-            }
-        }
-        double sw = 0, sg = 0;
-        for (int l = 0; l < RN_LARS_LANES; l++) {
-            sw += lw[l];
-            sg += lg[l];
-        }
-        j->part[2 * c] = sw;
-        j->part[2 * c + 1] = sg;
+        j->part[2 * c] = chunk_sumsq(j->p, j->n, c, 1.0f);
+        j->part[2 * c + 1] = chunk_sumsq(j->grad, j->n, c, j->d->grad_scale);
     }
 }
 
@@ -972,18 +972,7 @@ typedef struct {
 
 static void sumsq_chunks(void *ctx, int64_t c0, int64_t c1) {
     const sumsq_job *j = ctx;
-    for (int64_t c = c0; c < c1; c++) {
-        int64_t i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < j->n ? i0 + RN_LARS_CHUNK : j->n;
-        double lane[RN_LARS_LANES] = {0};
-        for (int64_t b = i0; b < i1; b += RN_LARS_LANES) {
-            int m = i1 - b < RN_LARS_LANES ? (int)(i1 - b) : RN_LARS_LANES;
-            const float *v = j->x + b;
-            for (int l = 0; l < m; l++) lane[l] += (double)v[l] * (double)v[l];
-        }
-        double s = 0;
-        for (int l = 0; l < RN_LARS_LANES; l++) s += lane[l];
-        j->part[c] = s;
-    }
+    for (int64_t c = c0; c < c1; c++) j->part[c] = chunk_sumsq(j->x, j->n, c, 1.0f);
 }
 
 static int cpu_sumsq(rn_backend *be, int64_t n, const float *x, double *out) {

@@ -395,8 +395,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
         return rn_errorf(RN_ENOTSUP, "network compute type %s: %s computes in F32 only", rn_dtype_name(dtype),
                          rn_backend_name(be));
     rn_net *net = rn_calloc(1, sizeof *net);
-    if (net) net->gnorm = NAN;
     if (!net) return RN_ENOMEM;
+    net->gnorm = NAN;
     net->be = be;
     net->plan = plan;
     net->dtype = dtype;
@@ -472,9 +472,8 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     if (mode == RN_NET_TRAIN) { /* rn_net_set_lars's norms: bounded by the largest tensor */
         for (int i = 0; i < net->npref; i++)
             if (rn_lars_workspace(be, net->prefs[i].numel) > ws) ws = rn_lars_workspace(be, net->prefs[i].numel);
-        int64_t all = 0; /* rn_net_set_clip's: every gradient at once, padding included */
-        for (int i = 0; i < net->npref; i++) all += align16(net->prefs[i].numel);
-        if (rn_sumsq_workspace(be, all) > ws) ws = rn_sumsq_workspace(be, all);
+        /* rn_net_set_clip's: every gradient at once, padding included */
+        if (rn_sumsq_workspace(be, net->nparams) > ws) ws = rn_sumsq_workspace(be, net->nparams);
     }
     /* the inference path: BN folded into the convs (fold_bn), rn_conv_bias_fwd, the fc a 1x1 conv */
     const int folds = mode == RN_NET_INFER && dtype == RN_F32 && rn_backend_has_conv_bias(be);
@@ -1340,15 +1339,14 @@ static int clip(rn_net *net, float *grad_scale) {
 static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                float grad_scale) {
     if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
-    int rc0 = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
-    if (rc0) return rc0;
+    int rc = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
+    if (rc) return rc;
     if (net->lars) {
         if (nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
         return lars(net, lr, momentum, weight_decay, grad_scale);
     }
     rn_sgd_desc sd;
-    int rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov);
-    if (rc) return rc;
+    if ((rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov))) return rc;
     sd.first_step = !net->have_mom;
     sd.grad_scale = grad_scale;
     sd.dtype = net->dtype;

@@ -270,6 +270,14 @@ static int gather_bn(void *dist, const void *mine, size_t bytes, void *all) {
     return rn_dist_allgather(dist, mine, bytes, all, "the gather of a synchronised BN layer");
 }
 
+/* The optimiser's settings that a training network carries (a new one at each crop, too):
+ * LARS or SGD, and gradient clipping. */
+static int set_optimiser(run *t) {
+    const rn_train_opts *o = t->o;
+    int rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps);
+    return rc ? rc : rn_net_set_clip(t->r.net, o->clip_grad_norm);
+}
+
 /* The network at the micro-batch asked for (or the largest that fits), the validation
  * loader, and fp16's loss scaler (the checkpoint's scale when resuming). */
 static int setup_net(run *t) {
@@ -289,9 +297,7 @@ static int setup_net(run *t) {
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
     int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
     if (rc) return rc;
-    if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps)) ||
-        (rc = rn_net_set_clip(t->r.net, o->clip_grad_norm)))
-        return rc;
+    if ((rc = set_optimiser(t))) return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;
     t->steps = t->world * t->accum;
@@ -928,9 +934,7 @@ static int set_crop(run *t, int c, int loader) {
             (rc = rn_net_load(t->r.net, t->ck)))
             return rn_error_context(rc, "--crop-schedule");
         t->r.crop = c;
-        if ((rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps)) ||
-            (rc = rn_net_set_clip(t->r.net, o->clip_grad_norm)))
-            return rc;
+        if ((rc = set_optimiser(t))) return rc;
         if (t->world > 1 && o->sync_bn && !o->freeze_bn) {
             if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
         } else if (t->stats && (rc = rn_net_bn_capture(t->r.net, 1)))

@@ -384,12 +384,13 @@ static const char *const recipe_torchvision[] = {
     "--lr-gamma", "0.1", "--epochs", "90", "--crop", "224", "--resize", "256", "--augment", "rrc,flip", NULL};
 static const char *const recipe_torchvision_v2[] = {
     "--batch", "1024", "--lr", "0.5", "--momentum", "0.9", "--wd", "2e-5", "--no-wd-norm", "--lr-schedule", "cosine",
-    "--lr-epochs", "600", "--lr-every", "epoch", "--warmup-epochs", "5", "--warmup-method", "linear", "--epochs", "600", "--label-smoothing", "0.1", "--mixup", "0.2",
-    "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
+    "--lr-epochs", "600", "--lr-every", "epoch", "--warmup-epochs", "5", "--warmup-method", "linear", "--epochs", "600",
+    "--label-smoothing", "0.1", "--mixup", "0.2", "--cutmix", "1.0", "--augment", "rrc,flip,ta_wide,erase=0.1", "--crop", "176", "--val-crop", "224",
     "--val-resize", "232", "--ema-decay", "0.99998", "--ema-every", "32", "--ra-reps", "4", NULL};
 static const char *const recipe_cifar[] = {
     "--batch", "128", "--lr", "0.1", "--momentum", "0.9", "--wd", "5e-4", "--lr-schedule", "cosine",
-    "--lr-epochs", "200", "--lr-every", "epoch", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment", "crop-pad=4,flip", NULL};
+    "--lr-epochs", "200", "--lr-every", "epoch", "--epochs", "200", "--crop", "32", "--resize", "0", "--augment",
+    "crop-pad=4,flip", NULL};
 static const char *const recipe_mlperf[] = {
     "--optimizer", "lars", "--batch", "3264", "--lr", "10.5", "--momentum", "0.9", "--wd", "5e-5",
     "--lars-eta", "0.001", "--lars-eps", "0", "--lr-schedule", "poly", "--lr-power", "2", "--lr-end", "1e-4",
@@ -650,10 +651,9 @@ int main(int argc, char **argv) {
         case O_LREPOCHS: rc = rn_cli_int("--lr-epochs", optarg, 1, 1000000, &o.lr.total_epochs); break;
         case O_WARM: rc = rn_cli_int("--warmup-epochs", optarg, 0, 1000000, &o.lr.warmup_epochs); break;
         case O_LREVERY:
-            if (strcmp(optarg, "step") == 0 || strcmp(optarg, "epoch") == 0)
-                o.lr.per_epoch = strcmp(optarg, "epoch") == 0;
-            else
-                rc = rn_errorf(RN_EINVAL, "--lr-every: '%s' is not step or epoch", optarg);
+            if (strcmp(optarg, "epoch") == 0) o.lr.per_epoch = 1;
+            else if (strcmp(optarg, "step") == 0) o.lr.per_epoch = 0;
+            else rc = rn_errorf(RN_EINVAL, "--lr-every: '%s' is not step or epoch", optarg);
             break;
         case O_WARMMETHOD:
             if ((o.lr.warmup_method = rn_warmup_method_parse(optarg)) < 0)
