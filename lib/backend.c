@@ -89,17 +89,27 @@ int rn_backend_has_dtype(const rn_backend *be, int dtype) {
     return dtype >= 0 && dtype <= 31 && (be->ops->dtypes & (1u << dtype)) != 0;
 }
 
+/* a host-side call inside a graph capture: refused by name (the capture cannot hold it) */
+static int capturing(const rn_backend *be, const char *what) {
+    return be->capturing ? rn_errorf(RN_EINVAL, "%s while a graph is being captured (a capture holds device ops "
+                                                "only: this is a bug in the caller)", what)
+                         : RN_OK;
+}
+
 int rn_backend_alloc(rn_backend *be, size_t bytes, void **out) {
-    return be->ops->alloc(be, bytes, out);
+    int rc = capturing(be, "rn_backend_alloc");
+    return rc ? rc : be->ops->alloc(be, bytes, out);
 }
 void rn_backend_free(rn_backend *be, void *p) {
     if (p) be->ops->free(be, p);
 }
 int rn_backend_upload(rn_backend *be, void *dst, const void *src, size_t bytes) {
-    return bytes ? be->ops->upload(be, dst, src, bytes) : RN_OK;
+    int rc = capturing(be, "rn_backend_upload");
+    return rc ? rc : bytes ? be->ops->upload(be, dst, src, bytes) : RN_OK;
 }
 int rn_backend_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
-    return bytes ? be->ops->download(be, dst, src, bytes) : RN_OK;
+    int rc = capturing(be, "rn_backend_download");
+    return rc ? rc : bytes ? be->ops->download(be, dst, src, bytes) : RN_OK;
 }
 int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
     return bytes && dst != src ? be->ops->copy(be, dst, src, bytes) : RN_OK;
@@ -107,7 +117,10 @@ int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
 int rn_backend_zero(rn_backend *be, void *dst, size_t bytes) {
     return bytes ? be->ops->zero(be, dst, bytes) : RN_OK;
 }
-int rn_backend_sync(rn_backend *be) { return be->ops->sync(be); }
+int rn_backend_sync(rn_backend *be) {
+    int rc = capturing(be, "rn_backend_sync");
+    return rc ? rc : be->ops->sync(be);
+}
 int rn_backend_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = *total_bytes = 0;
     return be->ops->mem_info(be, free_bytes, total_bytes);
@@ -135,9 +148,13 @@ int rn_backend_upload_parts_async(rn_backend *be, const rn_upload_part *parts, i
         if (!parts[i].dst || !parts[i].src) return rn_errorf(RN_EINVAL, "upload: part %d has no address", i);
         keep[k++] = parts[i];
     }
-    return k ? be->ops->upload_async(be, keep, k) : RN_OK;
+    int rc = capturing(be, "rn_backend_upload_async");
+    return rc ? rc : k ? be->ops->upload_async(be, keep, k) : RN_OK;
 }
-int rn_backend_upload_wait(rn_backend *be) { return be->ops->upload_wait(be); }
+int rn_backend_upload_wait(rn_backend *be) {
+    int rc = capturing(be, "rn_backend_upload_wait");
+    return rc ? rc : be->ops->upload_wait(be);
+}
 
 int rn_backend_has_coll(const rn_backend *be) { return be->ops->coll_sum != NULL; }
 
@@ -168,6 +185,45 @@ int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec) {
         return rn_errorf(RN_ENOTSUP, "the %s backend has no stream timestamps", be->ops->kind);
     if (n < 1) return rn_errorf(RN_EINVAL, "rn_backend_marks_read: %lld marks", (long long)n);
     return be->ops->marks_read(be, n, sec);
+}
+
+int rn_backend_has_graphs(const rn_backend *be) {
+    return be->ops->capture_begin && be->ops->capture_end && be->ops->graph_launch && be->ops->graph_free;
+}
+
+int rn_backend_capture_begin(rn_backend *be) {
+    if (!rn_backend_has_graphs(be)) return rn_errorf(RN_ENOTSUP, "the %s backend has no graphs", be->ops->kind);
+    if (be->capturing) return rn_errorf(RN_EINVAL, "rn_backend_capture_begin: a capture is already open");
+    int rc = be->ops->capture_begin(be);
+    if (rc == RN_OK) be->capturing = 1;
+    return rc;
+}
+
+int rn_backend_capture_end(rn_backend *be, int keep, rn_graph **graph, int64_t *nodes) {
+    if (graph) *graph = NULL;
+    if (nodes) *nodes = 0;
+    if (!be->capturing) return rn_errorf(RN_EINVAL, "rn_backend_capture_end: no capture is open");
+    if (keep && !graph) return rn_errorf(RN_EINVAL, "rn_backend_capture_end: keep without a place for the graph");
+    be->capturing = 0;
+    int64_t n = 0;
+    rn_graph *g = NULL;
+    int rc = be->ops->capture_end(be, keep, keep ? &g : NULL, &n);
+    if (rc == RN_OK && keep) *graph = g;
+    if (rc == RN_OK && nodes) *nodes = n;
+    return rc;
+}
+
+int rn_backend_graph_launch(rn_backend *be, rn_graph *graph) {
+    if (!rn_backend_has_graphs(be)) return rn_errorf(RN_ENOTSUP, "the %s backend has no graphs", be->ops->kind);
+    if (!graph) return rn_errorf(RN_EINVAL, "rn_backend_graph_launch: no graph");
+    if (be->capturing) return rn_errorf(RN_EINVAL, "rn_backend_graph_launch: inside a capture");
+    int rc = be->ops->graph_launch(be, graph);
+    if (rc == RN_OK && be->opts.sync_each_op) rc = be->ops->sync(be);
+    return rc;
+}
+
+void rn_backend_graph_free(rn_backend *be, rn_graph *graph) {
+    if (graph && be->ops->graph_free) be->ops->graph_free(be, graph);
 }
 
 static int no_coll(const rn_backend *be) {
@@ -287,7 +343,8 @@ static int check_dtype(rn_backend *be, const char *op, int *dtype) {
 
 static int after(rn_backend *be, int rc) {
     if (rn_backend_is_host(be)) be->launches++; /* CUDA counts its own, finer */
-    if (rc == RN_OK && be->opts.sync_each_op) rc = be->ops->sync(be);
+    /* (a capture records the op: RN_SYNC=1 syncs after the graph's launch instead) */
+    if (rc == RN_OK && be->opts.sync_each_op && !be->capturing) rc = be->ops->sync(be);
     return rc;
 }
 

@@ -156,6 +156,7 @@ typedef struct {
     size_t coef_cap;
     double *xent_part; /* softmax_xent's per-row loss terms, xent_cap doubles */
     size_t xent_cap;
+    int64_t capture_launches; /* be->launches at rn_backend_capture_begin */
     cudaEvent_t *marks;  /* rn_backend_mark's timestamps on stream, nmarks created */
     int64_t nmarks;
     /* since mark 0: each async upload's start and end on copy (rn_backend_copy_spans) */
@@ -238,6 +239,9 @@ static int vec_ok(int64_t n, const void *a, const void *b = NULL, const void *c 
 
 static int cuda_alloc(rn_backend *be, size_t bytes, void **out) {
     void *p = NULL;
+    /* (a buffer grown on first use, inside a capture: the caller runs eagerly first) */
+    if (be->capturing)
+        return rn_errorf(RN_EINVAL, "cuda:%d: cudaMalloc(%zu bytes) inside a graph capture", CTX(be)->dev, bytes);
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -399,6 +403,70 @@ static int cuda_marks_read(rn_backend *be, int64_t n, double *sec) {
         sec[i] = 1e-3 * (double)ms;
     }
     return RN_OK;
+}
+
+/* ---- graphs (rn_backend_capture_begin): the compute stream's ops recorded and replayed ---- */
+
+struct rn_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+static int cuda_capture_begin(rn_backend *be) {
+    cuda_ctx *g = CTX(be);
+    /* thread-local: a call of this thread that is unsafe in a capture (a cudaMalloc, a
+       synchronising copy) fails, and invalidates the capture, instead of running out of
+       order; the loader's threads are not affected */
+    CU(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    g->capture_launches = be->launches;
+    return RN_OK;
+}
+
+static int cuda_capture_end(rn_backend *be, int keep, rn_graph **out, int64_t *nodes) {
+    cuda_ctx *g = CTX(be);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    be->launches = g->capture_launches; /* a capture launches nothing */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (graph) (void)cudaGraphDestroy(graph);
+        return rn_errorf(RN_EGPU, "cuda:%d: cudaStreamEndCapture: %s (a call inside the capture broke it)", g->dev,
+                         cudaGetErrorString(e));
+    }
+    if (!keep) {
+        FREED(cudaGraphDestroy(graph));
+        return RN_OK;
+    }
+    size_t n = 0;
+    e = cudaGraphGetNodes(graph, NULL, &n);
+    rn_graph *r = (rn_graph *)calloc(1, sizeof *r);
+    if (e == cudaSuccess && r) e = cudaGraphInstantiate(&r->exec, graph, 0);
+    if (e != cudaSuccess || !r) {
+        (void)cudaGetLastError();
+        free(r);
+        FREED(cudaGraphDestroy(graph));
+        if (e == cudaSuccess) return rn_errorf(RN_ENOMEM, "cuda: out of host memory for a graph");
+        return rn_errorf(RN_EGPU, "cuda:%d: instantiating a captured graph of %zu nodes: %s", g->dev, n,
+                         cudaGetErrorString(e));
+    }
+    r->graph = graph;
+    *out = r;
+    *nodes = (int64_t)n;
+    return RN_OK;
+}
+
+static int cuda_graph_launch(rn_backend *be, rn_graph *r) {
+    be->launches++;
+    CU(cudaGraphLaunch(r->exec, CTX(be)->stream));
+    return RN_OK;
+}
+
+static void cuda_graph_free(rn_backend *be, rn_graph *r) {
+    (void)be;
+    /* a launched graph may still run: destroying it is safe (CUDA keeps it until done) */
+    FREED(cudaGraphExecDestroy(r->exec));
+    FREED(cudaGraphDestroy(r->graph));
+    free(r);
 }
 
 /* ---- convolution (cuDNN) ---- */
@@ -620,6 +688,11 @@ static int conv_plan_get(rn_backend *be, const rn_conv_desc *d, int dirs, size_t
     }
     for (int dir = RN_CONV_FWD; dir <= RN_CONV_BWD_FILTER; dir <<= 1)
         if ((dirs & dir) && !(p->have & dir)) {
+            /* Find times the algorithms on memory it allocates: not inside a graph capture
+               (rn/replay.h runs a step eagerly before it captures it, so none is chosen there) */
+            if (be->capturing)
+                return rn_errorf(RN_EINVAL, "cuda:%d: a convolution's algorithm first chosen inside a graph capture",
+                                 g->dev);
             int rc = plan_choose(be, d, p, dir, held);
             if (rc != RN_OK) return rn_error_context(rc, "cuda:%d: choosing convolution algorithms", g->dev);
         }
@@ -2488,6 +2561,10 @@ static void fill_ops(rn_backend_ops *o) {
     o->cast = cuda_cast;
     o->nonfinite = cuda_nonfinite;
     o->ema_update = cuda_ema_update;
+    o->capture_begin = cuda_capture_begin;
+    o->capture_end = cuda_capture_end;
+    o->graph_launch = cuda_graph_launch;
+    o->graph_free = cuda_graph_free;
 #ifdef RN_HAVE_NCCL
     o->coll_id = cuda_coll_id;
     o->coll_init = cuda_coll_init;

@@ -92,6 +92,7 @@ struct rn_net {
     double gnorm;       /* the last step's gradient norm before clipping (NaN: not measured) */
     double *gsq;        /* one double, backend memory: rn_sumsq of the gradients */
     int freeze_bn;      /* training uses and keeps BN's running statistics */
+    int caller_counts;  /* rn_net_count_by_caller: training forwards leave tracked alone */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
     int pool_h, pool_w; /* its output size */
@@ -805,11 +806,10 @@ static int bn_fwd(rn_net *net, int ui, int train, const rn_bn_desc *bdp, const v
         if (net->gather) return sync_fwd(net, ui, &bd, z, gamma, beta, res, y);
         if (net->capture) {
             /* momentum 1 makes the "running" update the batch statistics themselves:
-               (1 - 1) * 0 + 1 * mean; rn_net_bn_replay applies them later */
+               (1 - 1) * 0 + 1 * mean; rn_net_bn_replay applies them later (num_batches_tracked
+               with them: count_batch counts no capturing forward) */
             bd.momentum = 1.0f;
             rm = net->capt + u->stat_off, rv = rm + net->spec.units[ui].cout;
-        } else {
-            u->tracked++;
         }
         return rn_bn_fwd_train(net->be, &bd, z, gamma, beta, res, y, u->save_mean, u->save_invstd, rm, rv,
                                u->reserve);
@@ -953,6 +953,18 @@ static int forward_infer(rn_net *net, int n) {
     return rc ? rc : head_fwd(net, n, B[xi]);
 }
 
+/* num_batches_tracked: one more batch for every BN layer whose running statistics a
+ * training forward updated (each layer's bn_fwd once per forward; synchronised BN counts
+ * in bn_update, a capture in rn_net_bn_replay) */
+void rn_net_count_batch(rn_net *net) {
+    if (net->mode != RN_NET_TRAIN || net->freeze_bn || net->gather || net->capture) return;
+    for (int i = 0; i < net->spec.nunits; i++) net->u[i].tracked++;
+}
+
+void rn_net_count_by_caller(rn_net *net, int on) { net->caller_counts = on != 0; }
+
+const void *rn_net_weights(const rn_net *net) { return net->params; }
+
 int rn_net_forward(rn_net *net, int n, int train) {
     if (n < 1 || n > net->max_batch)
         return rn_errorf(RN_EINVAL, "batch of %d images, the network was built for 1..%d", n, net->max_batch);
@@ -962,6 +974,7 @@ int rn_net_forward(rn_net *net, int n, int train) {
     /* a capture starts from zeros: the momentum-1 update keeps no trace of the last */
     int rc = net->capture ? rn_backend_zero(net->be, net->capt, sizeof(float) * (size_t)net->nstats) : RN_OK;
     if (rc || (rc = forward_train(net, n))) return rc;
+    if (!net->caller_counts) rn_net_count_batch(net);
     /* synchronised BN: every process makes the same update with the global statistics */
     return net->gather && !net->freeze_bn ? bn_update(net, net->hrun, 1) : RN_OK;
 }

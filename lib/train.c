@@ -14,6 +14,7 @@
 #include "rn/loader.h"
 #include "rn/net.h"
 #include "rn/prof.h"
+#include "rn/replay.h"
 #include "rn/report.h"
 #include "rn/runner.h"
 #include "rn/safetensors.h"
@@ -174,6 +175,14 @@ typedef struct {
     int ahead_rc;         /* taking it failed: the next step fails with this, and ahead_err */
     char ahead_err[1024];
     int64_t ahead_epoch, ahead_index; /* the loader's position before it: a checkpoint's */
+    /* --cuda-graphs: micro-batch k's forward and backward as graphs[k] (rn/replay.h),
+       reading its labels from glabels (the step's, copied there: the staging buffers
+       alternate) and leaving its loss and hits in gmet (accum floats, then accum int32),
+       copied into the metrics ring after the step's last; NULL: off */
+    rn_replay *graphs;
+    int32_t *glabels;
+    void *gmet;
+    int graphs_said;      /* a failed capture's note is printed */
 } run;
 
 /* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
@@ -275,6 +284,8 @@ static int gather_bn(void *dist, const void *mine, size_t bytes, void *all) {
 static int set_optimiser(run *t) {
     const rn_train_opts *o = t->o;
     int rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps);
+    /* a replayed forward counts its batch in train.c (run_micro) */
+    rn_net_count_by_caller(t->r.net, o->cuda_graphs);
     return rc ? rc : rn_net_set_clip(t->r.net, o->clip_grad_norm);
 }
 
@@ -455,6 +466,10 @@ static int setup(run *t) {
     t->dist = o->dist;
     t->world = rn_dist_world(o->dist);
     t->rank = rn_dist_rank(o->dist);
+    /* (rn-train refuses --cuda-graphs with --mixup, --cutmix and --profile) */
+    if (o->cuda_graphs && t->world > 1)
+        return rn_errorf(RN_EINVAL, "--cuda-graphs runs in one process: with %d, the gradient sum and BN's "
+                         "statistics are exchanged between the ops a graph would hold (drop --cuda-graphs)", t->world);
     if (o->batch % t->world) {
         int below = o->batch / t->world * t->world;
         return rn_errorf(RN_EINVAL,
@@ -484,6 +499,9 @@ static int setup(run *t) {
     if (o->seed_given || t->st.step == 0) t->st.seed = o->seed;
     int rc = rn_runner_open(&t->r, o->device, o->threads, &o->backend);
     if (rc) return rc;
+    if (o->cuda_graphs && !rn_backend_has_graphs(t->r.be))
+        return rn_errorf(RN_EINVAL, "--cuda-graphs needs a backend with graphs (--device cuda); this run is on %s",
+                         rn_backend_name(t->r.be));
     t->r.dist = o->dist;
     t->overlap = t->world > 1;
     /* --crop-schedule: this epoch's crop; the memory planned for the largest of the run */
@@ -508,6 +526,13 @@ static int setup(run *t) {
     if ((rc = rn_backend_alloc(t->r.be, mb, &t->metrics)))
         return rn_error_context(rc, "the train loss and top-1 of %d steps", t->ring);
     if (!(t->metrics_h = rn_malloc(mb))) return RN_ENOMEM;
+    if (o->cuda_graphs) {
+        if (!(t->graphs = rn_calloc((size_t)t->accum, sizeof *t->graphs))) return RN_ENOMEM;
+        if ((rc = rn_backend_alloc(t->r.be, sizeof(int32_t) * (size_t)t->accum * (size_t)t->micro,
+                                   (void **)&t->glabels)) ||
+            (rc = rn_backend_alloc(t->r.be, 2 * sizeof(float) * (size_t)t->accum, &t->gmet)))
+            return rn_error_context(rc, "--cuda-graphs' labels and losses");
+    }
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     setup_gpumon(t);
     return setup_report(t);
@@ -545,6 +570,11 @@ static int save(run *t) {
     return rn_ckpt_write(o->out, ck);
 }
 
+/* the graphs name the network's buffers: before it goes */
+static void graphs_reset(run *t) {
+    for (int k = 0; t->graphs && k < t->accum; k++) rn_replay_reset(&t->graphs[k], t->r.be);
+}
+
 static void finish(run *t) {
     drop_ahead(t);
     rn_gpumon_stop(t->mon);
@@ -555,6 +585,10 @@ static void finish(run *t) {
     free(t->all_stats);
     free(t->metrics_h);
     if (t->r.be) {
+        graphs_reset(t);
+        free(t->graphs);
+        rn_backend_free(t->r.be, t->glabels);
+        rn_backend_free(t->r.be, t->gmet);
         rn_backend_free(t->r.be, t->metrics);
         rn_backend_free(t->r.be, t->dpack);
         rn_backend_free(t->r.be, t->dscratch);
@@ -729,6 +763,59 @@ static void take_ahead(run *t, step_result *s) {
     }
 }
 
+/* --cuda-graphs: micro-batch k's forward, top-1 count and backward, the ops of its graph */
+typedef struct {
+    run *t;
+    int k, target;
+    float grad_scale;
+    double mix_weight;
+} micro_job;
+
+static int micro_ops(void *ctx) {
+    const micro_job *j = ctx;
+    run *t = j->t;
+    const int32_t *labels = t->glabels + (size_t)j->k * t->micro;
+    float *loss = (float *)t->gmet + j->k;
+    int32_t *hits = (int32_t *)((float *)t->gmet + t->accum) + j->k;
+    int rc = rn_net_forward(t->r.net, t->micro, 1);
+    if (rc == RN_OK)
+        rc = rn_top1_count(t->r.be, t->micro, t->ck->model->num_classes, rn_net_logits(t->r.net), labels, j->target,
+                           hits);
+    if (rc == RN_OK)
+        rc = rn_net_backward_dev(t->r.net, labels, t->micro, (float)t->o->label_smoothing, j->mix_weight,
+                                 j->grad_scale, j->k > 0, loss);
+    return rc;
+}
+
+/* Micro-batch k through graphs[k], keyed by everything its ops' pointers and scalars
+ * follow that can change in a run: the weights' buffer (the EMA swap) and the loss scale
+ * (and, to be safe, the mixing values, constant without mixing). BN's batch count is kept
+ * here, however the ops ran. */
+static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
+    micro_job j = {.t = t, .k = k, .target = top1_target(md), .grad_scale = grad_scale, .mix_weight = 1.0 - md->lambda};
+    struct {
+        const void *weights;
+        double mix_weight;
+        float grad_scale;
+        int target;
+    } key;
+    memset(&key, 0, sizeof key); /* (its padding too: the key is compared as bytes) */
+    key.weights = rn_net_weights(t->r.net);
+    key.mix_weight = j.mix_weight;
+    key.grad_scale = grad_scale;
+    key.target = j.target;
+    rn_replay *r = &t->graphs[k];
+    int rc = rn_replay_run(r, t->r.be, &key, sizeof key, micro_ops, &j, NULL);
+    if (rc == RN_OK) rn_net_count_batch(t->r.net);
+    if (r->off && !t->graphs_said) {
+        t->graphs_said = 1;
+        if (t->o->progress)
+            fprintf(t->o->progress, "rn-train: note: --cuda-graphs: micro-batch %d of the step could not be captured "
+                    "(%s); it runs without a graph from now on (the same results, more launches)\n", k, r->why);
+    }
+    return rc;
+}
+
 /* Forward and backward over the micro-batches of the next batch (the first step of the
  * run also dumps its gradients when asked); then, unless this step ends an epoch or the
  * run (last_of_run), the next step's batch is taken ahead. */
@@ -758,6 +845,9 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     /* this step's slots of the ring: its micro-batches' losses, then their hits */
     float *loss_d = (float *)t->metrics + (size_t)t->npend * t->accum;
     int32_t *hits_d = (int32_t *)((float *)t->metrics + (size_t)t->ring * t->accum) + (size_t)t->npend * t->accum;
+    /* --cuda-graphs: the labels where the graphs read them */
+    if (t->graphs)
+        rc = rn_backend_copy(t->r.be, t->glabels, t->r.labels, sizeof(int32_t) * (size_t)t->accum * (size_t)t->micro);
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         /* the mixing unit is the micro-batch; its draws are keyed by its index in the whole
            batch, so ranks and --accum slice the same units the same way */
@@ -766,8 +856,13 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
         if (k < 8) mix[k] = md;
         t0 = tbeg(t, "input");
         if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
-                       rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))) ||
-            (rc = rn_net_forward(t->r.net, t->micro, 1)) ||
+                       rn_runner_input_mix(&t->r, &b, k * t->micro, t->micro, &md))))
+            break;
+        if (t->graphs) {
+            rc = run_micro(t, k, &md, grad_scale);
+            continue;
+        }
+        if ((rc = rn_net_forward(t->r.net, t->micro, 1)) ||
             (t->stats && (rc = rn_net_bn_captured(t->r.net, t->stats + (size_t)k * t->nstats))) ||
             (rc = rn_top1_count(t->r.be, t->micro, t->ck->model->num_classes, rn_net_logits(t->r.net),
                                 t->r.labels + (size_t)k * t->micro, top1_target(&md), hits_d + k)))
@@ -785,6 +880,9 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
                                  1.0 - md.lambda, grad_scale, k > 0, loss_d + k);
         if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
     }
+    /* --cuda-graphs: the losses and hits into the ring, where flush reads them */
+    if (rc == RN_OK && t->graphs && (rc = rn_backend_copy(t->r.be, loss_d, t->gmet, sizeof(float) * t->accum)) == RN_OK)
+        rc = rn_backend_copy(t->r.be, hits_d, (float *)t->gmet + t->accum, sizeof(int32_t) * t->accum);
     if (rc == RN_OK && t->npend++ == 0) t->pend_step = t->st.step;
     s->seen = (int64_t)t->steps * t->micro;
     s->last = b.last;
@@ -927,6 +1025,7 @@ static int set_crop(run *t, int c, int loader) {
         if (t->ema && (rc = rn_net_ema_store(t->r.net, t->ck))) return rc;
         rn_resnet spec;
         if ((rc = rn_ckpt_net(t->ck, &spec))) return rc;
+        graphs_reset(t);
         rn_net_destroy(t->r.net);
         t->r.net = NULL;
         int mode = RN_NET_TRAIN | (t->r.recompute ? RN_NET_RECOMPUTE : 0);

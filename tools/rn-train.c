@@ -118,6 +118,11 @@ static void usage(FILE *f) {
             "      --deterministic     GPU: deterministic convolution algorithms, chosen the same\n"
             "                          way in every process, so a run repeats bit for bit (the\n"
             "                          CPU backend always does); may be slower\n"
+            "      --cuda-graphs       GPU: each micro-batch's forward and backward captured as a\n"
+            "                          CUDA graph and replayed as one launch (the same results,\n"
+            "                          hundreds fewer launches per step; the first step of each\n"
+            "                          loss scale runs uncaptured). One process; not with\n"
+            "                          --mixup/--cutmix or --profile\n"
             "Many processes (started by mpirun or srun --mpi=pmix; one per GPU):\n"
             "  -b/--batch stays the global batch of one step: each of P processes computes\n"
             "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
@@ -355,6 +360,14 @@ static int check_flags(const rn_train_opts *o, const char *in, int print_lr, int
     if (o->lr.schedule == RN_LR_POLY && o->lr.lr_end > o->lr.lr)
         return rn_errorf(RN_EINVAL, "--lr-end %g is above --lr %g: poly decays from --lr down to --lr-end",
                          o->lr.lr_end, o->lr.lr);
+    /* a graph replays its ops with the pointers and scalars it was captured with, and no
+       host code between them */
+    if (o->cuda_graphs && (o->mix.mixup > 0 || o->mix.cutmix > 0))
+        return rn_errorf(RN_EINVAL, "--cuda-graphs with --mixup or --cutmix: the mixing weight changes the loss "
+                                    "every step, and a graph replays the values it was captured with (drop one)");
+    if (o->cuda_graphs && o->profile)
+        return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile: the profile times each op, a graph runs them as "
+                                    "one launch (profile without --cuda-graphs)");
     if (o->amp != RN_F32 && strcmp(o->device, "cpu") == 0)
         return rn_errorf(RN_EINVAL, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32",
                          rn_amp_name(o->amp));
@@ -368,7 +381,7 @@ enum {
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
-    O_NOWDNORM, O_LRMIN, O_CLIP
+    O_NOWDNORM, O_LRMIN, O_CLIP, O_GRAPHS
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -488,6 +501,7 @@ int main(int argc, char **argv) {
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
         {"no-wd-norm", no_argument, 0, O_NOWDNORM}, {"clip-grad-norm", required_argument, 0, O_CLIP},
         {"freeze-bn", no_argument, 0, O_FREEZEBN}, {"recompute", required_argument, 0, O_RECOMPUTE},
+        {"cuda-graphs", no_argument, 0, O_GRAPHS},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
         {"lr-step", required_argument, 0, O_LRSTEP}, {"lr-gamma", required_argument, 0, O_GAMMA},
         {"lr-milestones", required_argument, 0, O_MILES}, {"lr-epochs", required_argument, 0, O_LREPOCHS},
@@ -625,6 +639,7 @@ int main(int argc, char **argv) {
         case O_NOWDNORM: o.wd_mode = RN_WD_NO_NORM; break;
         case O_CLIP: rc = rn_cli_float("--clip-grad-norm", optarg, 1e-12, 1e12, &o.clip_grad_norm); break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
+        case O_GRAPHS: o.cuda_graphs = 1; break;
         case O_SYNCBN: o.sync_bn = 1; break;
         case O_EMADECAY: rc = rn_cli_float("--ema-decay", optarg, 0, 1, &o.ema_decay); break;
         case O_EMAEVERY: rc = rn_cli_int("--ema-every", optarg, 1, 1 << 30, &o.ema_every); break;

@@ -181,6 +181,25 @@ int rn_backend_marks_read(rn_backend *be, int64_t n, double *sec);
  * backend without a copy stream: the CPU), RN_EGPU. */
 int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
 
+/* Graphs (CUDA graphs; rn/replay.h decides when to use them). rn_backend_capture_begin
+ * makes the ops issued on this context record into a graph instead of running;
+ * rn_backend_capture_end stops recording and, when keep is set and the recording holds,
+ * makes it a graph (*nodes: the kernels, copies and memsets in it) that
+ * rn_backend_graph_launch runs again, as one launch, with the same pointers and scalars;
+ * rn_backend_graph_free frees it (NULL: a no-op). Between begin and end only device-side
+ * ops: an upload, download, sync, alloc or free fails, and so does an op that would
+ * allocate (a shape not met before). Every begin must be ended, after a failure too
+ * (keep 0). rn_backend_has_graphs says whether the backend has them (CUDA: yes; CPU: no,
+ * and begin fails with RN_ENOTSUP). Errors: RN_ENOTSUP, RN_EINVAL (begin while
+ * capturing, end or launch without), RN_EGPU (the capture failed: its message says which
+ * call broke it), RN_ENOMEM. */
+typedef struct rn_graph rn_graph;
+int rn_backend_has_graphs(const rn_backend *be);
+int rn_backend_capture_begin(rn_backend *be);
+int rn_backend_capture_end(rn_backend *be, int keep, rn_graph **graph, int64_t *nodes);
+int rn_backend_graph_launch(rn_backend *be, rn_graph *graph);
+void rn_backend_graph_free(rn_backend *be, rn_graph *graph);
+
 /* Memory for planning (rn_net_plan, --micro-batch auto): *free_bytes the device has free
  * now and *total_bytes its size. CUDA: cudaMemGetInfo. CPU: the memory this process can
  * still use: MemAvailable, or the cgroup's memory.max less its usage when that is lower,

@@ -137,6 +137,12 @@ typedef struct rn_backend_ops {
     /* optional, with marks: the async uploads since mark 0 on the copy stream
      * (rn_backend_copy_spans) */
     int (*copy_spans)(rn_backend *be, int64_t cap, double *t0, double *t1, int64_t *n);
+    /* optional (NULL: none): graphs (rn_backend_capture_begin); capture_end's graph is
+     * NULL when keep is 0 */
+    int (*capture_begin)(rn_backend *be);
+    int (*capture_end)(rn_backend *be, int keep, rn_graph **graph, int64_t *nodes);
+    int (*graph_launch)(rn_backend *be, rn_graph *graph);
+    void (*graph_free)(rn_backend *be, rn_graph *graph);
     /* NULL: coll_sum (blocking) and nothing to join */
     int (*coll_sum_async)(rn_backend *be, float *x, float *scratch, int64_t n);
     int (*coll_join)(rn_backend *be);
@@ -153,6 +159,7 @@ struct rn_backend {
     size_t mem_held;       /* CPU: bytes rn_backend_alloc holds, counted under mem_cap */
     char name[640];        /* rn_backend_name() */
     int64_t launches;      /* rn_backend_launches() */
+    int capturing;         /* between rn_backend_capture_begin and _end */
 };
 
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads and be->opts

@@ -113,6 +113,17 @@ int rn_net_dtype(const rn_net *net);
  * uses batch statistics and updates its running statistics, and activations are kept
  * for rn_net_backward. train == 0: running statistics, nothing kept. */
 int rn_net_forward(rn_net *net, int n, int train);
+/* Graph replays (rn/replay.h) run a training forward's device work without its host
+ * side. With rn_net_count_by_caller(net, 1) a training forward leaves the BN layers'
+ * num_batches_tracked alone and the caller adds one batch with rn_net_count_batch for
+ * each training forward, however it ran (eagerly, captured or replayed); a frozen,
+ * synchronised or capturing (rn_net_bn_capture) net counts nothing there, as its
+ * forwards count nothing. rn_net_weights: the buffer the layers read the weights from
+ * now (rn_net_ema_swap exchanges it and the BN statistics' for the average's): part of a
+ * replay's key. */
+void rn_net_count_by_caller(rn_net *net, int on);
+void rn_net_count_batch(rn_net *net);
+const void *rn_net_weights(const rn_net *net);
 /* The logits of the last forward: (n, classes) fp32 in backend memory. */
 const float *rn_net_logits(const rn_net *net);
 

@@ -1,0 +1,295 @@
+/* Graph replays (rn/replay.h, lib/replay.c) and the graph calls of rn/backend.h, on the
+ * CPU: the CPU backend has no graphs, so a test backend does what a CUDA capture does
+ * with its copies (recorded while capturing, run again at each launch) and can be told to
+ * fail a capture. Checks: eager the first time a key is met, captured the second, then
+ * replayed without calling the work (the replay copies what the buffers hold now); a new
+ * key runs eagerly again and frees the old graph; a capture that fails (the work's error
+ * inside it, the backend's at its end, a download inside it) turns graphs off, says why,
+ * runs the work eagerly and ends the capture; a backend without graphs always runs
+ * eagerly; the calls' own refusals. And rn_net_count_by_caller: a net whose caller counts
+ * its batches with rn_net_count_batch ends with the checkpoint of one that counts them
+ * itself, for plain and frozen BN. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rn/backend_impl.h"
+#include "rn/ckpt.h"
+#include "rn/err.h"
+#include "rn/loader.h"
+#include "rn/net.h"
+#include "rn/replay.h"
+#include "rn/resnet.h"
+#include "rn/tensor.h"
+
+/* ---- a backend with graphs: the CPU's ops, its copies recordable ---- */
+
+enum { MAXREC = 8 };
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} rec_copy;
+
+struct rn_graph {
+    rec_copy ops[MAXREC];
+    int n;
+};
+
+static const rn_backend_ops *cpu;
+static rn_backend_ops fake;
+static rec_copy recorded[MAXREC];
+static int nrecorded, capturing_now, fail_end, begins, ends, launches, frees;
+
+static int fake_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!capturing_now) return cpu->copy(be, dst, src, bytes);
+    if (nrecorded == MAXREC) return rn_errorf(RN_EINVAL, "fake: more than %d copies in a capture", MAXREC);
+    recorded[nrecorded++] = (rec_copy){dst, src, bytes};
+    return RN_OK;
+}
+
+static int fake_begin(rn_backend *be) {
+    (void)be;
+    begins++;
+    capturing_now = 1;
+    nrecorded = 0;
+    return RN_OK;
+}
+
+static int fake_end(rn_backend *be, int keep, rn_graph **out, int64_t *nodes) {
+    (void)be;
+    ends++;
+    capturing_now = 0;
+    if (fail_end) return rn_errorf(RN_EGPU, "fake: the capture was invalidated");
+    if (!keep) return RN_OK;
+    rn_graph *g = calloc(1, sizeof *g);
+    if (!g) return RN_ENOMEM;
+    memcpy(g->ops, recorded, sizeof recorded);
+    g->n = nrecorded;
+    *out = g;
+    *nodes = nrecorded;
+    return RN_OK;
+}
+
+static int fake_launch(rn_backend *be, rn_graph *g) {
+    launches++;
+    for (int i = 0; i < g->n; i++) {
+        int rc = cpu->copy(be, g->ops[i].dst, g->ops[i].src, g->ops[i].bytes);
+        if (rc) return rc;
+    }
+    return RN_OK;
+}
+
+static void fake_free(rn_backend *be, rn_graph *g) {
+    (void)be;
+    frees++;
+    free(g);
+}
+
+/* ---- the work: copy src to dst; host calls counted ---- */
+
+typedef struct {
+    rn_backend *be;
+    float src[4], dst[4];
+    int calls;
+    int fail_in_capture; /* 1: an error of its own inside a capture; 2: a download there
+                            (refused there); 3: an error every time */
+} work;
+
+static int do_work(void *ctx) {
+    work *w = ctx;
+    w->calls++;
+    if (w->fail_in_capture == 1 && w->be->capturing) return rn_errorf(RN_EINVAL, "the work fails in a capture");
+    if (w->fail_in_capture == 3) return rn_errorf(RN_EIO, "the work fails");
+    if (w->fail_in_capture == 2) {
+        float host = 0;
+        int rc = rn_backend_download(w->be, &host, w->src, sizeof host);
+        if (rc) return rc;
+    }
+    return rn_backend_copy(w->be, w->dst, w->src, sizeof w->src);
+}
+
+static void set_src(work *w, float v) {
+    for (int i = 0; i < 4; i++) w->src[i] = v + (float)i;
+}
+
+static int copied(const work *w) { return memcmp(w->src, w->dst, sizeof w->src) == 0; }
+
+static void test_replay(void) {
+    rn_backend *be = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    if (!be) return;
+    CHECK(!rn_backend_has_graphs(be), "the CPU backend has no graphs");
+    CHECK(rn_backend_capture_begin(be) == RN_ENOTSUP, "capture_begin on the CPU: RN_ENOTSUP");
+    /* the same work on the plain CPU backend: eager every time */
+    work w = {.be = be};
+    rn_replay r = {0};
+    for (int i = 0; i < 3; i++) {
+        int how = -1;
+        set_src(&w, 10.0f * (float)i);
+        CHECK_OK(rn_replay_run(&r, be, "k", 1, do_work, &w, &how));
+        CHECK(how == RN_REPLAY_EAGER && copied(&w), "no graphs: run %d eager (how %d)", i + 1, how);
+    }
+    CHECK(w.calls == 3 && r.eager == 3 && !r.graph && !r.off, "no graphs: 3 eager runs, %d calls", w.calls);
+    rn_replay_reset(&r, be);
+
+    cpu = be->ops;
+    fake = *cpu;
+    fake.copy = fake_copy;
+    fake.capture_begin = fake_begin;
+    fake.capture_end = fake_end;
+    fake.graph_launch = fake_launch;
+    fake.graph_free = fake_free;
+    be->ops = &fake;
+    CHECK(rn_backend_has_graphs(be), "the test backend has graphs");
+    CHECK(rn_backend_capture_end(be, 0, NULL, NULL) == RN_EINVAL, "capture_end without a capture: RN_EINVAL");
+    CHECK(rn_backend_graph_launch(be, NULL) == RN_EINVAL, "launch of no graph: RN_EINVAL");
+    CHECK_OK(rn_backend_capture_begin(be));
+    CHECK(rn_backend_capture_begin(be) == RN_EINVAL, "a second capture_begin: RN_EINVAL");
+    float host = 0;
+    CHECK(rn_backend_download(be, &host, w.src, sizeof host) == RN_EINVAL &&
+              strstr(rn_last_error(), "while a graph is being captured"),
+          "a download inside a capture is refused by name: %s", rn_last_error());
+    CHECK(rn_backend_sync(be) == RN_EINVAL, "a sync inside a capture is refused");
+    CHECK_OK(rn_backend_capture_end(be, 0, NULL, NULL));
+    CHECK(!be->capturing && begins == 1 && ends == 1, "the capture ended");
+
+    /* key A: eager, captured, replayed */
+    w = (work){.be = be};
+    r = (rn_replay){0};
+    int how = -1;
+    set_src(&w, 1);
+    CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_EAGER && w.calls == 1 && copied(&w) && begins == 1, "key A, run 1: eager (how %d)", how);
+    set_src(&w, 2);
+    CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_CAPTURED && w.calls == 2 && begins == 2 && launches == 1 && r.nodes == 1,
+          "key A, run 2: captured and launched (how %d, %lld nodes)", how, (long long)r.nodes);
+    CHECK(copied(&w), "the captured run's copy was done by its launch");
+    for (int i = 3; i <= 5; i++) {
+        set_src(&w, (float)i);
+        CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+        CHECK(how == RN_REPLAY_REPLAYED && w.calls == 2 && copied(&w), "key A, run %d: replayed (how %d, %d calls)",
+              i, how, w.calls);
+    }
+    CHECK(r.eager == 1 && r.captures == 1 && r.replays == 3 && launches == 4 && begins == 2, "counts: %lld %lld %lld",
+          (long long)r.eager, (long long)r.captures, (long long)r.replays);
+    /* key B: eager again (the old graph freed), then captured */
+    set_src(&w, 6);
+    CHECK_OK(rn_replay_run(&r, be, "B", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_EAGER && frees == 1 && !r.graph && copied(&w), "key B: eager, A's graph freed");
+    set_src(&w, 7);
+    CHECK_OK(rn_replay_run(&r, be, "B", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_CAPTURED && copied(&w), "key B, run 2: captured");
+    /* a key of another length is another key */
+    CHECK_OK(rn_replay_run(&r, be, "BB", 2, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_EAGER && frees == 2, "key BB after B: eager");
+    unsigned char big[RN_REPLAY_KEY + 1] = {0};
+    CHECK(rn_replay_run(&r, be, big, sizeof big, do_work, &w, &how) == RN_EINVAL, "an oversized key: RN_EINVAL");
+    rn_replay_reset(&r, be);
+    CHECK(frees == 2 && !r.graph, "reset without a graph frees nothing");
+
+    /* captures that fail: the work's error, the backend's, a download inside */
+    for (int mode = 0; mode < 3; mode++) {
+        w = (work){.be = be, .fail_in_capture = mode == 0 ? 1 : mode == 2 ? 2 : 0};
+        r = (rn_replay){0};
+        fail_end = mode == 1;
+        int e0 = ends;
+        set_src(&w, 20);
+        CHECK_OK(rn_replay_run(&r, be, "C", 1, do_work, &w, &how));
+        set_src(&w, 21);
+        CHECK_OK(rn_replay_run(&r, be, "C", 1, do_work, &w, &how));
+        CHECK(how == RN_REPLAY_EAGER && r.off && copied(&w) && w.calls == 3,
+              "failure %d: the run after the failed capture is eager (how %d, %d calls)", mode, how, w.calls);
+        CHECK(ends == e0 + 1 && !be->capturing && !r.graph, "failure %d: the capture was ended", mode);
+        const char *want = mode == 0 ? "the work fails in a capture"
+                           : mode == 1 ? "invalidated"
+                                       : "while a graph is being captured";
+        CHECK(strstr(r.why, want) != NULL, "failure %d: why says '%s': %s", mode, want, r.why);
+        int b0 = begins;
+        set_src(&w, 22);
+        CHECK_OK(rn_replay_run(&r, be, "C", 1, do_work, &w, &how));
+        CHECK(how == RN_REPLAY_EAGER && begins == b0 && copied(&w), "failure %d: off for good", mode);
+    }
+    fail_end = 0;
+    /* an eager error is the caller's */
+    w = (work){.be = be, .fail_in_capture = 3};
+    r = (rn_replay){0};
+    CHECK(rn_replay_run(&r, be, "D", 1, do_work, &w, &how) == RN_EIO && !r.seen && !r.off,
+          "an eager failure is returned");
+    be->ops = cpu;
+    rn_backend_destroy(be);
+}
+
+/* ---- rn_net_count_by_caller ---- */
+
+enum { BATCH = 4, SIZE = 32, CLASSES = 3 };
+
+static int64_t tracked(const rn_ckpt *c, const char *name) {
+    const rn_ptensor *t = rn_ckpt_find(c, name);
+    int64_t v = -1;
+    if (t && t->data.len == sizeof v) memcpy(&v, t->data.data, sizeof v);
+    return v;
+}
+
+static void test_count(int frozen) {
+    rn_resnet spec;
+    rn_ckpt *init = NULL, *c[3] = {NULL, NULL, NULL};
+    rn_backend *be = NULL;
+    rn_net *net[3] = {NULL, NULL, NULL};
+    static uint8_t px[BATCH * SIZE * SIZE * 3];
+    int32_t labels[BATCH] = {0, 1, 2, 0};
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 37 + 11);
+    CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
+    CHECK_OK(rn_ckpt_new(&spec, &init));
+    if (!init) return;
+    CHECK_OK(rn_ckpt_init(init, &spec, 3, 0));
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    if (!be) goto out;
+    /* 0 counts itself; 1 is counted by its caller; 2 says the caller counts and is not counted */
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(rn_net_create(be, &spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
+        if (!net[i]) goto out;
+        CHECK_OK(rn_net_load(net[i], init));
+        rn_net_freeze_bn(net[i], frozen);
+        rn_net_count_by_caller(net[i], i > 0);
+        for (int s = 0; s < 3; s++) {
+            float loss = 0;
+            CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN,
+                                        RN_IMAGENET_STD, rn_net_input(net[i])));
+            CHECK_OK(rn_net_forward(net[i], BATCH, 1));
+            if (i == 1) rn_net_count_batch(net[i]);
+            CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
+            CHECK_OK(rn_net_step(net[i], NULL, 0.01f, 0.9f, 0, 0, 0, NULL));
+        }
+        CHECK_OK(rn_ckpt_new(&spec, &c[i]));
+        if (!c[i]) goto out;
+        CHECK_OK(rn_net_store(net[i], c[i]));
+    }
+    const char *bn = "layer2.0.bn1.num_batches_tracked";
+    int64_t want = frozen ? 0 : 3;
+    CHECK(tracked(c[0], bn) == want, "%s: %s %lld, want %lld", frozen ? "frozen" : "plain", bn,
+          (long long)tracked(c[0], bn), (long long)want);
+    for (size_t i = 0; i < c[0]->n_buffers; i++) {
+        const rn_ptensor *a = c[0]->buffers[i], *b = c[1]->buffers[i];
+        CHECK(a->data.len == b->data.len && memcmp(a->data.data, b->data.data, a->data.len) == 0,
+              "%s: buffer %s differs between counting itself and counted by its caller", frozen ? "frozen" : "plain",
+              a->name);
+    }
+    CHECK(tracked(c[2], bn) == 0, "%s: the uncounted net's %s: %lld", frozen ? "frozen" : "plain", bn,
+          (long long)tracked(c[2], bn));
+out:
+    for (int i = 0; i < 3; i++) {
+        rn_net_destroy(net[i]);
+        rn_ckpt_free(c[i]);
+    }
+    rn_ckpt_free(init);
+    rn_backend_destroy(be);
+}
+
+int main(void) {
+    test_replay();
+    test_count(0);
+    test_count(1);
+    return check_done("test_replay");
+}
