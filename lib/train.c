@@ -816,6 +816,20 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     return rc;
 }
 
+/* --cuda-graphs' line at the end of a run: how the micro-batches ran */
+static void graphs_summary(const run *t) {
+    int64_t e = 0, c = 0, r = 0, nodes = 0;
+    for (int k = 0; k < t->accum; k++) {
+        const rn_replay *g = &t->graphs[k];
+        e += g->eager, c += g->captures, r += g->replays;
+        if (g->nodes > nodes) nodes = g->nodes;
+    }
+    fprintf(t->o->progress, "rn-train: --cuda-graphs: %lld micro-batches replayed, %lld captured, %lld run without "
+            "a graph", (long long)r, (long long)c, (long long)e);
+    if (nodes) fprintf(t->o->progress, "; a graph holds %lld launches", (long long)nodes);
+    fputc('\n', t->o->progress);
+}
+
 /* Forward and backward over the micro-batches of the next batch (the first step of the
  * run also dumps its gradients when asked); then, unless this step ends an epoch or the
  * run (last_of_run), the next step's batch is taken ahead. */
@@ -1191,6 +1205,7 @@ int rn_train(const rn_train_opts *o, rn_ckpt *ck) {
     rn_report_end(&t.rep, w->steps);
     if (!passes && ep->steps) first_pass = last_pass = ep->loss / ep->steps; /* not one whole pass */
     rc = t.prof ? write_profile(&t) : save(&t);
+    if (rc == RN_OK && t.graphs && t.rank == 0 && o->progress) graphs_summary(&t);
     if (rc == RN_OK && o->overfit_batches && t.rank == 0 && o->progress && !isnan(last_pass)) {
         char verdict[512];
         rn_train_overfit_verdict(first_pass, last_pass, passes, run_steps, t.spe, verdict, sizeof verdict);

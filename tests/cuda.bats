@@ -49,6 +49,26 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     if cuda_build; then [[ "$stderr" == *"(auto: no usable GPU)"* ]]; fi
 }
 
+@test "--cuda-graphs without a backend with graphs: refused by name, exit 1, no checkpoint" {
+    run --separate-stderr rn-train $T --out graphs.pb --cuda-graphs
+    assert_failure 1
+    [[ "$stderr" == *"--cuda-graphs needs a backend with graphs (--device cuda); this run is on cpu"* ]]
+    [ ! -e graphs.pb ]
+}
+
+@test "--cuda-graphs with --mixup, --cutmix or --profile: exit 2, saying why" {
+    for f in "--mixup 0.2" "--cutmix 1.0"; do
+        run --separate-stderr rn-train $T --out graphs.pb --cuda-graphs $f
+        assert_failure 2
+        [[ "$stderr" == *"--cuda-graphs with --mixup or --cutmix: the mixing weight changes the loss every step"* ]]
+    done
+    run --separate-stderr rn-train --data train.lmdb --in init.pb --batch 8 --crop 32 --out graphs.pb --cuda-graphs \
+        --profile prof.txt
+    assert_failure 2
+    [[ "$stderr" == *"--cuda-graphs with --profile: the profile times each op"* ]]
+    [ ! -e graphs.pb ]
+}
+
 @test "test_cuda_ops skips cleanly without a GPU" {
     run "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/tests/test_cuda_ops"
     assert_success
@@ -80,7 +100,9 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     n='[0-9]+(\.[0-9]+)?'
     # the backend variants, each against the default (fp32 here; fp16 on a GPU)
     [[ "$stderr" =~ "rn fp32 with RN_CUDA_BN=cudnn: img/s="$n" against "$n" by default: ratio "$n ]]
-    [[ "$stderr" =~ "rn fp32 with RN_CUDA_STEM=plain: img/s="$n" against "$n" by default: ratio "$n ]]
+    [[ "$stderr" =~ "rn fp32 with RN_CUDA_STEM=plain: img/s="$n" against "$n" by default: ratio "$n"; launches per step "$n" against "$n ]]
+    # no graphs on the CPU: the graph variant says so
+    [[ "$stderr" == *"rn fp32 with RN_BENCH_CUDA_GRAPHS=1: not run: RN_BENCH_CUDA_GRAPHS=1: the cpu"*"backend has no graphs"* ]]
     assert_line --regexp "^gpu-train-fp32: rn=$n peer=$n ratio=$n\$"
     assert_line --regexp "^gpu-train-loader-fp32: rn=$n peer=$n ratio=$n\$"
     # the stand-in's 87% busy, and its 1 GiB more in use once the run started

@@ -155,6 +155,13 @@ for l in open(sys.argv[1]):
     [ ! -e x.pb ]
 }
 
+@test "--cuda-graphs on 2 ranks is refused: graphs run in one process" {
+    run $MPI -np 2 rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1 --cuda-graphs
+    assert_failure
+    assert_output --partial "--cuda-graphs runs in one process: with 2"
+    [ ! -e x.pb ]
+}
+
 @test "SIGUSR1 to mpirun: every rank stops at one step, rank 0 saves once, resuming continues exactly" {
     rm -f sig.pb
     $MPI -np 2 rn-train --data train.lmdb --in init.pb --out sig.pb $A --batch 8 --epochs 50 2> sig.err &

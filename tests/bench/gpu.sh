@@ -30,9 +30,10 @@
 # with one: "gpu-train-ddp: skipped: 1 GPU visible, scaling needs 2 or more" for step 3.
 # Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
 # _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
-# _LOADER_PRECISIONS ("fp32 fp16"), _VARIANTS ("RN_CUDA_BN=cudnn RN_CUDA_STEM=plain": rn's
-# synthetic fp16 run again with each setting, noted as img/s against its default; the dry
-# run's in fp32; empty: none), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
+# _LOADER_PRECISIONS ("fp32 fp16"), _VARIANTS ("RN_CUDA_BN=cudnn RN_CUDA_STEM=plain
+# RN_BENCH_CUDA_GRAPHS=1": rn's synthetic fp16 run again with each setting, noted as img/s
+# and launches per step against its default; the last replays each step's forward and
+# backward as a CUDA graph, as rn-train --cuda-graphs; the dry run's in fp32; empty: none), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
 # for fp32 convolutions and GEMMs in both, PyTorch's cuDNN default), _LIMIT (300 s per
 # run), _DIR (data and raw outputs: $BUILD/bench-gpu), _DEVICE (cuda; NVML samples GPU 0),
 # _DDP_N (the Ns of step 3), _DDP_WORKERS (per process), _DDP_PRECISION (fp16),
@@ -68,7 +69,7 @@ CLASSES=${BENCH_GPU_CLASSES:-${d[8]}}
 WORKERS=${BENCH_GPU_WORKERS:-${d[9]}} # rn-train's loader threads, the DataLoader's processes
 PRECISIONS=${BENCH_GPU_PRECISIONS:-fp32 fp16 bf16}
 LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp32 fp16} # empty: no loader runs
-VARIANTS=${BENCH_GPU_VARIANTS-RN_CUDA_BN=cudnn RN_CUDA_STEM=plain} # rn's VP step again under each
+VARIANTS=${BENCH_GPU_VARIANTS-RN_CUDA_BN=cudnn RN_CUDA_STEM=plain RN_BENCH_CUDA_GRAPHS=1} # rn's VP step again under each
 VP=$([ "$DRY" = 1 ] && echo fp32 || echo fp16) # (the dry run's CPU backend has fp32 only)
 TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
 LIMIT=${BENCH_GPU_LIMIT:-300}         # seconds per run
@@ -185,7 +186,10 @@ for v in $VARIANTS; do
     rc=$?
     if [ $rc = 0 ]; then
         a=$(field img/s <"$f.txt") b=$(field img/s <<<"${R[$VP]}")
-        note "rn $VP with $v: img/s=${a:--} against ${b:--} by default: ratio $(ratio "${a:--}" "${b:--}")"
+        la=$(field launches_per_step <"$f.txt") lb=$(field launches_per_step <<<"${R[$VP]}")
+        note "rn $VP with $v: img/s=${a:--} against ${b:--} by default: ratio $(ratio "${a:--}" "${b:--}"); launches per step ${la:--} against ${lb:--}"
+    elif [ $rc = 3 ]; then
+        note "rn $VP with $v: not run: $(sed -n 's/^bench_gpu_step: //p' "$f.err" | tail -n 1)"
     else
         failed=1
         note "rn $VP with $v: FAILED (exit $rc): $(tail -n 3 "$f.err")"

@@ -19,7 +19,10 @@
  * batch): fp16 backward of the loss times a GradScaler scale, the inf/NaN check, then the
  * unscaling SGD step or its skip, and the scale's update; bf16 plain SGD, no scale.
  * Exit 3 with "<precision>: AMP needs a GPU: ..." where the backend does not compute in
- * that type. DEVICE "cpu" runs the same code on the CPU (a check of this program only). */
+ * that type. DEVICE "cpu" runs the same code on the CPU (a check of this program only).
+ * RN_BENCH_CUDA_GRAPHS=1: the forward, top-1 count and backward of each step through a
+ * graph replay (rn/replay.h), as rn-train --cuda-graphs runs them (exit 3 where the
+ * backend has no graphs). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@
 #include "rn/err.h"
 #include "rn/loader.h"
 #include "rn/net.h"
+#include "rn/replay.h"
 #include "rn/rng.h"
 #include "rn/scaler.h"
 #include "rn/tensor.h"
@@ -89,14 +93,38 @@ typedef struct {
     const int32_t *labels; /* (batch) in device memory */
     float *loss;     /* device memory: step s's loss at s (read after the steps, as rn-train reads them) */
     int32_t *hits;   /* device memory: step s's train top-1 hits at s */
+    rn_replay *graph; /* RN_BENCH_CUDA_GRAPHS=1: the replay; NULL: eager */
+    float *gloss;    /* with graph: the replayed step's loss, then its hits */
+    int batch;
+    float grad_scale;
 } stepper;
+
+/* the step's ops up to its optimiser step; with a graph, into gloss (a fixed place) */
+static int step_ops(void *ctx) {
+    stepper *st = ctx;
+    float *loss = st->gloss;
+    int32_t *hits = (int32_t *)(st->gloss + 1);
+    int rc = rn_net_forward(st->net, st->batch, 1);
+    if (rc == RN_OK)
+        rc = rn_top1_count(st->be, st->batch, 1000, rn_net_logits(st->net), st->labels, RN_TOP1_LABEL, hits);
+    if (rc == RN_OK) rc = rn_net_backward_dev(st->net, st->labels, st->batch, 0.0f, 0, st->grad_scale, 0, loss);
+    return rc;
+}
 
 /* optimiser step s as rn-train takes it (lib/train.c): the loss and the top-1 hits stay
  * on the device; the host waits only for fp16's overflow flag */
 static int step(stepper *st, int s, int batch) {
     int rc;
     float grad_scale = st->scaled ? st->sc.scale : 1.0f;
-    if ((rc = rn_net_forward(st->net, batch, 1)) ||
+    if (st->graph) {
+        st->batch = batch, st->grad_scale = grad_scale;
+        if ((rc = rn_replay_run(st->graph, st->be, &grad_scale, sizeof grad_scale, step_ops, st, NULL)) ||
+            (rc = rn_backend_copy(st->be, st->loss + s, st->gloss, sizeof(float))) ||
+            (rc = rn_backend_copy(st->be, st->hits + s, st->gloss + 1, sizeof(int32_t))))
+            return rc;
+        rn_net_count_batch(st->net);
+        if (st->graph->off) return rn_errorf(RN_EGPU, "a capture failed: %s", st->graph->why);
+    } else if ((rc = rn_net_forward(st->net, batch, 1)) ||
         (rc = rn_top1_count(st->be, batch, 1000, rn_net_logits(st->net), st->labels, RN_TOP1_LABEL, st->hits + s)) ||
         (rc = rn_net_backward_dev(st->net, st->labels, batch, 0.0f, 0, grad_scale, 0, st->loss + s)))
         return rc;
@@ -148,6 +176,7 @@ int main(int argc, char **argv) {
     uint8_t *px = NULL, *dpx = NULL;
     int32_t *labels = NULL, *dlabels = NULL, *dhits = NULL;
     float *dloss = NULL, *losses = NULL;
+    rn_replay replay = {0};
     if (open_backend(device, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
@@ -171,6 +200,17 @@ int main(int argc, char **argv) {
     TRY(rn_ckpt_init(ck, &spec, 0, 0));
     TRY(rn_net_create(be, &spec, batch, size, size, RN_NET_TRAIN, dtype, &net));
     st.net = net;
+    const char *g = getenv("RN_BENCH_CUDA_GRAPHS");
+    if (g && strcmp(g, "1") == 0) {
+        if (!rn_backend_has_graphs(be)) {
+            fprintf(stderr, "bench_gpu_step: RN_BENCH_CUDA_GRAPHS=1: the %s backend has no graphs\n", rn_backend_name(be));
+            ret = NOT_SUPPORTED;
+            goto fail;
+        }
+        st.graph = &replay;
+        rn_net_count_by_caller(net, 1);
+        TRY(rn_backend_alloc(be, 2 * sizeof(float), (void **)&st.gloss));
+    }
     TRY(rn_net_load(net, ck));
     int64_t m = (int64_t)batch * size * size, nx = m * 3;
     if (!(px = malloc((size_t)nx)) || !(labels = malloc(sizeof(int32_t) * (size_t)batch))) {
@@ -222,6 +262,8 @@ fail:
     free(px);
     free(labels);
     free(losses);
+    rn_replay_reset(&replay, be);
+    rn_backend_free(be, st.gloss);
     rn_backend_free(be, dpx);
     rn_backend_free(be, dlabels);
     rn_backend_free(be, dloss);

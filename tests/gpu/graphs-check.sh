@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gpu-check step 4g: rn-train --cuda-graphs on the device. From one checkpoint, STEPS
+# steps without and with --cuda-graphs (--deterministic, --augment none, --no-shuffle, so
+# both runs choose the same algorithms on the same images), with --accum 1 and 2, in fp32
+# and under --amp fp16: the exported checkpoints must be the same bits (a graph replays
+# the very kernels with the very arguments), the run must say it replayed micro-batches
+# and must not have fallen back (no "could not be captured" note). DEV=cpu (gpu-check's
+# dry run) checks this script: there --cuda-graphs must be refused, naming the backend.
+#
+# Environment: BIN (the tools), WORK (a scratch folder, emptied), DEV (cuda or cpu),
+# PYTHON, ARCH, SIZE, BATCH, STEPS (default 5: eager, captured, replayed 3 times).
+# Everything said goes to stdout; the last line is the verdict, "ok|FAIL <detail>". Exit
+# 0 for ok, 1 for FAIL.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+DEV=${DEV:-cuda} PYTHON=${PYTHON:-python3} ARCH=${ARCH:-resnet50} SIZE=${SIZE:-64} BATCH=${BATCH:-32}
+STEPS=${STEPS:-5}
+verdict() { echo "$1 $2"; [ "$1" = FAIL ] && exit 1; exit 0; }
+
+[ -n "${BIN:-}" ] && [ -n "${WORK:-}" ] || verdict FAIL "graphs-check.sh: BIN and WORK must be set"
+rm -rf "$WORK" && mkdir -p "$WORK" || verdict FAIL "cannot create $WORK"
+"$PYTHON" tests/data/toy.py "$WORK/src" "$BATCH" 1 >"$WORK/setup.txt" 2>&1 &&
+    "$BIN/rn-prep" -q "$WORK/src" "$WORK/train.lmdb" >>"$WORK/setup.txt" 2>&1 &&
+    "$BIN/rn-init" --arch "$ARCH" --classes 2 --seed 1 -o "$WORK/init.pb" >>"$WORK/setup.txt" 2>&1 ||
+    verdict FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
+
+train() { # OUT AMP ACCUM [FLAGS...]: one run, its stderr in OUT.err
+    local o=$1 amp=$2 accum=$3
+    shift 3
+    "$BIN/rn-train" --device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --out "$o.pb" --batch "$BATCH" \
+        --accum "$accum" --crop "$SIZE" --augment none --no-shuffle --workers 2 --max-steps "$STEPS" --deterministic \
+        --amp "$amp" "$@" >"$o.err" 2>&1
+}
+
+if [ "$DEV" = cpu ]; then
+    train "$WORK/cpu" off 1 --cuda-graphs
+    rc=$?
+    cat "$WORK/cpu.err"
+    [ $rc != 0 ] || verdict FAIL "--cuda-graphs on the CPU: exit 0, where it must be refused"
+    grep -q "needs a backend with graphs" "$WORK/cpu.err" || verdict FAIL "--cuda-graphs on the CPU: not refused by name"
+    [ ! -e "$WORK/cpu.pb" ] || verdict FAIL "--cuda-graphs on the CPU: refused, yet wrote a checkpoint"
+    verdict ok "dry run: --cuda-graphs refused on the CPU (exit $rc), as it must be"
+fi
+
+detail=""
+for amp in off fp16; do
+    for accum in 1 2; do
+        for g in plain graphs; do
+            o=$WORK/$amp-$accum-$g
+            flags=()
+            [ $g = graphs ] && flags=(--cuda-graphs)
+            train "$o" $amp $accum "${flags[@]}"
+            rc=$?
+            grep -v '^epoch' "$o.err"
+            [ $rc = 0 ] || verdict FAIL "$amp --accum $accum $g: rn-train exit $rc: $(tail -n 1 "$o.err" | cut -c1-200)"
+            "$BIN/rn-export" "$o.pb" "$o.safetensors" || verdict FAIL "$amp --accum $accum $g: rn-export failed"
+        done
+        o=$WORK/$amp-$accum-graphs
+        ! grep -q "could not be captured" "$o.err" ||
+            verdict FAIL "$amp --accum $accum: a capture failed: $(grep "could not be captured" "$o.err" | cut -c1-300)"
+        line=$(grep -- "--cuda-graphs: " "$o.err" | tail -n 1)
+        replayed=$(sed -n 's/.*--cuda-graphs: \([0-9]*\) micro-batches replayed.*/\1/p' <<<"$line")
+        [ "${replayed:-0}" -gt 0 ] || verdict FAIL "$amp --accum $accum: nothing replayed: ${line:-no --cuda-graphs line}"
+        cmp -s "$WORK/$amp-$accum-plain.safetensors" "$o.safetensors" ||
+            verdict FAIL "$amp --accum $accum: the checkpoints with and without --cuda-graphs differ ($line)"
+        detail="$detail${detail:+; }$amp accum $accum: same bits, ${line#*--cuda-graphs: }"
+    done
+done
+verdict ok "$ARCH ${SIZE}px b$BATCH, $STEPS steps: $detail"
