@@ -203,8 +203,11 @@ int rn_backend_capture_end(rn_backend *be, int keep, rn_graph **graph, int64_t *
     if (graph) *graph = NULL;
     if (nodes) *nodes = 0;
     if (!be->capturing) return rn_errorf(RN_EINVAL, "rn_backend_capture_end: no capture is open");
-    if (keep && !graph) return rn_errorf(RN_EINVAL, "rn_backend_capture_end: keep without a place for the graph");
     be->capturing = 0;
+    if (keep && !graph) {
+        (void)be->ops->capture_end(be, 0, NULL, NULL); /* (ended all the same) */
+        return rn_errorf(RN_EINVAL, "rn_backend_capture_end: keep without a place for the graph");
+    }
     int64_t n = 0;
     rn_graph *g = NULL;
     int rc = be->ops->capture_end(be, keep, keep ? &g : NULL, &n);
@@ -262,13 +265,16 @@ int rn_backend_reserve(rn_backend *be, size_t bytes) {
     if (be->ws) be->ops->free(be, be->ws);
     be->ws = p;
     be->ws_bytes = bytes;
+    be->moved++;
     return RN_OK;
 }
 void rn_backend_unreserve(rn_backend *be) {
     if (be->ws) be->ops->free(be, be->ws);
     be->ws = NULL;
     be->ws_bytes = 0;
+    be->moved++;
 }
+int64_t rn_backend_moved(const rn_backend *be) { return be->moved; }
 size_t rn_backend_reserved(const rn_backend *be) { return be->ws_bytes; }
 
 /* ---- descriptors ---- */

@@ -78,6 +78,7 @@ static struct {
     decltype(&cublasCreate) create;
     decltype(&cublasDestroy) destroy;
     decltype(&cublasSetStream) set_stream;
+    decltype(&cublasSetWorkspace) set_workspace;
     decltype(&cublasSetMathMode) set_math;
     /* the exported C function; C++ also sees an inline overload taking cudaDataType */
     cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
@@ -102,6 +103,7 @@ static void cublas_load(void) {
     CUBLAS_SYM(create, cublasCreate)
     CUBLAS_SYM(destroy, cublasDestroy)
     CUBLAS_SYM(set_stream, cublasSetStream)
+    CUBLAS_SYM(set_workspace, cublasSetWorkspace)
     CUBLAS_SYM(set_math, cublasSetMathMode)
     CUBLAS_SYM(gemm, cublasGemmEx)
     CUBLAS_SYM(status, cublasGetStatusString)
@@ -132,6 +134,8 @@ typedef struct {
 
 /* async uploads a profiled step times on the copy stream (more are left untimed) */
 #define RN_CUDA_COPY_SPANS 16
+/* cuBLAS's workspace: NVIDIA's recommendation for Hopper (32 MiB), enough for the others */
+#define RN_CUDA_BLAS_WS ((size_t)32 << 20)
 
 typedef struct {
     int dev, sms;
@@ -157,6 +161,7 @@ typedef struct {
     double *xent_part; /* softmax_xent's per-row loss terms, xent_cap doubles */
     size_t xent_cap;
     int64_t capture_launches; /* be->launches at rn_backend_capture_begin */
+    void *blas_ws;       /* cuBLAS's workspace, RN_CUDA_BLAS_WS bytes */
     cudaEvent_t *marks;  /* rn_backend_mark's timestamps on stream, nmarks created */
     int64_t nmarks;
     /* since mark 0: each async upload's start and end on copy (rn_backend_copy_spans) */
@@ -1012,7 +1017,12 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
-    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return RN_OK; /* ours, then (any NOT_SUPPORTED_*) */
+    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) {
+        /* ours, then (any NOT_SUPPORTED_*); not inside a graph capture, where it would put
+           other ops in the graph than the uncaptured step ran (the capture fails instead) */
+        if (be->capturing) return rn_errorf(RN_EGPU, "cuda:%d: cuDNN's BN refused a shape inside a graph capture", g->dev);
+        return RN_OK;
+    }
     be->launches++;
     DNN(st);
     *done = 1;
@@ -1381,6 +1391,7 @@ static int bn_fwd_infer_t(rn_backend *be, const rn_bn_desc *d, const void *x, co
         FREED(cudaFree(g->coef)); /* waits for the ops that used it */
         g->coef = p;
         g->coef_cap = need;
+        be->moved++;
     }
     float *scale = g->coef, *shift = g->coef + d->c;
     bn_infer_coef_k<<<(d->c + 127) / 128, 128, 0, g->stream>>>(d->c, gamma, beta, rmean, rvar, d->eps, scale, shift);
@@ -1937,6 +1948,7 @@ static int xent_t(rn_backend *be, const rn_xent_desc *d, const void *logits, con
         FREED(cudaFree(g->xent_part)); /* waits for the ops that used it */
         g->xent_part = p;
         g->xent_cap = (size_t)d->n;
+        be->moved++;
     }
     xent_rows_k<T><<<d->n, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale,
                                                      d->mix_weight, (const T *)logits, labels, g->xent_part, (T *)dl);
@@ -2488,6 +2500,7 @@ static void ctx_free(cuda_ctx *g) {
     if (g->bn_stat) cudnnDestroyTensorDescriptor(g->bn_stat);
     if (g->bn_relu) cudnnDestroyActivationDescriptor(g->bn_relu);
     if (g->blas) cublas.destroy(g->blas);
+    cudaFree(g->blas_ws);
     if (g->dnn) cudnnDestroy(g->dnn);
     if (g->stream) cudaStreamDestroy(g->stream);
     if (g->copy) cudaStreamDestroy(g->copy);
@@ -2616,6 +2629,10 @@ static int ctx_open(cuda_ctx *g) {
     if (rc != RN_OK) return rc;
     BLAS(cublas.create(&g->blas));
     BLAS(cublas.set_stream(g->blas, g->stream));
+    /* a workspace of its own (after set_stream, which resets it to cuBLAS's pool): the same
+       GEMM algorithms in and out of a graph capture, and no allocation inside one */
+    CU(cudaMalloc(&g->blas_ws, RN_CUDA_BLAS_WS));
+    BLAS(cublas.set_workspace(g->blas, g->blas_ws, RN_CUDA_BLAS_WS));
     BLAS(cublas.set_math(g->blas, g->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return RN_OK;
 }

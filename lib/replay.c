@@ -38,7 +38,7 @@ int rn_replay_run(rn_replay *r, rn_backend *be, const void *key, size_t klen, rn
     if (how) *how = RN_REPLAY_EAGER;
     if (klen > RN_REPLAY_KEY) return rn_errorf(RN_EINVAL, "replay key of %zu bytes, at most %d", klen, RN_REPLAY_KEY);
     if (r->off || !rn_backend_has_graphs(be)) return eager(r, fn, ctx, how);
-    int same = klen == r->klen && memcmp(key, r->key, klen) == 0;
+    int same = klen == r->klen && memcmp(key, r->key, klen) == 0 && (!r->graph || r->moved == rn_backend_moved(be));
     if (!same) {
         rn_replay_reset(r, be);
         memcpy(r->key, key, klen);
@@ -61,6 +61,7 @@ int rn_replay_run(rn_replay *r, rn_backend *be, const void *key, size_t klen, rn
         rn_replay_reset(r, be);
         return eager(r, fn, ctx, how);
     }
+    r->moved = rn_backend_moved(be);
     r->captures++;
     if (how) *how = RN_REPLAY_CAPTURED;
     return rn_backend_graph_launch(be, r->graph);

@@ -466,7 +466,10 @@ static int setup(run *t) {
     t->dist = o->dist;
     t->world = rn_dist_world(o->dist);
     t->rank = rn_dist_rank(o->dist);
-    /* (rn-train refuses --cuda-graphs with --mixup, --cutmix and --profile) */
+    /* (rn-train refuses --mixup, --cutmix and --profile first, saying why) */
+    if (o->cuda_graphs && (o->profile || o->mix.mixup > 0 || o->mix.cutmix > 0))
+        return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile, --mixup or --cutmix: a graph replays fixed "
+                         "values and runs no host code between its ops");
     if (o->cuda_graphs && t->world > 1)
         return rn_errorf(RN_EINVAL, "--cuda-graphs runs in one process: with %d, the gradient sum and BN's "
                          "statistics are exchanged between the ops a graph would hold (drop --cuda-graphs)", t->world);

@@ -187,14 +187,18 @@ int rn_backend_copy_spans(rn_backend *be, int64_t cap, double *t0, double *t1, i
  * makes it a graph (*nodes: the kernels, copies and memsets in it) that
  * rn_backend_graph_launch runs again, as one launch, with the same pointers and scalars;
  * rn_backend_graph_free frees it (NULL: a no-op). Between begin and end only device-side
- * ops: an upload, download, sync, alloc or free fails, and so does an op that would
- * allocate (a shape not met before). Every begin must be ended, after a failure too
+ * ops: an upload, download, sync or alloc fails, and so does an op that would allocate (a
+ * shape not met before); a free breaks the capture (its end fails). Every begin must be ended, after a failure too
  * (keep 0). rn_backend_has_graphs says whether the backend has them (CUDA: yes; CPU: no,
  * and begin fails with RN_ENOTSUP). Errors: RN_ENOTSUP, RN_EINVAL (begin while
  * capturing, end or launch without), RN_EGPU (the capture failed: its message says which
  * call broke it), RN_ENOMEM. */
 typedef struct rn_graph rn_graph;
 int rn_backend_has_graphs(const rn_backend *be);
+/* A count that changes whenever memory the ops use may have been allocated anew (the
+ * workspace: rn_backend_reserve; a backend's own buffers grown on first use): a graph
+ * captured before a change names memory that may be gone (rn/replay.h captures again). */
+int64_t rn_backend_moved(const rn_backend *be);
 int rn_backend_capture_begin(rn_backend *be);
 int rn_backend_capture_end(rn_backend *be, int keep, rn_graph **graph, int64_t *nodes);
 int rn_backend_graph_launch(rn_backend *be, rn_graph *graph);

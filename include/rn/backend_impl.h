@@ -160,6 +160,9 @@ struct rn_backend {
     char name[640];        /* rn_backend_name() */
     int64_t launches;      /* rn_backend_launches() */
     int capturing;         /* between rn_backend_capture_begin and _end */
+    int64_t moved;         /* bumped whenever memory ops may use is allocated anew (the
+                              workspace, a backend's own buffers): a graph naming the old
+                              is stale (rn/replay.h) */
 };
 
 /* Backend constructors: fill be->ops, be->impl and be->name; be->nthreads and be->opts

@@ -6,7 +6,8 @@
  * The work is a function that issues ops on a backend. Whenever its key is the same it
  * must issue the same ops on the same pointers with the same host scalars: the key holds
  * whatever the caller knows changes them (the micro-batch size, the loss scale, the
- * weights' buffers). A new key runs eagerly once more, so that what the ops set up on
+ * weights' buffers); memory the backend allocates anew (rn_backend_moved: its workspace,
+ * its own buffers) counts as a new key. A new key runs eagerly once more, so that what the ops set up on
  * first use (buffers grown, cuDNN's algorithm search) is done before a capture, which
  * could not hold it; the next run with that key captures.
  *
@@ -41,6 +42,7 @@ typedef struct {
     int off;                          /* a capture failed: eagerly from then on */
     char why[320];                    /* ... and why */
     int64_t nodes;                    /* the graph's nodes (kernels, copies, memsets) */
+    int64_t moved;                    /* rn_backend_moved when it was captured */
     int64_t eager, captures, replays; /* runs each way */
 } rn_replay;
 

@@ -2,19 +2,22 @@
 # gpu-check step 4g: rn-train --cuda-graphs on the device. From one checkpoint, STEPS
 # steps without and with --cuda-graphs (--deterministic, --augment none, --no-shuffle, so
 # both runs choose the same algorithms on the same images), with --accum 1 and 2, in fp32
-# and under --amp fp16: the exported checkpoints must be the same bits (a graph replays
-# the very kernels with the very arguments), the run must say it replayed micro-batches
-# and must not have fallen back (no "could not be captured" note). DEV=cpu (gpu-check's
+# and under --amp fp16, and once with --val, --ema-decay, --freeze-bn and --recompute
+# blocks: the exported checkpoints and every step's logged loss and train top-1 must be
+# the same bits (a graph replays the very kernels with the very arguments), the run must
+# say it replayed micro-batches and must not have fallen back (no "could not be
+# captured" note). DEV=cpu (gpu-check's
 # dry run) checks this script: there --cuda-graphs must be refused, naming the backend.
 #
 # Environment: BIN (the tools), WORK (a scratch folder, emptied), DEV (cuda or cpu),
-# PYTHON, ARCH, SIZE, BATCH, STEPS (default 5: eager, captured, replayed 3 times).
+# PYTHON, ARCH, SIZE, BATCH, STEPS (default 8: eager, captured, replayed; fp16's loss
+# scale may fall in the first steps, each fall an uncaptured step again).
 # Everything said goes to stdout; the last line is the verdict, "ok|FAIL <detail>". Exit
 # 0 for ok, 1 for FAIL.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 DEV=${DEV:-cuda} PYTHON=${PYTHON:-python3} ARCH=${ARCH:-resnet50} SIZE=${SIZE:-64} BATCH=${BATCH:-32}
-STEPS=${STEPS:-5}
+STEPS=${STEPS:-8}
 verdict() { echo "$1 $2"; [ "$1" = FAIL ] && exit 1; exit 0; }
 
 [ -n "${BIN:-}" ] && [ -n "${WORK:-}" ] || verdict FAIL "graphs-check.sh: BIN and WORK must be set"
@@ -43,27 +46,36 @@ if [ "$DEV" = cpu ]; then
 fi
 
 detail=""
-for amp in off fp16; do
-    for accum in 1 2; do
-        for g in plain graphs; do
-            o=$WORK/$amp-$accum-$g
-            flags=()
-            [ $g = graphs ] && flags=(--cuda-graphs)
-            train "$o" $amp $accum "${flags[@]}"
-            rc=$?
-            grep -v '^epoch' "$o.err"
-            [ $rc = 0 ] || verdict FAIL "$amp --accum $accum $g: rn-train exit $rc: $(tail -n 1 "$o.err" | cut -c1-200)"
-            "$BIN/rn-export" "$o.pb" "$o.safetensors" || verdict FAIL "$amp --accum $accum $g: rn-export failed"
-        done
-        o=$WORK/$amp-$accum-graphs
-        ! grep -q "could not be captured" "$o.err" ||
-            verdict FAIL "$amp --accum $accum: a capture failed: $(grep "could not be captured" "$o.err" | cut -c1-300)"
-        line=$(grep -- "--cuda-graphs: " "$o.err" | tail -n 1)
-        replayed=$(sed -n 's/.*--cuda-graphs: \([0-9]*\) micro-batches replayed.*/\1/p' <<<"$line")
-        [ "${replayed:-0}" -gt 0 ] || verdict FAIL "$amp --accum $accum: nothing replayed: ${line:-no --cuda-graphs line}"
-        cmp -s "$WORK/$amp-$accum-plain.safetensors" "$o.safetensors" ||
-            verdict FAIL "$amp --accum $accum: the checkpoints with and without --cuda-graphs differ ($line)"
-        detail="$detail${detail:+; }$amp accum $accum: same bits, ${line#*--cuda-graphs: }"
+# AMP ACCUM [FLAGS]: the last with validation between steps (an inference forward on the
+# training net, the EMA's weights swapped in and out), frozen BN (its inference kernels in
+# the training graph) and recomputed blocks
+for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "off 2 --val $WORK/train.lmdb --ema-decay 0.9 --freeze-bn --recompute blocks"; do
+    read -r amp accum extra <<<"$cfg"
+    name="$amp --accum $accum${extra:+ ${extra//$WORK\//}}"
+    tag=$amp-$accum${extra:+-x}
+    for g in plain graphs; do
+        o=$WORK/$tag-$g
+        flags=(--log "$o.jsonl" --log-every 1)
+        [ $g = graphs ] && flags+=(--cuda-graphs)
+        # shellcheck disable=SC2086 # extra: flags, split
+        train "$o" "$amp" "$accum" "${flags[@]}" $extra
+        rc=$?
+        grep -v '^epoch [0-9]*/' "$o.err"
+        [ $rc = 0 ] || verdict FAIL "$name $g: rn-train exit $rc: $(tail -n 1 "$o.err" | cut -c1-200)"
+        "$BIN/rn-export" "$o.pb" "$o.safetensors" || verdict FAIL "$name $g: rn-export failed"
+        grep -o '"step":[0-9]*,"loss":[^,]*,"train_top1":[^,]*' "$o.jsonl" >"$o.steps"
     done
+    o=$WORK/$tag-graphs
+    ! grep -q "could not be captured" "$o.err" ||
+        verdict FAIL "$name: a capture failed: $(grep "could not be captured" "$o.err" | cut -c1-300)"
+    line=$(grep -- "--cuda-graphs: " "$o.err" | tail -n 1)
+    replayed=$(sed -n 's/.*--cuda-graphs: \([0-9]*\) micro-batches replayed.*/\1/p' <<<"$line")
+    [ "${replayed:-0}" -gt 0 ] || verdict FAIL "$name: nothing replayed: ${line:-no --cuda-graphs line}"
+    [ -s "$o.steps" ] || verdict FAIL "$name: the log holds no step's loss"
+    cmp -s "$WORK/$tag-plain.steps" "$o.steps" ||
+        verdict FAIL "$name: the logged losses or top-1 differ: $(diff "$WORK/$tag-plain.steps" "$o.steps" | head -n 3 | tr '\n' ' ')"
+    cmp -s "$WORK/$tag-plain.safetensors" "$o.safetensors" ||
+        verdict FAIL "$name: the checkpoints with and without --cuda-graphs differ ($line)"
+    detail="$detail${detail:+; }$name: same bits, ${line#*--cuda-graphs: }"
 done
 verdict ok "$ARCH ${SIZE}px b$BATCH, $STEPS steps: $detail"

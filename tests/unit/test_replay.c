@@ -3,7 +3,8 @@
  * with its copies (recorded while capturing, run again at each launch) and can be told to
  * fail a capture. Checks: eager the first time a key is met, captured the second, then
  * replayed without calling the work (the replay copies what the buffers hold now); a new
- * key runs eagerly again and frees the old graph; a capture that fails (the work's error
+ * key, or the backend's memory moved (a workspace reserved anew), runs eagerly again and
+ * frees the old graph; a capture that fails (the work's error
  * inside it, the backend's at its end, a download inside it) turns graphs off, says why,
  * runs the work eagerly and ends the capture; a backend without graphs always runs
  * eagerly; the calls' own refusals. And rn_net_count_by_caller: a net whose caller counts
@@ -153,6 +154,10 @@ static void test_replay(void) {
     CHECK(rn_backend_sync(be) == RN_EINVAL, "a sync inside a capture is refused");
     CHECK_OK(rn_backend_capture_end(be, 0, NULL, NULL));
     CHECK(!be->capturing && begins == 1 && ends == 1, "the capture ended");
+    CHECK_OK(rn_backend_capture_begin(be));
+    CHECK(rn_backend_capture_end(be, 1, NULL, NULL) == RN_EINVAL && !be->capturing && ends == 2,
+          "keep without a place for the graph: RN_EINVAL, the capture ended all the same");
+    begins = ends = 1; /* (the checks below count from one capture, as before this one) */
 
     /* key A: eager, captured, replayed */
     w = (work){.be = be};
@@ -174,20 +179,31 @@ static void test_replay(void) {
     }
     CHECK(r.eager == 1 && r.captures == 1 && r.replays == 3 && launches == 4 && begins == 2, "counts: %lld %lld %lld",
           (long long)r.eager, (long long)r.captures, (long long)r.replays);
+    /* the backend's memory moved (a workspace reserved anew): the graph is stale */
+    rn_backend_reserve(be, be->ws_bytes + 4096);
+    set_src(&w, 5.5f);
+    CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_EAGER && frees == 1 && !r.graph && copied(&w), "moved memory: eager, the graph freed");
+    set_src(&w, 5.75f);
+    CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_CAPTURED && copied(&w), "moved memory, run 2: captured again");
+    set_src(&w, 5.875f);
+    CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
+    CHECK(how == RN_REPLAY_REPLAYED && copied(&w), "moved memory, run 3: replayed");
     /* key B: eager again (the old graph freed), then captured */
     set_src(&w, 6);
     CHECK_OK(rn_replay_run(&r, be, "B", 1, do_work, &w, &how));
-    CHECK(how == RN_REPLAY_EAGER && frees == 1 && !r.graph && copied(&w), "key B: eager, A's graph freed");
+    CHECK(how == RN_REPLAY_EAGER && frees == 2 && !r.graph && copied(&w), "key B: eager, A's graph freed");
     set_src(&w, 7);
     CHECK_OK(rn_replay_run(&r, be, "B", 1, do_work, &w, &how));
     CHECK(how == RN_REPLAY_CAPTURED && copied(&w), "key B, run 2: captured");
     /* a key of another length is another key */
     CHECK_OK(rn_replay_run(&r, be, "BB", 2, do_work, &w, &how));
-    CHECK(how == RN_REPLAY_EAGER && frees == 2, "key BB after B: eager");
+    CHECK(how == RN_REPLAY_EAGER && frees == 3, "key BB after B: eager");
     unsigned char big[RN_REPLAY_KEY + 1] = {0};
     CHECK(rn_replay_run(&r, be, big, sizeof big, do_work, &w, &how) == RN_EINVAL, "an oversized key: RN_EINVAL");
     rn_replay_reset(&r, be);
-    CHECK(frees == 2 && !r.graph, "reset without a graph frees nothing");
+    CHECK(frees == 3 && !r.graph, "reset without a graph frees nothing");
 
     /* captures that fail: the work's error, the backend's, a download inside */
     for (int mode = 0; mode < 3; mode++) {
