@@ -21,8 +21,9 @@
 #      or more GPUs `mpirun -np 2 rn-train` against one process with --accum 2, weights
 #      within 1e-5; with one GPU skipped, saying why (NCCL allows one rank per GPU)
 #   4f. rn-train --recompute blocks against none (tests/gpu/recompute-check.sh)
-#   4g. rn-train --cuda-graphs against the same run without: the same bits, fp32 and fp16,
-#      --accum 1 and 2 (tests/gpu/graphs-check.sh)
+#   4g. rn-train --cuda-graphs against the same run without: the same bits (checkpoints and
+#      logged losses), fp32 and fp16, --accum 1 and 2, and with --val, EMA, frozen BN and
+#      recomputation (tests/gpu/graphs-check.sh)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 #   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new
@@ -348,8 +349,8 @@ case $v in
     *) failed=1; row "$name" FAIL "${v#FAIL }; see recompute.txt" ;;
 esac
 
-# 4g. CUDA graphs: rn-train --cuda-graphs against the same run without, fp32 and fp16,
-#     --accum 1 and 2, the same bits (tests/gpu/graphs-check.sh says what). Seconds.
+# 4g. CUDA graphs: rn-train --cuda-graphs against the same run without, the same bits
+#     (tests/gpu/graphs-check.sh says what). Seconds.
 name="graphs: --cuda-graphs vs without, $ARCH ${SIZE}px b$BATCH"
 say "$name"
 BIN=$BIN WORK=$WORK/graphs DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH \
