@@ -66,6 +66,20 @@ exec > >(tee -a "$LOG") 2>&1
 t_start=$(date +%s)
 failed=0
 row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$RES"; }
+# a step of its own script, tests/gpu/STEP-check.sh (NAME STEP): its output in
+# $OUT/STEP.txt, its scratch in $WORK/STEP, its last line the verdict ("ok|FAIL <detail>")
+script_step() {
+    local name=$1 step=$2 v
+    say "$name"
+    BIN=$BIN WORK=$WORK/$step DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH \
+        "tests/gpu/$step-check.sh" >"$OUT/$step.txt" 2>&1
+    cat "$OUT/$step.txt"
+    v=$(tail -n 1 "$OUT/$step.txt")
+    case $v in
+        ok\ *) row "$name" ok "${v#ok }" ;;
+        *) failed=1; row "$name" FAIL "${v#FAIL }; see $step.txt" ;;
+    esac
+}
 say() { echo "gpu-check: $*"; }
 
 {
@@ -338,29 +352,11 @@ esac
 
 # 4f. activation recomputation: rn-train --recompute blocks against none, fp32 and fp16
 #     (tests/gpu/recompute-check.sh says what). Seconds.
-name="recompute: --recompute blocks vs none, $ARCH ${SIZE}px b$BATCH"
-say "$name"
-BIN=$BIN WORK=$WORK/recompute DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH \
-    tests/gpu/recompute-check.sh >"$OUT/recompute.txt" 2>&1
-cat "$OUT/recompute.txt"
-v=$(tail -n 1 "$OUT/recompute.txt")
-case $v in
-    ok\ *) row "$name" ok "${v#ok }" ;;
-    *) failed=1; row "$name" FAIL "${v#FAIL }; see recompute.txt" ;;
-esac
+script_step "recompute: --recompute blocks vs none, $ARCH ${SIZE}px b$BATCH" recompute
 
 # 4g. CUDA graphs: rn-train --cuda-graphs against the same run without, the same bits
 #     (tests/gpu/graphs-check.sh says what). Seconds.
-name="graphs: --cuda-graphs vs without, $ARCH ${SIZE}px b$BATCH"
-say "$name"
-BIN=$BIN WORK=$WORK/graphs DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH \
-    tests/gpu/graphs-check.sh >"$OUT/graphs.txt" 2>&1
-cat "$OUT/graphs.txt"
-v=$(tail -n 1 "$OUT/graphs.txt")
-case $v in
-    ok\ *) row "$name" ok "${v#ok }" ;;
-    *) failed=1; row "$name" FAIL "${v#FAIL }; see graphs.txt" ;;
-esac
+script_step "graphs: --cuda-graphs vs without, $ARCH ${SIZE}px b$BATCH" graphs
 
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
 #    learns on the CPU (two classes of stripes), --device as a user gives it

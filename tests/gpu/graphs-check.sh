@@ -16,16 +16,9 @@
 # 0 for ok, 1 for FAIL.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-DEV=${DEV:-cuda} PYTHON=${PYTHON:-python3} ARCH=${ARCH:-resnet50} SIZE=${SIZE:-64} BATCH=${BATCH:-32}
 STEPS=${STEPS:-8}
-verdict() { echo "$1 $2"; [ "$1" = FAIL ] && exit 1; exit 0; }
-
-[ -n "${BIN:-}" ] && [ -n "${WORK:-}" ] || verdict FAIL "graphs-check.sh: BIN and WORK must be set"
-rm -rf "$WORK" && mkdir -p "$WORK" || verdict FAIL "cannot create $WORK"
-"$PYTHON" tests/data/toy.py "$WORK/src" "$BATCH" 1 >"$WORK/setup.txt" 2>&1 &&
-    "$BIN/rn-prep" -q "$WORK/src" "$WORK/train.lmdb" >>"$WORK/setup.txt" 2>&1 &&
-    "$BIN/rn-init" --arch "$ARCH" --classes 2 --seed 1 -o "$WORK/init.pb" >>"$WORK/setup.txt" 2>&1 ||
-    verdict FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
+# shellcheck source=tests/gpu/step-setup.sh
+. tests/gpu/step-setup.sh
 
 train() { # OUT AMP ACCUM [FLAGS...]: one run, its stderr in OUT.err
     local o=$1 amp=$2 accum=$3
