@@ -111,7 +111,8 @@ static int do_work(void *ctx) {
 }
 
 static void set_src(work *w, float v) {
-    for (int i = 0; i < 4; i++) w->src[i] = v + (float)i;
+    for (int i = 0; i < 4; i++)
+        w->src[i] = v + (float)i;
 }
 
 static int copied(const work *w) { return memcmp(w->src, w->dst, sizeof w->src) == 0; }
@@ -174,8 +175,8 @@ static void test_replay(void) {
     for (int i = 3; i <= 5; i++) {
         set_src(&w, (float)i);
         CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
-        CHECK(how == RN_REPLAY_REPLAYED && w.calls == 2 && copied(&w), "key A, run %d: replayed (how %d, %d calls)",
-              i, how, w.calls);
+        CHECK(how == RN_REPLAY_REPLAYED && w.calls == 2 && copied(&w), "key A, run %d: replayed (how %d, %d calls)", i,
+              how, w.calls);
     }
     CHECK(r.eager == 1 && r.captures == 1 && r.replays == 3 && launches == 4 && begins == 2, "counts: %lld %lld %lld",
           (long long)r.eager, (long long)r.captures, (long long)r.replays);
@@ -218,7 +219,7 @@ static void test_replay(void) {
         CHECK(how == RN_REPLAY_EAGER && r.off && copied(&w) && w.calls == 3,
               "failure %d: the run after the failed capture is eager (how %d, %d calls)", mode, how, w.calls);
         CHECK(ends == e0 + 1 && !be->capturing && !r.graph, "failure %d: the capture was ended", mode);
-        const char *want = mode == 0 ? "the work fails in a capture"
+        const char *want = mode == 0   ? "the work fails in a capture"
                            : mode == 1 ? "invalidated"
                                        : "while a graph is being captured";
         CHECK(strstr(r.why, want) != NULL, "failure %d: why says '%s': %s", mode, want, r.why);
@@ -255,7 +256,8 @@ static void test_count(int frozen) {
     rn_net *net[3] = {NULL, NULL, NULL};
     static uint8_t px[BATCH * SIZE * SIZE * 3];
     int32_t labels[BATCH] = {0, 1, 2, 0};
-    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 37 + 11);
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 37 + 11);
     CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
     CHECK_OK(rn_ckpt_new(&spec, &init));
     if (!init) return;
