@@ -39,6 +39,7 @@ expected() {
 }
 
 # the lr of the JSONL log's step N
+tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
 lr_at() { grep '"kind":"step"' "$1" | sed -n "${2}p" | grep -o '"lr":[0-9.e-]*' | cut -d: -f2; }
 
 @test "--print-recipe prints each recipe's documented flags as one rn-train command line, exit 0" {
@@ -251,6 +252,31 @@ print(sorted(nn) == sorted(bn), sorted(b) == sorted(bn + ["fc.bias"]), len(bn), 
         "$BATS_TEST_DIRNAME/parity"
     assert_success
     assert_output "True True 40 True"
+}
+
+@test "--wd-all undoes --no-wd-norm and --no-wd-bn given before it (a recipe's too); the last of the three wins" {
+    W="--data train.lmdb --in init.pb --max-steps 1 --batch 8 $T --lr 0.1 --momentum 0 --wd 0.1"
+    rn-train $W --out da.pb
+    rn-train $W --out dn.pb --no-wd-norm
+    rn-train $W --out dx.pb --no-wd-norm --wd-all
+    rn-train $W --out dy.pb --no-wd-bn --wd-all
+    rn-train $W --out dz.pb --wd-all --no-wd-norm
+    diff <(tensors da.pb) <(tensors dx.pb)
+    diff <(tensors da.pb) <(tensors dy.pb)
+    diff <(tensors dn.pb) <(tensors dz.pb)
+    run diff -q <(tensors da.pb) <(tensors dn.pb)
+    assert_failure
+    # the torchvision-v2 recipe's --no-wd-norm, undone on the command line: its flags without it
+    O="--data train.lmdb --in init.pb --max-steps 1 --batch 8 --crop 32 --augment none --mixup 0 --cutmix 0"
+    O="$O --ra-reps 1 $T"
+    R=$(rn-train --recipe torchvision-v2 --print-recipe | sed 's/^rn-train //; s/ --no-wd-norm / /')
+    [[ "$R" != *no-wd* ]]
+    rn-train $R $O --out ra.pb
+    rn-train --recipe torchvision-v2 $O --wd-all --out rb.pb
+    rn-train --recipe torchvision-v2 $O --out rc.pb
+    diff <(tensors ra.pb) <(tensors rb.pb)
+    run diff -q <(tensors ra.pb) <(tensors rc.pb)
+    assert_failure
 }
 
 @test "a flag on the command line overrides the recipe's, before or after --recipe" {

@@ -158,6 +158,8 @@ static void usage(FILE *f) {
             "      --no-wd-bn          no weight decay on BN weights/biases and the fc bias\n"
             "      --no-wd-norm        no weight decay on BN weights/biases only (torchvision's\n"
             "                          --norm-weight-decay 0.0); the last of the two given wins.\n"
+            "      --wd-all            weight decay on every parameter (the default; undoes a\n"
+            "                          recipe's --no-wd-norm or an earlier --no-wd-bn)\n"
             "                          Not with --optimizer lars (it spares BN and the fc bias)\n"
             "      --optimizer O       sgd or lars (default sgd). lars: MLPerf ResNet-50's LARS,\n"
             "                          per conv/fc weight trust = eta*|w|/(|g| + wd*|w| + eps)\n"
@@ -381,7 +383,7 @@ enum {
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
-    O_NOWDNORM, O_LRMIN, O_CLIP, O_GRAPHS
+    O_NOWDNORM, O_LRMIN, O_CLIP, O_GRAPHS, O_WDALL
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -500,6 +502,7 @@ int main(int argc, char **argv) {
         {"momentum", required_argument, 0, O_MOM}, {"wd", required_argument, 0, O_WD},
         {"nesterov", no_argument, 0, O_NEST},      {"no-wd-bn", no_argument, 0, O_NOWDBN},
         {"no-wd-norm", no_argument, 0, O_NOWDNORM}, {"clip-grad-norm", required_argument, 0, O_CLIP},
+        {"wd-all", no_argument, 0, O_WDALL},
         {"freeze-bn", no_argument, 0, O_FREEZEBN}, {"recompute", required_argument, 0, O_RECOMPUTE},
         {"cuda-graphs", no_argument, 0, O_GRAPHS},
         {"label-smoothing", required_argument, 0, O_LS}, {"lr-schedule", required_argument, 0, O_SCHED},
@@ -637,6 +640,7 @@ int main(int argc, char **argv) {
         case O_NEST: o.nesterov = 1; break;
         case O_NOWDBN: o.wd_mode = RN_WD_NO_BN_BIAS; break;
         case O_NOWDNORM: o.wd_mode = RN_WD_NO_NORM; break;
+        case O_WDALL: o.wd_mode = RN_WD_ALL; break;
         case O_CLIP: rc = rn_cli_float("--clip-grad-norm", optarg, 1e-12, 1e12, &o.clip_grad_norm); break;
         case O_FREEZEBN: o.freeze_bn = 1; break;
         case O_GRAPHS: o.cuda_graphs = 1; break;
