@@ -563,9 +563,14 @@ int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index) {
     return RN_OK;
 }
 
+int64_t rn_loader_epoch_batches(uint64_t count, int batch, int drop_last, int64_t epoch_batches) {
+    uint64_t b = (uint64_t)batch, k = (uint64_t)epoch_batches * b;
+    uint64_t n = epoch_batches > 0 && k < count ? k : count;
+    return (int64_t)(drop_last ? n / b : (n + b - 1) / b);
+}
+
 int64_t rn_loader_batches_per_epoch(const rn_loader *l) {
-    uint64_t b = (uint64_t)l->o.batch, n = epoch_end(l);
-    return (int64_t)(l->o.drop_last ? n / b : (n + b - 1) / b);
+    return rn_loader_epoch_batches(l->count, l->o.batch, l->o.drop_last, l->o.epoch_batches);
 }
 
 const rn_dataset_info *rn_loader_info(const rn_loader *l) { return rn_dataset_get_info(l->ds); }

@@ -450,17 +450,16 @@ static int fail(rn_dist *d, int code) {
 }
 
 /* --print-lr: the rate of each epoch's first and last step for a run of `epochs` epochs
- * from epoch 0, with the steps per epoch the loader gives (records / --batch, the last
- * partial batch dropped); the doubles rn_lr_at returns, which the optimiser rounds to
- * float. */
+ * from epoch 0, with the steps per epoch rn-train's loader gives (records / --batch, the
+ * last partial batch dropped, at most --overfit-batches), without starting one; the
+ * doubles rn_lr_at returns, which the optimiser rounds to float. */
 static int print_lr_table(const rn_train_opts *o, int epochs) {
     rn_dataset *ds = NULL;
     int rc = rn_dataset_open(o->data, &ds);
     if (rc) return rc;
     uint64_t count = rn_dataset_get_info(ds)->count;
     rn_dataset_close(ds);
-    int64_t spe = (int64_t)(count / (uint64_t)o->batch);
-    if (o->overfit_batches > 0 && o->overfit_batches < spe) spe = o->overfit_batches; /* as the loader caps it */
+    int64_t spe = rn_loader_epoch_batches(count, o->batch, 1, o->overfit_batches);
     if (spe < 1)
         return rn_errorf(RN_EINVAL, "--print-lr: %s holds %llu records, fewer than --batch %d: an epoch has no step",
                          o->data, (unsigned long long)count, o->batch);

@@ -150,6 +150,10 @@ int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index);
 
 /* Batches in one epoch, and the dataset's description (classes, mean/std). */
 int64_t rn_loader_batches_per_epoch(const rn_loader *l);
+/* The same count without a loader: an epoch of count records in batches of `batch`, the
+ * last partial one dropped when drop_last, at most epoch_batches of them when that is > 0
+ * (rn_loader_opts' fields of those names; rn-train --print-lr). */
+int64_t rn_loader_epoch_batches(uint64_t count, int batch, int drop_last, int64_t epoch_batches);
 const rn_dataset_info *rn_loader_info(const rn_loader *l);
 
 /* Stop the workers and free everything (also buffers still held). NULL is a no-op. */
