@@ -2056,26 +2056,36 @@ static int cuda_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, floa
  * the chunks in order and forms lr * trust; then the elementwise step. No fused
  * multiply-add anywhere (the CPU build has none). ---- */
 
+/* chunk blockIdx.x's lane threadIdx.x: the squares of x[i] (times gs unless 1) added in
+ * element order, in double */
+__device__ double lane_sumsq(int64_t n, const float *x, float gs) {
+    const int64_t i0 = blockIdx.x * (int64_t)RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
+    double s = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += RN_LARS_LANES) {
+        float v = gs == 1.0f ? x[i] : __fmul_rn(x[i], gs);
+        s = __dadd_rn(s, __dmul_rn((double)v, (double)v));
+    }
+    return s;
+}
+
+/* the block's lane sums (one per thread, through lane[RN_LARS_LANES]) added in lane order:
+ * the chunk's sum, on thread 0 (0 on the others); every thread must call it */
+__device__ double lanes_in_order(double s, double *lane) {
+    lane[threadIdx.x] = s;
+    __syncthreads();
+    double t = 0;
+    if (threadIdx.x == 0)
+        for (int l = 0; l < RN_LARS_LANES; l++) t = __dadd_rn(t, lane[l]);
+    return t;
+}
+
 __global__ void lars_norm_k(int64_t n, float gs, const float *p, const float *grad, double *part) {
     __shared__ double lw[RN_LARS_LANES], lg[RN_LARS_LANES];
-    const int64_t c = blockIdx.x, i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
-    double sw = 0, sg = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += RN_LARS_LANES) {
-        float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
-        sw = __dadd_rn(sw, __dmul_rn((double)p[i], (double)p[i]));
-        sg = __dadd_rn(sg, __dmul_rn((double)g, (double)g));
-    }
-    lw[threadIdx.x] = sw;
-    lg[threadIdx.x] = sg;
-    __syncthreads();
+    double sw = lanes_in_order(lane_sumsq(n, p, 1.0f), lw);
+    double sg = lanes_in_order(lane_sumsq(n, grad, gs), lg);
     if (threadIdx.x == 0) {
-        sw = 0, sg = 0;
-        for (int l = 0; l < RN_LARS_LANES; l++) {
-            sw = __dadd_rn(sw, lw[l]);
-            sg = __dadd_rn(sg, lg[l]);
-        }
-        part[2 * c] = sw;
-        part[2 * c + 1] = sg;
+        part[2 * blockIdx.x] = sw;
+        part[2 * blockIdx.x + 1] = sg;
     }
 }
 
@@ -2137,16 +2147,8 @@ static int cuda_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, fl
 
 __global__ void sumsq_k(int64_t n, const float *x, double *part) {
     __shared__ double lane[RN_LARS_LANES];
-    const int64_t c = blockIdx.x, i0 = c * RN_LARS_CHUNK, i1 = i0 + RN_LARS_CHUNK < n ? i0 + RN_LARS_CHUNK : n;
-    double s = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += RN_LARS_LANES) s = __dadd_rn(s, __dmul_rn((double)x[i], (double)x[i]));
-    lane[threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        s = 0;
-        for (int l = 0; l < RN_LARS_LANES; l++) s = __dadd_rn(s, lane[l]);
-        part[c] = s;
-    }
+    double s = lanes_in_order(lane_sumsq(n, x, 1.0f), lane);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
 __global__ void sumsq_total_k(int64_t chunks, const double *part, double *out) {
