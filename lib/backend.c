@@ -736,6 +736,9 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
         return rn_errorf(RN_EINVAL, "%s: bad descriptor n=%d classes=%d label_smoothing=%g "
                          "grad_scale=%g mix_weight=%g (use rn_xent_desc_init)", op, dd.n, dd.classes,
                          dd.label_smoothing, dd.grad_scale, dd.mix_weight);
+    /* (a weight in device memory is the caller's to keep in range: read only here on the host) */
+    if (dd.mix_weight_at && rn_backend_is_host(be) && !(*dd.mix_weight_at >= 0 && *dd.mix_weight_at <= 1))
+        return rn_errorf(RN_EINVAL, "%s: mix_weight_at holds %g, want [0, 1]", op, *dd.mix_weight_at);
     NEED(logits, op); NEED(labels, op); NEED(loss, op);
     return after(be, be->ops->softmax_xent(be, &dd, logits, labels, loss, dlogits));
 }
@@ -746,7 +749,15 @@ int rn_top1_count(rn_backend *be, int n, int classes, const float *logits, const
     if (n < 1 || classes < 1 || target < RN_TOP1_LABEL || target > RN_TOP1_SMALLER)
         return rn_errorf(RN_EINVAL, "%s: bad arguments n=%d classes=%d target=%d", op, n, classes, target);
     NEED(logits, op); NEED(labels, op); NEED(hits, op);
-    return after(be, be->ops->top1_count(be, n, classes, logits, labels, target, hits));
+    return after(be, be->ops->top1_count(be, n, classes, logits, labels, target, NULL, hits));
+}
+
+int rn_top1_count_at(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
+                     const int32_t *target_at, int32_t *hits) {
+    const char *op = "top1_count_at";
+    if (n < 1 || classes < 1) return rn_errorf(RN_EINVAL, "%s: bad arguments n=%d classes=%d", op, n, classes);
+    NEED(logits, op); NEED(labels, op); NEED(target_at, op); NEED(hits, op);
+    return after(be, be->ops->top1_count(be, n, classes, logits, labels, RN_TOP1_LABEL, target_at, hits));
 }
 
 /* Conversions are storage, not compute: every backend takes these three. */

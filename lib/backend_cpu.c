@@ -769,8 +769,9 @@ static int cpu_gap_bwd(rn_backend *be, int dtype, int n, int hw, int c, const vo
 
 /* ---- the train top-1 (rn_top1_count): the first maximum, as the definition reads ---- */
 static int cpu_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
-                          int target, int32_t *hits) {
+                          int target, const int32_t *target_at, int32_t *hits) {
     (void)be;
+    if (target_at) target = *target_at;
     int32_t count = 0;
     for (int i = 0; i < n; i++) {
         const float *z = logits + (int64_t)i * classes;
@@ -795,7 +796,7 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
     const float *logits = lv;
     float *dl = dlv;
     const int n = d->n, k = d->classes;
-    const double e = d->label_smoothing, m = d->mix_weight;
+    const double e = d->label_smoothing, m = d->mix_weight_at ? *d->mix_weight_at : d->mix_weight;
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= k)
             return rn_errorf(RN_EINVAL, "softmax_xent: row %d: label %d out of range [0, %d)",

@@ -1887,9 +1887,10 @@ __device__ double block_max(double v, double *sh) {
    row i's label weighted 1-m and row i-1's m, with the CPU backend's double operations in
    the same order. */
 template <typename T>
-__global__ void xent_rows_k(int n, int k, float eps, float grad_scale, double m, const T *logits,
-                            const int32_t *labels, double *part, T *dl) {
+__global__ void xent_rows_k(int n, int k, float eps, float grad_scale, double m0, const double *m_at,
+                            const T *logits, const int32_t *labels, double *part, T *dl) {
     __shared__ double sh[XENT_TPB / 32];
+    const double m = m_at ? *m_at : m0;
     const int i = blockIdx.x;
     const T *z = logits + (int64_t)i * k;
     int lab = labels[i], lb = labels[(i + n - 1) % n], bad = 0;
@@ -1951,7 +1952,8 @@ static int xent_t(rn_backend *be, const rn_xent_desc *d, const void *logits, con
         be->moved++;
     }
     xent_rows_k<T><<<d->n, XENT_TPB, 0, g->stream>>>(d->n, d->classes, d->label_smoothing, d->grad_scale,
-                                                     d->mix_weight, (const T *)logits, labels, g->xent_part, (T *)dl);
+                                                     d->mix_weight, d->mix_weight_at, (const T *)logits, labels,
+                                                     g->xent_part, (T *)dl);
     LAUNCHED("softmax_xent rows");
     xent_mean_k<<<1, 1, 0, g->stream>>>(d->n, g->xent_part, loss);
     LAUNCHED("softmax_xent mean");
@@ -1970,8 +1972,10 @@ static int cuda_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *
  * hits are counted per warp and the warps' counts added by one thread: an integer, the
  * same for any order. */
 #define TOP1_TPB 1024
-__global__ void top1_count_k(int n, int k, int target, const float *logits, const int32_t *labels, int32_t *hits) {
+__global__ void top1_count_k(int n, int k, int target0, const int32_t *target_at, const float *logits,
+                             const int32_t *labels, int32_t *hits) {
     __shared__ int counts[TOP1_TPB / 32];
+    const int target = target_at ? *target_at : target0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int count = 0;
     for (int i = warp; i < n; i += TOP1_TPB / 32) {
@@ -2005,8 +2009,8 @@ __global__ void top1_count_k(int n, int k, int target, const float *logits, cons
 }
 
 static int cuda_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
-                           int target, int32_t *hits) {
-    top1_count_k<<<1, TOP1_TPB, 0, CTX(be)->stream>>>(n, classes, target, logits, labels, hits);
+                           int target, const int32_t *target_at, int32_t *hits) {
+    top1_count_k<<<1, TOP1_TPB, 0, CTX(be)->stream>>>(n, classes, target, target_at, logits, labels, hits);
     LAUNCHED("top1_count");
     return RN_OK;
 }

@@ -93,6 +93,7 @@ struct rn_net {
     double *gsq;        /* one double, backend memory: rn_sumsq of the gradients */
     int freeze_bn;      /* training uses and keeps BN's running statistics */
     int caller_counts;  /* rn_net_count_by_caller: training forwards leave tracked alone */
+    const double *mix_at; /* rn_net_set_mix_at: the loss's mixing weight, in backend memory */
     unit_rt *u;
     rn_pool_desc pool;  /* stem max pool for max_batch */
     int pool_h, pool_w; /* its output size */
@@ -963,6 +964,8 @@ void rn_net_count_batch(rn_net *net) {
 
 void rn_net_count_by_caller(rn_net *net, int on) { net->caller_counts = on != 0; }
 
+void rn_net_set_mix_at(rn_net *net, const double *mix_weight) { net->mix_at = mix_weight; }
+
 const void *rn_net_weights(const rn_net *net) { return net->params; }
 
 int rn_net_forward(rn_net *net, int n, int train) {
@@ -982,7 +985,7 @@ int rn_net_forward(rn_net *net, int n, int train) {
 /* The loss of the last forward against labels into loss_dev, both in backend memory,
  * and its gradient into dlogits (NULL: none). */
 static int loss_of(rn_net *net, const int32_t *labels_dev, int n, float smoothing, double mix_weight,
-                   float grad_scale, float *dlogits, float *loss_dev) {
+                   const double *mix_at, float grad_scale, float *dlogits, float *loss_dev) {
     if (n != net->last_n) return rn_errorf(RN_EINVAL, "loss of %d labels after a forward of %d images", n, net->last_n);
     rn_xent_desc xd;
     int rc = rn_xent_desc_init(&xd, n, net->spec.num_classes);
@@ -990,6 +993,7 @@ static int loss_of(rn_net *net, const int32_t *labels_dev, int n, float smoothin
     xd.label_smoothing = smoothing;
     xd.grad_scale = grad_scale;
     xd.mix_weight = mix_weight;
+    xd.mix_weight_at = mix_at;
     return rn_softmax_xent(net->be, &xd, net->logits, labels_dev, loss_dev, dlogits);
 }
 
@@ -1002,7 +1006,7 @@ static int upload_labels(rn_net *net, const int32_t *labels, int n) {
 
 int rn_net_loss(rn_net *net, const int32_t *labels, int n, float label_smoothing, float *loss) {
     int rc = upload_labels(net, labels, n);
-    if (rc || (rc = loss_of(net, net->labels, n, label_smoothing, 0, 1.0f, NULL, net->loss))) return rc;
+    if (rc || (rc = loss_of(net, net->labels, n, label_smoothing, 0, NULL, 1.0f, NULL, net->loss))) return rc;
     return rn_backend_download(net->be, loss, net->loss, sizeof(float));
 }
 
@@ -1215,7 +1219,7 @@ static int backward(rn_net *net, const int32_t *labels_dev, int n, float label_s
        their gradient written in fp32 */
     double t0 = pbeg(net, "loss");
     int rc = pend(net, t0, "loss", RN_PROF_BWD, 6 * n * k, 8 * n * k,
-                  loss_of(net, labels_dev, n, label_smoothing, mix_weight, grad_scale, net->dlogits, loss_dev));
+                  loss_of(net, labels_dev, n, label_smoothing, mix_weight, net->mix_at, grad_scale, net->dlogits, loss_dev));
     if (rc) return rc;
     t0 = pbeg(net, "fc");
     double fc_bytes = es * (n * k + 2 * n * c + c * k) + 4 * (c * k + k);

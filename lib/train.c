@@ -182,6 +182,8 @@ typedef struct {
     rn_replay *graphs;
     int32_t *glabels;
     void *gmet;
+    double *gmix;         /* with mixing: the micro-batch's mixing weight, then (int32 at
+                             gmix + 1) its top-1 target, uploaded before its graph runs */
     int graphs_said;      /* a failed capture's note is printed */
 } run;
 
@@ -284,8 +286,10 @@ static int gather_bn(void *dist, const void *mine, size_t bytes, void *all) {
 static int set_optimiser(run *t) {
     const rn_train_opts *o = t->o;
     int rc = rn_net_set_lars(t->r.net, o->optimizer == RN_OPT_LARS, o->lars_eta, o->lars_eps);
-    /* a replayed forward counts its batch in train.c (run_micro) */
+    /* a replayed forward counts its batch in train.c (run_micro); its loss reads the
+       mixing weight of its step from the device */
     rn_net_count_by_caller(t->r.net, o->cuda_graphs);
+    rn_net_set_mix_at(t->r.net, t->gmix);
     return rc ? rc : rn_net_set_clip(t->r.net, o->clip_grad_norm);
 }
 
@@ -466,10 +470,9 @@ static int setup(run *t) {
     t->dist = o->dist;
     t->world = rn_dist_world(o->dist);
     t->rank = rn_dist_rank(o->dist);
-    /* (rn-train refuses --mixup, --cutmix and --profile first, saying why) */
-    if (o->cuda_graphs && (o->profile || o->mix.mixup > 0 || o->mix.cutmix > 0))
-        return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile, --mixup or --cutmix: a graph replays fixed "
-                         "values and runs no host code between its ops");
+    /* (rn-train refuses --profile first, saying why) */
+    if (o->cuda_graphs && o->profile)
+        return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile: a graph runs no host code between its ops");
     if (o->cuda_graphs && t->world > 1)
         return rn_errorf(RN_EINVAL, "--cuda-graphs runs in one process: with %d, the gradient sum and BN's "
                          "statistics are exchanged between the ops a graph would hold (drop --cuda-graphs)", t->world);
@@ -533,8 +536,11 @@ static int setup(run *t) {
         if (!(t->graphs = rn_calloc((size_t)t->accum, sizeof *t->graphs))) return RN_ENOMEM;
         if ((rc = rn_backend_alloc(t->r.be, sizeof(int32_t) * (size_t)t->accum * (size_t)t->micro,
                                    (void **)&t->glabels)) ||
-            (rc = rn_backend_alloc(t->r.be, 2 * sizeof(float) * (size_t)t->accum, &t->gmet)))
+            (rc = rn_backend_alloc(t->r.be, 2 * sizeof(float) * (size_t)t->accum, &t->gmet)) ||
+            ((o->mix.mixup > 0 || o->mix.cutmix > 0) && (rc = rn_backend_alloc(t->r.be, 2 * sizeof(double),
+                                                                                (void **)&t->gmix))))
             return rn_error_context(rc, "--cuda-graphs' labels and losses");
+        rn_net_set_mix_at(t->r.net, t->gmix);
     }
     if (o->profile && (rc = rn_prof_create(t->r.be, &t->prof))) return rc;
     setup_gpumon(t);
@@ -592,6 +598,7 @@ static void finish(run *t) {
         free(t->graphs);
         rn_backend_free(t->r.be, t->glabels);
         rn_backend_free(t->r.be, t->gmet);
+        rn_backend_free(t->r.be, t->gmix);
         rn_backend_free(t->r.be, t->metrics);
         rn_backend_free(t->r.be, t->dpack);
         rn_backend_free(t->r.be, t->dscratch);
@@ -781,9 +788,12 @@ static int micro_ops(void *ctx) {
     float *loss = (float *)t->gmet + j->k;
     int32_t *hits = (int32_t *)((float *)t->gmet + t->accum) + j->k;
     int rc = rn_net_forward(t->r.net, t->micro, 1);
-    if (rc == RN_OK)
-        rc = rn_top1_count(t->r.be, t->micro, t->ck->model->num_classes, rn_net_logits(t->r.net), labels, j->target,
-                           hits);
+    int classes = t->ck->model->num_classes;
+    if (rc == RN_OK && t->gmix)
+        rc = rn_top1_count_at(t->r.be, t->micro, classes, rn_net_logits(t->r.net), labels,
+                              (const int32_t *)(t->gmix + 1), hits);
+    else if (rc == RN_OK)
+        rc = rn_top1_count(t->r.be, t->micro, classes, rn_net_logits(t->r.net), labels, j->target, hits);
     if (rc == RN_OK)
         rc = rn_net_backward_dev(t->r.net, labels, t->micro, (float)t->o->label_smoothing, j->mix_weight,
                                  j->grad_scale, j->k > 0, loss);
@@ -792,10 +802,20 @@ static int micro_ops(void *ctx) {
 
 /* Micro-batch k through graphs[k], keyed by everything its ops' pointers and scalars
  * follow that can change in a run: the weights' buffer (the EMA swap) and the loss scale
- * (and, to be safe, the mixing values, constant without mixing). BN's batch count is kept
- * here, however the ops ran. */
+ * (and the mixing values, constant without mixing; with it they go to the device, gmix,
+ * where the graph's loss and top-1 count read them). BN's batch count is kept here,
+ * however the ops ran. */
 static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     micro_job j = {.t = t, .k = k, .target = top1_target(md), .grad_scale = grad_scale, .mix_weight = 1.0 - md->lambda};
+    if (t->gmix) {
+        unsigned char v[sizeof(double) + sizeof(int32_t)];
+        int32_t target = j.target;
+        memcpy(v, &j.mix_weight, sizeof(double));
+        memcpy(v + sizeof(double), &target, sizeof target);
+        int rc = rn_backend_upload(t->r.be, t->gmix, v, sizeof v);
+        if (rc) return rc;
+        j.mix_weight = 0, j.target = RN_TOP1_LABEL; /* (read from gmix: not the key's) */
+    }
     struct {
         const void *weights;
         double mix_weight;

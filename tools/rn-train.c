@@ -122,7 +122,7 @@ static void usage(FILE *f) {
             "                          CUDA graph and replayed as one launch (the same results,\n"
             "                          hundreds fewer launches per step; the first step of each\n"
             "                          loss scale runs uncaptured). One process; not with\n"
-            "                          --mixup/--cutmix or --profile\n"
+            "                          --profile\n"
             "Many processes (started by mpirun or srun --mpi=pmix; one per GPU):\n"
             "  -b/--batch stays the global batch of one step: each of P processes computes\n"
             "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
@@ -364,9 +364,6 @@ static int check_flags(const rn_train_opts *o, const char *in, int print_lr, int
                          o->lr.lr_end, o->lr.lr);
     /* a graph replays its ops with the pointers and scalars it was captured with, and no
        host code between them */
-    if (o->cuda_graphs && (o->mix.mixup > 0 || o->mix.cutmix > 0))
-        return rn_errorf(RN_EINVAL, "--cuda-graphs with --mixup or --cutmix: the mixing weight changes the loss "
-                                    "every step, and a graph replays the values it was captured with (drop one)");
     if (o->cuda_graphs && o->profile)
         return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile: the profile times each op, a graph runs them as "
                                     "one launch (profile without --cuda-graphs)");

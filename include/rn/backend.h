@@ -457,6 +457,9 @@ typedef struct {
     float label_smoothing;  /* e in [0, 1] */
     float grad_scale;       /* multiplies dlogits: 1, 1/accum_steps, an AMP loss scale */
     double mix_weight;      /* m in [0, 1]: the rolled partner's share of the target (1 - lambda) */
+    const double *mix_weight_at; /* non-NULL: m is read from here (backend memory) when the op
+                                    runs, in place of mix_weight: a graph's replay reads the
+                                    value of its step (rn/replay.h); the caller keeps it in [0, 1] */
 } rn_xent_desc;
 
 /* Fill d: no smoothing, grad_scale 1, dtype RN_F32. */
@@ -479,6 +482,10 @@ int rn_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *logits,
 enum { RN_TOP1_LABEL, RN_TOP1_ROLLED, RN_TOP1_SMALLER };
 int rn_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels, int target,
                   int32_t *hits);
+/* The same with the target read from *target_at (one int32 in backend memory) when the op
+ * runs (as rn_xent_desc.mix_weight_at); a value out of range counts no row. */
+int rn_top1_count_at(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
+                     const int32_t *target_at, int32_t *hits);
 
 /* ---- mixup / cutmix of a normalised input batch (rn/mix.h) ----
  * Image i's partner is image i-1 (image 0's the last: torch's roll(1, 0)); a and b are

@@ -106,8 +106,9 @@ typedef struct rn_backend_ops {
                   const void *dy, void *dx, void *dw, void *db, int accumulate);
     int (*softmax_xent)(rn_backend *be, const rn_xent_desc *d, const void *logits,
                         const int32_t *labels, float *loss, void *dlogits);
+    /* target_at non-NULL: the target is read from there (rn_top1_count_at), not target */
     int (*top1_count)(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels, int target,
-                      int32_t *hits);
+                      const int32_t *target_at, int32_t *hits);
     /* copy NULL: rn_sgd_update; else also the compute copy in d->dtype */
     int (*sgd_update)(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                       const float *grad, float *buf, void *copy);

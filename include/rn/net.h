@@ -123,6 +123,11 @@ int rn_net_forward(rn_net *net, int n, int train);
  * replay's key. */
 void rn_net_count_by_caller(rn_net *net, int on);
 void rn_net_count_batch(rn_net *net);
+/* mix_weight non-NULL: the training losses read their mixing weight (rn_xent_desc's
+ * mix_weight_at: one double in backend memory, in [0, 1]) from there when they run, in
+ * place of the mix_weight argument, so that a replayed graph takes each step's; NULL: the
+ * argument again. */
+void rn_net_set_mix_at(rn_net *net, const double *mix_weight);
 const void *rn_net_weights(const rn_net *net);
 /* The logits of the last forward: (n, classes) fp32 in backend memory. */
 const float *rn_net_logits(const rn_net *net);

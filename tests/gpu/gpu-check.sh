@@ -22,8 +22,8 @@
 #      within 1e-5; with one GPU skipped, saying why (NCCL allows one rank per GPU)
 #   4f. rn-train --recompute blocks against none (tests/gpu/recompute-check.sh)
 #   4g. rn-train --cuda-graphs against the same run without: the same bits (checkpoints and
-#      logged losses), fp32 and fp16, --accum 1 and 2, and with --val, EMA, frozen BN and
-#      recomputation (tests/gpu/graphs-check.sh)
+#      logged losses), fp32 and fp16, --accum 1 and 2, with --val, EMA, frozen BN and
+#      recomputation, with mixup and cutmix (tests/gpu/graphs-check.sh)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 #   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new

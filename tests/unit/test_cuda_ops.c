@@ -463,6 +463,23 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     cmp_dev(e, t, gloss, RN_F32, &loss, 1);
     snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g dlogits", n, k, smoothing, mix_weight);
     cmp_dev(e, t, gz, e->dtype, dl, nz);
+    if (mix_weight > 0) { /* the weight read from device memory (mix_weight_at; the scalar 0) */
+        double *gm = NULL;
+        CHECK_OK(rn_backend_alloc(e->gpu, sizeof(double), (void **)&gm));
+        CHECK_OK(rn_backend_upload(e->gpu, gm, &mix_weight, sizeof mix_weight));
+        void *gz2 = up(e->gpu, e->dtype, z, nz);
+        rn_xent_desc da = dg;
+        da.mix_weight = 0;
+        da.mix_weight_at = gm;
+        CHECK_OK(rn_softmax_xent(e->gpu, &da, gz2, glab, gloss, gz2));
+        snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix_weight_at %g loss", n, k, smoothing,
+                 mix_weight);
+        cmp_dev(e, t, gloss, RN_F32, &loss, 1);
+        snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix_weight_at %g dlogits", n, k, smoothing,
+                 mix_weight);
+        cmp_dev(e, t, gz2, e->dtype, dl, nz);
+        rn_backend_free(e->gpu, gz2), rn_backend_free(e->gpu, gm);
+    }
     rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
     free(z), free(lab), free(dl);
 }
@@ -489,6 +506,15 @@ static void test_top1(env *e, int n, int k) {
         CHECK_OK(rn_top1_count(e->gpu, n, k, gz, gl, target, gh));
         CHECK_OK(rn_backend_download(e->gpu, &hg, gh, sizeof hg));
         CHECK(hg == hc, "top1_count n=%d k=%d target %d: %d, the CPU's %d", n, k, target, hg, hc);
+        /* the target read from device memory (rn_top1_count_at) */
+        int32_t *gt = NULL, t32 = target;
+        hg = -2;
+        CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t), (void **)&gt));
+        CHECK_OK(rn_backend_upload(e->gpu, gt, &t32, sizeof t32));
+        CHECK_OK(rn_top1_count_at(e->gpu, n, k, gz, gl, gt, gh));
+        CHECK_OK(rn_backend_download(e->gpu, &hg, gh, sizeof hg));
+        CHECK(hg == hc, "top1_count_at n=%d k=%d target %d: %d, the CPU's %d", n, k, target, hg, hc);
+        rn_backend_free(e->gpu, gt);
     }
     rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, gl), rn_backend_free(e->gpu, gh);
     free(z), free(lab);

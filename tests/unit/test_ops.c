@@ -1100,12 +1100,30 @@ static void test_xent_mix(rn_backend *be) {
         CHECK_OK(rn_softmax_xent(be, &h, z, labels, &lh, dh));
         CHECK(memcmp(&l0, &lh, sizeof l0) == 0 && memcmp(dm0, dh, sizeof(float) * n * k) == 0,
               "mix_weight 0 differs from the hard-label op (e=%g)", e);
+        /* the weight read from memory (mix_weight_at; the scalar then ignored): the same bits,
+           m and 0 */
+        const double at[2] = {m, 0};
+        for (int a = 0; a < 2; a++) {
+            float ls = 0, la = 0;
+            d.mix_weight = at[a];
+            d.mix_weight_at = NULL;
+            CHECK_OK(rn_softmax_xent(be, &d, z, labels, &ls, dh));
+            d.mix_weight = a ? m : 0;
+            d.mix_weight_at = &at[a];
+            CHECK_OK(rn_softmax_xent(be, &d, z, labels, &la, dm0));
+            CHECK(memcmp(&ls, &la, sizeof ls) == 0 && memcmp(dm0, dh, sizeof(float) * n * k) == 0,
+                  "mix_weight_at %g differs from mix_weight %g (e=%g)", at[a], at[a], e);
+        }
     }
     rn_xent_desc d;
     CHECK_OK(rn_xent_desc_init(&d, n, k));
     float loss;
     d.mix_weight = 1.5;
     CHECK(rn_softmax_xent(be, &d, z, labels, &loss, NULL) == RN_EINVAL, "mix_weight 1.5 accepted");
+    const double big = 1.5;
+    d.mix_weight = 0;
+    d.mix_weight_at = &big;
+    CHECK(rn_softmax_xent(be, &d, z, labels, &loss, NULL) == RN_EINVAL, "mix_weight_at 1.5 accepted on the host");
     free(z), free(dz), free(dh), free(dm0);
 }
 
@@ -1148,6 +1166,15 @@ static void test_top1(rn_backend *be) {
     CHECK_OK(rn_top1_count(be, 1, 1, z, &zero, RN_TOP1_LABEL, &hits));
     CHECK(hits == 1, "top1_count with one class: %d", hits);
     CHECK(rn_top1_count(be, n, k, z, lab, 3, &hits) == RN_EINVAL, "top1_count target 3 accepted");
+    /* the target read from memory: the same counts */
+    const int32_t *labs[3] = {lab, roll, sm};
+    for (int32_t t = RN_TOP1_LABEL; t <= RN_TOP1_SMALLER; t++) {
+        int32_t h1 = -1, h2 = -2;
+        CHECK_OK(rn_top1_count(be, n, k, z, labs[t], t, &h1));
+        CHECK_OK(rn_top1_count_at(be, n, k, z, labs[t], &t, &h2));
+        CHECK(h1 == h2, "top1_count_at target %d: %d, top1_count %d", t, h2, h1);
+    }
+    CHECK(rn_top1_count_at(be, n, k, z, lab, NULL, &hits) == RN_EINVAL, "top1_count_at without a target accepted");
     CHECK(rn_top1_count(be, 0, k, z, lab, RN_TOP1_LABEL, &hits) == RN_EINVAL, "top1_count of 0 rows accepted");
 }
 

@@ -9,7 +9,8 @@
  * runs the work eagerly and ends the capture; a backend without graphs always runs
  * eagerly; the calls' own refusals. And rn_net_count_by_caller: a net whose caller counts
  * its batches with rn_net_count_batch ends with the checkpoint of one that counts them
- * itself, for plain and frozen BN. */
+ * itself, for plain and frozen BN. rn_net_set_mix_at: the training loss reads its mixing
+ * weight from memory, the same bits as the argument, and the evaluation loss never. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,9 +306,53 @@ out:
     rn_backend_destroy(be);
 }
 
+/* rn_net_set_mix_at: the training loss takes its mixing weight from memory, the same bits
+ * as the argument; the evaluation loss (rn_net_loss) never mixes */
+static void test_mix_at(void) {
+    rn_resnet spec;
+    rn_ckpt *init = NULL;
+    rn_backend *be = NULL;
+    rn_net *net[3] = {NULL, NULL, NULL}; /* mixed by the argument, from memory; not mixed */
+    static uint8_t px[BATCH * SIZE * SIZE * 3];
+    int32_t labels[BATCH] = {2, 1, 0, 1};
+    float loss[3] = {0, 0, 0}, eval[3] = {0, 0, 0}, *g[3] = {NULL, NULL, NULL};
+    const double m = 0.375;
+    int64_t ng = 0;
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 53 + 7);
+    CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
+    CHECK_OK(rn_ckpt_new(&spec, &init));
+    if (!init) return;
+    CHECK_OK(rn_ckpt_init(init, &spec, 5, 0));
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
+    if (!be) goto out;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(rn_net_create(be, &spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
+        if (!net[i]) goto out;
+        CHECK_OK(rn_net_load(net[i], init));
+        if (i == 1) rn_net_set_mix_at(net[i], &m);
+        CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN,
+                                    RN_IMAGENET_STD, rn_net_input(net[i])));
+        CHECK_OK(rn_net_forward(net[i], BATCH, 1));
+        CHECK_OK(rn_net_loss(net[i], labels, BATCH, 0.1f, &eval[i]));
+        CHECK_OK(rn_net_backward_mix(net[i], labels, BATCH, 0.1f, i == 0 ? m : 0, 1.0f, 0, &loss[i]));
+        g[i] = rn_net_grads(net[i], &ng);
+    }
+    CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "mixed loss from memory %.9g, from the argument %.9g",
+          loss[1], loss[0]);
+    CHECK(memcmp(g[0], g[1], sizeof(float) * (size_t)ng) == 0, "mixed gradients from memory differ");
+    CHECK(memcmp(g[0], g[2], sizeof(float) * (size_t)ng) != 0, "mixing changes no gradient: the test tests nothing");
+    CHECK(memcmp(&eval[0], &eval[1], sizeof eval[0]) == 0, "the evaluation loss mixes: %.9g, unmixed %.9g", eval[1],
+          eval[0]);
+out:
+    for (int i = 0; i < 3; i++) rn_net_destroy(net[i]);
+    rn_ckpt_free(init);
+    rn_backend_destroy(be);
+}
+
 int main(void) {
     test_replay();
     test_count(0);
     test_count(1);
+    test_mix_at();
     return check_done("test_replay");
 }
