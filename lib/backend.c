@@ -757,6 +757,8 @@ int rn_top1_count_at(rn_backend *be, int n, int classes, const float *logits, co
     const char *op = "top1_count_at";
     if (n < 1 || classes < 1) return rn_errorf(RN_EINVAL, "%s: bad arguments n=%d classes=%d", op, n, classes);
     NEED(logits, op); NEED(labels, op); NEED(target_at, op); NEED(hits, op);
+    if (rn_backend_is_host(be) && (*target_at < RN_TOP1_LABEL || *target_at > RN_TOP1_SMALLER))
+        return rn_errorf(RN_EINVAL, "%s: target_at holds %d", op, *target_at);
     return after(be, be->ops->top1_count(be, n, classes, logits, labels, RN_TOP1_LABEL, target_at, hits));
 }
 

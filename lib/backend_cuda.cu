@@ -2073,7 +2073,8 @@ __device__ double lane_sumsq(int64_t n, const float *x, float gs) {
 }
 
 /* the block's lane sums (one per thread, through lane[RN_LARS_LANES]) added in lane order:
- * the chunk's sum, on thread 0 (0 on the others); every thread must call it */
+ * the chunk's sum, on thread 0 (0 on the others); every thread must call it, each call
+ * with an array of its own (no barrier after thread 0's reads) */
 __device__ double lanes_in_order(double s, double *lane) {
     lane[threadIdx.x] = s;
     __syncthreads();

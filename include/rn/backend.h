@@ -483,7 +483,8 @@ enum { RN_TOP1_LABEL, RN_TOP1_ROLLED, RN_TOP1_SMALLER };
 int rn_top1_count(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels, int target,
                   int32_t *hits);
 /* The same with the target read from *target_at (one int32 in backend memory) when the op
- * runs (as rn_xent_desc.mix_weight_at); a value out of range counts no row. */
+ * runs (as rn_xent_desc.mix_weight_at); a value that is none of the three hits no row
+ * (refused where the backend's memory is the host's). */
 int rn_top1_count_at(rn_backend *be, int n, int classes, const float *logits, const int32_t *labels,
                      const int32_t *target_at, int32_t *hits);
 

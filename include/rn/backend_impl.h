@@ -15,7 +15,7 @@
 /* rn_top1_count's target for a row whose label is a and whose rolled partner's is p,
  * written once for the CPU loop and the CUDA kernel */
 static inline RN_HOST_DEVICE int rn_top1_want(int target, int a, int p) {
-    return target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : a < p ? a : p;
+    return target == RN_TOP1_LABEL ? a : target == RN_TOP1_ROLLED ? p : target == RN_TOP1_SMALLER ? (a < p ? a : p) : -1;
 }
 
 #ifdef __cplusplus

@@ -1175,6 +1175,8 @@ static void test_top1(rn_backend *be) {
         CHECK(h1 == h2, "top1_count_at target %d: %d, top1_count %d", t, h2, h1);
     }
     CHECK(rn_top1_count_at(be, n, k, z, lab, NULL, &hits) == RN_EINVAL, "top1_count_at without a target accepted");
+    int32_t t3 = 3;
+    CHECK(rn_top1_count_at(be, n, k, z, lab, &t3, &hits) == RN_EINVAL, "top1_count_at target 3 accepted");
     CHECK(rn_top1_count(be, 0, k, z, lab, RN_TOP1_LABEL, &hits) == RN_EINVAL, "top1_count of 0 rows accepted");
 }
 
