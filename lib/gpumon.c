@@ -248,8 +248,9 @@ int rn_gpumon_advice(double util, double data_wait, int workers, int micro, char
     if (data_wait < RN_GPUMON_WAIT_LOW) {
         snprintf(buf, cap,
                  "rn-train: the GPU was %.0f%% busy with the loader holding back only %.0f%% of the step time: "
-                 "the host keeps it waiting (synchronisations, as RN_SYNC=1 makes) or a "
-                 "micro-batch of %d is too small to fill it (raise --batch or --micro-batch)",
+                 "the host keeps it waiting (synchronisations, as RN_SYNC=1 makes; kernel launches: "
+                 "--cuda-graphs makes a micro-batch's one) or a micro-batch of %d is too small to fill it "
+                 "(raise --batch or --micro-batch)",
                  util, 100 * data_wait, micro);
         return RN_GPUMON_ADVICE_HOST;
     }

@@ -194,8 +194,9 @@ static void test_advice(void) {
           "the loader advice names workers, size and encoding: %s", buf);
     CHECK(strstr(buf, "90% busy") && strstr(buf, "21%"), "and the figures: %s", buf);
     CHECK(rn_gpumon_advice(60, 0.01, 4, 8, buf, sizeof buf) == RN_GPUMON_ADVICE_HOST, "host-bound");
-    CHECK(strstr(buf, "synchronisations") && strstr(buf, "micro-batch of 8") && strstr(buf, "--batch"),
-          "the host advice names syncs and the batch: %s", buf);
+    CHECK(strstr(buf, "synchronisations") && strstr(buf, "micro-batch of 8") && strstr(buf, "--batch") &&
+              strstr(buf, "--cuda-graphs"),
+          "the host advice names syncs, launches and the batch: %s", buf);
     CHECK(rn_gpumon_advice(60, 0.1, 4, 8, buf, sizeof buf) == RN_GPUMON_ADVICE_NONE && !buf[0],
           "between the thresholds nothing is said: %s", buf);
     CHECK(rn_gpumon_advice(60, 0.2, 4, 8, buf, sizeof buf) == RN_GPUMON_ADVICE_NONE, "0.2 is not over 0.2");
