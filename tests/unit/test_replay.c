@@ -250,32 +250,51 @@ static int64_t tracked(const rn_ckpt *c, const char *name) {
     return v;
 }
 
+/* resnet18 of CLASSES classes from one seeded init on one CPU context: three training
+ * nets (0 where any step fails; free_nets frees what was made) */
+static int make_nets(uint64_t seed, rn_resnet *spec, rn_ckpt **init, rn_backend **be, rn_net *net[3]) {
+    CHECK_OK(rn_resnet_build(spec, "resnet18", CLASSES));
+    CHECK_OK(rn_ckpt_new(spec, init));
+    if (!*init) return 0;
+    CHECK_OK(rn_ckpt_init(*init, spec, seed, 0));
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, be));
+    if (!*be) return 0;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(rn_net_create(*be, spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
+        if (!net[i]) return 0;
+        CHECK_OK(rn_net_load(net[i], *init));
+    }
+    return 1;
+}
+
+static void free_nets(rn_ckpt *init, rn_backend *be, rn_net *net[3]) {
+    for (int i = 0; i < 3; i++) rn_net_destroy(net[i]);
+    rn_ckpt_free(init);
+    rn_backend_destroy(be);
+}
+
+/* a batch of BATCH images into the net's input */
+static void input(rn_backend *be, rn_net *net, uint8_t mul, uint8_t add) {
+    static uint8_t px[BATCH * SIZE * SIZE * 3];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * mul + add);
+    CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
+                                rn_net_input(net)));
+}
+
 static void test_count(int frozen) {
     rn_resnet spec;
     rn_ckpt *init = NULL, *c[3] = {NULL, NULL, NULL};
     rn_backend *be = NULL;
     rn_net *net[3] = {NULL, NULL, NULL};
-    static uint8_t px[BATCH * SIZE * SIZE * 3];
     int32_t labels[BATCH] = {0, 1, 2, 0};
-    for (size_t i = 0; i < sizeof px; i++)
-        px[i] = (uint8_t)(i * 37 + 11);
-    CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
-    CHECK_OK(rn_ckpt_new(&spec, &init));
-    if (!init) return;
-    CHECK_OK(rn_ckpt_init(init, &spec, 3, 0));
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
-    if (!be) goto out;
+    if (!make_nets(3, &spec, &init, &be, net)) goto out;
     /* 0 counts itself; 1 is counted by its caller; 2 says the caller counts and is not counted */
     for (int i = 0; i < 3; i++) {
-        CHECK_OK(rn_net_create(be, &spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
-        if (!net[i]) goto out;
-        CHECK_OK(rn_net_load(net[i], init));
         rn_net_freeze_bn(net[i], frozen);
         rn_net_count_by_caller(net[i], i > 0);
         for (int s = 0; s < 3; s++) {
             float loss = 0;
-            CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN,
-                                        RN_IMAGENET_STD, rn_net_input(net[i])));
+            input(be, net[i], 37, 11);
             CHECK_OK(rn_net_forward(net[i], BATCH, 1));
             if (i == 1) rn_net_count_batch(net[i]);
             CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
@@ -298,12 +317,8 @@ static void test_count(int frozen) {
     CHECK(tracked(c[2], bn) == 0, "%s: the uncounted net's %s: %lld", frozen ? "frozen" : "plain", bn,
           (long long)tracked(c[2], bn));
 out:
-    for (int i = 0; i < 3; i++) {
-        rn_net_destroy(net[i]);
-        rn_ckpt_free(c[i]);
-    }
-    rn_ckpt_free(init);
-    rn_backend_destroy(be);
+    for (int i = 0; i < 3; i++) rn_ckpt_free(c[i]);
+    free_nets(init, be, net);
 }
 
 /* rn_net_set_mix_at: the training loss takes its mixing weight from memory, the same bits
@@ -313,25 +328,14 @@ static void test_mix_at(void) {
     rn_ckpt *init = NULL;
     rn_backend *be = NULL;
     rn_net *net[3] = {NULL, NULL, NULL}; /* mixed by the argument, from memory; not mixed */
-    static uint8_t px[BATCH * SIZE * SIZE * 3];
     int32_t labels[BATCH] = {2, 1, 0, 1};
     float loss[3] = {0, 0, 0}, eval[3] = {0, 0, 0}, *g[3] = {NULL, NULL, NULL};
     const double m = 0.375;
     int64_t ng = 0;
-    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 53 + 7);
-    CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
-    CHECK_OK(rn_ckpt_new(&spec, &init));
-    if (!init) return;
-    CHECK_OK(rn_ckpt_init(init, &spec, 5, 0));
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &be));
-    if (!be) goto out;
+    if (!make_nets(5, &spec, &init, &be, net)) goto out;
     for (int i = 0; i < 3; i++) {
-        CHECK_OK(rn_net_create(be, &spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
-        if (!net[i]) goto out;
-        CHECK_OK(rn_net_load(net[i], init));
         if (i == 1) rn_net_set_mix_at(net[i], &m);
-        CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN,
-                                    RN_IMAGENET_STD, rn_net_input(net[i])));
+        input(be, net[i], 53, 7);
         CHECK_OK(rn_net_forward(net[i], BATCH, 1));
         CHECK_OK(rn_net_loss(net[i], labels, BATCH, 0.1f, &eval[i]));
         CHECK_OK(rn_net_backward_mix(net[i], labels, BATCH, 0.1f, i == 0 ? m : 0, 1.0f, 0, &loss[i]));
@@ -344,9 +348,7 @@ static void test_mix_at(void) {
     CHECK(memcmp(&eval[0], &eval[1], sizeof eval[0]) == 0, "the evaluation loss mixes: %.9g, unmixed %.9g", eval[1],
           eval[0]);
 out:
-    for (int i = 0; i < 3; i++) rn_net_destroy(net[i]);
-    rn_ckpt_free(init);
-    rn_backend_destroy(be);
+    free_nets(init, be, net);
 }
 
 int main(void) {
