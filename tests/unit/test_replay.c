@@ -268,7 +268,8 @@ static int make_nets(uint64_t seed, rn_resnet *spec, rn_ckpt **init, rn_backend 
 }
 
 static void free_nets(rn_ckpt *init, rn_backend *be, rn_net *net[3]) {
-    for (int i = 0; i < 3; i++) rn_net_destroy(net[i]);
+    for (int i = 0; i < 3; i++)
+        rn_net_destroy(net[i]);
     rn_ckpt_free(init);
     rn_backend_destroy(be);
 }
@@ -276,7 +277,8 @@ static void free_nets(rn_ckpt *init, rn_backend *be, rn_net *net[3]) {
 /* a batch of BATCH images into the net's input */
 static void input(rn_backend *be, rn_net *net, uint8_t mul, uint8_t add) {
     static uint8_t px[BATCH * SIZE * SIZE * 3];
-    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * mul + add);
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * mul + add);
     CHECK_OK(rn_input_normalize(be, RN_F32, (int64_t)BATCH * SIZE * SIZE, 3, px, RN_IMAGENET_MEAN, RN_IMAGENET_STD,
                                 rn_net_input(net)));
 }
@@ -317,7 +319,8 @@ static void test_count(int frozen) {
     CHECK(tracked(c[2], bn) == 0, "%s: the uncounted net's %s: %lld", frozen ? "frozen" : "plain", bn,
           (long long)tracked(c[2], bn));
 out:
-    for (int i = 0; i < 3; i++) rn_ckpt_free(c[i]);
+    for (int i = 0; i < 3; i++)
+        rn_ckpt_free(c[i]);
     free_nets(init, be, net);
 }
 
