@@ -93,11 +93,13 @@ static void *def_alloc(size_t n, void *ctx) {
 }
 static void def_free(void *p, void *ctx) { free(p); }
 
-/* records an epoch visits: all, or the first epoch_batches batches' */
-static uint64_t epoch_end(const rn_loader *l) {
-    uint64_t k = (uint64_t)l->o.epoch_batches * (uint64_t)l->o.batch;
-    return l->o.epoch_batches > 0 && k < l->count ? k : l->count;
+/* records an epoch visits: all count, or the first epoch_batches batches' */
+static uint64_t epoch_records(uint64_t count, int batch, int64_t epoch_batches) {
+    uint64_t k = (uint64_t)epoch_batches * (uint64_t)batch;
+    return epoch_batches > 0 && k < count ? k : count;
 }
+
+static uint64_t epoch_end(const rn_loader *l) { return epoch_records(l->count, l->o.batch, l->o.epoch_batches); }
 
 /* normalise a position: past the end of an epoch (or, with drop_last, too few records
  * left for a batch) is the start of the next one */
@@ -564,8 +566,7 @@ int rn_loader_seek(rn_loader *l, int64_t epoch, int64_t index) {
 }
 
 int64_t rn_loader_epoch_batches(uint64_t count, int batch, int drop_last, int64_t epoch_batches) {
-    uint64_t b = (uint64_t)batch, k = (uint64_t)epoch_batches * b;
-    uint64_t n = epoch_batches > 0 && k < count ? k : count;
+    uint64_t b = (uint64_t)batch, n = epoch_records(count, batch, epoch_batches);
     return (int64_t)(drop_last ? n / b : (n + b - 1) / b);
 }
 

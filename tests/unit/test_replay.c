@@ -182,7 +182,7 @@ static void test_replay(void) {
     CHECK(r.eager == 1 && r.captures == 1 && r.replays == 3 && launches == 4 && begins == 2, "counts: %lld %lld %lld",
           (long long)r.eager, (long long)r.captures, (long long)r.replays);
     /* the backend's memory moved (a workspace reserved anew): the graph is stale */
-    rn_backend_reserve(be, be->ws_bytes + 4096);
+    CHECK_OK(rn_backend_reserve(be, be->ws_bytes + 4096));
     set_src(&w, 5.5f);
     CHECK_OK(rn_replay_run(&r, be, "A", 1, do_work, &w, &how));
     CHECK(how == RN_REPLAY_EAGER && frees == 1 && !r.graph && copied(&w), "moved memory: eager, the graph freed");
