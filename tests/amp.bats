@@ -15,7 +15,8 @@ setup_file() {
         --device cuda >/dev/null 2>&1; then touch gpu; fi
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--data train.lmdb --in init.pb --batch 8 --crop 32 --workers 1 --threads 2"
 

@@ -17,7 +17,8 @@ setup_file() {
     fi
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--batch 8 --crop 32 --workers 2 --threads 2"
 

@@ -11,9 +11,10 @@ setup_file() {
 }
 
 setup() {
-    cd "$BATS_FILE_TMPDIR"
+    in_file_dir
     if rn-gpuinfo --check >/dev/null 2>&1; then skip "a GPU is usable here: make gpu-check covers it"; fi
 }
+teardown() { drop_test_outputs; }
 
 T="--data train.lmdb --in init.pb --max-steps 2 --batch 8 --crop 32 --workers 1 --threads 2"
 

@@ -13,13 +13,14 @@ setup_file() {
 setup() {
     command -v mpirun >/dev/null || skip "mpirun not installed (make deps installs openmpi-bin)"
     rn-train --help | grep -q "This build: with Open MPI" || skip "this rn build has no MPI (USE_MPI=0)"
-    cd "$BATS_FILE_TMPDIR"
+    in_file_dir
     # Open MPI refuses root without these; 3 ranks on 2 cores need --oversubscribe
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI="mpirun --oversubscribe"
     mpi_no_leak_checks
     A="--crop 32 --seed 3 --workers 1 --threads 1 --log-every 1"
 }
+teardown() { drop_test_outputs; }
 
 tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
 step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])'; }
@@ -98,6 +99,7 @@ for l in open(sys.argv[1]):
 }
 
 @test "the log says world_size and the slowest and fastest rank" {
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out two.pb $A --batch 8 --max-steps 3 --log two.jsonl
     run grep -c '"world_size":2,"step_s_min":' two.jsonl
     assert_output 3
     run grep -c '"slow_rank":[01],"data_wait_min":' two.jsonl

@@ -13,7 +13,8 @@ setup_file() {
     rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--batch 16 --crop 32 --workers 2"
 E="--ema-decay 0.99 --ema-every 2 --lr-epochs 3 --warmup-epochs 1 --lr 0.02"

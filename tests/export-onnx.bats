@@ -47,7 +47,8 @@ setup_file() {
     done
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 # why make onnxruntime did not install onnxruntime-node: npm's fetch error, else the first line
 ort_missing_why() {

@@ -11,7 +11,8 @@ setup_file() {
     rn-init --arch resnet50 --classes 10 --seed 3 -o big.pb
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 # start "$@" in the background, SIGKILL it after $1 seconds (it may have finished)
 kill_after() {

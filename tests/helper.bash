@@ -47,3 +47,19 @@ mpi_no_leak_checks() {
 plain_build_only() {
     [ -z "${RN_SANITIZE:-}" ] || skip "${1:-repeats code paths other tests run} under the sanitizers: the plain build runs it"
 }
+
+# The scratch folder of a bats file whose tests share setup_file's fixtures: setup() calls
+# in_file_dir, teardown() drop_test_outputs. The first test's set-up lists what is there
+# (setup_file's fixtures, kept for the whole file); after each test everything else goes,
+# so a file's disk use is its fixtures plus one test's outputs, not every test's (some
+# hundred MB each: resnet18 checkpoints with momentum), and no test can lean on another's.
+in_file_dir() {
+    cd "$BATS_FILE_TMPDIR" || return 1
+    [ -f .fixtures ] || ls -A > .fixtures
+}
+drop_test_outputs() {
+    local f
+    cd "$BATS_FILE_TMPDIR" && [ -f .fixtures ] || return 0
+    ls -A | grep -vxF -f .fixtures | while IFS= read -r f; do rm -rf -- "$f"; done
+    return 0
+}

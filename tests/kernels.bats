@@ -14,7 +14,8 @@ setup_file() {
     toy_setup 16
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 UNIT="$RN_BUILD/tests/test_threads"
 

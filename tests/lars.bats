@@ -11,7 +11,8 @@ setup_file() {
     toy_setup 24 >/dev/null
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--batch 8 --crop 32 --workers 2 --threads 2 --seed 3"
 L="--optimizer lars --momentum 0.9 --wd 0.01 --lars-eta 0.02 --lars-eps 0.001"

@@ -1,8 +1,7 @@
 #!/usr/bin/env bats
 # rn-load and the loader: determinism, resume, epochs, eval parity with torchvision.
 
-bats_load_library bats-support
-bats_load_library bats-assert
+load helper
 
 PY=${PYTHON:-/usr/bin/python3}
 MK="$BATS_TEST_DIRNAME/data/mkimages.py"
@@ -15,8 +14,9 @@ setup_file() {
 }
 
 setup() {
-    cd "$BATS_FILE_TMPDIR"
+    in_file_dir
 }
+teardown() { drop_test_outputs; }
 
 sums() { rn-load -q --sums "$@" | grep '^batch '; }
 

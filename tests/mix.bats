@@ -10,7 +10,8 @@ setup_file() {
     toy_setup 24 >/dev/null
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 A="--crop 32 --seed 3 --workers 1 --log-every 1"
 M="--mixup 0.4 --cutmix 1.0 --label-smoothing 0.1"

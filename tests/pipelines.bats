@@ -40,7 +40,8 @@ EOF
     make all RN_BIN="$RN_BIN" > make.log 2>&1
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 @test "make: datasets, one checkpoint per epoch, results.tsv, best.pb, curves.png" {
     [ -d data/train.lmdb ]

@@ -1,8 +1,7 @@
 #!/usr/bin/env bats
 # rn-prep: image folders and list files to rn datasets.
 
-bats_load_library bats-support
-bats_load_library bats-assert
+load helper
 
 PY=${PYTHON:-/usr/bin/python3}
 MK="$BATS_TEST_DIRNAME/data/mkimages.py"
@@ -27,8 +26,9 @@ setup_file() {
 }
 
 setup() {
-    cd "$BATS_FILE_TMPDIR"
+    in_file_dir
 }
+teardown() { drop_test_outputs; }
 
 @test "rn-prep --help, --version and bad usage" {
     run rn-prep --help

@@ -8,7 +8,8 @@ setup_file() {
     toy_setup 64
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--batch 16 --crop 32 --workers 2 --threads 2"
 

@@ -13,7 +13,8 @@ setup_file() {
     toy_setup 12 >/dev/null
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--workers 2 --threads 2 --seed 3"
 

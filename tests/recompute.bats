@@ -11,7 +11,8 @@ setup_file() {
     rn-init --arch resnet50 --classes 2 --seed 1 -o init50.pb
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 A="--crop 32 --workers 2 --max-steps 3 --lr 0.05"
 

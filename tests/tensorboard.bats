@@ -20,7 +20,8 @@ setup_file() {
     rn-info tb > events.txt
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 @test "rn-train --help and the man page name --tensorboard" {
     run rn-train --help

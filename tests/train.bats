@@ -11,7 +11,8 @@ setup_file() {
     rn-init --arch resnet18 --classes 2 --seed 1 -o init.pb
 }
 
-setup() { cd "$BATS_FILE_TMPDIR"; }
+setup() { in_file_dir; }
+teardown() { drop_test_outputs; }
 
 T="--batch 16 --crop 32 --workers 2 --threads 2"
 

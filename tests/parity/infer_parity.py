@@ -9,7 +9,9 @@ batch through parity_rn_infer and through torchvision in float64 (the reference)
 Checks: fast and exact logits within ||rn - ref|| <= 1e-5 ||ref|| (the eval criterion of
 train_parity.py); the same top-1 class as the reference for every image; the fast logits
 bit-identical at 1, 2 and 3 threads. Prints the max abs differences. Exits 1 on failure."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ classes = int(sys.argv[4]) if len(sys.argv) > 4 else 10
 bindir = os.environ.get("RN_BIN", "build/bin")
 harness = os.path.join(os.environ.get("RN_BUILD", "build"), "tests", "parity_rn_infer")
 tmp = tempfile.mkdtemp(prefix="rn-infer-parity-")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # some hundred MB of tensors
 torch.manual_seed(4321)
 
 subprocess.run([f"{bindir}/rn-init", "--arch", arch, "--classes", str(classes), "--seed", "7", "-o", f"{tmp}/init.pb"],

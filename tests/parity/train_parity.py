@@ -17,8 +17,10 @@ mask changes that channel's gradients by a whole term (a 2x2 layer4 at 64x64 sum
 (parity_rn_step writes each ReLU's output, act.*), and the output says how many it
 changed. Every decidable element keeps the float64 decision, so an op computing the wrong
 thing still fails."""
+import atexit
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,7 @@ classes = int(sys.argv[4]) if len(sys.argv) > 4 else 10
 bindir = os.environ.get("RN_BIN", "build/bin")
 harness = os.path.join(os.environ.get("RN_BUILD", "build"), "tests", "parity_rn_step")
 tmp = tempfile.mkdtemp(prefix="rn-parity-")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # some hundred MB of tensors
 torch.manual_seed(1234)
 
 subprocess.run([f"{bindir}/rn-init", "--arch", arch, "--classes", str(classes), "--seed", "7", "-o", f"{tmp}/init.pb"],
