@@ -15,6 +15,9 @@ export PATH="$RN_BIN:$PATH"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1}
 passed=0 failed=0 skipped=0
 failures=()
+# what the tests leave in the temporary folder is checked at the end (CI's disk is small)
+TMPROOT=${TMPDIR:-/tmp}
+tmp_before=$(ls -A "$TMPROOT" 2>/dev/null)
 
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -79,6 +82,21 @@ if command -v bats >/dev/null; then
 else
     echo "bats is not installed: run 'make deps' as root" >&2
     failed=$((failed + 1))
+fi
+
+# a test's files belong in bats' folders or its own, removed after it: anything new in
+# $TMPROOT above 10 MB fails the run, named (the parity scripts once left 2.3 GB a run)
+left=$(ls -A "$TMPROOT" 2>/dev/null | grep -vxF -f <(printf '%s\n' "$tmp_before") |
+    while IFS= read -r f; do du -sm "$TMPROOT/$f" 2>/dev/null; done | sort -rn)
+left_mb=$(awk '{s += $1} END {print s + 0}' <<<"$left")
+if [ "$left_mb" -gt 10 ]; then
+    failed=$((failed + 1))
+    failures+=("$left_mb MB left in $TMPROOT")
+    echo "not ok the tests left $left_mb MB in $TMPROOT:"
+    head -n 10 <<<"$left" | sed 's/^/  # /'
+else
+    passed=$((passed + 1))
+    echo "ok the tests left ${left_mb} MB in $TMPROOT (10 at most)"
 fi
 
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
