@@ -92,6 +92,10 @@ int main(void) {
     CHECK(near(rn_lr_at(&cm, 0, 10), 0.1) && near(rn_lr_at(&cm, 50, 10), 0.055) && near(rn_lr_at(&cm, 100, 10), 0.01) &&
               near(rn_lr_at(&cm, 500, 10), 0.01),
           "cosine to lr_min: %.17g %.17g", rn_lr_at(&cm, 50, 10), rn_lr_at(&cm, 100, 10));
+    rn_lr_schedule po = {.schedule = RN_LR_POLY, .lr = 0.1, .lr_end = 0.001, .power = 2, .total_epochs = 10};
+    CHECK(near(rn_lr_at(&po, 50, 10), 0.001 + 0.099 * 0.25) && near(rn_lr_at(&po, 100, 10), 0.001) &&
+              near(rn_lr_at(&po, 500, 10), 0.001),
+          "poly to lr_end, held past it: %.17g %.17g", rn_lr_at(&po, 50, 10), rn_lr_at(&po, 500, 10));
     CHECK(rn_lr_schedule_parse("exp") == RN_LR_EXP && strcmp(rn_lr_schedule_name(RN_LR_EXP), "exp") == 0, "exp name");
     /* the default ramp is unchanged by warmup_decay */
     rn_lr_schedule rp = {.schedule = RN_LR_CONSTANT, .lr = 0.1, .warmup_epochs = 2, .warmup_decay = 0.5};
