@@ -153,6 +153,11 @@ typedef struct {
     conv_plan *plans;
     int nplans, cap;
     int bn_cudnn; /* RN_CUDA_BN=cudnn: training forward through cuDNN where it applies */
+    struct {
+        int64_t m;
+        int c, relu, res;
+    } bn_refused[16]; /* shapes cuDNN's BN refused: ours run them from then on, captured or not */
+    int nbn_refused;
     int stem_plain; /* RN_CUDA_STEM=plain: 3-channel half-precision convs not padded to 4 */
     cudnnTensorDescriptor_t bn_x, bn_stat;
     cudnnActivationDescriptor_t bn_relu;
@@ -1012,15 +1017,26 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
     if (y == x || (res && y == res) || !bn_dnn_sizes(g, d, res != NULL, &ws, &rs) || ws > be->ws_bytes ||
         (rs && !reserve))
         return RN_OK;
+    int res_in = res != NULL;
+    for (int i = 0; i < g->nbn_refused; i++)
+        if (g->bn_refused[i].m == d->m && g->bn_refused[i].c == d->c && g->bn_refused[i].relu == d->relu &&
+            g->bn_refused[i].res == res_in)
+            return RN_OK;
     const float one = 1, zero = 0;
     cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
         g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
     if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) {
-        /* ours, then (any NOT_SUPPORTED_*); not inside a graph capture, where it would put
-           other ops in the graph than the uncaptured step ran (the capture fails instead) */
+        /* ours, then (any NOT_SUPPORTED_*), for this shape from now on. A shape the
+           uncaptured step ran through cuDNN but a capture refuses would put other ops in the
+           graph than that step ran: the capture fails instead */
         if (be->capturing) return rn_errorf(RN_EGPU, "cuda:%d: cuDNN's BN refused a shape inside a graph capture", g->dev);
+        if (g->nbn_refused < (int)(sizeof g->bn_refused / sizeof g->bn_refused[0])) {
+            int i = g->nbn_refused++;
+            g->bn_refused[i].m = d->m, g->bn_refused[i].c = d->c, g->bn_refused[i].relu = d->relu;
+            g->bn_refused[i].res = res_in;
+        }
         return RN_OK;
     }
     be->launches++;

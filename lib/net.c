@@ -957,7 +957,8 @@ static int forward_infer(rn_net *net, int n) {
 /* num_batches_tracked: one more batch for every BN layer whose running statistics a
  * training forward updated (each layer's bn_fwd once per forward; synchronised BN counts
  * in bn_update, a capture in rn_net_bn_replay) */
-void rn_net_count_batch(rn_net *net) {
+void rn_net_count_batch(rn_net *net, int n) {
+    net->last_n = n;
     if (net->mode != RN_NET_TRAIN || net->freeze_bn || net->gather || net->capture) return;
     for (int i = 0; i < net->spec.nunits; i++) net->u[i].tracked++;
 }
@@ -977,7 +978,7 @@ int rn_net_forward(rn_net *net, int n, int train) {
     /* a capture starts from zeros: the momentum-1 update keeps no trace of the last */
     int rc = net->capture ? rn_backend_zero(net->be, net->capt, sizeof(float) * (size_t)net->nstats) : RN_OK;
     if (rc || (rc = forward_train(net, n))) return rc;
-    if (!net->caller_counts) rn_net_count_batch(net);
+    if (!net->caller_counts) rn_net_count_batch(net, n);
     /* synchronised BN: every process makes the same update with the global statistics */
     return net->gather && !net->freeze_bn ? bn_update(net, net->hrun, 1) : RN_OK;
 }

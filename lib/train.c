@@ -829,7 +829,7 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     key.target = j.target;
     rn_replay *r = &t->graphs[k];
     int rc = rn_replay_run(r, t->r.be, &key, sizeof key, micro_ops, &j, NULL);
-    if (rc == RN_OK) rn_net_count_batch(t->r.net);
+    if (rc == RN_OK) rn_net_count_batch(t->r.net, t->micro);
     if (r->off && !t->graphs_said) {
         t->graphs_said = 1;
         if (t->o->progress)

@@ -116,13 +116,14 @@ int rn_net_forward(rn_net *net, int n, int train);
 /* Graph replays (rn/replay.h) run a training forward's device work without its host
  * side. With rn_net_count_by_caller(net, 1) a training forward leaves the BN layers'
  * num_batches_tracked alone and the caller adds one batch with rn_net_count_batch for
- * each training forward, however it ran (eagerly, captured or replayed); a frozen,
+ * each training forward of n images, however it ran (eagerly, captured or replayed),
+ * which also makes n the last forward's batch (rn_net_unit_output's rows); a frozen,
  * synchronised or capturing (rn_net_bn_capture) net counts nothing there, as its
  * forwards count nothing. rn_net_weights: the buffer the layers read the weights from
  * now (rn_net_ema_swap exchanges it and the BN statistics' for the average's): part of a
  * replay's key. */
 void rn_net_count_by_caller(rn_net *net, int on);
-void rn_net_count_batch(rn_net *net);
+void rn_net_count_batch(rn_net *net, int n);
 /* mix_weight non-NULL: the training losses read their mixing weight (rn_xent_desc's
  * mix_weight_at: one double in backend memory, in [0, 1]) from there when they run, in
  * place of the mix_weight argument, so that a replayed graph takes each step's; NULL: the

@@ -122,7 +122,7 @@ static int step(stepper *st, int s, int batch) {
             (rc = rn_backend_copy(st->be, st->loss + s, st->gloss, sizeof(float))) ||
             (rc = rn_backend_copy(st->be, st->hits + s, st->gloss + 1, sizeof(int32_t))))
             return rc;
-        rn_net_count_batch(st->net);
+        rn_net_count_batch(st->net, batch);
         if (st->graph->off) return rn_errorf(RN_EGPU, "a capture failed: %s", st->graph->why);
     } else if ((rc = rn_net_forward(st->net, batch, 1)) ||
         (rc = rn_top1_count(st->be, batch, 1000, rn_net_logits(st->net), st->labels, RN_TOP1_LABEL, st->hits + s)) ||

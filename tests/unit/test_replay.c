@@ -298,7 +298,7 @@ static void test_count(int frozen) {
             float loss = 0;
             input(be, net[i], 37, 11);
             CHECK_OK(rn_net_forward(net[i], BATCH, 1));
-            if (i == 1) rn_net_count_batch(net[i]);
+            if (i == 1) rn_net_count_batch(net[i], BATCH);
             CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
             CHECK_OK(rn_net_step(net[i], NULL, 0.01f, 0.9f, 0, 0, 0, NULL));
         }
@@ -318,6 +318,14 @@ static void test_count(int frozen) {
     }
     CHECK(tracked(c[2], bn) == 0, "%s: the uncounted net's %s: %lld", frozen ? "frozen" : "plain", bn,
           (long long)tracked(c[2], bn));
+    /* a replayed forward (no rn_net_forward) of BATCH after an eager one of 2: the unit
+       outputs are BATCH rows, as the replay's device work wrote them */
+    static float out0[BATCH * SIZE * SIZE * 64];
+    int64_t shape[4] = {0};
+    CHECK_OK(rn_net_forward(net[1], 2, 1));
+    rn_net_count_batch(net[1], BATCH);
+    CHECK_OK(rn_net_unit_output(net[1], 0, out0, shape));
+    CHECK(shape[0] == BATCH, "after a counted replay of %d the unit outputs have %lld rows", BATCH, (long long)shape[0]);
 out:
     for (int i = 0; i < 3; i++)
         rn_ckpt_free(c[i]);
