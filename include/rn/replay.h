@@ -19,8 +19,10 @@
  * A capture that fails (the function's error inside it, or the backend's: an op that
  * cannot be captured) turns graphs off for this replay: rn_replay_run writes why into
  * r->why, sets r->off, runs the function eagerly and returns its result. The results are
- * the same bits either way; only the launches differ. A backend without graphs (the CPU)
- * always runs eagerly. */
+ * the same bits either way, where the ops themselves are deterministic (on CUDA with
+ * --deterministic: cuDNN's non-deterministic algorithms differ between two eager runs
+ * too); only the launches differ. A backend without graphs (the CPU) always runs
+ * eagerly. */
 #ifndef RN_REPLAY_H
 #define RN_REPLAY_H
 
