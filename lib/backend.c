@@ -22,7 +22,7 @@ void rn_backend_opts_init(rn_backend_opts *o) {
 int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *opts, rn_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
-    int want_cuda = 0, index = opts ? opts->cuda_index : 0;
+    int want_cuda = 0, index = opts ? opts->cuda_index : 0, local_world = opts ? opts->cuda_local_world : 0;
     if (strcmp(device, "cuda") == 0) want_cuda = 1;
     else if (strncmp(device, "cuda:", 5) == 0) {
         char *end;
@@ -32,6 +32,7 @@ int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *o
                              "lists them)", device);
         want_cuda = 1;
         index = (int)v;
+        local_world = 0; /* the GPU named, whatever the node's processes */
     } else if (strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
         return rn_errorf(RN_EINVAL, "device '%s': expected cpu, cuda, cuda:N or auto", device);
 #ifndef RN_HAVE_CUDA
@@ -49,6 +50,7 @@ int rn_backend_create(const char *device, int nthreads, const rn_backend_opts *o
     be->nthreads = nthreads;
     if (opts) be->opts = *opts;
     else rn_backend_opts_init(&be->opts);
+    be->opts.cuda_index = index, be->opts.cuda_local_world = local_world;
     int rc, fell_back = 0;
 #ifdef RN_HAVE_CUDA
     if (want_cuda || strcmp(device, "auto") == 0) {

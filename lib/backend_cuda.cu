@@ -2665,6 +2665,16 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) return no_gpu(index, e);
     if (count == 0) return no_gpu(index, cudaErrorNoDevice);
+    /* many processes on this node, index its local rank: one GPU each. A process that
+       sees one GPU has its own (bound by the launcher); fewer GPUs than processes is an
+       error, not --device auto's fall-back to the CPU (the ranks would run different
+       backends) */
+    int lw = be->opts.cuda_local_world;
+    if (lw > 1 && count == 1) index = 0;
+    else if (lw > count)
+        return rn_errorf(RN_EINVAL, "cuda: %d processes on this node and %d GPUs: one process per GPU (mpirun -np "
+                         "%d per node), or give each process a GPU of its own (Slurm's --gpus-per-task, "
+                         "CUDA_VISIBLE_DEVICES per process)", lw, count, count);
     if (index < 0 || index >= count)
         return rn_errorf(RN_EGPU, "cuda:%d: this machine has %d usable GPU%s (cuda:0 to cuda:%d; rn-gpuinfo lists "
                          "them)", index, count, count == 1 ? "" : "s", count - 1);

@@ -293,6 +293,40 @@ static int set_optimiser(run *t) {
     return rc ? rc : rn_net_set_clip(t->r.net, o->clip_grad_norm);
 }
 
+/* Many processes run one plan: the backend's kind (host or device), the micro-batch and
+ * recomputation decide which collectives a step makes and how large they are, so a rank
+ * whose plan differs would pair its collectives with other ones (a hang, or wrong sums).
+ * --device auto (a CPU where a process finds no GPU) and --micro-batch auto (its free
+ * memory) choose per process: a difference is an error on every rank, naming it. */
+static int agree_plan(run *t) {
+    const int64_t mine[3] = {rn_backend_is_host(t->r.be), t->r.micro, t->r.recompute};
+    int64_t *all = rn_malloc(sizeof mine * (size_t)t->world), least = mine[1];
+    if (!all) return RN_ENOMEM;
+    int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the processes' plans");
+    for (int r = 1; rc == RN_OK && r < t->world; r++)
+        if (all[3 * r + 1] < least) least = all[3 * r + 1];
+    for (int r = 1; rc == RN_OK && r < t->world; r++) {
+        const int64_t *p = all + 3 * r;
+        if (p[0] != all[0])
+            rc = rn_errorf(RN_EINVAL, "the processes run on different devices: rank 0 on %s, rank %d on %s "
+                           "(--device auto takes the CPU where a process finds no usable GPU: run rn-gpuinfo on "
+                           "that node, or give --device cuda or --device cpu)",
+                           all[0] ? "the CPU" : "a GPU", r, p[0] ? "the CPU" : "a GPU");
+        else if (p[1] != all[1])
+            rc = rn_errorf(RN_EINVAL, "the processes planned different micro-batches: rank 0 %lld images, rank %d "
+                           "%lld%s: give every process --micro-batch %lld",
+                           (long long)all[1], r, (long long)p[1],
+                           t->o->micro_batch < 0 ? " (--micro-batch auto follows each process's free memory)" : "",
+                           (long long)least);
+        else if (p[2] != all[2])
+            rc = rn_errorf(RN_EINVAL, "the processes planned differently: rank 0 %s blocks, rank %d %s (auto "
+                           "follows each process's free memory): give every process --recompute blocks or "
+                           "--recompute none", all[2] ? "recomputes" : "keeps", r, p[2] ? "recomputes" : "keeps");
+    }
+    free(all);
+    return rc;
+}
+
 /* The network at the micro-batch asked for (or the largest that fits), the validation
  * loader, and fp16's loss scaler (the checkpoint's scale when resuming). */
 static int setup_net(run *t) {
@@ -311,6 +345,8 @@ static int setup_net(run *t) {
     else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
     int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
+    /* (a rank that failed here must not leave the others waiting in the next collective) */
+    if (t->world > 1 && (rc = rn_dist_agree(t->dist, rc, "planning the network")) == RN_OK) rc = agree_plan(t);
     if (rc) return rc;
     if ((rc = set_optimiser(t))) return rc;
     t->micro = t->r.micro;

@@ -157,6 +157,32 @@ for l in open(sys.argv[1]):
     [ ! -e x.pb ]
 }
 
+@test "ranks whose plans differ (--micro-batch auto under unequal memory, other --accum) stop at once, naming the fix" {
+    # what a micro-batch of 2 and of 4 needs (nothing fits in 1 MiB): a limit between them
+    need() {
+        run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$1" --mem-limit 1M
+        echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+    }
+    lim=$(awk -v a="$(need 2)" -v b="$(need 4)" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    [ -n "$lim" ]
+    # rank 1 has less memory: auto plans 2 images there, 4 on rank 0
+    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1 --micro-batch auto"
+    run $MPI -np 1 rn-train $B : -np 1 rn-train $B --mem-limit "$lim"
+    assert_failure
+    assert_output --partial "the processes planned different micro-batches: rank 0 4 images, rank 1 2 (--micro-batch auto follows each process's free memory): give every process --micro-batch 2"
+    [ ! -e x.pb ]
+    # the fix it names runs
+    run $MPI -np 2 rn-train ${B% auto} 2 --mem-limit "$lim"
+    assert_success
+    [ -e x.pb ]
+    rm x.pb
+    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1"
+    run $MPI -np 1 rn-train $B --accum 2 : -np 1 rn-train $B --accum 1
+    assert_failure
+    assert_output --partial "rank 0 2 images, rank 1 4: give every process --micro-batch 2"
+    [ ! -e x.pb ]
+}
+
 @test "--cuda-graphs on 2 ranks is refused: graphs run in one process" {
     run $MPI -np 2 rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1 --cuda-graphs
     assert_failure

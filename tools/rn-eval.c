@@ -62,9 +62,9 @@ static void usage(FILE *f) {
                "  the runs one process makes; rank 0 counts every image in dataset order. The\n"
                "  output and the --dump-logits file are the same bytes for any number of ranks;\n"
                "  no record is padded or repeated. --device auto or cuda takes the GPU of the\n"
-               "  rank's local rank; --threads 0 shares the cores among a machine's ranks. Rank 0\n"
-               "  prints and writes the files; an error prints on its rank as \"rank R: ...\" and\n"
-               "  the job exits non-zero.\n"
+               "  rank's local rank (or the one GPU it sees); --threads 0 shares the cores among a\n"
+               "  machine's ranks. Rank 0 prints and writes the files; an error prints on its\n"
+               "  rank as \"rank R: ...\" and the job exits non-zero.\n"
                "\n"
                "Environment (CPU): RN_CPU_GEMM=own|avx2|portable|openblas runs the convolutions and\n"
                "  the fc on rn's own kernel at AVX-512, AVX2 or in C on aarch64 (own, the default\n"
@@ -210,6 +210,7 @@ int main(int argc, char **argv) {
     rn_ckpt *ck = NULL;
     rn_eval_result r = {0};
     o.backend.cuda_index = rn_dist_local_rank(d); /* cuda and auto: this rank's GPU */
+    o.backend.cuda_local_world = rn_dist_local_world(d);
     /* rank 0 writes the files */
     if (root && (rc = rn_cli_output("rn-eval", confusion, stderr)) != RN_OK) goto agree;
     if (root && (rc = rn_cli_output("rn-eval", o.dump_logits, stderr)) != RN_OK) goto agree;

@@ -126,8 +126,10 @@ static void usage(FILE *f) {
             "Many processes (started by mpirun or srun --mpi=pmix; one per GPU):\n"
             "  -b/--batch stays the global batch of one step: each of P processes computes\n"
             "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
-            "  --accum P. --device cuda and auto take the GPU of the process's local rank; on\n"
-            "  the CPU the cores are shared among a node's processes unless --threads is given.\n"
+            "  --accum P. --device cuda and auto take the GPU of the process's local rank (or\n"
+            "  the one GPU it sees); on the CPU the cores are shared among a node's processes\n"
+            "  unless --threads is given. Ranks that plan differently (device kind,\n"
+            "  micro-batch, recomputation) stop at once, naming the flag to give.\n"
             "  Rank 0 writes OUT, the log and the events; a run resumes on any number of processes.\n"
             "  SIGUSR1 to mpirun reaches every rank: all save at the same step and exit 0.\n"
             "  (This build: %s.)\n"
@@ -748,7 +750,8 @@ int main(int argc, char **argv) {
     }
     rn_dist_set_bucket(d, (size_t)(bucket_mb * 1e6));
     o.dist = d;
-    o.backend.cuda_index = rn_dist_local_rank(d);
+    o.backend.cuda_index = rn_dist_local_rank(d); /* cuda and auto: this rank's GPU */
+    o.backend.cuda_local_world = rn_dist_local_world(d);
     o.threads = rn_cli_dist_threads(o.threads, rn_dist_local_world(d)); /* the node's cores, shared */
     /* outputs checked now, not after hours of training (by rank 0, which writes them) */
     if (rn_dist_rank(d) == 0 &&

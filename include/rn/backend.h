@@ -97,6 +97,10 @@ typedef struct {
                                  compare); _OPENBLAS, OpenBLAS's sgemm (its kernel's rounding) */
     int cuda_index;           /* the GPU "cuda" and "auto" take (a data-parallel rank's
                                  local rank, rn/dist.h); "cuda:N" names its own */
+    int cuda_local_world;     /* processes of the run on this node (0, 1: one). With more,
+                                 "cuda" and "auto" take GPU 0 where each process sees one
+                                 GPU (Slurm's --gpus-per-task, CUDA_VISIBLE_DEVICES per
+                                 process), and refuse more processes than GPUs */
     int cuda_tf32;            /* TF32 tensor cores for fp32 convs and GEMMs (RN_CUDA_TF32=1) */
     int cuda_deterministic;   /* deterministic conv algorithms only (--deterministic) */
     int cuda_conv_heuristic;  /* conv algorithms from cuDNN's heuristic, not timed (the
