@@ -476,6 +476,17 @@ static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
     return rc;
 }
 
+void rn_dist_sum_cancel(rn_dist *d) {
+    if (!d || !d->active || !d->dev) return; /* (a host sum's memory is d's own) */
+    char kept[512];
+    snprintf(kept, sizeof kept, "%s", rn_last_error());
+    op_begin(d, d->what);
+    int rc = rn_backend_coll_join(d->dev);
+    op_end(d);
+    rn_errorf(rc ? rc : RN_EIO, "%s", kept);
+    free_buckets(d);
+}
+
 int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
     if (st) *st = (rn_dist_sum_stats){0};
     if (!d || d->world == 1) return RN_OK;

@@ -636,6 +636,7 @@ static void finish(run *t) {
         rn_backend_free(t->r.be, t->gmet);
         rn_backend_free(t->r.be, t->gmix);
         rn_backend_free(t->r.be, t->metrics);
+        rn_dist_sum_cancel(t->dist); /* (a failed step's buckets may still use them) */
         rn_backend_free(t->r.be, t->dpack);
         rn_backend_free(t->r.be, t->dscratch);
     }

@@ -115,6 +115,11 @@ int rn_dist_sum_progress(rn_dist *d);
 /* Start the last bucket, wait for all of them (under the watchdog), copy the sums back
  * into x; stats (unless NULL) says how much overlapped. */
 int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *stats);
+/* A failing caller's sum, begun and not ended: a device backend's enqueued buckets read
+ * and write pack and scratch, so they are joined (under the watchdog's timeout) before
+ * the caller frees those; the error message is left as it was. Nothing when none, or
+ * for a host backend (its sum's memory is d's own). */
+void rn_dist_sum_cancel(rn_dist *d);
 
 /* all (world * bytes, host) = every rank's `mine` (bytes, host), in rank order. */
 int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, const char *what);
