@@ -15,9 +15,12 @@ export PATH="$RN_BIN:$PATH"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1}
 passed=0 failed=0 skipped=0
 failures=()
-# what the tests leave in the temporary folder is checked at the end (CI's disk is small)
-TMPROOT=${TMPDIR:-/tmp}
-tmp_before=$(ls -A "$TMPROOT" 2>/dev/null)
+# The tests' temporary files go to a folder of this run's own (TMPDIR: bats, mktemp,
+# Python's tempfile, Open MPI), checked at the end for what they left (CI's disk is
+# small) and removed.
+TMPROOT=$(mktemp -d "${TMPDIR:-/tmp}/rn-tests.XXXXXX") || exit 1
+trap 'rm -rf "$TMPROOT"' EXIT
+export TMPDIR=$TMPROOT
 
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -84,19 +87,18 @@ else
     failed=$((failed + 1))
 fi
 
-# a test's files belong in bats' folders or its own, removed after it: anything new in
-# $TMPROOT above 10 MB fails the run, named (the parity scripts once left 2.3 GB a run)
-left=$(ls -A "$TMPROOT" 2>/dev/null | grep -vxF -f <(printf '%s\n' "$tmp_before") |
-    while IFS= read -r f; do du -sm "$TMPROOT/$f" 2>/dev/null; done | sort -rn)
+# a test's files belong in bats' folders or its own, removed after it: more than 10 MB
+# left fails the run, named (the parity scripts once left 2.3 GB a run)
+left=$(ls -A "$TMPROOT" 2>/dev/null | while IFS= read -r f; do du -sm "$TMPROOT/$f" 2>/dev/null; done | sort -rn)
 left_mb=$(awk '{s += $1} END {print s + 0}' <<<"$left")
 if [ "$left_mb" -gt 10 ]; then
     failed=$((failed + 1))
-    failures+=("$left_mb MB left in $TMPROOT")
-    echo "not ok the tests left $left_mb MB in $TMPROOT:"
+    failures+=("$left_mb MB left in TMPDIR")
+    echo "not ok the tests left $left_mb MB in their TMPDIR:"
     head -n 10 <<<"$left" | sed 's/^/  # /'
 else
     passed=$((passed + 1))
-    echo "ok the tests left ${left_mb} MB in $TMPROOT (10 at most)"
+    echo "ok the tests left ${left_mb} MB in their TMPDIR (10 at most)"
 fi
 
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
