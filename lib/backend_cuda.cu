@@ -1024,7 +1024,7 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
             return RN_OK;
     const float one = 1, zero = 0;
     cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
-        g->dnn, BN_MODE, bn_ops_for(d->relu, res != NULL), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
+        g->dnn, BN_MODE, bn_ops_for(d->relu, res_in), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
     if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) {

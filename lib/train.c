@@ -300,9 +300,11 @@ static int set_optimiser(run *t) {
  * memory) choose per process: a difference is an error on every rank, naming it. */
 static int agree_plan(run *t) {
     const int64_t mine[3] = {rn_backend_is_host(t->r.be), t->r.micro, t->r.recompute};
-    int64_t *all = rn_malloc(sizeof mine * (size_t)t->world), least = mine[1];
+    int64_t *all = rn_malloc(sizeof mine * (size_t)t->world);
     if (!all) return RN_ENOMEM;
     int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the processes' plans");
+    /* every rank's smallest micro-batch: the same advice on each */
+    int64_t least = rc == RN_OK ? all[1] : 0;
     for (int r = 1; rc == RN_OK && r < t->world; r++)
         if (all[3 * r + 1] < least) least = all[3 * r + 1];
     for (int r = 1; rc == RN_OK && r < t->world; r++) {

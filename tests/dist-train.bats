@@ -171,6 +171,11 @@ for l in open(sys.argv[1]):
     assert_failure
     assert_output --partial "the processes planned different micro-batches: rank 0 4 images, rank 1 2 (--micro-batch auto follows each process's free memory): give every process --micro-batch 2"
     [ ! -e x.pb ]
+    # and the other way round: every rank names the smallest
+    run $MPI -np 1 rn-train $B --mem-limit "$lim" : -np 1 rn-train $B
+    assert_failure
+    assert_output --partial "rank 0 2 images, rank 1 4 (--micro-batch auto"
+    refute_output --partial "give every process --micro-batch 4"
     # the fix it names runs
     run $MPI -np 2 rn-train ${B% auto} 2 --mem-limit "$lim"
     assert_success
