@@ -127,6 +127,7 @@ int rn_backend_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes)
     *free_bytes = *total_bytes = 0;
     return be->ops->mem_info(be, free_bytes, total_bytes);
 }
+int rn_backend_mem_shared(const rn_backend *be) { return rn_backend_is_host(be) && !be->opts.cpu_memory; }
 size_t rn_backend_workspace_limit(const rn_backend *be) { return be->ops->ws_limit; }
 int rn_backend_host_alloc(rn_backend *be, size_t bytes, void **out) {
     *out = NULL;

@@ -40,11 +40,20 @@ static void fmt_bytes(size_t b, char *buf, size_t cap) {
 }
 
 /* What the run may plan for: --mem-limit, else the free memory less 5% of the total
- * (cuDNN's algorithm search, cuBLAS, the loader and fragmentation take the rest). */
-static int mem_budget(rn_backend *be, size_t limit, size_t *budget, char *how, size_t cap) {
+ * (cuDNN's algorithm search, cuBLAS, the loader and fragmentation take the rest). The
+ * machine's memory, which the node's processes of the run (r->dist) share, gives each
+ * its share, read once: the processes plan at different moments, some after others
+ * have built their nets, so later plans of r keep the first figure unless `fresh`. */
+static int mem_budget(rn_runner *r, size_t limit, int fresh, size_t *budget, char *how, size_t cap) {
+    rn_backend *be = r->be;
     if (limit) {
         *budget = limit;
         snprintf(how, cap, "--mem-limit");
+        return RN_OK;
+    }
+    if (r->shared_budget && !fresh) {
+        *budget = r->shared_budget;
+        snprintf(how, cap, "%s", r->shared_how);
         return RN_OK;
     }
     size_t fr, tot;
@@ -54,7 +63,16 @@ static int mem_budget(rn_backend *be, size_t limit, size_t *budget, char *how, s
     char f[32], t[32];
     fmt_bytes(fr, f, sizeof f);
     fmt_bytes(tot, t, sizeof t);
-    snprintf(how, cap, "%s free of %s, less 5%% of the total; --mem-limit sets it", f, t);
+    int share = rn_backend_mem_shared(be) ? rn_dist_local_world(r->dist) : 1;
+    if (share > 1) {
+        *budget /= (size_t)share;
+        snprintf(how, cap, "%s free of %s, less 5%% of the total, shared by this node's %d processes; --mem-limit "
+                 "sets it per process", f, t, share);
+        r->shared_budget = *budget ? *budget : 1;
+        snprintf(r->shared_how, sizeof r->shared_how, "%s", how);
+    } else {
+        snprintf(how, cap, "%s free of %s, less 5%% of the total; --mem-limit sets it", f, t);
+    }
     return RN_OK;
 }
 
@@ -111,14 +129,24 @@ static int recompute_pays(rn_backend *be, int plain, int larger) {
     return !rn_backend_is_host(be) && plain < RN_RECOMPUTE_BELOW && larger >= 2 * plain;
 }
 
-int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
-                  int dtype) {
-    rn_resnet spec;
+/* What rn_runner_net builds, planned against the memory budget without allocating */
+typedef struct {
+    int micro;          /* images per forward */
+    int mode;           /* RN_NET_TRAIN or RN_NET_INFER, | RN_NET_RECOMPUTE */
+    size_t staged;      /* bytes per staging buffer (0 on the host) */
+    size_t staged_px;   /* its pixels' bytes */
+    size_t budget;      /* the memory the plan was checked against */
+    char how[224];      /* where that figure came from */
+} plan;
+
+/* The plan for micro (0: auto) and mode (RN_RUNNER_RECOMPUTE_AUTO: may recompute).
+ * Errors: rn_runner_net's planning ones. */
+static int choose(rn_runner *r, const rn_resnet *spec, int batch, int micro, size_t mem_limit, int crop, int mode,
+                  int dtype, plan *p) {
     int may = (mode & RN_RUNNER_RECOMPUTE_AUTO) != 0;
     mode &= ~RN_RUNNER_RECOMPUTE_AUTO;
     int recompute = mode & RN_NET_RECOMPUTE, base = mode & ~RN_NET_RECOMPUTE;
-    int rc = rn_ckpt_net(ck, &spec);
-    if (rc) return rc;
+    int rc;
     if (!rn_backend_has_dtype(r->be, dtype))
         return rn_errorf(RN_ENOTSUP, "--amp %s needs a GPU (--device cuda): the CPU backend computes in fp32 (%s)",
                          rn_amp_name(dtype), rn_backend_name(r->be));
@@ -126,25 +154,32 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
     size_t staged_px = ((size_t)batch * crop * crop * 3 + 15) & ~(size_t)15;
     size_t staged = rn_backend_is_host(r->be) ? 0 : staged_px + sizeof(int32_t) * (size_t)batch;
     size_t budget, need = 0, fit_need = 0;
-    char how[160], a[32], u[32], advice[160];
-    if ((rc = mem_budget(r->be, mem_limit, &budget, how, sizeof how))) return rc;
+    char how[224], a[32], u[32], advice[160];
+    if ((rc = mem_budget(r, mem_limit, 0, &budget, how, sizeof how))) return rc;
     const char *what = base == RN_NET_TRAIN ? "training" : "evaluation";
     const char *unit = base == RN_NET_TRAIN ? "micro-batch" : "batch";
     const char *dt = dtype == RN_F32 ? "fp32" : rn_amp_name(dtype);
     const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
-    int is_auto = micro == 0;
-    if (!is_auto) {
-        if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode, dtype, &need))) return rc;
+    if (micro) {
+        if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode, dtype, &need))) return rc;
         need += 2 * staged;
+        /* a given micro-batch that fits only with recomputation, where auto may choose it */
+        size_t rneed = 0;
+        if (need > budget && may && !recompute && base == RN_NET_TRAIN) {
+            if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed))) return rc;
+            if (rneed + 2 * staged <= budget) {
+                mode |= RN_NET_RECOMPUTE;
+                need = rneed + 2 * staged;
+            }
+        }
         if (need > budget) {
-            int fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
+            int fit = largest_fit(r->be, spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
             if (rc) return rc;
             advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
             /* the other way out: this micro-batch with recomputation */
             char rec[96] = "";
-            size_t rneed = 0;
             if (base == RN_NET_TRAIN && !recompute) {
-                if ((rc = rn_net_plan(r->be, &spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed)))
+                if (!rneed && (rc = rn_net_plan(r->be, spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed)))
                     return rc;
                 rneed += 2 * staged;
                 fmt_bytes(rneed, a, sizeof a);
@@ -154,22 +189,21 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
                              "(%s): %s%s%s",
-                             spec.arch, what, unit, micro, crop, crop, dt,
+                             spec->arch, what, unit, micro, crop, crop, dt,
                              a, where, u, how, advice,
                              fit && base == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "", rec);
         }
     } else {
-        micro = largest_fit(r->be, &spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
+        micro = largest_fit(r->be, spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
         if (rc) return rc;
         if (may && !recompute && base == RN_NET_TRAIN && micro < batch) {
             size_t rneed = 0;
-            int m = largest_fit(r->be, &spec, batch, batch, crop, mode | RN_NET_RECOMPUTE, dtype, 2 * staged, budget,
+            int m = largest_fit(r->be, spec, batch, batch, crop, mode | RN_NET_RECOMPUTE, dtype, 2 * staged, budget,
                                 &rneed, &rc);
             if (rc) return rc;
             if ((micro == 0 && m) || (m && recompute_pays(r->be, micro, m))) {
                 micro = m;
                 need = rneed;
-                recompute = RN_NET_RECOMPUTE;
                 mode |= RN_NET_RECOMPUTE;
             }
         }
@@ -177,9 +211,39 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             fmt_bytes(budget, u, sizeof u);
             return rn_errorf(RN_ENOMEM, "--micro-batch auto: %s %s of %dx%d in %s does not fit in %s memory at any "
                              "micro-batch that can train (%s usable: %s): lower --crop, or free memory",
-                             spec.arch, what, crop, crop, dt, where, u, how);
+                             spec->arch, what, crop, crop, dt, where, u, how);
         }
     }
+    *p = (plan){.micro = micro, .mode = mode, .staged = staged, .staged_px = staged_px, .budget = budget};
+    snprintf(p->how, sizeof p->how, "%s", how);
+    return RN_OK;
+}
+
+int rn_runner_plan(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                   int dtype, int *micro_out, int *recompute_out) {
+    rn_resnet spec;
+    plan p;
+    int rc = rn_ckpt_net(ck, &spec);
+    if (rc || (rc = choose(r, &spec, batch, micro, mem_limit, crop, mode, dtype, &p))) return rc;
+    *micro_out = p.micro;
+    *recompute_out = (p.mode & RN_NET_RECOMPUTE) != 0;
+    return RN_OK;
+}
+
+int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                  int dtype) {
+    rn_resnet spec;
+    plan p;
+    int is_auto = micro == 0;
+    int rc = rn_ckpt_net(ck, &spec);
+    if (rc || (rc = choose(r, &spec, batch, micro, mem_limit, crop, mode, dtype, &p))) return rc;
+    micro = p.micro;
+    mode = p.mode;
+    size_t staged = p.staged, budget = p.budget, fit_need = 0;
+    char u[32], advice[160];
+    int recompute = mode & RN_NET_RECOMPUTE, base = mode & ~RN_NET_RECOMPUTE;
+    const char *what = base == RN_NET_TRAIN ? "training" : "evaluation";
+    const char *unit = base == RN_NET_TRAIN ? "micro-batch" : "batch";
     for (int i = 0; i < 2 && staged; i++)
         if ((rc = rn_backend_alloc(r->be, staged, (void **)&r->staging[i])))
             return rn_error_context(rc, "staging for batches of %d", batch);
@@ -192,7 +256,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
         char failed[600];
         snprintf(failed, sizeof failed, "%s", rn_last_error());
         rn_backend_unreserve(r->be); /* the failed net's workspace: a smaller net needs less */
-        int rc2 = mem_budget(r->be, mem_limit, &budget, how, sizeof how), fit = 0;
+        int rc2 = mem_budget(r, mem_limit, 1, &budget, p.how, sizeof p.how), fit = 0;
         if (rc2 == RN_OK)
             fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc2);
         if (is_auto && fit) {
@@ -202,7 +266,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
         advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
         fmt_bytes(budget, u, sizeof u);
         rc = rn_errorf(RN_ENOMEM, "%s %s at %s %d: %s; by the plan, with %s usable now (%s): %s", spec.arch, what,
-                       unit, micro, failed, u, how, advice);
+                       unit, micro, failed, u, p.how, advice);
         break;
     }
     if (rc) return rc;
@@ -216,7 +280,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
             return rc;
         r->recompute_saved = without > with ? without - with : 0;
     }
-    r->staged_cap = staged ? staged_px : 0;
+    r->staged_cap = staged ? p.staged_px : 0;
     r->staged_n = batch;
     r->classes = spec.num_classes;
     r->micro = micro;

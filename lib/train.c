@@ -296,13 +296,15 @@ static int set_optimiser(run *t) {
 /* Many processes run one plan: the backend's kind (host or device), the micro-batch and
  * recomputation decide which collectives a step makes and how large they are, so a rank
  * whose plan differs would pair its collectives with other ones (a hang, or wrong sums).
- * --device auto (a CPU where a process finds no GPU) and --micro-batch auto (its free
- * memory) choose per process: a difference is an error on every rank, naming it. */
+ * --device auto (a CPU where a process finds no GPU) chooses per process, and so would
+ * --micro-batch auto without common_plan: a difference is an error on every rank, naming
+ * it. */
 static int agree_plan(run *t) {
     const int64_t mine[3] = {rn_backend_is_host(t->r.be), t->r.micro, t->r.recompute};
     int64_t *all = rn_malloc(sizeof mine * (size_t)t->world);
-    if (!all) return RN_ENOMEM;
-    int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the processes' plans");
+    /* (a rank that cannot take part must not leave the others in the gather) */
+    int rc = rn_dist_agree(t->dist, all ? RN_OK : RN_ENOMEM, "comparing the processes' plans");
+    if (rc == RN_OK) rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the processes' plans");
     /* every rank's smallest micro-batch: the same advice on each */
     int64_t least = rc == RN_OK ? all[1] : 0;
     for (int r = 1; rc == RN_OK && r < t->world; r++)
@@ -321,12 +323,71 @@ static int agree_plan(run *t) {
                            t->o->micro_batch < 0 ? " (--micro-batch auto follows each process's free memory)" : "",
                            (long long)least);
         else if (p[2] != all[2])
-            rc = rn_errorf(RN_EINVAL, "the processes planned differently: rank 0 %s blocks, rank %d %s (auto "
-                           "follows each process's free memory): give every process --recompute blocks or "
-                           "--recompute none", all[2] ? "recomputes" : "keeps", r, p[2] ? "recomputes" : "keeps");
+            rc = rn_errorf(RN_EINVAL, "the processes planned differently: rank 0 %s blocks, rank %d %s: give every "
+                           "process --recompute blocks or --recompute none",
+                           all[2] ? "recomputes" : "keeps", r, p[2] ? "recomputes" : "keeps");
     }
     free(all);
     return rc;
+}
+
+/* Many processes: each plans for its own memory, then those under --micro-batch auto take
+ * the smallest micro-batch any process planned (or one gave), and those under the default
+ * --recompute recompute when any process does at that micro-batch; *want and *mode are
+ * set to that plan. The same collectives on every rank, whatever its flags; a process's
+ * given --micro-batch or --recompute is kept, and agree_plan names a difference. *note
+ * (cap bytes) is what rank 0 says when the plan is taken. */
+static int common_plan(run *t, int share, int *want, int *mode, char *note, size_t cap) {
+    const rn_train_opts *o = t->o;
+    int micro = 0, rec = 0, world = t->world;
+    int free_micro = *want == 0, free_rec = o->recompute == RN_TRAIN_RECOMPUTE_AUTO;
+    /* per rank: its micro-batch (negative: given), its --batch; then whether it recomputes */
+    int64_t *all = rn_malloc(sizeof(int64_t) * 2 * (size_t)world);
+    int rc = all ? rn_runner_plan(&t->r, t->ck, share, *want, o->mem_limit, t->crop_max, *mode, o->amp, &micro, &rec)
+                 : RN_ENOMEM;
+    if ((rc = rn_dist_agree(t->dist, rc, "planning the network"))) {
+        free(all);
+        return rc;
+    }
+    int64_t mine[2] = {free_micro ? micro : -micro, o->batch};
+    rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the processes' micro-batches");
+    int least = micro, who = t->rank, differ = 0, any_free = 0;
+    for (int r = 0; rc == RN_OK && r < world; r++) {
+        int m = (int)(all[2 * r] < 0 ? -all[2 * r] : all[2 * r]);
+        if (all[2 * r + 1] != o->batch) {
+            rc = rn_errorf(RN_EINVAL, "the processes were given different --batch: rank %d %lld, rank %d %d: give "
+                           "every process the same global batch", r, (long long)all[2 * r + 1], t->rank, o->batch);
+            break;
+        }
+        if (m < least || (m == least && r < who)) least = m, who = r;
+        differ |= all[2 * r] != all[0];
+        any_free |= all[2 * r] > 0;
+    }
+    int given = rc == RN_OK && all[2 * who] < 0;
+    if (rc == RN_OK) { /* (every rank agrees, whether it planned again or not) */
+        if (free_micro && least != micro)
+            rc = rn_runner_plan(&t->r, t->ck, share, least, o->mem_limit, t->crop_max, *mode, o->amp, &micro, &rec);
+        rc = rn_dist_agree(t->dist, rc, "planning the network at the processes' micro-batch");
+    }
+    if (rc == RN_OK) {
+        int64_t r1 = rec;
+        rc = rn_dist_allgather(t->dist, &r1, sizeof r1, all, "the processes' recomputation");
+    }
+    int needs = -1; /* the first rank that recomputes */
+    for (int r = 0; rc == RN_OK && r < world && needs < 0; r++)
+        if (all[r]) needs = r;
+    free(all);
+    if (rc) return rc;
+    if (free_micro) *want = least;
+    if (free_rec) *mode = (*mode & ~RN_RUNNER_RECOMPUTE_AUTO & ~RN_NET_RECOMPUTE) | (needs >= 0 ? RN_NET_RECOMPUTE : 0);
+    char rnote[64] = "";
+    if (needs >= 0) snprintf(rnote, sizeof rnote, ", recomputing blocks as rank %d must", needs);
+    note[0] = 0;
+    if (any_free && differ)
+        snprintf(note, cap, "rn-train: --micro-batch auto: every process trains micro-batches of %d, %s rank %d's "
+                 "%s%s\n", least, given ? "as" : "the most that", who, given ? "--micro-batch gives" : "memory fits",
+                 rnote);
+    return RN_OK;
 }
 
 /* The network at the micro-batch asked for (or the largest that fits), the validation
@@ -346,10 +407,14 @@ static int setup_net(run *t) {
         mode |= RN_NET_RECOMPUTE;
     else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
-    int rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
-    /* (a rank that failed here must not leave the others waiting in the next collective) */
-    if (t->world > 1 && (rc = rn_dist_agree(t->dist, rc, "planning the network")) == RN_OK) rc = agree_plan(t);
+    char note[256] = "";
+    int rc = t->world > 1 ? common_plan(t, share, &want, &mode, note, sizeof note) : RN_OK;
     if (rc) return rc;
+    rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
+    /* (a rank that failed here must not leave the others waiting in the next collective) */
+    if (t->world > 1 && (rc = rn_dist_agree(t->dist, rc, "building the network")) == RN_OK) rc = agree_plan(t);
+    if (rc) return rc;
+    if (note[0] && t->rank == 0 && o->progress) fputs(note, o->progress);
     if ((rc = set_optimiser(t))) return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;

@@ -157,34 +157,109 @@ for l in open(sys.argv[1]):
     [ ! -e x.pb ]
 }
 
-@test "ranks whose plans differ (--micro-batch auto under unequal memory, other --accum) stop at once, naming the fix" {
-    # what a micro-batch of 2 and of 4 needs (nothing fits in 1 MiB): a limit between them
+@test "--micro-batch auto under unequal memory: every rank takes the smallest plan, recomputing where one must" {
+    # what a micro-batch of 2 and of 4 needs (nothing fits in 1 MiB), plain and recomputing
+    need() {
+        run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$@" --mem-limit 1M
+        echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+    }
+    p2=$(need 2) p4=$(need 4) r2=$(need 2 --recompute blocks)
+    echo "plain: 2 -> $p2 MiB, 4 -> $p4; recomputing: 2 -> $r2"
+    lim=$(awk -v a="$p2" -v b="$p4" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    [ -n "$lim" ]
+    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 2"
+    $MPI -np 2 rn-train $B --out two2.pb --micro-batch 2
+    # rank 1 has less memory: auto plans 2 images there, 4 on rank 0; both train 2
+    run $MPI -np 1 rn-train $B --micro-batch auto : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
+    assert_success
+    assert_output --partial "every process trains micro-batches of 2, the most that rank 1's memory fits"
+    assert_output --partial "of 8 (4 x 2)"
+    diff <(tensors two2.pb) <(tensors x.pb)
+    rm x.pb
+    # and the other way round
+    run $MPI -np 1 rn-train $B --micro-batch auto --mem-limit "$lim" : -np 1 rn-train $B --micro-batch auto
+    assert_success
+    assert_output --partial "the most that rank 0's memory fits"
+    diff <(tensors two2.pb) <(tensors x.pb)
+    rm x.pb
+    # rank 1 fits 2 images only by recomputing (and no other micro-batch): both recompute
+    lim=$(awk -v a="$r2" -v b="$p2" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    [ -n "$lim" ]
+    run $MPI -np 1 rn-train $B --micro-batch auto : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
+    assert_success
+    assert_output --partial "the most that rank 1's memory fits, recomputing blocks as rank 1 must"
+    assert_output --partial "recomputing blocks in backward"
+    diff <(tensors two2.pb) <(tensors x.pb)
+    rm x.pb
+    # a rank that gives --micro-batch 2 (recomputation left to auto) follows the one that must recompute
+    run $MPI -np 1 rn-train $B --micro-batch 2 : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
+    assert_success
+    assert_output --partial "recomputing blocks in backward"
+    diff <(tensors two2.pb) <(tensors x.pb)
+    rm x.pb
+    # auto takes a micro-batch another rank gives
+    run $MPI -np 1 rn-train $B --micro-batch 2 --recompute none : -np 1 rn-train $B --micro-batch auto
+    assert_success
+    assert_output --partial "every process trains micro-batches of 2, as rank 0's --micro-batch gives"
+    refute_output --partial "recomputing"
+    diff <(tensors two2.pb) <(tensors x.pb)
+}
+
+# the memory a refusal in $output says is usable, in MiB
+usable_mib() {
+    echo "$output" | sed -n 's/.* but \([0-9.]*\) \([GM]\)iB is usable (.*/\1 \2/p' | head -1 |
+        awk '{ print $2 == "G" ? $1 * 1024 : $1 }'
+}
+
+@test "on the CPU the node's processes share its memory: each plans for its share; --mem-limit is per process" {
+    # far more than a machine has: the refusal says what a process may use
+    B="--data train.lmdb --in init.pb --out x.pb --seed 3 --workers 1 --threads 1 --batch 8 --crop 4096 --max-steps 1"
+    run rn-train $B
+    assert_failure 1
+    refute_output --partial "shared by"
+    one=$(usable_mib)
+    run $MPI -np 2 rn-train $B
+    assert_failure
+    assert_output --partial "shared by this node's 2 processes; --mem-limit sets it per process)"
+    two=$(usable_mib)
+    echo "usable: one process $one MiB, each of 2: $two MiB"
+    awk -v a="$one" -v b="$two" 'BEGIN { exit !(a > 0 && b / a > 0.45 && b / a < 0.55) }'
+    run $MPI -np 2 rn-train $B --mem-limit 2G
+    assert_failure
+    assert_output --partial "2.0 GiB is usable (--mem-limit)"
+    [ ! -e x.pb ]
+}
+
+@test "ranks whose plans differ (a given --micro-batch against auto, other --accum) stop at once, naming the fix" {
     need() {
         run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$1" --mem-limit 1M
         echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
     }
     lim=$(awk -v a="$(need 2)" -v b="$(need 4)" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
     [ -n "$lim" ]
-    # rank 1 has less memory: auto plans 2 images there, 4 on rank 0
-    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1 --micro-batch auto"
-    run $MPI -np 1 rn-train $B : -np 1 rn-train $B --mem-limit "$lim"
+    # rank 0 asks for 4 images, rank 1's auto fits 2: a given micro-batch is kept
+    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1"
+    run $MPI -np 1 rn-train $B --micro-batch 4 : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
     assert_failure
     assert_output --partial "the processes planned different micro-batches: rank 0 4 images, rank 1 2 (--micro-batch auto follows each process's free memory): give every process --micro-batch 2"
     [ ! -e x.pb ]
-    # and the other way round: every rank names the smallest
-    run $MPI -np 1 rn-train $B --mem-limit "$lim" : -np 1 rn-train $B
-    assert_failure
-    assert_output --partial "rank 0 2 images, rank 1 4 (--micro-batch auto"
-    refute_output --partial "give every process --micro-batch 4"
     # the fix it names runs
-    run $MPI -np 2 rn-train ${B% auto} 2 --mem-limit "$lim"
+    run $MPI -np 2 rn-train $B --micro-batch 2 --mem-limit "$lim"
     assert_success
     [ -e x.pb ]
     rm x.pb
-    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1"
     run $MPI -np 1 rn-train $B --accum 2 : -np 1 rn-train $B --accum 1
     assert_failure
     assert_output --partial "rank 0 2 images, rank 1 4: give every process --micro-batch 2"
+    [ ! -e x.pb ]
+    run $MPI -np 1 rn-train $B : -np 1 rn-train $B --batch 4
+    assert_failure
+    assert_output --partial "the processes were given different --batch: rank 0 8, rank 1 4: give every process the same global batch"
+    [ ! -e x.pb ]
+    # recomputation given on one rank only
+    run $MPI -np 1 rn-train $B --recompute none : -np 1 rn-train $B --recompute blocks
+    assert_failure
+    assert_output --partial "the processes planned differently: rank 0 keeps blocks, rank 1 recomputes"
     [ ! -e x.pb ]
 }
 

@@ -213,6 +213,9 @@ void rn_backend_graph_free(rn_backend *be, rn_graph *graph);
  * still use: MemAvailable, or the cgroup's memory.max less its usage when that is lower,
  * and MemTotal. Errors: RN_EGPU, RN_EIO (nothing readable). */
 int rn_backend_mem_info(rn_backend *be, size_t *free_bytes, size_t *total_bytes);
+/* Whether that memory is the machine's, shared with the other processes on it (the CPU
+ * backend, unless cpu_memory makes it a device of its own): 1 or 0. */
+int rn_backend_mem_shared(const rn_backend *be);
 /* The most workspace one convolution may take on this context (CUDA:
  * RN_CUDA_WORKSPACE_MB), or 0 when rn_conv_workspace is exact and cheap for any shape
  * (CPU). */

@@ -52,6 +52,9 @@ typedef struct {
                             rn_input_mix, uploaded by rn_runner_input_mix */
     int recompute;       /* the net recomputes its blocks' insides (RN_NET_RECOMPUTE) */
     size_t recompute_saved; /* then the bytes that saves at this micro-batch, by the plan */
+    size_t shared_budget; /* the node's processes share the machine's memory: this process's
+                             share as first read (0: not yet), kept for r's later plans */
+    char shared_how[224]; /* what that figure is, for messages */
 } rn_runner;
 
 /* rn_runner_net's mode RN_NET_TRAIN | RN_RUNNER_RECOMPUTE_AUTO with micro 0: when the
@@ -59,7 +62,9 @@ typedef struct {
  * (RN_NET_RECOMPUTE) and take its larger micro-batch where that should be faster: on a
  * GPU, when the plain micro-batch is below 32 images and recomputation fits at least
  * twice as many (or when nothing fits without it); never on the CPU, where an image costs
- * the same at any micro-batch and recomputation adds a forward. r->recompute says which. */
+ * the same at any micro-batch and recomputation adds a forward. With a given micro: only
+ * when that micro-batch does not fit without recomputation and does with it (the
+ * micro-batch many processes agreed on). r->recompute says which. */
 enum { RN_RUNNER_RECOMPUTE_AUTO = 0x200 };
 
 /* Zero r and open the backend for device ("auto", "cpu", "cuda[:N]") with threads CPU
@@ -84,6 +89,15 @@ void rn_runner_loader_memory(rn_loader_opts *lo, rn_backend *be);
  * it), those of rn_net_create and rn_net_load. */
 int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
                   int dtype);
+
+/* The micro-batch (*micro_out) and recomputation (*recompute_out: 0 or 1) that
+ * rn_runner_net would build with the same arguments, planned against the memory budget
+ * without allocating anything: what many processes compare before they build (rn-train
+ * takes one plan for all). With a given micro and RN_RUNNER_RECOMPUTE_AUTO, both
+ * functions recompute when the micro-batch fits only that way. Errors: rn_runner_net's
+ * planning ones (RN_ENOMEM: nothing fits, naming what does; RN_ENOTSUP). */
+int rn_runner_plan(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t mem_limit, int crop, int mode,
+                   int dtype, int *micro_out, int *recompute_out);
 
 /* Start b's pixels and labels on their way to the device (the whole batch, overlapping
  * whatever the device is still computing; r->px and r->labels then point at them); on
