@@ -169,40 +169,33 @@ for l in open(sys.argv[1]):
     [ -n "$lim" ]
     B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 2"
     $MPI -np 2 rn-train $B --out two2.pb --micro-batch 2
+    # rank 0 with flags $1, rank 1 with $2: they train, and the tensors are two2.pb's
+    two_ranks() {
+        run $MPI -np 1 rn-train $B $1 : -np 1 rn-train $B $2
+        assert_success
+        diff <(tensors two2.pb) <(tensors x.pb)
+        rm x.pb
+    }
     # rank 1 has less memory: auto plans 2 images there, 4 on rank 0; both train 2
-    run $MPI -np 1 rn-train $B --micro-batch auto : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
-    assert_success
+    two_ranks "--micro-batch auto" "--micro-batch auto --mem-limit $lim"
     assert_output --partial "every process trains micro-batches of 2, the most that rank 1's memory fits"
     assert_output --partial "of 8 (4 x 2)"
-    diff <(tensors two2.pb) <(tensors x.pb)
-    rm x.pb
     # and the other way round
-    run $MPI -np 1 rn-train $B --micro-batch auto --mem-limit "$lim" : -np 1 rn-train $B --micro-batch auto
-    assert_success
+    two_ranks "--micro-batch auto --mem-limit $lim" "--micro-batch auto"
     assert_output --partial "the most that rank 0's memory fits"
-    diff <(tensors two2.pb) <(tensors x.pb)
-    rm x.pb
     # rank 1 fits 2 images only by recomputing (and no other micro-batch): both recompute
     lim=$(awk -v a="$r2" -v b="$p2" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
     [ -n "$lim" ]
-    run $MPI -np 1 rn-train $B --micro-batch auto : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
-    assert_success
+    two_ranks "--micro-batch auto" "--micro-batch auto --mem-limit $lim"
     assert_output --partial "the most that rank 1's memory fits, recomputing blocks as rank 1 must"
     assert_output --partial "recomputing blocks in backward"
-    diff <(tensors two2.pb) <(tensors x.pb)
-    rm x.pb
     # a rank that gives --micro-batch 2 (recomputation left to auto) follows the one that must recompute
-    run $MPI -np 1 rn-train $B --micro-batch 2 : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
-    assert_success
+    two_ranks "--micro-batch 2" "--micro-batch auto --mem-limit $lim"
     assert_output --partial "recomputing blocks in backward"
-    diff <(tensors two2.pb) <(tensors x.pb)
-    rm x.pb
     # auto takes a micro-batch another rank gives
-    run $MPI -np 1 rn-train $B --micro-batch 2 --recompute none : -np 1 rn-train $B --micro-batch auto
-    assert_success
+    two_ranks "--micro-batch 2 --recompute none" "--micro-batch auto"
     assert_output --partial "every process trains micro-batches of 2, as rank 0's --micro-batch gives"
     refute_output --partial "recomputing"
-    diff <(tensors two2.pb) <(tensors x.pb)
 }
 
 # the memory a refusal in $output says is usable, in MiB
