@@ -163,25 +163,22 @@ static int choose(rn_runner *r, const rn_resnet *spec, int batch, int micro, siz
     if (micro) {
         if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode, dtype, &need))) return rc;
         need += 2 * staged;
-        /* a given micro-batch that fits only with recomputation, where auto may choose it */
+        /* the other way: this micro-batch with recomputation, which auto may take */
         size_t rneed = 0;
-        if (need > budget && may && !recompute && base == RN_NET_TRAIN) {
+        if (need > budget && base == RN_NET_TRAIN && !recompute) {
             if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed))) return rc;
-            if (rneed + 2 * staged <= budget) {
+            rneed += 2 * staged;
+            if (may && rneed <= budget) {
                 mode |= RN_NET_RECOMPUTE;
-                need = rneed + 2 * staged;
+                need = rneed;
             }
         }
         if (need > budget) {
             int fit = largest_fit(r->be, spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
             if (rc) return rc;
             advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
-            /* the other way out: this micro-batch with recomputation */
             char rec[96] = "";
-            if (base == RN_NET_TRAIN && !recompute) {
-                if (!rneed && (rc = rn_net_plan(r->be, spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed)))
-                    return rc;
-                rneed += 2 * staged;
+            if (rneed) {
                 fmt_bytes(rneed, a, sizeof a);
                 if (rneed <= budget) snprintf(rec, sizeof rec, "; or --recompute blocks, which needs %s", a);
             }
