@@ -157,15 +157,21 @@ for l in open(sys.argv[1]):
     [ ! -e x.pb ]
 }
 
+# what one rank's micro-batch of $1 needs (nothing fits in 1 MiB), in MiB; extra flags after $1
+need() {
+    run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$@" --mem-limit 1M
+    echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+}
+
+# a --mem-limit halfway between $1 and $2 MiB; nothing when they are not 0 < $1 < $2
+between() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }'
+}
+
 @test "--micro-batch auto under unequal memory: every rank takes the smallest plan, recomputing where one must" {
-    # what a micro-batch of 2 and of 4 needs (nothing fits in 1 MiB), plain and recomputing
-    need() {
-        run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$@" --mem-limit 1M
-        echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
-    }
     p2=$(need 2) p4=$(need 4) r2=$(need 2 --recompute blocks)
     echo "plain: 2 -> $p2 MiB, 4 -> $p4; recomputing: 2 -> $r2"
-    lim=$(awk -v a="$p2" -v b="$p4" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    lim=$(between "$p2" "$p4")
     [ -n "$lim" ]
     B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 2"
     $MPI -np 2 rn-train $B --out two2.pb --micro-batch 2
@@ -184,7 +190,7 @@ for l in open(sys.argv[1]):
     two_ranks "--micro-batch auto --mem-limit $lim" "--micro-batch auto"
     assert_output --partial "the most that rank 0's memory fits"
     # rank 1 fits 2 images only by recomputing (and no other micro-batch): both recompute
-    lim=$(awk -v a="$r2" -v b="$p2" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    lim=$(between "$r2" "$p2")
     [ -n "$lim" ]
     two_ranks "--micro-batch auto" "--micro-batch auto --mem-limit $lim"
     assert_output --partial "the most that rank 1's memory fits, recomputing blocks as rank 1 must"
@@ -224,11 +230,7 @@ usable_mib() {
 }
 
 @test "ranks whose plans differ (a given --micro-batch against auto, other --accum) stop at once, naming the fix" {
-    need() {
-        run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$1" --mem-limit 1M
-        echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
-    }
-    lim=$(awk -v a="$(need 2)" -v b="$(need 4)" 'BEGIN { if (a > 0 && a < b) printf "%dK", (a + b) / 2 * 1024 }')
+    lim=$(between "$(need 2)" "$(need 4)")
     [ -n "$lim" ]
     # rank 0 asks for 4 images, rank 1's auto fits 2: a given micro-batch is kept
     B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1"
