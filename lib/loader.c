@@ -137,16 +137,25 @@ static void plan(rn_loader *l, slot *s, int64_t seq) {
     int total = left < l->o.batch ? (int)left : l->o.batch, P = l->o.parts > 1 ? l->o.parts : 1,
         p = P > 1 ? l->o.part : 0;
     int64_t u = l->o.unit > 1 ? l->o.unit : 1, U = (total + u - 1) / u;
-    int64_t lo = U * p / P * u, hi = U * (p + 1) / P * u;
-    s->first = (int)(lo < total ? lo : total);
-    s->n = (int)(hi < total ? hi : total) - s->first;
+    int stripes = P > 1 && l->o.interleave;
+    if (stripes) {
+        /* units p, p + P, p + 2P, ...: the last of them may be the batch's short one */
+        int64_t held = U > p ? (U - p + P - 1) / P : 0, last = ((held - 1) * P + p) * u; /* its first image */
+        s->first = (int)(held ? p * u : total);
+        s->n = held ? (int)((held - 1) * u + (total - last < u ? total - last : u)) : 0;
+    } else {
+        int64_t lo = U * p / P * u, hi = U * (p + 1) / P * u;
+        s->first = (int)(lo < total ? lo : total);
+        s->n = (int)(hi < total ? hi : total) - s->first;
+    }
     s->total = total;
     /* position p, in block b = p / n at j + r * n/K: copy r of record order[b * n/K + j]
        (a function of the position, so a seek between blocks lands on the same images;
        without repeats, K = 1, that is order[p]) */
     int64_t n = l->o.batch, per = n / (l->o.repeats > 1 ? l->o.repeats : 1);
     for (int k = 0; k < s->n; k++) {
-        int64_t p = i + s->first + k, o = p % n;
+        int64_t at = stripes ? (k / u * P + l->o.part) * u + k % u : s->first + k; /* in the batch */
+        int64_t p = i + at, o = p % n;
         s->ids[k] = l->perm[p / n * per + o % per] + (uint32_t)(o / per * (int64_t)l->count);
     }
     s->seq = seq;

@@ -97,6 +97,11 @@ typedef struct {
                        `part` holds units [part*U/parts, (part+1)*U/parts). Evaluation
                        uses it so that every slice starts at a multiple of its forward's
                        size within the epoch (rn_eval_loader_open) */
+    int interleave; /* parts > 1, 1: slice `part` holds units part, part + parts,
+                       part + 2 x parts, ... in that order (rn-train's ranks: unit = the
+                       micro-batch, so a rank's k-th micro-batch is micro-batch
+                       k x parts + part of the whole batch); rn_batch.first is then the
+                       first unit's first image. 0: consecutive units, as above */
     /* buffer allocator (NULL: aligned host memory); free gets the same ctx */
     void *(*alloc)(size_t bytes, void *ctx);
     void (*free)(void *p, void *ctx);

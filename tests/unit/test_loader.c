@@ -423,6 +423,49 @@ static void test_unit_slices(void) {
     CHECK(empty == 1, "unit slices: %d empty slices, expected 1", empty);
 }
 
+/* Interleaved slices (rn_loader_opts.interleave, rn-train's ranks): part p's k-th image
+ * is image (k/U x P + p) x U + k%U of the batch, every record exactly once over the parts
+ * with its own label; the last batch (37 = 3 x 12 + 1) leaves parts 1 and 2 empty. */
+static void test_interleaved_slices(void) {
+    enum { P = 3, U = 2 };
+    int seen[N] = {0}, empty = 0, wrong = 0;
+    for (int part = 0; part < P; part++) {
+        rn_loader_opts o;
+        rn_loader_defaults(&o);
+        o.crop = 8;
+        o.batch = 2 * P * U;
+        o.workers = 2;
+        o.train = 0;
+        o.shuffle = 0;
+        o.part = part;
+        o.parts = P;
+        o.unit = U;
+        o.interleave = 1;
+        rn_loader *l = NULL;
+        CHECK_OK(rn_loader_create(path, &o, &l));
+        if (!l) return;
+        for (int last = 0; !last;) {
+            rn_batch b;
+            if (rn_loader_next(l, &b) != RN_OK) break;
+            empty += b.n == 0;
+            wrong += b.n > 0 && b.first != part * U;
+            for (int k = 0; k < b.n; k++) {
+                int64_t at = b.index + (k / U * P + part) * U + k % U;
+                if (at < N) seen[at]++;
+                wrong += at >= N || b.labels[k] != at % 4;
+            }
+            last = b.last;
+            rn_loader_release(l, &b);
+        }
+        rn_loader_destroy(l);
+    }
+    int once = 1;
+    for (int k = 0; k < N; k++) once &= seen[k] == 1;
+    CHECK(once, "interleaved slices: a record missed or seen twice");
+    CHECK(wrong == 0, "interleaved slices: %d wrong images or labels", wrong);
+    CHECK(empty == 2, "interleaved slices: %d empty slices, expected 2", empty);
+}
+
 /* the new ops: byte-identical batches (and erase boxes) for any worker count and after a
  * seek; each op changes the batches */
 static void test_chains(void) {
@@ -663,6 +706,7 @@ int main(void) {
     test_seek();
     test_epochs_and_labels();
     test_unit_slices();
+    test_interleaved_slices();
     test_alloc_and_normalize();
     test_pad();
     test_bad_record();
