@@ -255,6 +255,15 @@ int rn_backend_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t 
     return be->ops->coll_sum_async ? be->ops->coll_sum_async(be, x, scratch, n) : be->ops->coll_sum(be, x, scratch, n);
 }
 
+int rn_backend_coll_sum_round_async(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
+                                    int last) {
+    if (n < 0) return rn_errorf(RN_EINVAL, "coll_sum_round_async of %lld floats", (long long)n);
+    if (!be->ops->coll_sum_round_async)
+        return be->ops->coll_sum ? rn_errorf(RN_ENOTSUP, "the %s backend sums no rounds", rn_backend_name(be))
+                                 : no_coll(be);
+    return be->ops->coll_sum_round_async(be, x, scratch, run, n, first, last);
+}
+
 int rn_backend_coll_join(rn_backend *be) {
     if (!be->ops->coll_sum) return no_coll(be);
     return be->ops->coll_join ? be->ops->coll_join(be) : RN_OK;

@@ -2380,18 +2380,35 @@ __global__ void coll_add_k(int64_t m, int W, int self, float *x, const float *re
     }
 }
 
+/* A round of a sum over rounds: run[i] = ((run[i] + c0[i]) + c1[i]) ... (first: from
+ * c0[i]), the copies as coll_add_k's; with last, x[i] = run[i] too (for the gather). The
+ * bits of lib/dist.c's host rounds. */
+__global__ void coll_round_k(int64_t m, int W, int self, float *x, const float *recv, float *run, int first,
+                             int last) {
+    GRID_LOOP(i, m) {
+        float acc = first ? 0.0f : run[i];
+        for (int p = 0, slot = 0; p < W; p++) {
+            float v = p == self ? x[i] : recv[(int64_t)slot++ * m + i];
+            acc = first && p == 0 ? v : __fadd_rn(acc, v);
+        }
+        run[i] = acc;
+        if (last) x[i] = acc;
+    }
+}
+
 /* The rank-ordered sum: (1) every rank sends chunk p of its x to rank p (an all-to-all of
  * send/recv pairs), (2) rank p adds the W copies of chunk p in rank order (coll_add_k),
  * (3) every rank sends its summed chunk to every other (an all-gather of send/recv pairs
  * into x in place). ncclAllReduce would be faster but its order of additions depends on
  * the algorithm NCCL picks; ncclAllGather in place needs equal chunks, which n not a
  * multiple of W does not give, and send/recv takes any counts. */
-static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStream_t st) {
+static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStream_t st, float *run, int first,
+                       int last) {
     if (!g->comm)
         return rn_errorf(RN_EGPU, "NCCL sum on cuda:%d: no communicator (rn_backend_coll_init not called, or an "
                          "earlier error aborted it)", g->dev);
     int W = g->world, R = g->rank;
-    if (n == 0 || W == 1) return RN_OK;
+    if (n == 0 || (W == 1 && !run)) return RN_OK;
     int64_t lo = chunk_lo(n, R, W), mine = chunk_lo(n, R + 1, W) - lo;
     /* the other ranks' copies of this chunk need (W-1)*mine floats; that exceeds scratch's
      * n only when the chunks are shorter than W floats (a bucket of a few floats), and
@@ -2422,13 +2439,16 @@ static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStr
         if (rc) return rc;
     }
     if (mine) {
-        coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv);
+        if (run) coll_round_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv, run + lo, first, last);
+        else coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             comm_abort(g);
             return rn_errorf(RN_EGPU, "%s:%d: kernel coll_add: %s", __FILE__, __LINE__, cudaGetErrorString(e));
         }
     }
+    /* a round before the last: the running sums stay in run, nothing is gathered */
+    if (!last) return RN_OK;
     call = "ncclGroupStart";
     if ((r = ncclGroupStart()) != ncclSuccess) goto fail;
     for (int p = 0; p < W; p++) {
@@ -2452,7 +2472,7 @@ fail:
 
 static int cuda_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n) {
     cuda_ctx *g = CTX(be);
-    int rc = coll_sum_on(g, x, scratch, n, g->stream);
+    int rc = coll_sum_on(g, x, scratch, n, g->stream, NULL, 1, 1);
     return rc ? rc : coll_wait(g, 1, "NCCL sum");
 }
 
@@ -2466,7 +2486,22 @@ static int cuda_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t
     if (!g->comm_st) return cuda_coll_sum(be, x, scratch, n);
     CU(cudaEventRecord(g->grads_ev, g->stream));
     CU(cudaStreamWaitEvent(g->comm_st, g->grads_ev, 0));
-    return coll_sum_on(g, x, scratch, n, g->comm_st);
+    return coll_sum_on(g, x, scratch, n, g->comm_st, NULL, 1, 1);
+}
+
+/* A round of a sum over rounds (rn_backend_coll_sum_round_async), as cuda_coll_sum_async
+ * enqueues a bucket; without a communication stream, on the compute stream, waited for. */
+static int cuda_coll_sum_round_async(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
+                                     int last) {
+    cuda_ctx *g = CTX(be);
+    if (!run) return rn_errorf(RN_EINVAL, "NCCL sum in rounds on cuda:%d: no buffer for the running sums", g->dev);
+    if (!g->comm_st) {
+        int rc = coll_sum_on(g, x, scratch, n, g->stream, run, first, last);
+        return rc ? rc : coll_wait(g, 1, "NCCL sum");
+    }
+    CU(cudaEventRecord(g->grads_ev, g->stream));
+    CU(cudaStreamWaitEvent(g->comm_st, g->grads_ev, 0));
+    return coll_sum_on(g, x, scratch, n, g->comm_st, run, first, last);
 }
 
 /* Every bucket sent so far is summed (comm_st drained under the timeout, so a dead peer
@@ -2606,6 +2641,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->coll_init = cuda_coll_init;
     o->coll_sum = cuda_coll_sum;
     o->coll_sum_async = cuda_coll_sum_async;
+    o->coll_sum_round_async = cuda_coll_sum_round_async;
     o->coll_join = cuda_coll_join;
 #endif
 }

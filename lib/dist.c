@@ -38,6 +38,13 @@ struct rn_dist {
     int64_t (*seg)[3];             /* (offset in x, offset in pack, floats) per part */
     struct obucket *b;
     int nb, bcap, first, next_gather, started_early, done_early;
+    /* rounds (rn_dist_sum_round): this sum is round `round` of `rounds`; the running sums
+       of this rank's chunks live in run (at pack's offsets; a device backend's: drun).
+       Round 0's parts (seg) are the layout every later round must repeat. ended: the
+       rounds of a sum of ended_n floats in ended_of rounds done so far (0: none) */
+    int round, rounds, ended, ended_of;
+    float *run, *drun;
+    int64_t run_cap, ended_n, nseg0;
     char what[96];
 #ifdef RN_HAVE_MPI
     MPI_Comm local;
@@ -130,6 +137,18 @@ static void free_buckets(rn_dist *d) {
     d->b = NULL;
     d->nb = d->bcap = 0;
     d->active = 0;
+    d->ended = 0; /* (a sum in rounds that failed starts again at round 0) */
+}
+
+/* A sum ended well: the next round may follow. */
+static void round_ended(rn_dist *d) {
+    int next = d->round + 1 < d->rounds ? d->round + 1 : 0, of = d->rounds;
+    int64_t n = d->n;
+    if (d->round == 0) d->nseg0 = d->nseg;
+    free_buckets(d);
+    d->ended = next;
+    d->ended_of = of;
+    d->ended_n = n;
 }
 
 #ifdef RN_HAVE_MPI
@@ -214,6 +233,7 @@ void rn_dist_close(rn_dist *d) {
     free_buckets(d);
     free(d->pack);
     free(d->recv);
+    free(d->run);
     free(d->seg);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
@@ -310,15 +330,32 @@ static int bucket_start(rn_dist *d, int64_t lo, int64_t n) {
 static int bucket_gather(rn_dist *d, struct obucket *b) {
     int W = d->world, R = d->rank, *cnt = b->cnt, *dsp = cnt + W, mine = cnt[R];
     float *acc = d->pack + b->lo + dsp[R], *first = b->own ? b->own : d->recv + b->lo;
-    for (int r = 1; r < R; r++) {
-        const float *p = first + (size_t)r * mine;
-        for (int i = 0; i < mine; i++) first[i] += p[i];
-    }
-    if (R > 0)
-        for (int i = 0; i < mine; i++) acc[i] = first[i] + acc[i];
-    for (int r = R + 1; r < W; r++) {
-        const float *p = first + (size_t)(r - 1) * mine;
-        for (int i = 0; i < mine; i++) acc[i] += p[i];
+    if (d->rounds > 1) {
+        /* rounds: the running sum of this chunk, ((run + x0) + x1) + ..., round 0 starting
+           from x0; before the last round nothing is gathered */
+        float *run = d->run + b->lo + dsp[R];
+        for (int r = 0; r < W; r++) {
+            const float *p = r == R ? acc : first + (size_t)(r < R ? r : r - 1) * mine;
+            if (r == 0 && d->round == 0) memcpy(run, p, sizeof(float) * (size_t)mine);
+            else
+                for (int i = 0; i < mine; i++) run[i] += p[i];
+        }
+        if (d->round < d->rounds - 1) {
+            b->phase = B_DONE;
+            return RN_OK;
+        }
+        memcpy(acc, run, sizeof(float) * (size_t)mine);
+    } else {
+        for (int r = 1; r < R; r++) {
+            const float *p = first + (size_t)r * mine;
+            for (int i = 0; i < mine; i++) first[i] += p[i];
+        }
+        if (R > 0)
+            for (int i = 0; i < mine; i++) acc[i] = first[i] + acc[i];
+        for (int r = R + 1; r < W; r++) {
+            const float *p = first + (size_t)(r - 1) * mine;
+            for (int i = 0; i < mine; i++) acc[i] += p[i];
+        }
     }
     int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, d->pack + b->lo, cnt, dsp, MPI_FLOAT, d->ag, &b->req);
     if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Iallgatherv", d->what);
@@ -374,7 +411,9 @@ static int drain(rn_dist *d, int left) {
 int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what) {
     if (!d || d->world == 1) return RN_OK;
     if (d->active) return rn_errorf(RN_EINVAL, "%s: a sum of the %s is still in progress", what, d->what);
+    int ended = d->ended; /* (a round of a sum over rounds may follow) */
     free_buckets(d);
+    d->ended = ended;
     d->dev = rn_backend_is_host(be) ? NULL : be;
     if (d->dev && !rn_backend_has_coll(be))
         return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
@@ -396,16 +435,45 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
     snprintf(d->what, sizeof d->what, "the sum of the %s", what);
     d->x = x;
     d->n = n;
+    d->round = 0;
+    d->rounds = 1;
     d->fill = d->open_lo = d->nseg = 0;
     d->first = d->next_gather = d->started_early = d->done_early = 0;
     d->active = 1;
     return RN_OK;
 }
 
+int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
+    if (!d || d->world == 1) return RN_OK;
+    if (!d->active || d->fill || d->round || d->rounds != 1)
+        return rn_errorf(RN_EINVAL, "rn_dist_sum_round: right after rn_dist_sum_begin, before any part");
+    if (rounds < 1 || round < 0 || round >= rounds)
+        return rn_errorf(RN_EINVAL, "%s: round %d of %d", d->what, round, rounds);
+    if (round > 0 && (d->ended != round || d->ended_of != rounds || d->ended_n != d->n))
+        return rn_errorf(RN_EINVAL, "%s: round %d of %d of %lld floats follows %s", d->what, round, rounds,
+                         (long long)d->n, d->ended ? "another sum" : "no round 0");
+    if (rounds > 1 && d->dev && !run)
+        return rn_errorf(RN_EINVAL, "%s in rounds on %s: give a buffer for the running sums", d->what,
+                         rn_backend_name(d->dev));
+    if (rounds > 1 && !d->dev && d->n > d->run_cap) {
+        free(d->run);
+        d->run_cap = 0;
+        if (!(d->run = rn_malloc(sizeof(float) * (size_t)d->n)))
+            return rn_errorf(RN_ENOMEM, "%s in rounds: no memory for %lld floats", d->what, (long long)d->n);
+        d->run_cap = d->n;
+    }
+    d->drun = run;
+    d->round = round;
+    d->rounds = rounds;
+    return RN_OK;
+}
+
 /* A device bucket: enqueued behind the backward on the backend's communication stream. */
 static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
     op_begin(d, d->what);
-    int rc = rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
+    int rc = d->rounds > 1 ? rn_backend_coll_sum_round_async(d->dev, d->dpack + lo, d->dscratch + lo, d->drun + lo,
+                                                             len, d->round == 0, d->round == d->rounds - 1)
+                           : rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
     op_end(d);
     if (rc == RN_OK) d->nb++;
     return rc;
@@ -419,7 +487,12 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
                          (long long)off, (long long)len, (long long)d->n);
 #ifdef RN_HAVE_MPI
     int rc;
-    if (len > 0) {
+    if (len > 0 && d->round > 0) {
+        /* a later round repeats round 0's parts: its running sums are laid out by them */
+        if (d->nseg >= d->nseg0 || d->seg[d->nseg][0] != off || d->seg[d->nseg][2] != len)
+            return rn_errorf(RN_EINVAL, "%s, round %d: part %lld [%lld, +%lld) is not round 0's", d->what, d->round,
+                             (long long)d->nseg, (long long)off, (long long)len);
+    } else if (len > 0) {
         if (d->nseg == d->segcap) {
             int64_t cap = d->segcap ? 2 * d->segcap : 256;
             int64_t(*ns)[3] = realloc(d->seg, sizeof *ns * (size_t)cap);
@@ -430,6 +503,8 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
         d->seg[d->nseg][0] = off;
         d->seg[d->nseg][1] = d->fill;
         d->seg[d->nseg][2] = len;
+    }
+    if (len > 0) {
         d->nseg++;
         if (d->dev) rc = rn_backend_copy(d->dev, d->dpack + d->fill, d->x + off, sizeof(float) * (size_t)len);
         else memcpy(d->pack + d->fill, d->x + off, sizeof(float) * (size_t)len), rc = RN_OK;
@@ -467,7 +542,8 @@ static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
     op_begin(d, d->what);
     rc = rn_backend_coll_join(d->dev);
     op_end(d);
-    for (int64_t i = 0; i < d->nseg && rc == RN_OK; i++)
+    /* (before the last round the sums stay in drun: x is not written) */
+    for (int64_t i = 0; d->round == d->rounds - 1 && i < d->nseg && rc == RN_OK; i++)
         rc = rn_backend_copy(d->dev, d->x + d->seg[i][0], d->dpack + d->seg[i][1],
                              sizeof(float) * (size_t)d->seg[i][2]);
     /* (when a bucket finished on the device is not known to the host: done_early 0) */
@@ -492,9 +568,16 @@ int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
     if (!d || d->world == 1) return RN_OK;
     if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_end without rn_dist_sum_begin");
     int rc;
-    if (d->dev) {
-        rc = dev_end(d, st);
+    if (d->round > 0 && d->nseg != d->nseg0) {
+        rc = rn_errorf(RN_EINVAL, "%s, round %d: %lld parts given, round 0 gave %lld", d->what, d->round,
+                       (long long)d->nseg, (long long)d->nseg0);
+        rn_dist_sum_cancel(d);
         free_buckets(d);
+        return rc;
+    }
+    if (d->dev) {
+        if ((rc = dev_end(d, st))) free_buckets(d);
+        else round_ended(d);
         return rc;
     }
 #ifdef RN_HAVE_MPI
@@ -506,10 +589,12 @@ int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
         d->open_lo = d->fill;
     }
     if ((rc = drain(d, 0))) goto fail;
-    for (int64_t i = 0; i < d->nseg; i++)
+    for (int64_t i = 0; d->round == d->rounds - 1 && i < d->nseg; i++)
         memcpy(d->x + d->seg[i][0], d->pack + d->seg[i][1], sizeof(float) * (size_t)d->seg[i][2]);
     if (st) *st = (rn_dist_sum_stats){.buckets = d->nb, .started_early = d->started_early, .done_early = done,
                                       .floats = d->fill};
+    round_ended(d);
+    return RN_OK;
 fail:
     free_buckets(d);
     return rc;

@@ -654,6 +654,15 @@ int rn_backend_coll_sum(rn_backend *be, float *x, float *scratch, int64_t n);
  * A backend without a stream of its own for it sums at once (rn_backend_coll_sum).
  * Errors: those of rn_backend_coll_sum. */
 int rn_backend_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t n);
+/* One round of a sum over rounds (rn_dist_sum_round), enqueued as
+ * rn_backend_coll_sum_async: for this rank's chunk of x (chunk r of n floats over W
+ * ranks: [n*r/W, n*(r+1)/W)), run = ((run + x0) + x1) ... + xW-1, every rank's x in rank
+ * order (first: run starts from x0 instead); with last, x's chunk = run and then every
+ * rank's summed chunk is gathered into x, as rn_backend_coll_sum; without, x is left to
+ * the caller after the join and nothing is gathered. run: n floats (device; only this
+ * rank's chunk is read and written). Errors: those of rn_backend_coll_sum. */
+int rn_backend_coll_sum_round_async(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
+                                    int last);
 /* Wait (under the timeout) until every rn_backend_coll_sum_async so far is done; the
  * compute stream's later ops see the sums. Errors: RN_ENOTSUP, RN_EGPU. */
 int rn_backend_coll_join(rn_backend *be);

@@ -147,6 +147,9 @@ typedef struct rn_backend_ops {
     /* NULL: coll_sum (blocking) and nothing to join */
     int (*coll_sum_async)(rn_backend *be, float *x, float *scratch, int64_t n);
     int (*coll_join)(rn_backend *be);
+    /* NULL: the backend sums no rounds (rn_backend_coll_sum_round_async refuses) */
+    int (*coll_sum_round_async)(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
+                                int last);
 } rn_backend_ops;
 
 struct rn_backend {

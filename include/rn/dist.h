@@ -110,6 +110,24 @@ typedef struct {
     int64_t floats;    /* elements given */
 } rn_dist_sum_stats;
 int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what);
+/* This sum is round `round` (0 .. rounds-1) of a sum over rounds: called right after
+ * rn_dist_sum_begin, before any part. Each round every rank gives its array of that
+ * round (the same parts, in the same order, as round 0 gave: RN_EINVAL otherwise); the
+ * rank owning an element adds the ranks' values onto its running sum, rank 0 first:
+ * ((((x0,0 + x1,0) + ...) + x0,1) + x1,1) + ... for round-0 values x0,0 (rank 0),
+ * x1,0 (rank 1) ..., then round 1's. That is the order in which one process with
+ * --accum rounds x world adds its micro-batches' gradients when rank r's round-k array
+ * is micro-batch k x world + r (rn-train deals them out so), and so P ranks with
+ * --accum A give the bits of one process with --accum P x A. Only the last round
+ * writes x (the sums); before it, rn_dist_sum_end waits for the round's exchanges and
+ * leaves x alone, and the next round may begin (it reuses the round's buffers). The
+ * running sums are d's own memory on a host backend (n floats, kept for the next sum);
+ * a device backend's are run (n floats of be's memory, the caller's; NULL for one
+ * round). Cost: each round moves as much as an all-to-all of x; the all-gather runs
+ * once, at the last. Rounds 1 of 1 is the plain sum. A failure abandons the rounds (the
+ * next sum starts again at round 0). Errors: RN_EINVAL (called out of place, a round not
+ * following the one before, no run on a device), RN_ENOMEM. */
+int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run);
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len);
 int rn_dist_sum_progress(rn_dist *d);
 /* Start the last bucket, wait for all of them (under the watchdog), copy the sums back

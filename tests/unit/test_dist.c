@@ -100,6 +100,57 @@ int main(int argc, char **argv) {
         }
         free(x);
     }
+    /* sums over rounds: round k's arrays added onto the running sums, rank 0 first, so
+       the result is the left-to-right sum over (round, rank), as one process adds
+       micro-batch k x W + r; the parts given from the top in pieces (a round repeats
+       round 0's), x untouched before the last round; a round out of turn, or one whose
+       parts differ from round 0's, is refused and the next sum starts afresh (a world of
+       one sums nothing) */
+    for (size_t b = 0; W > 1 && b < sizeof buckets / sizeof *buckets; b++) {
+        rn_dist_set_bucket(d, buckets[b]);
+        for (int rounds = 1; rounds <= 3; rounds++) {
+            const int64_t n = 3001, piece = 457;
+            float *x = malloc(sizeof(float) * (size_t)n);
+            int64_t bad = 0, moved = 0;
+            for (int k = 0; k < rounds; k++) {
+                for (int64_t i = 0; i < n; i++) x[i] = val(R + 17 * k, i);
+                CHECK_OK(rn_dist_sum_begin(d, be, x, NULL, NULL, n, "test"));
+                CHECK_OK(rn_dist_sum_round(d, k, rounds, NULL));
+                for (int64_t hi = n; hi > 0; hi -= piece) CHECK_OK(rn_dist_sum_part(d, hi > piece ? hi - piece : 0,
+                                                                                   hi > piece ? piece : hi));
+                CHECK_OK(rn_dist_sum_end(d, NULL));
+                for (int64_t i = 0; k < rounds - 1 && i < n; i++) moved += x[i] != val(R + 17 * k, i);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                float acc = val(0, i);
+                for (int k = 0; k < rounds; k++)
+                    for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
+                bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+            }
+            CHECK(bad == 0 && moved == 0, "rank %d of %d: %d rounds in buckets of %zu bytes: %lld of %lld differ from "
+                  "the (round, rank)-ordered sum, %lld written before the last round", R, W, rounds, buckets[b],
+                  (long long)bad, (long long)n, (long long)moved);
+            free(x);
+        }
+    }
+    if (W > 1) {
+        float y[8] = {0};
+        CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
+        CHECK(rn_dist_sum_round(d, 1, 2, NULL) == RN_EINVAL, "round 1 without round 0 is refused");
+        CHECK_OK(rn_dist_sum_end(d, NULL)); /* (nothing given: nothing summed) */
+        CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
+        CHECK_OK(rn_dist_sum_round(d, 0, 2, NULL));
+        CHECK_OK(rn_dist_sum_part(d, 0, 8));
+        CHECK_OK(rn_dist_sum_end(d, NULL));
+        CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
+        CHECK_OK(rn_dist_sum_round(d, 1, 2, NULL));
+        CHECK(rn_dist_sum_part(d, 0, 4) == RN_EINVAL, "a part round 0 did not give is refused");
+        CHECK(strstr(rn_last_error(), "is not round 0's") != NULL, "message: %s", rn_last_error());
+        CHECK(rn_dist_sum_end(d, NULL) == RN_EINVAL, "a round that gave fewer parts than round 0 fails");
+        CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
+        CHECK(rn_dist_sum_round(d, 1, 2, NULL) == RN_EINVAL, "after a failure the rounds start again at 0");
+        CHECK_OK(rn_dist_sum_end(d, NULL));
+    }
     /* gathers: rank order, different sizes to rank 0 */
     int64_t mine[2] = {R, 10 * R}, *all = malloc(sizeof mine * (size_t)W);
     CHECK_OK(rn_dist_allgather(d, mine, sizeof mine, all, "test"));
