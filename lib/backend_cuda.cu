@@ -2444,7 +2444,8 @@ static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStr
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             comm_abort(g);
-            return rn_errorf(RN_EGPU, "%s:%d: kernel coll_add: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+            return rn_errorf(RN_EGPU, "%s:%d: kernel %s: %s", __FILE__, __LINE__, run ? "coll_round" : "coll_add",
+                             cudaGetErrorString(e));
         }
     }
     /* a round before the last: the running sums stay in run, nothing is gathered */

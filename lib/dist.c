@@ -43,8 +43,9 @@ struct rn_dist {
        Round 0's parts (seg) are the layout every later round must repeat. ended: the
        rounds of a sum of ended_n floats in ended_of rounds done so far (0: none) */
     int round, rounds, ended, ended_of;
-    float *run, *drun;
+    float *run, *drun, *ended_drun;
     int64_t run_cap, ended_n, nseg0;
+    size_t ended_bucket;
     char what[96];
 #ifdef RN_HAVE_MPI
     MPI_Comm local;
@@ -87,6 +88,7 @@ double rn_dist_timeout(const rn_dist *d) { return d ? d->timeout : RN_DIST_TIMEO
 void rn_dist_set_bucket(rn_dist *d, size_t bytes) {
     if (d) d->bucket = bytes;
 }
+size_t rn_dist_bucket(const rn_dist *d) { return d ? d->bucket : 0; }
 
 /* The watchdog wakes every second; a collective that has waited past the timeout means
  * another rank died or hangs: say which operation and end this process (exit status
@@ -149,6 +151,8 @@ static void round_ended(rn_dist *d) {
     d->ended = next;
     d->ended_of = of;
     d->ended_n = n;
+    d->ended_bucket = d->bucket;
+    d->ended_drun = d->drun;
 }
 
 #ifdef RN_HAVE_MPI
@@ -449,9 +453,11 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
         return rn_errorf(RN_EINVAL, "rn_dist_sum_round: right after rn_dist_sum_begin, before any part");
     if (rounds < 1 || round < 0 || round >= rounds)
         return rn_errorf(RN_EINVAL, "%s: round %d of %d", d->what, round, rounds);
-    if (round > 0 && (d->ended != round || d->ended_of != rounds || d->ended_n != d->n))
+    /* (a later round's running sums are where round 0 left them: the same chunks, buffer) */
+    if (round > 0 && (d->ended != round || d->ended_of != rounds || d->ended_n != d->n ||
+                      d->ended_bucket != d->bucket || (d->dev && d->ended_drun != run)))
         return rn_errorf(RN_EINVAL, "%s: round %d of %d of %lld floats follows %s", d->what, round, rounds,
-                         (long long)d->n, d->ended ? "another sum" : "no round 0");
+                         (long long)d->n, d->ended ? "another sum (or other buckets, another buffer)" : "no round 0");
     if (rounds > 1 && d->dev && !run)
         return rn_errorf(RN_EINVAL, "%s in rounds on %s: give a buffer for the running sums", d->what,
                          rn_backend_name(d->dev));
@@ -572,6 +578,9 @@ int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
         rc = rn_errorf(RN_EINVAL, "%s, round %d: %lld parts given, round 0 gave %lld", d->what, d->round,
                        (long long)d->nseg, (long long)d->nseg0);
         rn_dist_sum_cancel(d);
+#ifdef RN_HAVE_MPI
+        if (!d->dev) (void)drain(d, 0); /* (requests in flight read the buckets' counts) */
+#endif
         free_buckets(d);
         return rc;
     }

@@ -147,6 +147,7 @@ typedef struct {
     int world, rank;
     int overlap;          /* the gradient sum overlaps the last backward */
     float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
+    float *drun;          /* and with accum > 1, its running sums (nparams) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
@@ -253,8 +254,11 @@ static int setup_data(run *t) {
     lo.seed = t->st.seed;
     lo.epoch_batches = o->overfit_batches;
     lo.repeats = o->ra_reps;
-    lo.part = t->rank; /* this rank's slice of every global batch */
+    /* this rank's slice of every global batch: micro-batches rank, rank + world, ... */
+    lo.part = t->rank;
     lo.parts = t->world;
+    lo.unit = t->micro;
+    lo.interleave = 1;
     int rc = rn_loader_create(o->data, &lo, &t->l);
     if (rc) return rc;
     const rn_dataset_info *info = rn_loader_info(t->l);
@@ -293,14 +297,17 @@ static int set_optimiser(run *t) {
     return rc ? rc : rn_net_set_clip(t->r.net, o->clip_grad_norm);
 }
 
-/* Many processes run one plan: the backend's kind (host or device), the micro-batch and
- * recomputation decide which collectives a step makes and how large they are, so a rank
+/* Many processes run one plan: the backend's kind (host or device), the micro-batch,
+ * recomputation, --sum-every and --bucket-mb decide which collectives a step makes and
+ * how large they are, so a rank
  * whose plan differs would pair its collectives with other ones (a hang, or wrong sums).
  * --device auto (a CPU where a process finds no GPU) chooses per process, and so would
  * --micro-batch auto without common_plan: a difference is an error on every rank, naming
  * it. */
 static int agree_plan(run *t) {
-    const int64_t mine[3] = {rn_backend_is_host(t->r.be), t->r.micro, t->r.recompute};
+    enum { K = 5 };
+    const int64_t mine[K] = {rn_backend_is_host(t->r.be), t->r.micro, t->r.recompute, t->o->sum_per_step,
+                             (int64_t)rn_dist_bucket(t->dist)};
     int64_t *all = rn_malloc(sizeof mine * (size_t)t->world);
     /* (a rank that cannot take part must not leave the others in the gather) */
     int rc = rn_dist_agree(t->dist, all ? RN_OK : RN_ENOMEM, "comparing the processes' plans");
@@ -308,9 +315,9 @@ static int agree_plan(run *t) {
     /* every rank's smallest micro-batch: the same advice on each */
     int64_t least = rc == RN_OK ? all[1] : 0;
     for (int r = 1; rc == RN_OK && r < t->world; r++)
-        if (all[3 * r + 1] < least) least = all[3 * r + 1];
+        if (all[K * r + 1] < least) least = all[K * r + 1];
     for (int r = 1; rc == RN_OK && r < t->world; r++) {
-        const int64_t *p = all + 3 * r;
+        const int64_t *p = all + K * r;
         if (p[0] != all[0])
             rc = rn_errorf(RN_EINVAL, "the processes run on different devices: rank 0 on %s, rank %d on %s "
                            "(--device auto takes the CPU where a process finds no usable GPU: run rn-gpuinfo on "
@@ -326,6 +333,14 @@ static int agree_plan(run *t) {
             rc = rn_errorf(RN_EINVAL, "the processes planned differently: rank 0 %s blocks, rank %d %s: give every "
                            "process --recompute blocks or --recompute none",
                            all[2] ? "recomputes" : "keeps", r, p[2] ? "recomputes" : "keeps");
+        else if (p[3] != all[3])
+            rc = rn_errorf(RN_EINVAL, "the processes sum differently: rank 0 --sum-every %s, rank %d --sum-every %s: "
+                           "give every process the same", all[3] ? "step" : "micro-batch", r,
+                           p[3] ? "step" : "micro-batch");
+        else if (p[4] != all[4])
+            rc = rn_errorf(RN_EINVAL, "the processes sum in different buckets: rank 0 --bucket-mb %g, rank %d "
+                           "--bucket-mb %g: give every process the same", (double)all[4] / 1e6, r,
+                           (double)p[4] / 1e6);
     }
     free(all);
     return rc;
@@ -427,7 +442,7 @@ static int setup_net(run *t) {
             /* BN's running statistics: captured per micro-batch, replayed in global order */
             t->nstats = rn_net_bn_stats_len(t->r.net);
             t->stats = rn_malloc(sizeof(float) * (size_t)(t->accum * t->nstats));
-            t->all_stats = rn_malloc(sizeof(float) * (size_t)(t->steps * t->nstats));
+            t->all_stats = rn_malloc(2 * sizeof(float) * (size_t)(t->steps * t->nstats)); /* (and the gather's) */
             if (!t->stats || !t->all_stats) return RN_ENOMEM;
             if ((rc = rn_net_bn_capture(t->r.net, 1))) return rc;
         }
@@ -618,17 +633,22 @@ static int setup(run *t) {
     t->crop_max = t->crop;
     for (int e = 0; o->crop_sched[0] && e <= o->crop_sched[3]; e++)
         t->crop_max = imax(t->crop_max, rn_train_crop_at(o->crop_sched, o->crop, e));
-    if ((rc = setup_data(t))) return rc;
+    /* many processes: the loader deals out micro-batches, known once the plan is agreed */
+    if (t->world == 1 && (rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
+    if (t->world > 1 && (rc = setup_data(t))) return rc;
     if ((rc = setup_ema(t))) return rc;
     if ((rc = set_crop(t, t->crop, 0))) return rc;
     if (t->overlap && !rn_backend_is_host(t->r.be)) {
-        /* a device backend's sum packs its buckets in memory of its own (2 x the gradients) */
+        /* a device backend's sum packs its buckets in memory of its own (2 x the gradients,
+           and the running sums of a sum in rounds) */
         int64_t n;
+        int rounds = t->accum > 1 && !o->sum_per_step;
         rn_net_grads(t->r.net, &n);
         if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
-            (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)))
-            return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats)", (long long)n);
+            (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)) ||
+            (rounds && (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->drun))))
+            return rn_error_context(rc, "the gradient sum's buffers (%d x %lld floats)", 2 + rounds, (long long)n);
     }
     t->ring = o->log_every < 1 ? 1 : o->log_every < RN_TRAIN_METRICS_RING ? o->log_every : RN_TRAIN_METRICS_RING;
     size_t mb = 2 * sizeof(float) * (size_t)t->ring * (size_t)t->accum;
@@ -706,6 +726,7 @@ static void finish(run *t) {
         rn_dist_sum_cancel(t->dist); /* (a failed step's buckets may still use them) */
         rn_backend_free(t->r.be, t->dpack);
         rn_backend_free(t->r.be, t->dscratch);
+        rn_backend_free(t->r.be, t->drun);
     }
     rn_report_close(&t->rep);
     rn_loader_destroy(t->vl); /* their buffers may be the backend's pinned memory */
@@ -718,6 +739,18 @@ static void finish(run *t) {
     rn_runner_close(&t->r);
 }
 
+/* Many processes: the sum's round for the last micro-batch ended (the last round writes
+ * the summed gradients), its bucket counts added to the step's. */
+static int end_round(run *t, step_result *s) {
+    rn_dist_sum_stats st;
+    int rc = rn_dist_sum_end(t->dist, &st);
+    s->sum.buckets += st.buckets;
+    s->sum.started_early += st.started_early;
+    s->sum.done_early += st.done_early;
+    s->sum.floats = st.floats;
+    return rc;
+}
+
 /* Many processes, after this rank's micro-batches: the BN statistics of every rank's
  * micro-batches replayed in global order and the gradients summed in rank order
  * (rn/dist.h), so every rank goes on with the same numbers. (The loss and the top-1
@@ -725,12 +758,19 @@ static void finish(run *t) {
 static int combine(run *t, step_result *s) {
     int rc;
     /* the last backward started the buckets (rn_dist_sum_part); wait for the rest */
-    if ((rc = rn_dist_sum_end(t->dist, &s->sum))) return rc;
+    if ((rc = end_round(t, s))) return rc;
     if (t->stats) {
-        if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * (size_t)(t->accum * t->nstats), t->all_stats,
-                                    "the gather of the BN statistics")) ||
-            (rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps)))
+        /* gathered rank by rank, replayed in global order: micro-batch k of rank r is
+           the step's micro-batch k x world + r */
+        const int W = t->world, A = t->accum;
+        const size_t ns = (size_t)t->nstats;
+        float *got = t->all_stats + (size_t)t->steps * ns;
+        if ((rc = rn_dist_allgather(t->dist, t->stats, sizeof(float) * A * ns, got, "the gather of the BN statistics")))
             return rc;
+        for (int r = 0; r < W; r++)
+            for (int k = 0; k < A; k++)
+                memcpy(t->all_stats + ((size_t)k * W + r) * ns, got + ((size_t)r * A + k) * ns, sizeof(float) * ns);
+        if ((rc = rn_net_bn_replay(t->r.net, t->all_stats, t->steps))) return rc;
     }
     return RN_OK;
 }
@@ -759,9 +799,8 @@ static int diverged(const run *t, const float *loss, int n) {
     return RN_OK;
 }
 
-/* This rank's part of each pending step's loss and top-1 hits, read back in one copy:
- * loss[j] the sum over its micro-batches of loss / steps (the float operations, in their
- * order, of a read after each micro-batch), hits[j] their hits. */
+/* This rank's micro-batch losses of the pending steps, each / steps (loss[j * accum + k]
+ * for step j's micro-batch k), and each step's top-1 hits, read back in one copy. */
 static int read_pending(run *t, float *loss, int64_t *hits) {
     const int a = t->accum, cap = t->ring * a;
     int rc = rn_backend_download(t->r.be, t->metrics_h, t->metrics, 2 * sizeof(float) * (size_t)cap);
@@ -769,16 +808,26 @@ static int read_pending(run *t, float *loss, int64_t *hits) {
     const float *lo = t->metrics_h;
     const int32_t *hi = (const int32_t *)(lo + cap);
     for (int j = 0; j < t->npend; j++) {
-        float l = 0;
         int64_t h = 0;
         for (int k = 0; k < a; k++) {
-            l += lo[j * a + k] / t->steps;
+            loss[j * a + k] = lo[j * a + k] / t->steps;
             h += hi[j * a + k];
         }
-        loss[j] = l;
         hits[j] = h;
     }
     return RN_OK;
+}
+
+/* Pending step j's loss from the micro-batch losses of `world` ranks (read_pending's of
+ * n steps, rank after rank), added as one process adds its micro-batches' (the float
+ * operations, in their order, of a read after each): in the step's order, in which
+ * micro-batch k of rank r is k x world + r. */
+static float step_loss(const run *t, const float *micro, int n, int world, int j) {
+    const int a = t->accum;
+    float l = 0;
+    for (int k = 0; k < a; k++)
+        for (int r = 0; r < world; r++) l += micro[((size_t)r * n + j) * a + k];
+    return l;
 }
 
 /* The pending steps' train loss and top-1 hits (read_pending), summed over the ranks in
@@ -788,28 +837,31 @@ static int read_pending(run *t, float *loss, int64_t *hits) {
 static int flush(run *t) {
     const int n = t->npend, world = t->world;
     if (n == 0) return RN_OK;
-    float *loss = rn_malloc(sizeof(float) * (size_t)n * (size_t)(world + 1));
+    const size_t nm = (size_t)n * (size_t)t->accum; /* this rank's micro-batches */
+    float *micro = rn_malloc(sizeof(float) * nm * (size_t)(world + 1)), *loss = rn_malloc(sizeof(float) * (size_t)n);
     int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n * (size_t)(world + 1));
-    int rc = loss && hits ? read_pending(t, loss, hits) : RN_ENOMEM;
+    int rc = micro && loss && hits ? read_pending(t, micro, hits) : RN_ENOMEM;
     t->npend = 0;
+    const float *all = micro;
     if (rc == RN_OK && world > 1) {
-        /* every rank's after this rank's own, then summed per step in rank order */
-        float *al = loss + n;
+        /* every rank's after this rank's own; the hits summed per step in rank order */
+        all = micro + nm;
         int64_t *ah = hits + n;
-        rc = rn_dist_allgather(t->dist, loss, sizeof(float) * (size_t)n, al, "the sum of the loss");
+        rc = rn_dist_allgather(t->dist, micro, sizeof(float) * nm, micro + nm, "the sum of the loss");
         if (rc == RN_OK)
             rc = rn_dist_allgather(t->dist, hits, sizeof(int64_t) * (size_t)n, ah, "the sum of the train top-1 hits");
         for (int j = 0; j < n && rc == RN_OK; j++) {
-            loss[j] = 0;
             hits[j] = 0;
-            for (int r = 0; r < world; r++) loss[j] += al[(size_t)r * n + j], hits[j] += ah[(size_t)r * n + j];
+            for (int r = 0; r < world; r++) hits[j] += ah[(size_t)r * n + j];
         }
     }
+    for (int j = 0; j < n && rc == RN_OK; j++) loss[j] = step_loss(t, all, n, world, j);
     if (rc == RN_OK) rc = diverged(t, loss, n);
     for (int j = 0; j < n && rc == RN_OK; j++) {
         t->w.loss += loss[j], t->ep.loss += loss[j];
         t->w.hits += hits[j];
     }
+    free(micro);
     free(loss);
     free(hits);
     return rc;
@@ -822,11 +874,15 @@ static int flush(run *t) {
 static int first_cause(run *t, int rc) {
     const int n = t->npend;
     if (n == 0 || rc == RN_OK) return rc;
-    float *loss = rn_malloc(sizeof(float) * (size_t)n);
+    float *loss = rn_malloc(sizeof(float) * (size_t)n * (size_t)(t->accum + 1));
     int64_t *hits = rn_malloc(sizeof(int64_t) * (size_t)n);
     char kept[1024];
     snprintf(kept, sizeof kept, "%s", rn_last_error());
-    int out = loss && hits && read_pending(t, loss, hits) == RN_OK ? diverged(t, loss, n) : RN_OK;
+    int out = RN_OK;
+    if (loss && hits && read_pending(t, loss + n, hits) == RN_OK) {
+        for (int j = 0; j < n; j++) loss[j] = step_loss(t, loss + n, n, 1, j);
+        out = diverged(t, loss, n);
+    }
     if (out == RN_OK) out = rn_errorf(rc, "%s", kept); /* (a failed read-back's message is not the run's) */
     t->npend = 0;
     free(loss);
@@ -991,9 +1047,10 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
         rc = rn_backend_copy(t->r.be, t->glabels, t->r.labels, sizeof(int32_t) * (size_t)t->accum * (size_t)t->micro);
     for (int k = 0; k < t->accum && rc == RN_OK; k++) {
         /* the mixing unit is the micro-batch; its draws are keyed by its index in the whole
-           batch, so ranks and --accum slice the same units the same way */
+           batch (this rank's k-th is micro-batch k x world + rank: setup_data), so ranks
+           and --accum slice the same units the same way */
         rn_mix_desc md;
-        rn_mix_draw(&o->mix, t->st.seed, t->st.step, (b.first + (int64_t)k * t->micro) / t->micro, b.h, b.w, &md);
+        rn_mix_draw(&o->mix, t->st.seed, t->st.step, (int64_t)k * t->world + t->rank, b.h, b.w, &md);
         if (k < 8) mix[k] = md;
         t0 = tbeg(t, "input");
         if ((rc = tend(t, t0, "input", RN_PROF_COMPUTE, 2 * px * t->micro, (1 + es) * px * t->micro,
@@ -1008,17 +1065,30 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
             (rc = rn_top1_count(t->r.be, t->micro, t->ck->model->num_classes, rn_net_logits(t->r.net),
                                 t->r.labels + (size_t)k * t->micro, top1_target(&md), hits_d + k)))
             break;
-        /* many processes: the last micro-batch's backward hands each gradient to the sum
-           as it becomes final, and the sum's buckets go while the backward goes on */
-        int hook = t->overlap && k == t->accum - 1;
+        /* many processes: every micro-batch's backward hands each gradient to the sum as
+           it becomes final, the sum's buckets going while the backward goes on; round k
+           of the sum adds the ranks' k-th micro-batches onto the running sum (rn/dist.h),
+           so the gradients add up in the global order of one process's micro-batches.
+           The previous round ends first: its buffers are this round's. (--sum-every
+           step: the last micro-batch's backward alone, its gradients added onto this
+           rank's others first, one round.) */
+        int hook = t->overlap && (!o->sum_per_step || k == t->accum - 1);
         if (hook) {
             int64_t n;
             float *g = rn_net_grads(t->r.net, &n);
-            if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients"))) break;
+            if (k > 0 && !o->sum_per_step) {
+                t0 = tbeg(t, "grad-sum");
+                if ((rc = tend(t, t0, "grad-sum", RN_PROF_HOST, (double)n * (t->world - 1), 4.0 * (double)n * t->world,
+                               end_round(t, s))))
+                    break;
+            }
+            if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients")) ||
+                (rc = rn_dist_sum_round(t->dist, o->sum_per_step ? 0 : k, o->sum_per_step ? 1 : t->accum, t->drun)))
+                break;
             rn_net_set_grad_hook(t->r.net, grad_final, t);
         }
         rc = rn_net_backward_dev(t->r.net, t->r.labels + (size_t)k * t->micro, t->micro, (float)o->label_smoothing,
-                                 1.0 - md.lambda, grad_scale, k > 0, loss_d + k);
+                                 1.0 - md.lambda, grad_scale, k > 0 && (!t->overlap || o->sum_per_step), loss_d + k);
         if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
     }
     /* --cuda-graphs: the losses and hits into the ring, where flush reads them */

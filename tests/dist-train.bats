@@ -68,6 +68,7 @@ step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load
 
 # buckets_early: buckets whose sum started during the backward (rn/dist.h); with every
 # gradient in one bucket none can, with 1 MB buckets (resnet18: 44.7 MB) all but the last
+# of each micro-batch's round (--accum 2: two rounds of 45 buckets a step)
 bucket_counts() {
     "$PYTHON" -c 'import json,sys
 for l in open(sys.argv[1]):
@@ -81,21 +82,52 @@ for l in open(sys.argv[1]):
     $MPI -np 2 rn-train --data train.lmdb --in init.pb --out ov1000.pb $A --batch 8 --max-steps 2 --accum 2 \
         --bucket-mb 1000 --log ov1000.jsonl
     run bucket_counts ov1.jsonl
-    assert_output "$(printf '45 44 True\n45 44 True')"
+    assert_output "$(printf '90 88 True\n90 88 True')"
     run bucket_counts ov1000.jsonl
-    assert_output "$(printf '1 0 True\n1 0 True')"
-    # under --accum the last micro-batch's gradients are added tensor by tensor as they
-    # are final: the same bits whatever the buckets
+    assert_output "$(printf '2 0 True\n2 0 True')"
+    # every round adds each element onto its running sum alone: the same bits whatever
+    # the buckets
     diff <(tensors ov1.pb) <(tensors ov1000.pb)
 }
 
-@test "2 ranks with --accum 2 take the images of one process with --accum 4 (same BN buffers and steps)" {
-    rn-train --data train.lmdb --in init.pb --out one4.pb $A --batch 16 --max-steps 1 --accum 4 --log one4.jsonl
-    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out two2.pb $A --batch 16 --max-steps 1 --accum 2 --log two2.jsonl
-    # the sum's grouping differs ((g0+g1)+(g2+g3)), so weights may differ in the last bits;
-    # the BN statistics are replayed in global order and the step count agrees
-    diff <(tensors one4.pb | grep -E "running_|num_batches") <(tensors two2.pb | grep -E "running_|num_batches")
-    assert_equal "$(step_of one4.pb)" "$(step_of two2.pb)"
+losses() { grep -o '"loss":[^,]*' "$1"; }
+
+@test "P ranks with --accum A equal one process with --accum P x A, bit for bit (tensors and logged loss)" {
+    rn-train --data train.lmdb --in init.pb --out one4.pb $A --batch 16 --max-steps 2 --accum 4 --log one4.jsonl
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out two2.pb $A --batch 16 --max-steps 2 --accum 2 --log two2.jsonl
+    # rank r's micro-batch k is the step's k x P + r, the sum adds them in that order
+    diff <(tensors one4.pb) <(tensors two2.pb)
+    diff <(losses one4.jsonl) <(losses two2.jsonl)
+    # --micro-batch M is the same run on any number of ranks; mixing keyed by the
+    # global micro-batch (3 ranks of 2 micro-batches of 2 against 6 in one process)
+    X="--batch 12 --micro-batch 2 --mixup 0.2 --cutmix 1.0"
+    rn-train --data train.lmdb --in init.pb --out one-m2.pb $A $X --max-steps 2 --log one-m2.jsonl
+    $MPI -np 3 rn-train --data train.lmdb --in init.pb --out three-m2.pb $A $X --max-steps 2 --log three-m2.jsonl
+    diff <(tensors one-m2.pb) <(tensors three-m2.pb)
+    diff <(losses one-m2.jsonl) <(losses three-m2.jsonl)
+    # (against the whole batch in one forward, the BN statistics differ)
+    rn-train --data train.lmdb --in init.pb --out one-whole.pb $A --batch 12 --mixup 0.2 --cutmix 1.0 --max-steps 2
+    run diff -q <(tensors one-m2.pb) <(tensors one-whole.pb)
+    assert_failure
+}
+
+@test "--sum-every step: each rank adds its micro-batches, then one sum a step: --accum P x K to rounding" {
+    rn-train --data train.lmdb --in init.pb --out one4s.pb $A --batch 16 --max-steps 1 --accum 4
+    $MPI -np 2 rn-train --data train.lmdb --in init.pb --out step.pb $A --batch 16 --max-steps 1 --accum 2 \
+        --sum-every step --bucket-mb 1 --log step.jsonl
+    # one round a step: 45 buckets of 1 MB, all but the last started during the backward
+    run bucket_counts step.jsonl
+    assert_output "45 44 True"
+    # the same images and BN statistics; the sum grouped (g0+g2)+(g1+g3)
+    diff <(tensors one4s.pb | grep -E "running_|num_batches") <(tensors step.pb | grep -E "running_|num_batches")
+    run "$PYTHON" "$BATS_TEST_DIRNAME/parity/pb_close.py" step.pb one4s.pb 1e-5
+    assert_success
+    # (measured 7e-8 apart: not the same bits)
+    run diff -q <(tensors step.pb) <(tensors one4s.pb)
+    assert_failure
+    run rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 16 --max-steps 1 --sum-every epoch
+    assert_failure 2
+    assert_output --partial "--sum-every: 'epoch' is not micro-batch or step"
 }
 
 @test "the log says world_size and the slowest and fastest rank" {
@@ -117,7 +149,7 @@ for l in open(sys.argv[1]):
 }
 
 # On this toy net a rounding-level difference grows about 100x per step at lr 0.01 (two
-# ranks with --accum 2 against one process with --accum 4, only the sum's grouping apart:
+# gradient sums grouped differently, (g0+g1)+(g2+g3) against ((g0+g1)+g2)+g3, measured:
 # 7e-8 after one step, 4e-3 after two, 0.5 after three), so the several-step comparison
 # runs at lr 1e-4, where it stays at the one-step error (measured 1e-5 at worst).
 @test "2 ranks with --sync-bn equal one process with the same --batch (every tensor within 1e-4)" {
@@ -229,7 +261,7 @@ usable_mib() {
     [ ! -e x.pb ]
 }
 
-@test "ranks whose plans differ (a given --micro-batch against auto, other --accum) stop at once, naming the fix" {
+@test "ranks whose plans differ (a given --micro-batch against auto, other --accum, --sum-every) stop at once, naming the fix" {
     lim=$(between "$(need 2)" "$(need 4)")
     [ -n "$lim" ]
     # rank 0 asks for 4 images, rank 1's auto fits 2: a given micro-batch is kept
@@ -255,6 +287,15 @@ usable_mib() {
     run $MPI -np 1 rn-train $B --recompute none : -np 1 rn-train $B --recompute blocks
     assert_failure
     assert_output --partial "the processes planned differently: rank 0 keeps blocks, rank 1 recomputes"
+    [ ! -e x.pb ]
+    # the sum's schedule: --sum-every, --bucket-mb
+    run $MPI -np 1 rn-train $B --accum 2 --sum-every step : -np 1 rn-train $B --accum 2
+    assert_failure
+    assert_output --partial "rank 0 --sum-every step, rank 1 --sum-every micro-batch: give every process the same"
+    [ ! -e x.pb ]
+    run $MPI -np 1 rn-train $B --bucket-mb 1 : -np 1 rn-train $B
+    assert_failure
+    assert_output --partial "rank 0 --bucket-mb 1, rank 1 --bucket-mb 25: give every process the same"
     [ ! -e x.pb ]
 }
 

@@ -126,14 +126,15 @@ static void usage(FILE *f) {
             "                          --profile\n"
             "Many processes (started by mpirun or srun --mpi=pmix; one per GPU):\n"
             "  -b/--batch stays the global batch of one step: each of P processes computes\n"
-            "  N/P images per step; the same run, bit for bit on the CPU, as one process with\n"
-            "  --accum P. --device cuda and auto take the GPU of the process's local rank (or\n"
-            "  the one GPU it sees); on the CPU the cores are shared among a node's processes\n"
-            "  unless --threads is given, and so is the memory they plan for (--mem-limit is\n"
-            "  per process). --micro-batch auto takes the smallest micro-batch any process\n"
-            "  fits or gives, recomputing on all (left at the default) where one must. Ranks\n"
-            "  that plan differently (device kind, given micro-batch, recomputation) stop at\n"
-            "  once, naming the flag to give.\n"
+            "  N/P images per step, rank r its micro-batches r, r+P, ...; with --accum K the\n"
+            "  same run, bit for bit on the CPU, as one process with --accum P x K (and one\n"
+            "  --micro-batch M run on any P). --device cuda and auto take the GPU of the\n"
+            "  process's local rank (or the one GPU it sees); on the CPU the cores are shared\n"
+            "  among a node's processes unless --threads is given, and so is the memory they\n"
+            "  plan for (--mem-limit is per process). --micro-batch auto takes the smallest\n"
+            "  micro-batch any process fits or gives, recomputing on all (left at the default)\n"
+            "  where one must. Ranks that plan differently (device kind, given micro-batch,\n"
+            "  recomputation, --sum-every, --bucket-mb) stop at once, naming the flag to give.\n"
             "  Rank 0 writes OUT, the log and the events; a run resumes on any number of processes.\n"
             "  SIGUSR1 to mpirun reaches every rank: all save at the same step and exit 0.\n"
             "  (This build: %s.)\n"
@@ -141,6 +142,14 @@ static void usage(FILE *f) {
             "                          died or hangs) stops the run, naming it (default %g)\n"
             "      --bucket-mb X       gradients are summed in buckets of X MB, each started while\n"
             "                          the backward goes on (default %g)\n"
+            "      --sum-every micro-batch|step\n"
+            "                          micro-batch (default): each micro-batch's gradients are\n"
+            "                          summed over the processes as its backward goes (one\n"
+            "                          all-to-all each, one all-gather a step), in one process's\n"
+            "                          order: the bits of --accum P x K. step: each process adds\n"
+            "                          its own micro-batches first, then one sum a step (as DDP's\n"
+            "                          no_sync; --accum K moves K-1 fewer all-to-alls), equal to\n"
+            "                          --accum P x K up to float rounding. Alike with --accum 1\n"
             "      --sync-bn           BatchNorm statistics over every process's images of a\n"
             "                          micro-batch (PyTorch's SyncBatchNorm; default: each\n"
             "                          process's own, as DDP): with --accum 1 the same run as one\n"
@@ -202,7 +211,7 @@ static void usage(FILE *f) {
             "                          (default %g)\n"
             "                          The mixing unit is the micro-batch one forward sees; every\n"
             "                          draw is keyed by (seed, step, micro-batch), so --accum,\n"
-            "                          resume and P processes vs --accum P give the same bytes.\n"
+            "                          resume and P processes vs --accum P x K give the same bytes.\n"
             "                          --label-smoothing applies to the mixed targets, as in\n"
             "                          torchvision; the logged loss is the loss on them, the\n"
             "                          train top-1 (train_top1) counts the dominant target.\n"
@@ -387,7 +396,7 @@ enum {
     O_OVERFIT, O_RAREPS, O_PROFILE, O_PROFSTEPS, O_PROFWARM, O_OPTIM, O_LARSETA, O_LARSEPS, O_LREND, O_LRPOWER,
     O_GPUSAMPLE, O_RECOMPUTE, O_EMADECAY, O_EMAEVERY, O_MIXUP, O_CUTMIX, O_MIXPROB, O_SWITCHPROB,
     O_RECIPE, O_PRINTRECIPE, O_VALCROP, O_VALRESIZE, O_CROPSCHED, O_LREVERY, O_WARMMETHOD, O_WARMDECAY, O_PRINTLR,
-    O_NOWDNORM, O_LRMIN, O_CLIP, O_GRAPHS, O_WDALL
+    O_NOWDNORM, O_LRMIN, O_CLIP, O_GRAPHS, O_WDALL, O_SUMEVERY
 };
 
 /* --recipe: named bundles of existing flags, put before the command line's own flags so
@@ -521,6 +530,7 @@ int main(int argc, char **argv) {
         {"loss-scale-growth-interval", required_argument, 0, O_SCALEINT}, {"help", no_argument, 0, 'h'},
         {"dist-timeout", required_argument, 0, O_DISTTIMEOUT}, {"bucket-mb", required_argument, 0, O_BUCKET},
         {"sync-bn", no_argument, 0, O_SYNCBN},     {"overfit-batches", required_argument, 0, O_OVERFIT},
+        {"sum-every", required_argument, 0, O_SUMEVERY},
         {"ra-reps", required_argument, 0, O_RAREPS},
         {"profile", required_argument, 0, O_PROFILE},      {"profile-steps", required_argument, 0, O_PROFSTEPS},
         {"profile-warmup", required_argument, 0, O_PROFWARM}, {"gpu-sample", required_argument, 0, O_GPUSAMPLE},
@@ -648,6 +658,11 @@ int main(int argc, char **argv) {
         case O_FREEZEBN: o.freeze_bn = 1; break;
         case O_GRAPHS: o.cuda_graphs = 1; break;
         case O_SYNCBN: o.sync_bn = 1; break;
+        case O_SUMEVERY:
+            if (strcmp(optarg, "micro-batch") == 0) o.sum_per_step = 0;
+            else if (strcmp(optarg, "step") == 0) o.sum_per_step = 1;
+            else rc = rn_errorf(RN_EINVAL, "--sum-every: '%s' is not micro-batch or step", optarg);
+            break;
         case O_EMADECAY: rc = rn_cli_float("--ema-decay", optarg, 0, 1, &o.ema_decay); break;
         case O_EMAEVERY: rc = rn_cli_int("--ema-every", optarg, 1, 1 << 30, &o.ema_every); break;
         case O_LS: rc = rn_cli_float("--label-smoothing", optarg, 0, 1, &o.label_smoothing); break;

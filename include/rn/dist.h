@@ -64,6 +64,7 @@ double rn_dist_timeout(const rn_dist *d);
 
 /* Bytes of a bucket of the gradient sum (0: the whole array at once). */
 void rn_dist_set_bucket(rn_dist *d, size_t bytes);
+size_t rn_dist_bucket(const rn_dist *d);
 
 /* A device backend's collectives: rank 0 makes the NCCL id, MPI broadcasts it, every
  * rank joins the communicator (rn_backend_coll_init). A host backend or a world of one:

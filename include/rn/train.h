@@ -27,15 +27,16 @@
  *
  * Many processes (o->dist with world W > 1, rn/dist.h): batch stays the global batch of
  * one optimiser step. Every rank walks the same batches (one permutation per (seed,
- * epoch), the same augmentation per record) and computes its slice of batch/W images in
- * batch/(W x accum) micro-batches; the slices of a batch are in rank order, so rank r's
- * micro-batch a is micro-batch r*accum + a of one process with --accum W x accum. After
- * the last micro-batch the gradients are summed over the ranks in rank order
- * (rn_dist_sum: each rank's own sum of its micro-batches, then rank 0's + rank 1's + ...),
- * the loss likewise; every BN layer's batch statistics of every micro-batch are
- * gathered and replayed into the running statistics in global order (rn_net_bn_replay),
- * so every rank holds the same weights, momentum and buffers. With accum 1 per rank
- * this is, bit for bit on the CPU, one process with --accum W. fp16's inf/NaN check runs
+ * epoch), the same augmentation per record) and computes batch/W images in
+ * batch/(W x accum) micro-batches, dealt out in turn: rank r's micro-batch a is
+ * micro-batch a*W + r of one process with --accum W x accum (the loader's interleave).
+ * Each micro-batch's gradients are summed over the ranks in a round of their own
+ * (rn_dist_sum_round: each rank adds the world's copies of its chunk onto its running
+ * sum, rank 0 first; the last round gathers the sums), so they add up in one process's
+ * order, ((g0 + g1) + g2) + ...; the loss likewise; every BN layer's batch statistics of
+ * every micro-batch are gathered and replayed into the running statistics in global
+ * order (rn_net_bn_replay), so every rank holds the same weights, momentum and buffers:
+ * bit for bit on the CPU, one process with --accum W x accum. fp16's inf/NaN check runs
  * on the summed gradients, so every rank skips the same steps. Rank 0 alone reports and
  * writes checkpoints; the stored loader position is global, so a run resumes on any
  * number of processes. A stop signal on any rank stops all at the same step boundary
@@ -184,6 +185,10 @@ typedef struct {
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of
                                the same index (rn_net_set_sync); nothing in a world of one */
+    int sum_per_step;       /* many processes: 0 (--sum-every micro-batch): every micro-batch's
+                               gradients summed over the ranks in a round of their own, the
+                               order of one process; 1 (step): each rank's micro-batches added
+                               first, one sum per step (rounding differs under accum > 1) */
     int amp;                /* RN_F32 (off), RN_F16 or RN_BF16 (rn/tensor.h) */
     double loss_scale;      /* fp16: initial loss scale, when the checkpoint holds none */
     int scale_growth_interval; /* fp16: clean steps before the loss scale doubles */
