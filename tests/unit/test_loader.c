@@ -381,66 +381,28 @@ static void test_info_stats(void) {
     }
 }
 
-/* Slices in whole units (rn_loader_opts.unit, the sharded evaluation's): over the parts,
- * every record exactly once with its own label, each slice starting at a multiple of the
- * unit in the epoch; the last batch (37 = 2*15 + 7: units of 5 and 2) leaves part 0 empty. */
-static void test_unit_slices(void) {
-    enum { P = 3, U = 5 };
+/* Slices in whole units (rn_loader_opts.unit): over the parts, every record exactly once
+ * with its own label. Consecutive units (the sharded evaluation's): each slice starts at
+ * a multiple of the unit in the epoch; the last batch (37 = 2*15 + 7: units of 5 and 2)
+ * leaves part 0 empty. Interleaved (rn-train's ranks): part p's k-th image is image
+ * (k/U x P + p) x U + k%U of the batch; the last batch (37 = 3 x 12 + 1) leaves parts 1
+ * and 2 empty. */
+static void test_unit_slices(int interleave) {
+    const int P = 3, U = interleave ? 2 : 5;
+    const char *what = interleave ? "interleaved slices" : "unit slices";
     int seen[N] = {0}, empty = 0, misaligned = 0, wrong = 0;
     for (int part = 0; part < P; part++) {
         rn_loader_opts o;
         rn_loader_defaults(&o);
         o.crop = 8;
-        o.batch = P * U;
+        o.batch = (interleave ? 2 : 1) * P * U;
         o.workers = 2;
         o.train = 0;
         o.shuffle = 0;
         o.part = part;
         o.parts = P;
         o.unit = U;
-        rn_loader *l = NULL;
-        CHECK_OK(rn_loader_create(path, &o, &l));
-        if (!l) return;
-        for (int last = 0; !last;) {
-            rn_batch b;
-            if (rn_loader_next(l, &b) != RN_OK) break;
-            int64_t at = b.index + b.first;
-            empty += b.n == 0;
-            misaligned += b.n > 0 && at % U != 0;
-            for (int k = 0; k < b.n; k++) {
-                if (at + k < N) seen[at + k]++;
-                wrong += b.labels[k] != (at + k) % 4;
-            }
-            last = b.last;
-            rn_loader_release(l, &b);
-        }
-        rn_loader_destroy(l);
-    }
-    int once = 1;
-    for (int k = 0; k < N; k++) once &= seen[k] == 1;
-    CHECK(once, "unit slices: a record missed or seen twice");
-    CHECK(misaligned == 0 && wrong == 0, "unit slices: %d misaligned, %d wrong labels", misaligned, wrong);
-    CHECK(empty == 1, "unit slices: %d empty slices, expected 1", empty);
-}
-
-/* Interleaved slices (rn_loader_opts.interleave, rn-train's ranks): part p's k-th image
- * is image (k/U x P + p) x U + k%U of the batch, every record exactly once over the parts
- * with its own label; the last batch (37 = 3 x 12 + 1) leaves parts 1 and 2 empty. */
-static void test_interleaved_slices(void) {
-    enum { P = 3, U = 2 };
-    int seen[N] = {0}, empty = 0, wrong = 0;
-    for (int part = 0; part < P; part++) {
-        rn_loader_opts o;
-        rn_loader_defaults(&o);
-        o.crop = 8;
-        o.batch = 2 * P * U;
-        o.workers = 2;
-        o.train = 0;
-        o.shuffle = 0;
-        o.part = part;
-        o.parts = P;
-        o.unit = U;
-        o.interleave = 1;
+        o.interleave = interleave;
         rn_loader *l = NULL;
         CHECK_OK(rn_loader_create(path, &o, &l));
         if (!l) return;
@@ -448,9 +410,9 @@ static void test_interleaved_slices(void) {
             rn_batch b;
             if (rn_loader_next(l, &b) != RN_OK) break;
             empty += b.n == 0;
-            wrong += b.n > 0 && b.first != part * U;
+            misaligned += b.n > 0 && (interleave ? b.first != part * U : (b.index + b.first) % U != 0);
             for (int k = 0; k < b.n; k++) {
-                int64_t at = b.index + (k / U * P + part) * U + k % U;
+                int64_t at = b.index + (interleave ? (k / U * P + part) * U + k % U : b.first + k);
                 if (at < N) seen[at]++;
                 wrong += at >= N || b.labels[k] != at % 4;
             }
@@ -461,9 +423,9 @@ static void test_interleaved_slices(void) {
     }
     int once = 1;
     for (int k = 0; k < N; k++) once &= seen[k] == 1;
-    CHECK(once, "interleaved slices: a record missed or seen twice");
-    CHECK(wrong == 0, "interleaved slices: %d wrong images or labels", wrong);
-    CHECK(empty == 2, "interleaved slices: %d empty slices, expected 2", empty);
+    CHECK(once, "%s: a record missed or seen twice", what);
+    CHECK(misaligned == 0 && wrong == 0, "%s: %d misaligned, %d wrong images or labels", what, misaligned, wrong);
+    CHECK(empty == (interleave ? 2 : 1), "%s: %d empty slices, expected %d", what, empty, interleave ? 2 : 1);
 }
 
 /* the new ops: byte-identical batches (and erase boxes) for any worker count and after a
@@ -705,8 +667,8 @@ int main(void) {
     test_determinism();
     test_seek();
     test_epochs_and_labels();
-    test_unit_slices();
-    test_interleaved_slices();
+    test_unit_slices(0);
+    test_unit_slices(1);
     test_alloc_and_normalize();
     test_pad();
     test_bad_record();
