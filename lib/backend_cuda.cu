@@ -2365,33 +2365,21 @@ static int cuda_coll_init(rn_backend *be, int rank, int world, const void *id, s
 /* Chunk r of n floats split over W ranks: [n*r/W, n*(r+1)/W), as lib/dist.c splits. */
 static int64_t chunk_lo(int64_t n, int r, int W) { return n * r / W; }
 
-/* x[i] = ((c0[i] + c1[i]) + c2[i]) ... over the world's copies of this rank's chunk, in
+/* acc = ((c0[i] + c1[i]) + c2[i]) ... over the world's copies of this rank's chunk, in
  * rank order; copy `self` is x itself, copy p of another rank is recv[slot p], slots
  * numbering the others in rank order. One thread adds one element's copies in order, so
- * the bits are those of lib/dist.c's host sum. */
-__global__ void coll_add_k(int64_t m, int W, int self, float *x, const float *recv) {
-    GRID_LOOP(i, m) {
-        float acc = 0;
-        for (int p = 0, slot = 0; p < W; p++) {
-            float v = p == self ? x[i] : recv[(int64_t)slot++ * m + i];
-            acc = p == 0 ? v : __fadd_rn(acc, v);
-        }
-        x[i] = acc;
-    }
-}
-
-/* A round of a sum over rounds: run[i] = ((run[i] + c0[i]) + c1[i]) ... (first: from
- * c0[i]), the copies as coll_add_k's; with last, x[i] = run[i] too (for the gather). The
- * bits of lib/dist.c's host rounds. */
-__global__ void coll_round_k(int64_t m, int W, int self, float *x, const float *recv, float *run, int first,
-                             int last) {
+ * the bits are those of lib/dist.c's host sum. A round of a sum over rounds (run) starts
+ * from run[i] instead, unless first, and leaves acc there. With last, x[i] = acc (for
+ * the gather). */
+__global__ void coll_add_k(int64_t m, int W, int self, float *x, const float *recv, float *run, int first,
+                           int last) {
     GRID_LOOP(i, m) {
         float acc = first ? 0.0f : run[i];
         for (int p = 0, slot = 0; p < W; p++) {
             float v = p == self ? x[i] : recv[(int64_t)slot++ * m + i];
             acc = first && p == 0 ? v : __fadd_rn(acc, v);
         }
-        run[i] = acc;
+        if (run) run[i] = acc;
         if (last) x[i] = acc;
     }
 }
@@ -2439,13 +2427,12 @@ static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStr
         if (rc) return rc;
     }
     if (mine) {
-        if (run) coll_round_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv, run + lo, first, last);
-        else coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv);
+        coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv, run ? run + lo : NULL, first,
+                                                        last);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             comm_abort(g);
-            return rn_errorf(RN_EGPU, "%s:%d: kernel %s: %s", __FILE__, __LINE__, run ? "coll_round" : "coll_add",
-                             cudaGetErrorString(e));
+            return rn_errorf(RN_EGPU, "%s:%d: kernel coll_add: %s", __FILE__, __LINE__, cudaGetErrorString(e));
         }
     }
     /* a round before the last: the running sums stay in run, nothing is gathered */

@@ -43,7 +43,7 @@ struct rn_dist {
        Round 0's parts (seg) are the layout every later round must repeat. ended: the
        rounds of a sum of ended_n floats in ended_of rounds done so far (0: none) */
     int round, rounds, ended, ended_of;
-    float *run, *drun, *ended_drun;
+    float *run, *drun;
     int64_t run_cap, ended_n, nseg0;
     size_t ended_bucket;
     char what[96];
@@ -144,15 +144,12 @@ static void free_buckets(rn_dist *d) {
 
 /* A sum ended well: the next round may follow. */
 static void round_ended(rn_dist *d) {
-    int next = d->round + 1 < d->rounds ? d->round + 1 : 0, of = d->rounds;
-    int64_t n = d->n;
     if (d->round == 0) d->nseg0 = d->nseg;
     free_buckets(d);
-    d->ended = next;
-    d->ended_of = of;
-    d->ended_n = n;
+    d->ended = d->round + 1 < d->rounds ? d->round + 1 : 0;
+    d->ended_of = d->rounds;
+    d->ended_n = d->n;
     d->ended_bucket = d->bucket;
-    d->ended_drun = d->drun;
 }
 
 #ifdef RN_HAVE_MPI
@@ -453,9 +450,10 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
         return rn_errorf(RN_EINVAL, "rn_dist_sum_round: right after rn_dist_sum_begin, before any part");
     if (rounds < 1 || round < 0 || round >= rounds)
         return rn_errorf(RN_EINVAL, "%s: round %d of %d", d->what, round, rounds);
-    /* (a later round's running sums are where round 0 left them: the same chunks, buffer) */
+    /* (a later round's running sums are where round 0 left them: the same chunks, and on
+       a device the same buffer, d->drun still the round before's) */
     if (round > 0 && (d->ended != round || d->ended_of != rounds || d->ended_n != d->n ||
-                      d->ended_bucket != d->bucket || (d->dev && d->ended_drun != run)))
+                      d->ended_bucket != d->bucket || (d->dev && d->drun != run)))
         return rn_errorf(RN_EINVAL, "%s: round %d of %d of %lld floats follows %s", d->what, round, rounds,
                          (long long)d->n, d->ended ? "another sum (or other buckets, another buffer)" : "no round 0");
     if (rounds > 1 && d->dev && !run)
@@ -493,24 +491,24 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
                          (long long)off, (long long)len, (long long)d->n);
 #ifdef RN_HAVE_MPI
     int rc;
-    if (len > 0 && d->round > 0) {
-        /* a later round repeats round 0's parts: its running sums are laid out by them */
-        if (d->nseg >= d->nseg0 || d->seg[d->nseg][0] != off || d->seg[d->nseg][2] != len)
-            return rn_errorf(RN_EINVAL, "%s, round %d: part %lld [%lld, +%lld) is not round 0's", d->what, d->round,
-                             (long long)d->nseg, (long long)off, (long long)len);
-    } else if (len > 0) {
-        if (d->nseg == d->segcap) {
-            int64_t cap = d->segcap ? 2 * d->segcap : 256;
-            int64_t(*ns)[3] = realloc(d->seg, sizeof *ns * (size_t)cap);
-            if (!ns) return rn_errorf(RN_ENOMEM, "%s: no memory for %lld parts", d->what, (long long)cap);
-            d->seg = ns;
-            d->segcap = cap;
-        }
-        d->seg[d->nseg][0] = off;
-        d->seg[d->nseg][1] = d->fill;
-        d->seg[d->nseg][2] = len;
-    }
     if (len > 0) {
+        if (d->round > 0) {
+            /* a later round repeats round 0's parts: its running sums are laid out by them */
+            if (d->nseg >= d->nseg0 || d->seg[d->nseg][0] != off || d->seg[d->nseg][2] != len)
+                return rn_errorf(RN_EINVAL, "%s, round %d: part %lld [%lld, +%lld) is not round 0's", d->what,
+                                 d->round, (long long)d->nseg, (long long)off, (long long)len);
+        } else {
+            if (d->nseg == d->segcap) {
+                int64_t cap = d->segcap ? 2 * d->segcap : 256;
+                int64_t(*ns)[3] = realloc(d->seg, sizeof *ns * (size_t)cap);
+                if (!ns) return rn_errorf(RN_ENOMEM, "%s: no memory for %lld parts", d->what, (long long)cap);
+                d->seg = ns;
+                d->segcap = cap;
+            }
+            d->seg[d->nseg][0] = off;
+            d->seg[d->nseg][1] = d->fill;
+            d->seg[d->nseg][2] = len;
+        }
         d->nseg++;
         if (d->dev) rc = rn_backend_copy(d->dev, d->dpack + d->fill, d->x + off, sizeof(float) * (size_t)len);
         else memcpy(d->pack + d->fill, d->x + off, sizeof(float) * (size_t)len), rc = RN_OK;
