@@ -145,12 +145,15 @@ typedef struct {
     /* many processes (rn/dist.h) */
     rn_dist *dist;
     int world, rank;
-    int overlap;          /* the gradient sum overlaps the last backward */
+    int rounds;           /* many processes: the gradient sum's rounds a step (rn/dist.h), one
+                             for each of the step's last `rounds` micro-batches, summed as
+                             their backwards go: accum, or 1 (--sum-every step); 0: alone */
     float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
-    float *drun;          /* and with accum > 1, its running sums (nparams) */
+    float *drun;          /* and with rounds > 1, its running sums (nparams) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
-    float *all_stats;     /* (world x accum, nstats) every rank's, in global order */
+    float *all_stats;     /* (world x accum, nstats) every rank's, in global order; then as
+                             many again for the gather, in rank order */
     /* each micro-batch's train loss and top-1 hits, left on the device by its backward
        and rn_top1_count and read back once for many steps (flush): a step waits for
        neither. Slot (j, k): pending step j's micro-batch k. */
@@ -434,6 +437,7 @@ static int setup_net(run *t) {
     t->micro = t->r.micro;
     t->accum = share / t->micro;
     t->steps = t->world * t->accum;
+    t->rounds = t->world == 1 ? 0 : o->sum_per_step ? 1 : t->accum;
     if (t->world > 1) {
         if ((rc = rn_dist_attach(t->dist, t->r.be))) return rc;
         if (o->sync_bn && !o->freeze_bn) {
@@ -627,23 +631,23 @@ static int setup(run *t) {
         return rn_errorf(RN_EINVAL, "--cuda-graphs needs a backend with graphs (--device cuda); this run is on %s",
                          rn_backend_name(t->r.be));
     t->r.dist = o->dist;
-    t->overlap = t->world > 1;
     /* --crop-schedule: this epoch's crop; the memory planned for the largest of the run */
     t->crop = rn_train_crop_at(o->crop_sched, o->crop, t->st.epoch);
     t->crop_max = t->crop;
     for (int e = 0; o->crop_sched[0] && e <= o->crop_sched[3]; e++)
         t->crop_max = imax(t->crop_max, rn_train_crop_at(o->crop_sched, o->crop, e));
-    /* many processes: the loader deals out micro-batches, known once the plan is agreed */
+    /* many processes: the loader deals out micro-batches, known once the plan is agreed
+       (one process opens it first, as it always has: the plan then sees its memory taken) */
     if (t->world == 1 && (rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
     if (t->world > 1 && (rc = setup_data(t))) return rc;
     if ((rc = setup_ema(t))) return rc;
     if ((rc = set_crop(t, t->crop, 0))) return rc;
-    if (t->overlap && !rn_backend_is_host(t->r.be)) {
+    if (t->rounds && !rn_backend_is_host(t->r.be)) {
         /* a device backend's sum packs its buckets in memory of its own (2 x the gradients,
            and the running sums of a sum in rounds) */
         int64_t n;
-        int rounds = t->accum > 1 && !o->sum_per_step;
+        int rounds = t->rounds > 1;
         rn_net_grads(t->r.net, &n);
         if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
             (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)) ||
@@ -1072,23 +1076,23 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
            The previous round ends first: its buffers are this round's. (--sum-every
            step: the last micro-batch's backward alone, its gradients added onto this
            rank's others first, one round.) */
-        int hook = t->overlap && (!o->sum_per_step || k == t->accum - 1);
+        int round = k - (t->accum - t->rounds), hook = t->rounds && round >= 0;
         if (hook) {
             int64_t n;
             float *g = rn_net_grads(t->r.net, &n);
-            if (k > 0 && !o->sum_per_step) {
+            if (round > 0) {
                 t0 = tbeg(t, "grad-sum");
                 if ((rc = tend(t, t0, "grad-sum", RN_PROF_HOST, (double)n * (t->world - 1), 4.0 * (double)n * t->world,
                                end_round(t, s))))
                     break;
             }
             if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients")) ||
-                (rc = rn_dist_sum_round(t->dist, o->sum_per_step ? 0 : k, o->sum_per_step ? 1 : t->accum, t->drun)))
+                (rc = rn_dist_sum_round(t->dist, round, t->rounds, t->drun)))
                 break;
             rn_net_set_grad_hook(t->r.net, grad_final, t);
         }
         rc = rn_net_backward_dev(t->r.net, t->r.labels + (size_t)k * t->micro, t->micro, (float)o->label_smoothing,
-                                 1.0 - md.lambda, grad_scale, k > 0 && (!t->overlap || o->sum_per_step), loss_d + k);
+                                 1.0 - md.lambda, grad_scale, k > 0 && t->rounds < t->accum, loss_d + k);
         if (hook) rn_net_set_grad_hook(t->r.net, NULL, NULL);
     }
     /* --cuda-graphs: the losses and hits into the ring, where flush reads them */
