@@ -339,6 +339,18 @@ static int layout(rn_net *net) {
     return RN_OK;
 }
 
+int rn_net_param_floats(const rn_resnet *spec, int64_t *nparams, int64_t *nstats) {
+    rn_net tmp = {.spec = *spec};
+    if (!(tmp.u = rn_calloc((size_t)spec->nunits, sizeof *tmp.u))) return RN_ENOMEM;
+    int rc = layout(&tmp);
+    *nparams = tmp.nparams;
+    *nstats = 0;
+    for (int i = 0; i < spec->nunits; i++) *nstats += 2 * spec->units[i].cout;
+    free(tmp.prefs);
+    free(tmp.u);
+    return rc;
+}
+
 /* Recomputation's memory: unit j of every block (the downsample after the convs) has its
  * conv output z and BN output a in scratch slot j, sized for the largest such unit, except
  * the block output (the last conv's a), which the next block reads and backward keeps.

@@ -76,15 +76,21 @@ static int mem_budget(rn_runner *r, size_t limit, int fresh, size_t *budget, cha
     return RN_OK;
 }
 
-/* The largest divisor m <= below of batch whose network plus `extra` bytes fits in
- * budget, its need in *need; 0 when none does (or the ones that would are too small
- * for BatchNorm to train on). */
-static int largest_fit(rn_backend *be, const rn_resnet *spec, int batch, int below, int crop, int mode, int dtype,
-                       size_t extra, size_t budget, size_t *need, int *rc) {
+/* What a micro-batch of m (of batch) needs beside its network: the staging buffers and
+ * what the caller holds (r->also, r->also_split). */
+static size_t beside(const rn_runner *r, int m, int batch, size_t staged) {
+    return 2 * staged + r->also + (m < batch ? r->also_split : 0);
+}
+
+/* The largest divisor m <= below of batch whose network plus what it needs beside it
+ * fits in budget, its need in *need; 0 when none does (or the ones that would are too
+ * small for BatchNorm to train on). */
+static int largest_fit(const rn_runner *r, const rn_resnet *spec, int batch, int below, int crop, int mode,
+                       int dtype, size_t staged, size_t budget, size_t *need, int *rc) {
     for (int m = below; m >= 1; m--) {
         if (batch % m) continue;
-        size_t b;
-        if ((*rc = rn_net_plan(be, spec, m, crop, crop, mode, dtype, &b)) == RN_EINVAL) {
+        size_t b, extra = beside(r, m, batch, staged);
+        if ((*rc = rn_net_plan(r->be, spec, m, crop, crop, mode, dtype, &b)) == RN_EINVAL) {
             *rc = RN_OK; /* smaller ones cannot train either */
             return 0;
         }
@@ -162,19 +168,19 @@ static int choose(rn_runner *r, const rn_resnet *spec, int batch, int micro, siz
     const char *where = rn_backend_is_host(r->be) ? "host" : "GPU";
     if (micro) {
         if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode, dtype, &need))) return rc;
-        need += 2 * staged;
+        need += beside(r, micro, batch, staged);
         /* the other way: this micro-batch with recomputation, which auto may take */
         size_t rneed = 0;
         if (need > budget && base == RN_NET_TRAIN && !recompute) {
             if ((rc = rn_net_plan(r->be, spec, micro, crop, crop, mode | RN_NET_RECOMPUTE, dtype, &rneed))) return rc;
-            rneed += 2 * staged;
+            rneed += beside(r, micro, batch, staged);
             if (may && rneed <= budget) {
                 mode |= RN_NET_RECOMPUTE;
                 need = rneed;
             }
         }
         if (need > budget) {
-            int fit = largest_fit(r->be, spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc);
+            int fit = largest_fit(r, spec, batch, micro - 1, crop, mode, dtype, staged, budget, &fit_need, &rc);
             if (rc) return rc;
             advise(advice, sizeof advice, base, batch, fit, fit_need, r->be);
             char rec[96] = "";
@@ -184,19 +190,25 @@ static int choose(rn_runner *r, const rn_resnet *spec, int batch, int micro, siz
             }
             fmt_bytes(need, a, sizeof a);
             fmt_bytes(budget, u, sizeof u);
-            return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory, but %s is usable "
+            char held[160] = "", h[32];
+            size_t also = beside(r, micro, batch, 0);
+            if (also) {
+                fmt_bytes(also, h, sizeof h);
+                snprintf(held, sizeof held, " (%s of it %s)", h, r->also_what);
+            }
+            return rn_errorf(RN_ENOMEM, "%s %s at %s %d of %dx%d in %s needs %s of %s memory%s, but %s is usable "
                              "(%s): %s%s%s",
                              spec->arch, what, unit, micro, crop, crop, dt,
-                             a, where, u, how, advice,
+                             a, where, held, u, how, advice,
                              fit && base == RN_NET_TRAIN ? "; --micro-batch auto picks it" : "", rec);
         }
     } else {
-        micro = largest_fit(r->be, spec, batch, batch, crop, mode, dtype, 2 * staged, budget, &need, &rc);
+        micro = largest_fit(r, spec, batch, batch, crop, mode, dtype, staged, budget, &need, &rc);
         if (rc) return rc;
         if (may && !recompute && base == RN_NET_TRAIN && micro < batch) {
             size_t rneed = 0;
-            int m = largest_fit(r->be, spec, batch, batch, crop, mode | RN_NET_RECOMPUTE, dtype, 2 * staged, budget,
-                                &rneed, &rc);
+            int m = largest_fit(r, spec, batch, batch, crop, mode | RN_NET_RECOMPUTE, dtype, staged, budget, &rneed,
+                                &rc);
             if (rc) return rc;
             if ((micro == 0 && m) || (m && recompute_pays(r->be, micro, m))) {
                 micro = m;
@@ -255,7 +267,7 @@ int rn_runner_net(rn_runner *r, const rn_ckpt *ck, int batch, int micro, size_t 
         rn_backend_unreserve(r->be); /* the failed net's workspace: a smaller net needs less */
         int rc2 = mem_budget(r, mem_limit, 1, &budget, p.how, sizeof p.how), fit = 0;
         if (rc2 == RN_OK)
-            fit = largest_fit(r->be, &spec, batch, micro - 1, crop, mode, dtype, 2 * staged, budget, &fit_need, &rc2);
+            fit = largest_fit(r, &spec, batch, micro - 1, crop, mode, dtype, staged, budget, &fit_need, &rc2);
         if (is_auto && fit) {
             micro = fit;
             continue;

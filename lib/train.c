@@ -408,6 +408,11 @@ static int common_plan(run *t, int share, int *want, int *mode, char *note, size
     return RN_OK;
 }
 
+/* --ema-decay, else the checkpoint's decay (0: no average) */
+static double ema_decay_of(const rn_train_opts *o, const rn_ckpt *ck) {
+    return o->ema_decay >= 0 ? o->ema_decay : ck->ema ? ck->ema->decay : 0;
+}
+
 /* The network at the micro-batch asked for (or the largest that fits), the validation
  * loader, and fp16's loss scaler (the checkpoint's scale when resuming). */
 static int setup_net(run *t) {
@@ -425,9 +430,21 @@ static int setup_net(run *t) {
         mode |= RN_NET_RECOMPUTE;
     else if (o->recompute == RN_TRAIN_RECOMPUTE_AUTO && want == 0)
         mode |= RN_RUNNER_RECOMPUTE_AUTO;
+    /* what the run holds beside the net, counted by the plan: the EMA weights and
+       statistics, and with many processes the gradient sum's buffers (two of the
+       gradients' size, rn_dist's on the host or t->dpack and t->dscratch on a device, and
+       the running sums of a sum in rounds when the rank's share is split) */
+    rn_resnet spec;
+    int64_t np, ns;
+    int rc = rn_ckpt_net(t->ck, &spec);
+    if (rc || (rc = rn_net_param_floats(&spec, &np, &ns))) return rc;
+    int ema = ema_decay_of(o, t->ck) > 0, sum = t->world > 1;
+    t->r.also = sizeof(float) * ((ema ? (size_t)(np + ns) : 0) + (sum ? 2 * (size_t)np : 0));
+    t->r.also_split = sum && !o->sum_per_step ? sizeof(float) * (size_t)np : 0;
+    snprintf(t->r.also_what, sizeof t->r.also_what, "%s%s%s", sum ? "the gradient sum's buffers" : "",
+             sum && ema ? " and " : "", ema ? "the EMA weights" : "");
     char note[256] = "";
-    int rc = t->world > 1 ? common_plan(t, share, &want, &mode, note, sizeof note) : RN_OK;
-    if (rc) return rc;
+    if (t->world > 1 && (rc = common_plan(t, share, &want, &mode, note, sizeof note))) return rc;
     rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
     /* (a rank that failed here must not leave the others waiting in the next collective) */
     if (t->world > 1 && (rc = rn_dist_agree(t->dist, rc, "building the network")) == RN_OK) rc = agree_plan(t);
@@ -544,7 +561,7 @@ static void divisors(int n, char *buf, size_t cap) {
 static int setup_ema(run *t) {
     const rn_train_opts *o = t->o;
     const Rn__EmaState *e = t->ck->ema;
-    t->ema_decay = o->ema_decay >= 0 ? o->ema_decay : e ? e->decay : 0;
+    t->ema_decay = ema_decay_of(o, t->ck);
     t->ema_every = o->ema_every > 0 ? o->ema_every : e ? e->every : RN_TRAIN_EMA_EVERY;
     if (t->ema_decay <= 0) {
         if (e && t->rank == 0 && o->progress)

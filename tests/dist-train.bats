@@ -189,10 +189,13 @@ losses() { grep -o '"loss":[^,]*' "$1"; }
     [ ! -e x.pb ]
 }
 
-# what one rank's micro-batch of $1 needs (nothing fits in 1 MiB), in MiB; extra flags after $1
+# what a micro-batch of $1 needs on one of 2 ranks at --batch 8 --sum-every step (nothing
+# fits in 1 MiB), in MiB; extra flags after $1. (By default a rank whose 4 images are split
+# holds the running sums too: its micro-batch of 2 needs more than one of 4, see below.)
 need() {
-    run rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 4 --micro-batch "$@" --mem-limit 1M
-    echo "$output" | sed -n 's/.*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+    run $MPI -np 2 rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 8 --sum-every step \
+        --micro-batch "$@" --mem-limit 1M
+    echo "$output" | sed -n 's/.*rank 0: .*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
 }
 
 # a --mem-limit halfway between $1 and $2 MiB; nothing when they are not 0 < $1 < $2
@@ -205,7 +208,7 @@ between() {
     echo "plain: 2 -> $p2 MiB, 4 -> $p4; recomputing: 2 -> $r2"
     lim=$(between "$p2" "$p4")
     [ -n "$lim" ]
-    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 2"
+    B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 2 --sum-every step"
     $MPI -np 2 rn-train $B --out two2.pb --micro-batch 2
     # rank 0 with flags $1, rank 1 with $2: they train, and the tensors are two2.pb's
     two_ranks() {
@@ -242,6 +245,40 @@ usable_mib() {
         awk '{ print $2 == "G" ? $1 * 1024 : $1 }'
 }
 
+# from a refusal in $output (rank 0's line under mpirun): the MiB needed, and the MiB of it
+# held beside the net
+needed_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* needs \([0-9.]*\) MiB of host memory.*/\1/p' | head -1; }
+held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*\) MiB of it .*/\1/p' | head -1; }
+
+@test "the memory plan counts the gradient sum's buffers (2 x the gradients, 3 x when a rank's share is split) and the EMA" {
+    B="--data train.lmdb --in init.pb --out never.pb $A --mem-limit 1M"
+    run rn-train $B --batch 4 --micro-batch 4
+    assert_failure 1
+    refute_output --partial "of it"
+    one=$(needed_mib)
+    run rn-train $B --batch 4 --micro-batch 4 --ema-decay 0.9
+    assert_output --partial "MiB of it the EMA weights), but"
+    ema=$(held_mib)
+    run $MPI -np 2 rn-train $B --batch 8 --micro-batch 4
+    assert_output --partial "MiB of it the gradient sum's buffers), but"
+    sum4=$(held_mib) two=$(needed_mib)
+    run $MPI -np 2 rn-train $B --batch 8 --micro-batch 2
+    sum2=$(held_mib)
+    run $MPI -np 2 rn-train $B --batch 8 --micro-batch 2 --sum-every step
+    step2=$(held_mib)
+    run $MPI -np 2 rn-train $B --batch 8 --micro-batch 4 --ema-decay 0.9
+    assert_output --partial "MiB of it the gradient sum's buffers and the EMA weights), but"
+    both=$(held_mib)
+    echo "one process $one MiB, EMA $ema; 2 ranks $two, the sum's $sum4 (split: $sum2, --sum-every step: $step2), with the EMA $both"
+    # (each figure rounded to 0.1 MiB)
+    awk -v a="$one" -v s="$sum4" -v t="$two" 'BEGIN { d = a + s - t; exit !(d < 0.15 && d > -0.15) }'
+    awk -v s="$sum4" -v h="$sum2" 'BEGIN { d = 1.5 * s - h; exit !(s > 0 && d < 0.15 && d > -0.15) }'
+    assert_equal "$step2" "$sum4"
+    awk -v s="$sum4" -v e="$ema" -v b="$both" 'BEGIN { d = s + e - b; exit !(e > 0 && d < 0.15 && d > -0.15) }'
+    # the EMA: a second set of parameters (and statistics); the sum's two sets
+    awk -v s="$sum4" -v e="$ema" 'BEGIN { d = s - 2 * e; exit !(d < 0.3 && d > -0.3) }'
+}
+
 @test "on the CPU the node's processes share its memory: each plans for its share; --mem-limit is per process" {
     # far more than a machine has: the refusal says what a process may use
     B="--data train.lmdb --in init.pb --out x.pb --seed 3 --workers 1 --threads 1 --batch 8 --crop 4096 --max-steps 1"
@@ -266,12 +303,13 @@ usable_mib() {
     [ -n "$lim" ]
     # rank 0 asks for 4 images, rank 1's auto fits 2: a given micro-batch is kept
     B="--data train.lmdb --in init.pb --out x.pb $A --batch 8 --max-steps 1"
-    run $MPI -np 1 rn-train $B --micro-batch 4 : -np 1 rn-train $B --micro-batch auto --mem-limit "$lim"
+    S="--sum-every step"
+    run $MPI -np 1 rn-train $B $S --micro-batch 4 : -np 1 rn-train $B $S --micro-batch auto --mem-limit "$lim"
     assert_failure
     assert_output --partial "the processes planned different micro-batches: rank 0 4 images, rank 1 2 (--micro-batch auto follows each process's free memory): give every process --micro-batch 2"
     [ ! -e x.pb ]
     # the fix it names runs
-    run $MPI -np 2 rn-train $B --micro-batch 2 --mem-limit "$lim"
+    run $MPI -np 2 rn-train $B $S --micro-batch 2 --mem-limit "$lim"
     assert_success
     [ -e x.pb ]
     rm x.pb

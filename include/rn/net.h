@@ -85,6 +85,13 @@ void rn_net_destroy(rn_net *net);
 int rn_net_plan(rn_backend *be, const rn_resnet *spec, int max_batch, int h, int w, int mode, int dtype,
                 size_t *bytes);
 
+/* The floats of a net's parameter array (with the gaps that align each tensor: the
+ * length rn_net_grads gives) and of its BN running statistics (rn_net_bn_stats_len), for
+ * spec, without building it: what the memory plan counts for buffers of the parameters'
+ * size outside the net (rn-train's gradient sum, the EMA weights). Errors: RN_ENOMEM,
+ * RN_EINVAL (a spec the net cannot lay out). */
+int rn_net_param_floats(const rn_resnet *spec, int64_t *nparams, int64_t *nstats);
+
 /* Bytes of backend memory the net holds (weights, gradients, momentum, activations,
  * workspace). */
 size_t rn_net_bytes(const rn_net *net);
@@ -262,7 +269,8 @@ int rn_net_unit_output(rn_net *net, int unit, float *host, int64_t shape[4]);
 /* The exponential moving average of the weights (rn-train --ema-decay; torchvision's
  * ExponentialMovingAverage, an AveragedModel with use_buffers=True). rn_net_ema_enable
  * gives a training net a second set of parameters and BN running statistics in backend
- * memory (4 bytes per parameter and per statistic, beyond rn_net_plan's count), zero
+ * memory (4 bytes per parameter and per statistic, beyond rn_net_plan's count: rn-train
+ * adds it to the plan, rn_runner.also), zero
  * until the first update or rn_net_ema_load. rn_net_ema_update: copy != 0 sets the
  * average to the current weights and statistics (AveragedModel's first update, n_averaged
  * 0); else avg = keep * avg + take * w over both (rn_ema_update); num_batches_tracked is

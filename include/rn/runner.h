@@ -15,7 +15,8 @@
  *   rn_runner_close(&r);
  *
  * Memory plan: before allocating, the network's bytes at the micro-batch (rn_net_plan,
- * plus two staging buffers of a batch of u8 pixels on a device) are checked against
+ * plus two staging buffers of a batch of u8 pixels on a device, plus what the caller
+ * holds beside the net: r->also, and r->also_split when micro < batch) are checked against
  * mem_limit or the device's free memory less 5% of its total; a plan that does not fit
  * fails with RN_ENOMEM naming the largest micro-batch (a divisor of batch) that does,
  * and micro = 0 (auto) takes it. */
@@ -52,6 +53,10 @@ typedef struct {
                             rn_input_mix, uploaded by rn_runner_input_mix */
     int recompute;       /* the net recomputes its blocks' insides (RN_NET_RECOMPUTE) */
     size_t recompute_saved; /* then the bytes that saves at this micro-batch, by the plan */
+    size_t also;         /* bytes the run holds in the same memory beside the net at any
+                            micro-batch, set before planning (0: none): counted by the plan */
+    size_t also_split;   /* and more when the batch is split into micro-batches (micro < batch) */
+    char also_what[96];  /* what those are, for messages ("the EMA weights") */
     size_t shared_budget; /* the node's processes share the machine's memory: this process's
                              share as first read (0: not yet), kept for r's later plans */
     char shared_how[224]; /* what that figure is, for messages */
