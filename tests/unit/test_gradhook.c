@@ -100,6 +100,11 @@ int main(void) {
     float *plain = NULL, *hooked = NULL;
     int64_t n = 0, n2 = 0;
     CHECK_OK(run(&spec, init, px, labels, NULL, &plain, &n));
+    /* what the memory plan counts for buffers of the gradients' size, without a net */
+    int64_t np = 0, ns = 0;
+    CHECK_OK(rn_net_param_floats(&spec, &np, &ns));
+    CHECK(np == n && ns == 9600, "rn_net_param_floats: %lld and %lld floats; the net's gradients %lld, resnet18's "
+          "BN statistics 9600", (long long)np, (long long)ns, (long long)n);
     hook_log h = {.snap = calloc((size_t)n, sizeof(float)), .seen = calloc((size_t)n, 1)};
     CHECK_OK(run(&spec, init, px, labels, &h, &hooked, &n2));
     CHECK(n == n2 && plain && hooked && h.snap && h.seen, "two nets of %lld and %lld floats", (long long)n,
