@@ -5,10 +5,10 @@
 #   make deps       install the Debian packages the build and tests need
 #   make fuzz       libFuzzer+ASan+UBSan on every parser, FUZZ_SECONDS (60) each (clang, build-fuzz/)
 #   make check-aarch64  the tools built for aarch64, run under qemu: the same bytes as here
-# Options: USE_CUDA=0|1 (default: detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
+# Options: USE_CUDA=auto|0|1 (default: auto, detected), CUDA_ARCH="80 90", CUDA=/usr/local/cuda,
 #          USE_PNG=auto|0|1, USE_WEBP=auto|0|1 (PNG input through libspng, WebP through
 #          libwebp; default: detected),
-#          USE_MPI=0|1 (default: detected; Open MPI for many processes), USE_NCCL=0|1,
+#          USE_MPI=auto|0|1 (default: auto; Open MPI for many processes), USE_NCCL=auto|0|1,
 #          SANITIZE=1 (ASan+UBSan build in build-san/), PREFIX=/usr/local for install.
 
 .DEFAULT_GOAL := all
@@ -61,21 +61,22 @@ override USE_WEBP := $(WEBP_PROBE)
 endif
 
 # CUDA detection: nvcc, cuDNN and cuBLAS headers and libraries, and a tiny test compile.
-ifeq ($(origin USE_CUDA),undefined)
-USE_CUDA := $(shell test -x $(CUDA)/bin/nvcc && printf '$(HASH)include <cudnn.h>\n$(HASH)include <cublas_v2.h>\n$(HASH)include <cuda_runtime.h>\nint main(void){cublasHandle_t h; (void)h; return cudnnGetVersion()==0;}\n' | \
+ifeq ($(filter-out auto,$(or $(USE_CUDA),auto)),)
+override USE_CUDA := $(shell test -x $(CUDA)/bin/nvcc && printf '$(HASH)include <cudnn.h>\n$(HASH)include <cublas_v2.h>\n$(HASH)include <cuda_runtime.h>\nint main(void){cublasHandle_t h; (void)h; return cudnnGetVersion()==0;}\n' | \
   $(CC) -x c - -I$(CUDA)/include -L$(CUDA)/lib64 -lcudnn -lcublas -lcudart -o /dev/null 2>/dev/null && echo 1 || echo 0)
 endif
 
 # Open MPI (Debian: libopenmpi-dev) starts and connects the processes of a
 # many-device run (rn/dist.h); found through mpicc. USE_MPI=0|1 overrides.
+# (USE_CUDA, USE_MPI, USE_NCCL: unset or auto detects)
 MPICC ?= mpicc
-ifeq ($(origin USE_MPI),undefined)
-USE_MPI := $(shell printf '$(HASH)include <mpi.h>\nint main(void){return MPI_Init(0, 0);}\n' | \
+ifeq ($(filter-out auto,$(or $(USE_MPI),auto)),)
+override USE_MPI := $(shell printf '$(HASH)include <mpi.h>\nint main(void){return MPI_Init(0, 0);}\n' | \
   $(CC) -x c - $$($(MPICC) -showme:compile 2>/dev/null) $$($(MPICC) -showme:link 2>/dev/null) -o /dev/null 2>/dev/null && echo 1 || echo 0)
 endif
 # NCCL (in the CUDA toolkit) carries the GPU backend's collectives.
-ifeq ($(origin USE_NCCL),undefined)
-USE_NCCL := $(shell test -f $(CUDA)/include/nccl.h && ls $(CUDA)/lib64/libnccl.so* >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(filter-out auto,$(or $(USE_NCCL),auto)),)
+override USE_NCCL := $(shell test -f $(CUDA)/include/nccl.h && ls $(CUDA)/lib64/libnccl.so* >/dev/null 2>&1 && echo 1 || echo 0)
 endif
 
 CPPFLAGS += -Iinclude -I$(BUILD)/gen -D_GNU_SOURCE -DRN_VERSION='"$(VERSION)+$(GITREV)"' $(BLAS_CFLAGS)
