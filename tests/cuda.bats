@@ -118,10 +118,44 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     else
         assert_line --regexp "^gpu-train-ddp-2-fp32: not run: .*\(peer: $n img/s\)\$"
     fi
+    # mixed precision first, each precision's lines together, the loader's after the synthetic ones
+    order=$(grep -oE '^gpu-(train|train-loader)-(fp16|bf16|fp32):' <<<"$output" | tr '\n' ' ')
+    assert_equal "$order" "gpu-train-fp16: gpu-train-bf16: gpu-train-fp32: gpu-train-loader-fp16: gpu-train-loader-fp32: "
     # every line is the summary form or says what was not run; gpu-train-amp comes last
     bad=$(grep -Ev '^[a-z0-9-]+: (rn=[^ ]+ peer=[^ ]+ ratio=[^ ]+|not run: .*)$' <<<"$output" || true)
     [ -z "$bad" ] || { echo "not a benchmark line: $bad"; false; }
     [[ "${lines[-1]}" == gpu-train-amp:* ]]
+}
+
+@test "device-run.sh: says what the machine provides; a part stops at DEVICE_RUN_SECONDS, saying so; bench's lines" {
+    plain_build_only "a dry run of the device script (gpu-check and bench-gpu's own dry runs are tested above and below)"
+    [ -e /usr/local/cuda/include/cudnn.h ] || skip "needs the CUDA toolkit with cuDNN under /usr/local/cuda"
+    mpi_no_leak_checks
+    T=$BATS_TEST_TMPDIR
+    E=(env DEVICE_RUN_DRY=1 DEVICE_RUN_TMP="$T" GPU_CHECK_BUILD=0 BUILD="${RN_BUILD:-$BATS_TEST_DIRNAME/../build}"
+        OUT="$T/out" PYTHON="$PYTHON")
+    run "${E[@]}" "$BATS_TEST_DIRNAME/gpu/device-run.sh" nonsense
+    assert_failure 2
+    assert_output --partial "usage: tests/gpu/device-run.sh [check|bench|all]"
+    # gpu-check given 3 s: stopped, said so, the row in results.md
+    run "${E[@]}" DEVICE_RUN_SECONDS=3 "$BATS_TEST_DIRNAME/gpu/device-run.sh" check
+    assert_failure 124
+    assert_line --regexp "^device-run: machine: .*, [0-9]+ cores, [0-9]+ GiB\$"
+    assert_line --regexp "^device-run: nvcc: .*, release [0-9]+\.[0-9]+\$"
+    assert_line --regexp "^device-run: cuDNN: [0-9]+\.[0-9]+\.[0-9]+\$"
+    assert_line --regexp "^device-run: $PYTHON: python [0-9.]+, torch .*, tensorboard [^,]+, onnx"
+    assert_output --partial "device-run: DRY RUN (DEVICE_RUN_DRY=1)"
+    assert_output --partial "device-run: gpu-check: stopped after 3 s (DEVICE_RUN_SECONDS)"
+    run tail -n 1 "$T/out/gpu-check/results.md"
+    assert_output --partial "| device-run | STOPPED | after 3 s"
+    # bench alone, one precision: its line, in the log too
+    run "${E[@]}" BENCH_GPU_DIR="$T/bg" BENCH_GPU_PRECISIONS=fp32 BENCH_GPU_LOADER_PRECISIONS= BENCH_GPU_VARIANTS= \
+        BENCH_GPU_DDP_N= "$BATS_TEST_DIRNAME/gpu/device-run.sh" bench
+    assert_success
+    assert_output --partial "device-run: bench-gpu, at most"
+    assert_line --regexp "^gpu-train-fp32: rn=[0-9.]+ peer=([0-9.]+|-) ratio=([0-9.]+|-)\$"
+    grep -q "^gpu-train-fp32: rn=" "$T/out/bench-gpu.log"
+    [ -s "$T/out/bench-gpu/rn-fp32.txt" ]
 }
 
 @test "gpu-check's dry run on the CPU: every row it can run passes (the op harness CPU against CPU, training, ranks)" {

@@ -3,7 +3,8 @@
 # PyTorch eager (channels_last, cudnn.benchmark, autocast) at the same batch, size and
 # precision, one after the other:
 #   1. synthetic input (a fixed random batch on the device): rn's tests/bench/gpu_step.c
-#      and tests/bench/gpu_peer.py synth, for each of PRECISIONS
+#      and tests/bench/gpu_peer.py synth, for each of PRECISIONS in turn (fp16, bf16, fp32:
+#      each precision's lines printed as it finishes)
 #   2. the real loader on generated JPEGs: rn-prep + rn-train (img/s from its --log
 #      JSONL) against gpu_peer.py loader (ImageFolder + DataLoader), same workers
 #   3. with 2 or more usable GPUs (rn-gpuinfo), data parallel for N = 2, 4, 8, ... and the
@@ -29,8 +30,8 @@
 # number of rn's. Without a usable GPU: "bench-gpu: skipped: <why>", exit 0, no lines;
 # with one: "gpu-train-ddp: skipped: 1 GPU visible, scaling needs 2 or more" for step 3.
 # Knobs (environment or make variables): BENCH_GPU_STEPS (20 timed steps), _WARMUP (5),
-# _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp32 fp16 bf16"),
-# _LOADER_PRECISIONS ("fp32 fp16"), _VARIANTS ("RN_CUDA_BN=cudnn RN_CUDA_STEM=plain
+# _BATCH (256), _SIZE (224), _ARCH (resnet50), _PRECISIONS ("fp16 bf16 fp32"),
+# _LOADER_PRECISIONS ("fp16 fp32"), _VARIANTS ("RN_CUDA_BN=cudnn RN_CUDA_STEM=plain
 # RN_BENCH_CUDA_GRAPHS=1": rn's synthetic fp16 run again with each setting, noted as img/s
 # and launches per step against its default; the last replays each step's forward and
 # backward as a CUDA graph, as rn-train --cuda-graphs; the dry run's in fp32; empty: none), _WORKERS (cores - 1), _IMAGES (5120), _TF32 (1: TF32
@@ -67,8 +68,8 @@ IMAGES=${BENCH_GPU_IMAGES:-${d[6]}}   # generated once; 500x375 as a typical Ima
 IMG_SIZE=${BENCH_GPU_IMG_SIZE:-${d[7]}}
 CLASSES=${BENCH_GPU_CLASSES:-${d[8]}}
 WORKERS=${BENCH_GPU_WORKERS:-${d[9]}} # rn-train's loader threads, the DataLoader's processes
-PRECISIONS=${BENCH_GPU_PRECISIONS:-fp32 fp16 bf16}
-LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp32 fp16} # empty: no loader runs
+PRECISIONS=${BENCH_GPU_PRECISIONS:-fp16 bf16 fp32} # mixed precision first: the rows that matter most
+LOADER_PRECISIONS=${BENCH_GPU_LOADER_PRECISIONS-fp16 fp32} # empty: no loader runs
 VARIANTS=${BENCH_GPU_VARIANTS-RN_CUDA_BN=cudnn RN_CUDA_STEM=plain RN_BENCH_CUDA_GRAPHS=1} # rn's VP step again under each
 VP=$([ "$DRY" = 1 ] && echo fp32 || echo fp16) # (the dry run's CPU backend has fp32 only)
 TF32=${BENCH_GPU_TF32:-1}             # TF32 tensor cores for fp32 in both (PyTorch's cuDNN default)
@@ -133,7 +134,8 @@ note "$ARCH ${SIZE}x$SIZE batch $BATCH, $WARMUP warm-up + $STEPS timed steps, TF
 PEER=(tests/bench/gpu_peer.py --arch "$ARCH" --size "$SIZE" --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS"
     --device "$DEVICE" --tf32 "$TF32" --workers "$WORKERS")
 
-# ---- 1. synthetic input ----
+# ---- 1. synthetic input: for each precision rn's run, the peer's, then its lines (each
+# precision's lines as soon as it is done: a run stopped by the device's minutes keeps them) ----
 declare -A R P
 for p in $PRECISIONS; do
     watch_start "$W/rn-$p.watch"
@@ -153,18 +155,17 @@ for p in $PRECISIONS; do
            R[$p]="failed"
            note "rn $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-$p.err")" ;;
     esac
-done
-if [ $peer_ok = 1 ]; then
-    watch_start "$W/peer-synth.watch"
-    timeout $((LIMIT * 2)) "$PYTHON" "${PEER[@]}" synth --precisions "$(tr ' ' , <<<"$PRECISIONS")" \
-        >"$W/peer-synth.txt" 2>"$W/peer-synth.err" || { failed=1; note "peer synth FAILED: $(tail -n 3 "$W/peer-synth.err")"; }
-    watch_stop
-    grep '^#' "$W/peer-synth.txt" >&2
-    note "peer synth took $took s"
-fi
-for p in $PRECISIONS; do
-    P[$p]=$(grep "^precision=$p " "$W/peer-synth.txt" 2>/dev/null)
-    [ -n "${P[$p]}" ] && P[$p]="${P[$p]} $(window "$W/peer-synth.watch" "$(field t0 <<<"${P[$p]}")" "$(field t1 <<<"${P[$p]}")")"
+    if [ $peer_ok = 1 ]; then
+        watch_start "$W/peer-synth-$p.watch"
+        timeout "$LIMIT" "$PYTHON" "${PEER[@]}" synth --precisions "$p" \
+            >"$W/peer-synth-$p.txt" 2>"$W/peer-synth-$p.err" ||
+            { failed=1; note "peer synth $p FAILED: $(tail -n 3 "$W/peer-synth-$p.err")"; }
+        watch_stop
+        grep '^#' "$W/peer-synth-$p.txt" >&2
+        note "peer synth $p took $took s"
+    fi
+    P[$p]=$(grep "^precision=$p " "$W/peer-synth-$p.txt" 2>/dev/null)
+    [ -n "${P[$p]}" ] && P[$p]="${P[$p]} $(window "$W/peer-synth-$p.watch" "$(field t0 <<<"${P[$p]}")" "$(field t1 <<<"${P[$p]}")")"
     note "peer $p: ${P[$p]:-none}"
     case ${R[$p]} in
         "not run"*) echo "gpu-train-$p: ${R[$p]} (peer: $(field img/s <<<"${P[$p]}" | grep . || echo -) img/s)"; continue ;;
@@ -248,50 +249,57 @@ timed() {
             if (n == w + s) t1 = $1 }
         END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' "$1"
 }
-for p in $LOADER_PRECISIONS; do
-    amp=()
-    if [ "$p" != fp32 ]; then
-        # the interface rn-train is expected to get; until then this row is not run
-        if [ $has_amp = 0 ]; then R[L$p]="not run: rn-train has no --amp yet"; note "rn loader $p: ${R[L$p]}"; continue; fi
-        if [ "$DEVICE" = cpu ]; then R[L$p]="not run: rn-train --amp needs a GPU"; note "rn loader $p: ${R[L$p]}"; continue; fi
-        amp=(--amp "$p")
-    fi
-    watch_start "$W/rn-loader-$p.watch"
-    RN_CUDA_TF32=$TF32 timeout "$LIMIT" "$BIN/rn-train" --device "$DEVICE" --data "$DIR/data.lmdb" --in "$W/init.pb" \
-        --out "$W/loader.pb" --epochs 1000 --max-steps $((WARMUP + STEPS)) --batch "$BATCH" --crop "$SIZE" \
-        --workers "$WORKERS" --lr 0.01 --log-every 1 --log /dev/stdout "${amp[@]}" 2>"$W/rn-loader-$p.err" |
-        stamp_lines >"$W/rn-loader-$p.jsonl"
-    rc=${PIPESTATUS[0]}
-    watch_stop
-    rm -f "$W/loader.pb"
-    if [ "$rc" != 0 ]; then
-        failed=1
-        R[L$p]=failed
-        note "rn loader $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-loader-$p.err")"
-        continue
-    fi
-    R[L$p]=$(timed "$W/rn-loader-$p.jsonl" "$BATCH")
-    R[L$p]="${R[L$p]} $(window "$W/rn-loader-$p.watch" "$(field t0 <<<"${R[L$p]}")" "$(field t1 <<<"${R[L$p]}")")"
-    case ${R[L$p]} in img/s=*) ;; *) failed=1; note "rn loader $p: rn-train logged fewer than $((WARMUP + STEPS)) steps" ;; esac
-    note "rn loader $p: ${R[L$p]} (took $took s; $(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
-done
-if [ $peer_ok = 1 ] && [ -n "$LOADER_PRECISIONS" ]; then
-    watch_start "$W/peer-loader.watch"
-    timeout $((LIMIT * 2)) "$PYTHON" "${PEER[@]}" loader --data "$DIR/imgs" --classes "$CLASSES" \
-        --precisions "$(tr ' ' , <<<"$LOADER_PRECISIONS")" >"$W/peer-loader.txt" 2>"$W/peer-loader.err" ||
-        { failed=1; note "peer loader FAILED: $(tail -n 3 "$W/peer-loader.err")"; }
-    watch_stop
-    note "peer loader took $took s"
-fi
-for p in $LOADER_PRECISIONS; do
-    P[L$p]=$(grep "^precision=$p " "$W/peer-loader.txt" 2>/dev/null)
-    [ -n "${P[L$p]}" ] && P[L$p]="${P[L$p]} $(window "$W/peer-loader.watch" "$(field t0 <<<"${P[L$p]}")" "$(field t1 <<<"${P[L$p]}")")"
+# each precision: rn's run, the peer's, then its lines
+loader_lines() {
+    local p=$1
+    P[L$p]=$(grep "^precision=$p " "$W/peer-loader-$p.txt" 2>/dev/null)
+    [ -n "${P[L$p]}" ] && P[L$p]="${P[L$p]} $(window "$W/peer-loader-$p.watch" "$(field t0 <<<"${P[L$p]}")" "$(field t1 <<<"${P[L$p]}")")"
     note "peer loader $p: ${P[L$p]:-none}"
     case ${R[L$p]} in
-        "not run"*) echo "gpu-train-loader-$p: ${R[L$p]} (peer: $(field img/s <<<"${P[L$p]}" | grep . || echo -) img/s)"; continue ;;
+        "not run"*) echo "gpu-train-loader-$p: ${R[L$p]} (peer: $(field img/s <<<"${P[L$p]}" | grep . || echo -) img/s)"; return ;;
     esac
     line "gpu-train-loader-$p" "$(field img/s <<<"${R[L$p]}")" "$(field img/s <<<"${P[L$p]}")"
     line "gpu-busy-loader-$p" "$(field busy_pct <<<"${R[L$p]}")" "$(field busy_pct <<<"${P[L$p]}")"
+}
+for p in $LOADER_PRECISIONS; do
+    amp=()
+    R[L$p]=
+    if [ "$p" != fp32 ]; then
+        # the interface rn-train is expected to get; until then this row is not run
+        if [ $has_amp = 0 ]; then R[L$p]="not run: rn-train has no --amp yet"
+        elif [ "$DEVICE" = cpu ]; then R[L$p]="not run: rn-train --amp needs a GPU"; fi
+        [ -n "${R[L$p]}" ] && note "rn loader $p: ${R[L$p]}"
+        amp=(--amp "$p")
+    fi
+    if [ -z "${R[L$p]}" ]; then
+        watch_start "$W/rn-loader-$p.watch"
+        RN_CUDA_TF32=$TF32 timeout "$LIMIT" "$BIN/rn-train" --device "$DEVICE" --data "$DIR/data.lmdb" --in "$W/init.pb" \
+            --out "$W/loader.pb" --epochs 1000 --max-steps $((WARMUP + STEPS)) --batch "$BATCH" --crop "$SIZE" \
+            --workers "$WORKERS" --lr 0.01 --log-every 1 --log /dev/stdout "${amp[@]}" 2>"$W/rn-loader-$p.err" |
+            stamp_lines >"$W/rn-loader-$p.jsonl"
+        rc=${PIPESTATUS[0]}
+        watch_stop
+        rm -f "$W/loader.pb"
+        if [ "$rc" != 0 ]; then
+            failed=1
+            R[L$p]=failed
+            note "rn loader $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-loader-$p.err")"
+        else
+            R[L$p]=$(timed "$W/rn-loader-$p.jsonl" "$BATCH")
+            R[L$p]="${R[L$p]} $(window "$W/rn-loader-$p.watch" "$(field t0 <<<"${R[L$p]}")" "$(field t1 <<<"${R[L$p]}")")"
+            case ${R[L$p]} in img/s=*) ;; *) failed=1; note "rn loader $p: rn-train logged fewer than $((WARMUP + STEPS)) steps" ;; esac
+            note "rn loader $p: ${R[L$p]} (took $took s; $(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
+        fi
+    fi
+    if [ $peer_ok = 1 ]; then
+        watch_start "$W/peer-loader-$p.watch"
+        timeout "$LIMIT" "$PYTHON" "${PEER[@]}" loader --data "$DIR/imgs" --classes "$CLASSES" --precisions "$p" \
+            >"$W/peer-loader-$p.txt" 2>"$W/peer-loader-$p.err" ||
+            { failed=1; note "peer loader $p FAILED: $(tail -n 3 "$W/peer-loader-$p.err")"; }
+        watch_stop
+        note "peer loader $p took $took s"
+    fi
+    loader_lines "$p"
 done
 
 # ---- 3. data parallel on N GPUs: mpirun rn-train against DDP, on the loader's images ----
