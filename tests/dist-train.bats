@@ -362,6 +362,41 @@ held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*
     diff <(tensors ref.pb) <(tensors sig2.pb)
 }
 
+@test "SIGTERM to mpirun (given time by odls_base_sigkill_timeout) or to one rank: every rank stops at one step, rank 0 saves once" {
+    plain_build_only "repeats the stop path the SIGUSR1 test runs"
+    rm -f sig.pb sig2.pb
+    # Open MPI sends the ranks SIGTERM that many seconds after mpirun's, SIGKILL as many later
+    $MPI --mca odls_base_sigkill_timeout 5 -np 2 rn-train --data train.lmdb --in init.pb --out sig.pb $A --batch 8 \
+        --epochs 500 2> sig.err &
+    pid=$!
+    for i in $(seq 1 300); do grep -q "step 2 " sig.err && break; sleep 0.1; done
+    kill -TERM $pid
+    code=0
+    wait $pid || code=$?
+    assert_equal "$code" 1 # mpirun's own status after it aborted the job
+    run grep -c "stopped by signal 15" sig.err
+    assert_output 1
+    s=$(step_of sig.pb)
+    [ "$s" -ge 2 ]
+    # SIGTERM to one rank only (mpirun's child): both stop at one step, rank 0 saves, exit 0
+    $MPI -np 2 rn-train --data train.lmdb --in sig.pb --out sig2.pb $A --batch 8 --epochs 500 2> sig2.err &
+    pid=$!
+    for i in $(seq 1 300); do grep -q "step $((s + 2)) " sig2.err && break; sleep 0.1; done
+    ranks=$(pgrep -P $pid rn-train | wc -l)
+    assert_equal "$ranks" 2
+    kill -TERM "$(pgrep -P $pid rn-train | tail -n 1)"
+    code=0
+    wait $pid || code=$?
+    assert_equal "$code" 0
+    run grep -c "stopped by signal 15" sig2.err
+    assert_output 1
+    s2=$(step_of sig2.pb)
+    [ "$s2" -gt "$s" ]
+    # both stops kept the state exactly: one process with --accum 2 to the same step
+    rn-train --data train.lmdb --in init.pb --out ref.pb $A --batch 8 --accum 2 --max-steps "$s2"
+    diff <(tensors ref.pb) <(tensors sig2.pb)
+}
+
 @test "kill -9 of one rank: mpirun fails at once, the last checkpoint intact, no temporary file" {
     cp init.pb k.pb
     SECONDS=0
