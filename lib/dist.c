@@ -18,6 +18,7 @@
 
 struct rn_dist {
     int rank, world, local_rank, local_world;
+    int many;            /* the collectives run: world > 1, or RN_DIST_SOLO=1 */
     int mpi;             /* MPI was initialised by rn_dist_open */
     double timeout;
     size_t bucket;       /* bytes per bucket of rn_dist_sum (0: one) */
@@ -80,6 +81,10 @@ int rn_dist_built(void) {
 #endif
 }
 
+/* no collective runs: every one is a copy or nothing */
+static int alone(const rn_dist *d) { return !d || !d->many; }
+
+int rn_dist_many(const rn_dist *d) { return !alone(d); }
 int rn_dist_rank(const rn_dist *d) { return d ? d->rank : 0; }
 int rn_dist_world(const rn_dist *d) { return d ? d->world : 1; }
 int rn_dist_local_rank(const rn_dist *d) { return d ? d->local_rank : 0; }
@@ -170,7 +175,14 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
     *out = NULL;
     if (!(timeout_s > 0))
         return rn_errorf(RN_EINVAL, "--dist-timeout %g: give a number of seconds above 0", timeout_s);
+    const char *so = getenv("RN_DIST_SOLO");
+    int solo = so && strcmp(so, "1") == 0;
+    if (so && !solo && strcmp(so, "0") != 0 && so[0])
+        return rn_errorf(RN_EINVAL, "RN_DIST_SOLO=%s: give 1 (one process runs the collectives with itself) or 0", so);
 #ifndef RN_HAVE_MPI
+    if (solo)
+        return rn_errorf(RN_ENOTSUP, "RN_DIST_SOLO=1 runs the collectives of many processes, but this build has no MPI "
+                         "(USE_MPI=0): rebuild with Open MPI, or unset it");
     if (launched > 1)
         return rn_errorf(RN_ENOTSUP,
                          "started as one of %d processes, but this build has no MPI (USE_MPI=0): every process "
@@ -190,7 +202,7 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
     pthread_cond_init(&d->cv, NULL);
     *out = d;
 #ifdef RN_HAVE_MPI
-    if (launched > 1) {
+    if (launched > 1 || solo) {
         int provided = 0, rc;
         if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
             return rn_errorf(RN_EIO, "MPI_Init_thread failed: is this process started by mpirun or srun --mpi=pmix?");
@@ -198,6 +210,7 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank), "world");
         MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &d->world), "world");
+        d->many = d->world > 1 || solo;
         MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &d->local),
                   "local ranks");
         MPI_CHECK(MPI_Comm_rank(d->local, &d->local_rank), "local ranks");
@@ -250,7 +263,7 @@ void rn_dist_abort(rn_dist *d, int code) {
 }
 
 int rn_dist_attach(rn_dist *d, rn_backend *be) {
-    if (!d || d->world == 1 || !rn_backend_has_coll(be)) return RN_OK;
+    if (alone(d) || !rn_backend_has_coll(be)) return RN_OK;
     unsigned char id[512];
     size_t len = 0;
     int rc = d->rank == 0 ? rn_backend_coll_id(be, id, sizeof id, &len) : RN_OK;
@@ -410,7 +423,7 @@ static int drain(rn_dist *d, int left) {
 #define MAX_IN_FLIGHT 64
 
 int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *scratch, int64_t n, const char *what) {
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
     if (d->active) return rn_errorf(RN_EINVAL, "%s: a sum of the %s is still in progress", what, d->what);
     int ended = d->ended; /* (a round of a sum over rounds may follow) */
     free_buckets(d);
@@ -445,7 +458,7 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
 }
 
 int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
     if (!d->active || d->fill || d->round || d->rounds != 1)
         return rn_errorf(RN_EINVAL, "rn_dist_sum_round: right after rn_dist_sum_begin, before any part");
     if (rounds < 1 || round < 0 || round >= rounds)
@@ -484,7 +497,7 @@ static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
 }
 
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
     if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_part without rn_dist_sum_begin");
     if (off < 0 || len < 0 || off + len > d->n || d->fill + len > d->n)
         return rn_errorf(RN_EINVAL, "%s: part [%lld, +%lld) outside its %lld floats, or given twice", d->what,
@@ -531,7 +544,7 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
 }
 
 int rn_dist_sum_progress(rn_dist *d) {
-    if (!d || d->world == 1 || !d->active || d->dev) return RN_OK;
+    if (alone(d) || !d->active || d->dev) return RN_OK;
 #ifdef RN_HAVE_MPI
     return progress(d);
 #else
@@ -569,7 +582,7 @@ void rn_dist_sum_cancel(rn_dist *d) {
 
 int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
     if (st) *st = (rn_dist_sum_stats){0};
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
     if (!d->active) return rn_errorf(RN_EINVAL, "rn_dist_sum_end without rn_dist_sum_begin");
     int rc;
     if (d->round > 0 && d->nseg != d->nseg0) {
@@ -612,7 +625,7 @@ fail:
 }
 
 int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n, const char *what) {
-    if (!d || d->world == 1 || n == 0) return RN_OK;
+    if (alone(d) || n == 0) return RN_OK;
     int dev = !rn_backend_is_host(be);
     if (dev && !rn_backend_has_coll(be))
         return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
@@ -648,7 +661,7 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
 }
 
 int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, const char *what) {
-    if (!d || d->world == 1) {
+    if (alone(d)) {
         if (bytes) memmove(all, mine, bytes);
         return RN_OK;
     }
@@ -665,7 +678,7 @@ int rn_dist_allgather(rn_dist *d, const void *mine, size_t bytes, void *all, con
 int rn_dist_gather0(rn_dist *d, const void *mine, size_t bytes, void **all, size_t *total, const char *what) {
     *all = NULL;
     *total = 0;
-    if (!d || d->world == 1) {
+    if (alone(d)) {
         if (!(*all = rn_malloc(bytes ? bytes : 1))) return RN_ENOMEM;
         if (bytes) memcpy(*all, mine, bytes);
         *total = bytes;
@@ -707,7 +720,7 @@ int rn_dist_gather0(rn_dist *d, const void *mine, size_t bytes, void **all, size
 }
 
 int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what) {
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
 #ifdef RN_HAVE_MPI
     int64_t in = *v;
     MPI_Request req;
@@ -719,7 +732,7 @@ int rn_dist_max_i64(rn_dist *d, int64_t *v, const char *what) {
 }
 
 int rn_dist_agree(rn_dist *d, int rc, const char *what) {
-    if (!d || d->world == 1) return rc;
+    if (alone(d)) return rc;
     int64_t v = rc != RN_OK ? d->rank + 1 : 0;
     int e = rn_dist_max_i64(d, &v, what);
     if (rc != RN_OK) return rc;
@@ -729,7 +742,7 @@ int rn_dist_agree(rn_dist *d, int rc, const char *what) {
 }
 
 int rn_dist_bcast(rn_dist *d, void *buf, size_t bytes, int root, const char *what) {
-    if (!d || d->world == 1) return RN_OK;
+    if (alone(d)) return RN_OK;
 #ifdef RN_HAVE_MPI
     if (bytes > 0x7fffffff) return rn_errorf(RN_EINVAL, "%s: %zu bytes is too many to broadcast", what, bytes);
     MPI_Request req;

@@ -170,7 +170,7 @@ done:;
 int rn_eval_run(rn_runner *r, rn_loader *l, int topk, rn_eval_result *res, float *dump, FILE *progress,
                 int tty) {
     rn_dist *d = r->dist;
-    collector c = {.d = d, .root = rn_dist_rank(d) == 0, .many = rn_dist_world(d) > 1, .classes = r->classes,
+    collector c = {.d = d, .root = rn_dist_rank(d) == 0, .many = rn_dist_many(d), .classes = r->classes,
                    .topk = topk, .confusion = res->confusion, .nconf = res->n_classes};
     int64_t want = c.root && dump, total = rn_loader_info(l)->count;
     slice_buf sb = {0};
@@ -224,7 +224,7 @@ int rn_eval_loader_open(const char *path, int batch, int crop, int resize, int w
     lo.shuffle = 0;
     lo.resize = resize;
     lo.drop_last = 0;
-    if (rn_dist_world(dist) > 1) {
+    if (rn_dist_many(dist)) {
         if ((int64_t)batch * rn_dist_world(dist) > 1 << 30)
             return rn_errorf(RN_EINVAL, "eval: batch %d on %d ranks is too many images at once", batch,
                              rn_dist_world(dist));

@@ -159,7 +159,7 @@ static void jsonl_step(void *ctx, const rn_step_info *s) {
     if (s->gpu && !isnan(s->gpu_util)) fprintf(f, ",\"gpu_util\":%.1f", s->gpu_util);
     if (s->gpu && !isnan(s->gpu_mem_used)) fprintf(f, ",\"gpu_mem_used\":%.0f", s->gpu_mem_used);
     if (s->gpu && !isnan(s->gpu_power_w)) fprintf(f, ",\"gpu_power_w\":%.1f", s->gpu_power_w);
-    if (s->world > 1 && s->buckets > 0)
+    if (s->buckets > 0) /* (the sum ran: many processes, or RN_DIST_SOLO=1) */
         fprintf(f, ",\"buckets\":%d,\"buckets_early\":%d,\"buckets_done_early\":%d", s->buckets, s->buckets_early,
                 s->buckets_done_early);
     fprintf(f, "}\n");

@@ -145,6 +145,7 @@ typedef struct {
     /* many processes (rn/dist.h) */
     rn_dist *dist;
     int world, rank;
+    int many;             /* the collectives run (rn_dist_many): world > 1, or RN_DIST_SOLO=1 */
     int rounds;           /* many processes: the gradient sum's rounds a step (rn/dist.h), one
                              for each of the step's last `rounds` micro-batches, summed as
                              their backwards go: accum, or 1 (--sum-every step); 0: alone */
@@ -438,24 +439,24 @@ static int setup_net(run *t) {
     int64_t np, ns;
     int rc = rn_ckpt_net(t->ck, &spec);
     if (rc || (rc = rn_net_param_floats(&spec, &np, &ns))) return rc;
-    int ema = ema_decay_of(o, t->ck) > 0, sum = t->world > 1;
+    int ema = ema_decay_of(o, t->ck) > 0, sum = t->many;
     t->r.also = sizeof(float) * ((ema ? (size_t)(np + ns) : 0) + (sum ? 2 * (size_t)np : 0));
     t->r.also_split = sum && !o->sum_per_step ? sizeof(float) * (size_t)np : 0;
     snprintf(t->r.also_what, sizeof t->r.also_what, "%s%s%s", sum ? "the gradient sum's buffers" : "",
              sum && ema ? " and " : "", ema ? "the EMA weights" : "");
     char note[256] = "";
-    if (t->world > 1 && (rc = common_plan(t, share, &want, &mode, note, sizeof note))) return rc;
+    if (t->many && (rc = common_plan(t, share, &want, &mode, note, sizeof note))) return rc;
     rc = rn_runner_net(&t->r, t->ck, share, want, o->mem_limit, t->crop_max, mode, o->amp);
     /* (a rank that failed here must not leave the others waiting in the next collective) */
-    if (t->world > 1 && (rc = rn_dist_agree(t->dist, rc, "building the network")) == RN_OK) rc = agree_plan(t);
+    if (t->many && (rc = rn_dist_agree(t->dist, rc, "building the network")) == RN_OK) rc = agree_plan(t);
     if (rc) return rc;
     if (note[0] && t->rank == 0 && o->progress) fputs(note, o->progress);
     if ((rc = set_optimiser(t))) return rc;
     t->micro = t->r.micro;
     t->accum = share / t->micro;
     t->steps = t->world * t->accum;
-    t->rounds = t->world == 1 ? 0 : o->sum_per_step ? 1 : t->accum;
-    if (t->world > 1) {
+    t->rounds = !t->many ? 0 : o->sum_per_step ? 1 : t->accum;
+    if (t->many) {
         if ((rc = rn_dist_attach(t->dist, t->r.be))) return rc;
         if (o->sync_bn && !o->freeze_bn) {
             if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
@@ -608,13 +609,16 @@ static int setup(run *t) {
     char valid[256];
     t->dist = o->dist;
     t->world = rn_dist_world(o->dist);
+    t->many = rn_dist_many(o->dist);
     t->rank = rn_dist_rank(o->dist);
     /* (rn-train refuses --profile first, saying why) */
     if (o->cuda_graphs && o->profile)
         return rn_errorf(RN_EINVAL, "--cuda-graphs with --profile: a graph runs no host code between its ops");
-    if (o->cuda_graphs && t->world > 1)
-        return rn_errorf(RN_EINVAL, "--cuda-graphs runs in one process: with %d, the gradient sum and BN's "
-                         "statistics are exchanged between the ops a graph would hold (drop --cuda-graphs)", t->world);
+    if (o->cuda_graphs && t->many)
+        return rn_errorf(RN_EINVAL, "--cuda-graphs runs in one process%s: with %d%s, the gradient sum and BN's "
+                         "statistics are exchanged between the ops a graph would hold (drop --cuda-graphs)",
+                         t->world > 1 ? "" : " without collectives", t->world,
+                         t->world > 1 ? "" : " under RN_DIST_SOLO=1");
     if (o->batch % t->world) {
         int below = o->batch / t->world * t->world;
         return rn_errorf(RN_EINVAL,
@@ -655,9 +659,9 @@ static int setup(run *t) {
         t->crop_max = imax(t->crop_max, rn_train_crop_at(o->crop_sched, o->crop, e));
     /* many processes: the loader deals out micro-batches, known once the plan is agreed
        (one process opens it first, as it always has: the plan then sees its memory taken) */
-    if (t->world == 1 && (rc = setup_data(t))) return rc;
+    if (!t->many && (rc = setup_data(t))) return rc;
     if ((rc = setup_net(t))) return rc;
-    if (t->world > 1 && (rc = setup_data(t))) return rc;
+    if (t->many && (rc = setup_data(t))) return rc;
     if ((rc = setup_ema(t))) return rc;
     if ((rc = set_crop(t, t->crop, 0))) return rc;
     if (t->rounds && !rn_backend_is_host(t->r.be)) {
@@ -715,7 +719,7 @@ static int save(run *t) {
     t->st.batch = o->batch;
     /* micro-batches of all ranks: the same run as one process with this --accum; under
        synchronised BN, the micro-batches BN saw */
-    t->st.accum = o->sync_bn && !o->freeze_bn && t->world > 1 ? t->accum : t->steps;
+    t->st.accum = o->sync_bn && !o->freeze_bn && t->many ? t->accum : t->steps;
     if ((rc = rn_state_put(ck, &t->st, &o->lr))) return rc;
     char ds[1024];
     snprintf(ds, sizeof ds, "%s (%llu records)", o->data, (unsigned long long)rn_loader_info(t->l)->count);
@@ -864,7 +868,7 @@ static int flush(run *t) {
     int rc = micro && loss && hits ? read_pending(t, micro, hits) : RN_ENOMEM;
     t->npend = 0;
     const float *all = micro;
-    if (rc == RN_OK && world > 1) {
+    if (rc == RN_OK && t->many) {
         /* every rank's after this rank's own; the hits summed per step in rank order */
         all = micro + nm;
         int64_t *ah = hits + n;
@@ -1118,7 +1122,7 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
     if (rc == RN_OK && t->npend++ == 0) t->pend_step = t->st.step;
     s->seen = (int64_t)t->steps * t->micro;
     s->last = b.last;
-    if (rc == RN_OK && t->world > 1) {
+    if (rc == RN_OK && t->many) {
         int64_t np = 0;
         rn_net_grads(t->r.net, &np);
         t0 = tbeg(t, "grad-sum");
@@ -1191,7 +1195,7 @@ static int report_steps(run *t, const window *w, const step_result *s, int targe
     double dt = rn_report_clock() - w->t0;
     /* many processes: every rank's seconds per step and data-wait, for the stragglers */
     double mine[2] = {dt / w->steps, dt > 0 ? w->wait / dt : 0}, *all = NULL;
-    if (t->world > 1) {
+    if (t->many) {
         if (!(all = rn_malloc(sizeof mine * (size_t)t->world))) return RN_ENOMEM;
         int rc = rn_dist_allgather(t->dist, mine, sizeof mine, all, "the gather of the step times");
         if (rc) {
@@ -1266,7 +1270,7 @@ static int set_crop(run *t, int c, int loader) {
             return rn_error_context(rc, "--crop-schedule");
         t->r.crop = c;
         if ((rc = set_optimiser(t))) return rc;
-        if (t->world > 1 && o->sync_bn && !o->freeze_bn) {
+        if (t->many && o->sync_bn && !o->freeze_bn) {
             if ((rc = rn_net_set_sync(t->r.net, t->world, gather_bn, t->dist))) return rc;
         } else if (t->stats && (rc = rn_net_bn_capture(t->r.net, 1)))
             return rc;
@@ -1332,7 +1336,7 @@ static int end_epoch(run *t, const window *ep, double lr) {
  * so that all stop at the same step boundary. *sig: the signal number. */
 static int stop_now(run *t, int *sig, int *rc) {
     int64_t v = t->o->stop ? *t->o->stop : 0;
-    if (t->world > 1 && (*rc = rn_dist_max_i64(t->dist, &v, "the stop flag"))) return 1;
+    if (t->many && (*rc = rn_dist_max_i64(t->dist, &v, "the stop flag"))) return 1;
     *sig = (int)v;
     return v != 0;
 }

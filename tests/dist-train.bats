@@ -25,12 +25,16 @@ teardown() { drop_test_outputs; }
 tensors() { rn-info --tensors "$1" | sed -n '/^tensors:/,$p'; }
 step_of() { rn-info --json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["step"])'; }
 
-@test "rn_dist_sum is the rank-ordered sum, bit for bit, at 2, 3 and 4 ranks, any size and bucket" {
+@test "rn_dist_sum is the rank-ordered sum, bit for bit, at 2, 3 and 4 ranks (and 1 with RN_DIST_SOLO=1), any size and bucket" {
     for np in 2 3 4; do
         run $MPI -np $np "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/tests/test_dist"
         assert_success
         assert_output --partial "test_dist rank $((np - 1)) of $np: "
     done
+    # one process through the same collectives, with itself
+    run $MPI -np 1 -x RN_DIST_SOLO=1 "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/tests/test_dist"
+    assert_success
+    assert_output --regexp "test_dist: [0-9]+ passed, 0 failed"
 }
 
 @test "2 ranks equal one process with --accum 2, bit for bit (weights, BN buffers, momentum)" {
@@ -128,6 +132,27 @@ losses() { grep -o '"loss":[^,]*' "$1"; }
     run rn-train --data train.lmdb --in init.pb --out x.pb $A --batch 16 --max-steps 1 --sum-every epoch
     assert_failure 2
     assert_output --partial "--sum-every: 'epoch' is not micro-batch or step"
+}
+
+@test "RN_DIST_SOLO=1: one process runs the collectives with itself (alone or mpirun -np 1): the bits of the plain run" {
+    B="--data train.lmdb --in init.pb $A --batch 8 --accum 2 --max-steps 2"
+    rn-train $B --out plain.pb
+    run env RN_DIST_SOLO=1 rn-train $B --out solo.pb --log solo.jsonl
+    assert_success
+    assert_output --partial "rn-train: RN_DIST_SOLO=1: this one process runs the collectives of many with itself"
+    diff <(tensors plain.pb) <(tensors solo.pb)
+    # the sum ran: its buckets are in the log (a process alone logs none)
+    run grep -c '"world_size":1,"buckets":[1-9]' solo.jsonl
+    assert_output 2
+    $MPI -np 1 -x RN_DIST_SOLO=1 rn-train $B --sum-every step --out solo2.pb
+    diff <(tensors plain.pb) <(tensors solo2.pb)
+    rn-eval --data train.lmdb --ckpt plain.pb --crop 32 --threads 1 >plain.txt
+    RN_DIST_SOLO=1 rn-eval --data train.lmdb --ckpt plain.pb --crop 32 --threads 1 >solo.txt
+    cmp plain.txt solo.txt
+    run env RN_DIST_SOLO=yes rn-train $B --out never.pb
+    assert_failure 1
+    assert_output --partial "RN_DIST_SOLO=yes: give 1 (one process runs the collectives with itself) or 0"
+    [ ! -e never.pb ]
 }
 
 @test "the log says world_size and the slowest and fastest rank" {

@@ -200,6 +200,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     o.dist = d;
+    if (rn_dist_many(d) && rn_dist_world(d) == 1)
+        fprintf(stderr, "rn-eval: RN_DIST_SOLO=1: this one process runs the collectives of many with itself (a "
+                "check: the output of the run without it)\n");
     if (rc == RN_OK) rc = check_flags(&o, ckpt, argc - optind, argv + optind);
     if (rc != RN_OK) {
         say_error(d);

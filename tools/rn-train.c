@@ -769,6 +769,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     rn_dist_set_bucket(d, (size_t)(bucket_mb * 1e6));
+    if (rn_dist_many(d) && rn_dist_world(d) == 1)
+        fprintf(stderr, "rn-train: RN_DIST_SOLO=1: this one process runs the collectives of many with itself (a "
+                "check: the bits of the run without it)\n");
     o.dist = d;
     o.backend.cuda_index = rn_dist_local_rank(d); /* cuda and auto: this rank's GPU */
     o.backend.cuda_local_world = rn_dist_local_world(d);

@@ -13,6 +13,10 @@
  *
  * A world of one (no launcher, or a build without MPI) makes no MPI call at all: every
  * collective is then a copy or nothing, and a single process runs exactly as before.
+ * RN_DIST_SOLO=1 in the environment is the exception, a check of the many-process path
+ * on one device: one process (mpirun -np 1, or alone) starts MPI and runs every
+ * collective with itself (on a GPU: a NCCL communicator of one), and must give the bits
+ * of the same run without it (rn_dist_many: 1).
  *
  * Order. rn_dist_sum adds the ranks' arrays left to right in rank order,
  * ((x0 + x1) + x2) + ..., every element on the rank that owns its chunk, then shares the
@@ -46,9 +50,10 @@ int rn_dist_built(void);
  * 0 or 1 when the process was started alone). launched > 1 initialises MPI
  * (MPI_Init_thread, funneled), takes rank and world from MPI_COMM_WORLD and the local
  * rank from a shared-memory split of it; otherwise the world is this process alone and
- * MPI is not touched. timeout_s (> 0) bounds every collective. Errors: RN_ENOTSUP
- * (launched > 1 in a build without MPI: the message says to rebuild or run one
- * process), RN_EINVAL (timeout), RN_EIO (MPI failed to start), RN_ENOMEM. */
+ * MPI is not touched (unless RN_DIST_SOLO=1). timeout_s (> 0) bounds every collective.
+ * Errors: RN_ENOTSUP (launched > 1 or RN_DIST_SOLO=1 in a build without MPI: the message
+ * says to rebuild or run one process), RN_EINVAL (timeout, an RN_DIST_SOLO other than 0
+ * or 1), RN_EIO (MPI failed to start), RN_ENOMEM. */
 int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dist **out);
 /* Finish MPI (after every rank's last collective) and free d. NULL is a no-op. */
 void rn_dist_close(rn_dist *d);
@@ -56,6 +61,8 @@ void rn_dist_close(rn_dist *d);
  * on while the others wait in a collective. In a world of one: exit(code). */
 void rn_dist_abort(rn_dist *d, int code);
 
+int rn_dist_many(const rn_dist *d);        /* 1 when the collectives run: world > 1, or
+                                              RN_DIST_SOLO=1; 0 for NULL */
 int rn_dist_rank(const rn_dist *d);        /* 0 .. world-1; 0 for NULL */
 int rn_dist_world(const rn_dist *d);       /* 1 for NULL */
 int rn_dist_local_rank(const rn_dist *d);  /* rank among the processes of this node */

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# gpu-check step 4e: data parallelism over NCCL. `mpirun -np 2 rn-train --batch B` (each
+# gpu-check step 4e: data parallelism over NCCL. First one process through the collectives
+# (mpirun -np 1 with RN_DIST_SOLO=1: a NCCL communicator of one, every gradient bucket
+# through rn_backend_coll_*, the BN statistics, loss and stop flag over MPI): --accum 1 must
+# give the tensors of the plain run bit for bit, --accum 2 within the tolerance below (the
+# sum's running sums add what the backward's accumulation adds inside cuDNN). Then, with 2
+# or more GPUs, `mpirun -np 2 rn-train --batch B` (each
 # rank on its own GPU, the gradients summed by rn_backend_coll_sum) must train the weights
 # of one process with --accum 2 (micro-batches of B/2, the same halves of each batch, BN
 # statistics per half) within the fp32 tolerance train.bats gives --accum: 1e-5 relative
@@ -9,9 +14,10 @@
 #
 # NCCL refuses two ranks of one communicator on the same GPU (ncclInvalidUsage, "Duplicate
 # GPU detected", since NCCL 2.5; NVIDIA/nccl#418: it would not work even without the
-# check), so with fewer than 2 GPUs the comparison is skipped and says so; so it is without
-# mpirun or without a build with Open MPI and NCCL. DEV=cpu (gpu-check's dry run) runs the
-# same comparison on the CPU backend, whose sum goes over MPI: a check of this script.
+# check), so with fewer than 2 GPUs the 2-rank comparison is left out and the verdict says
+# so; without mpirun or a build with Open MPI and NCCL the whole step is skipped. DEV=cpu
+# (gpu-check's dry run) runs the same comparisons on the CPU backend, whose sum goes over
+# MPI: a check of this script.
 #
 # Environment: BIN (the tools), WORK (a scratch folder, emptied), DEV (cuda or cpu),
 # PYTHON, ARCH, SIZE, BATCH (even), STEPS (default 5), BUILD_LOG (the build's log, for its
@@ -36,8 +42,6 @@ if [ "$DEV" = cuda ]; then
     [ $nrc = 0 ] || verdict FAIL "rn-gpuinfo --nccl exit $nrc: $(tail -n 1 "$WORK/gpuinfo-nccl.txt" | cut -c1-200)"
     ngpu=$("$BIN/rn-gpuinfo" --json 2>/dev/null |
         "$PYTHON" -c 'import json,sys; print(sum(d["usable"] for d in json.load(sys.stdin)["devices"]))' 2>/dev/null)
-    [ "${ngpu:-0}" -ge 2 ] ||
-        verdict skipped "${ngpu:-0} usable GPU: NCCL refuses two ranks on one GPU (ncclInvalidUsage 'Duplicate GPU detected', NCCL >= 2.5); needs 2 or more"
 fi
 summary=$(grep -m 1 '^rn ' "${BUILD_LOG:-/dev/null}" 2>/dev/null)
 if [ -n "$summary" ]; then
@@ -52,11 +56,47 @@ if ! { "$PYTHON" tests/data/toy.py "$WORK/src" "$BATCH" 1 &&
     cat "$WORK/setup.txt"
     verdict FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
 fi
-# the same run twice but for how the batch is split: over two processes, or two micro-batches
 T=(--device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --batch "$BATCH" --crop "$SIZE" --augment none
     --no-shuffle --workers 2 --lr 0.01 --lr-schedule constant --max-steps "$STEPS" --epochs "$STEPS" --deterministic)
 [ "$DEV" = cpu ] && T+=(--threads 2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tensors() { "$BIN/rn-info" --tensors "$1" | sed -n '/^tensors:/,$p'; }
+# close A B: whether the two checkpoints' tensors are within TOL (ckpt_close.py's words in $cmp)
+close() {
+    local r
+    for r in "$1" "$2"; do
+        "$BIN/rn-export" "$WORK/$r.pb" "$WORK/$r.safetensors" >>"$WORK/setup.txt" 2>&1 ||
+            verdict FAIL "rn-export $r.pb: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
+    done
+    cmp=$(PYTHONPATH=tests/parity "$PYTHON" tests/parity/ckpt_close.py "$WORK/$1.safetensors" "$WORK/$2.safetensors" \
+        $TOL 2>&1)
+}
+# one process through the many-process path (RN_DIST_SOLO=1: on a GPU a NCCL communicator
+# of one, every bucket through rn_backend_coll_*): --accum 1 the bits of the plain run;
+# --accum 2 (the sum's running sums against the backward's accumulation) within TOL
+for a in 1 2; do
+    echo "rn-train ${T[*]} --accum $a, plain and under mpirun -np 1 with RN_DIST_SOLO=1"
+    timeout 300 "$BIN/rn-train" "${T[@]}" --accum $a --out "$WORK/plain$a.pb" >"$WORK/plain$a.err" 2>&1 ||
+        { cat "$WORK/plain$a.err"; verdict FAIL "rn-train --accum $a: $(why "$WORK/plain$a.err")"; }
+    timeout 300 mpirun -np 1 -x RN_DIST_SOLO=1 "$BIN/rn-train" "${T[@]}" --accum $a --out "$WORK/solo$a.pb" \
+        --log "$WORK/solo$a.jsonl" >"$WORK/solo$a.err" 2>&1
+    rc=$?
+    cat "$WORK/solo$a.err"
+    [ $rc = 0 ] || verdict FAIL "RN_DIST_SOLO=1 mpirun -np 1 rn-train --accum $a exit $rc: $(why "$WORK/solo$a.err")"
+    grep -q '"buckets":[1-9]' "$WORK/solo$a.jsonl" || verdict FAIL "RN_DIST_SOLO=1 --accum $a: no bucket in its log"
+done
+diff <(tensors "$WORK/plain1.pb") <(tensors "$WORK/solo1.pb") >"$WORK/solo1.diff" ||
+    verdict FAIL "RN_DIST_SOLO=1 --accum 1: not the bits of the plain run ($(grep -c '^>' "$WORK/solo1.diff") tensors differ)"
+close plain2 solo2
+rc=$?
+echo "$cmp"
+[ $rc = 0 ] || verdict FAIL "RN_DIST_SOLO=1 --accum 2: $(tail -n 1 <<<"$cmp" | cut -c1-200)"
+solo="one process through the collectives: the plain run's bits (--accum 1), within $TOL (--accum 2)"
+if [ "$DEV" = cuda ] && [ "${ngpu:-0}" -lt 2 ]; then
+    verdict ok "$solo; 2 ranks: ${ngpu:-0} usable GPU, NCCL refuses two ranks on one GPU (ncclInvalidUsage 'Duplicate GPU detected', NCCL >= 2.5): needs 2 or more"
+fi
+
+# the same run twice but for how the batch is split: over two processes, or two micro-batches
 echo "mpirun -np 2 rn-train ${T[*]} --out $WORK/dist.pb"
 timeout 300 mpirun -np 2 --oversubscribe "$BIN/rn-train" "${T[@]}" --out "$WORK/dist.pb" >"$WORK/dist.err" 2>&1
 rc=$?
@@ -67,13 +107,8 @@ timeout 300 "$BIN/rn-train" "${T[@]}" --accum 2 --out "$WORK/accum.pb" >"$WORK/a
 rc=$?
 cat "$WORK/accum.err"
 [ $rc = 0 ] || verdict FAIL "rn-train --accum 2 exit $rc: $(why "$WORK/accum.err")"
-for r in dist accum; do
-    "$BIN/rn-export" "$WORK/$r.pb" "$WORK/$r.safetensors" >>"$WORK/setup.txt" 2>&1 ||
-        verdict FAIL "rn-export $r.pb: $(tail -n 1 "$WORK/setup.txt" | cut -c1-200)"
-done
-cmp=$(PYTHONPATH=tests/parity "$PYTHON" tests/parity/ckpt_close.py "$WORK/dist.safetensors" \
-    "$WORK/accum.safetensors" $TOL 2>&1)
+close dist accum
 rc=$?
 echo "$cmp"
-[ $rc = 0 ] && verdict ok "$STEPS steps: $(tail -n 1 <<<"$cmp")"
-verdict FAIL "$STEPS steps: $(tail -n 1 <<<"$cmp" | cut -c1-200)"
+[ $rc = 0 ] && verdict ok "$solo; 2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp")"
+verdict FAIL "2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp" | cut -c1-200)"

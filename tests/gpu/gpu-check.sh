@@ -17,9 +17,11 @@
 #   4c. tests/amp.bats (its GPU tests: fp16/bf16 training, overflow skips, exact resume)
 #   4d. memory plan: --micro-batch auto under a --mem-limit between the plans of BATCH/4
 #      and BATCH/2 images takes BATCH/4, trains, and holds no more than it planned
-#   4e. data parallel over NCCL (tests/gpu/dist-check.sh): rn-gpuinfo --nccl, then with 2
-#      or more GPUs `mpirun -np 2 rn-train` against one process with --accum 2, weights
-#      within 1e-5; with one GPU skipped, saying why (NCCL allows one rank per GPU)
+#   4e. data parallel over NCCL (tests/gpu/dist-check.sh): rn-gpuinfo --nccl; one process
+#      through the collectives (mpirun -np 1, RN_DIST_SOLO=1: a NCCL communicator of one)
+#      against the plain run, the same bits at --accum 1, within 1e-5 at --accum 2; then
+#      with 2 or more GPUs `mpirun -np 2 rn-train` against one process with --accum 2,
+#      weights within 1e-5 (with one GPU left out, saying why: one rank per GPU)
 #   4f. rn-train --recompute blocks against none (tests/gpu/recompute-check.sh)
 #   4g. rn-train --cuda-graphs against the same run without: the same bits (checkpoints and
 #      logged losses), fp32 and fp16, --accum 1 and 2, with --val, EMA, frozen BN and
@@ -337,9 +339,10 @@ else
     row "$name" FAIL "making the toy dataset or checkpoint failed: $(tail -n 1 "$M/setup.txt" | cut -c1-200)"
 fi
 
-# 4e. data parallel over NCCL: two ranks against --accum 2 (tests/gpu/dist-check.sh says
-#     what and when it skips). Seconds, or nothing with one GPU.
-name="dist: mpirun -np 2 rn-train vs --accum 2, $ARCH ${SIZE}px b$BATCH"
+# 4e. data parallel over NCCL: one process through the collectives against the plain run,
+#     two ranks against --accum 2 (tests/gpu/dist-check.sh says what and when it leaves
+#     out). Seconds.
+name="dist: RN_DIST_SOLO=1 vs plain; mpirun -np 2 rn-train vs --accum 2, $ARCH ${SIZE}px b$BATCH"
 say "$name"
 BIN=$BIN WORK=$WORK/dist DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH BUILD_LOG=$OUT/build.log \
     tests/gpu/dist-check.sh >"$OUT/dist.txt" 2>&1
