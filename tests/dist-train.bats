@@ -155,6 +155,34 @@ losses() { grep -o '"loss":[^,]*' "$1"; }
     [ ! -e never.pb ]
 }
 
+@test "--val on 2 and 3 ranks: each evaluates its slice; the epoch's val figures are one process's with --accum 2 and 3" {
+    plain_build_only "repeats rn-eval's sharded path (dist.bats) inside rn-train"
+    B="--data train.lmdb --val train.lmdb --in init.pb $A --batch 12 --epochs 1"
+    # the epoch line's val fields, as logged
+    val_of() { grep '"kind":"epoch"' "$1" | grep -o '"val_top1":.*"val_loss":[0-9.e+-]*'; }
+    for np in 2 3; do
+        rn-train $B --accum $np --out one$np.pb --log one$np.jsonl
+        $MPI -np $np rn-train $B --out many$np.pb --log many$np.jsonl
+        diff <(tensors one$np.pb) <(tensors many$np.pb)
+        v=$(val_of one$np.jsonl)
+        [ -n "$v" ]
+        assert_equal "$(val_of many$np.jsonl)" "$v"
+    done
+}
+
+@test "a node's CPU cores are divided among its ranks unless --threads says otherwise" {
+    n=$(getconf _NPROCESSORS_ONLN)
+    half=$((n / 2 > 1 ? n / 2 : 1))
+    B="--data train.lmdb --in init.pb --out x.pb --crop 32 --seed 3 --workers 1 --batch 8 --max-steps 1"
+    run $MPI -np 2 rn-train $B
+    assert_success
+    assert_output --partial ", $half thread"
+    assert_output --partial "on each of 2 processes"
+    run $MPI -np 2 rn-train $B --threads 3
+    assert_success
+    assert_output --partial ", 3 threads"
+}
+
 @test "the log says world_size and the slowest and fastest rank" {
     $MPI -np 2 rn-train --data train.lmdb --in init.pb --out two.pb $A --batch 8 --max-steps 3 --log two.jsonl
     run grep -c '"world_size":2,"step_s_min":' two.jsonl
