@@ -312,6 +312,93 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     free(crm), free(crv), free(yi), free(dx), free(dres), free(dg0), free(db0), free(dgam), free(dbet);
 }
 
+/* NaN and inf through BN and the loss, as PyTorch carries them (the CPU ops: test_ops):
+ * BN of m rows, c channels (ReLU, our kernels) with a NaN in channel 0 and +inf in channel
+ * 2 of x: those channels' statistics, outputs and gradients non-finite on both sides, the
+ * same elements, the others equal within tolerance; the backward here without
+ * accumulation (dgamma, dbeta overwritten). Then the loss over rows holding a NaN, a +inf
+ * and a -inf logit: the first two rows' gradients NaN, the loss NaN, the -inf row finite. */
+static void test_nonfinite_bn_xent(env *e, int64_t m, int c) {
+    rn_bn_desc d, dg;
+    CHECK_OK(rn_bn_desc_init(&d, m, c, 1));
+    dg = d;
+    dg.dtype = e->dtype;
+    int64_t n = m * c;
+    float *x = randn(n, 0.5f, 2), *gamma = randn(c, 1, 0.3f), *beta = randn(c, 0, 0.3f), *rm = randn(c, 0, 0.1f),
+          *rv = randn(c, 1, 0.1f), *dy = randn(n, 0, 1);
+    for (int j = 0; j < c; j++) rv[j] = fabsf(rv[j]) + 0.1f;
+    round_all(e->dtype, x, n), round_all(e->dtype, dy, n);
+    x[3 * c + 0] = NAN;
+    x[5 * c + 2] = INFINITY;
+    reserve_both(e, rn_bn_workspace(e->cpu, &d), rn_bn_workspace(e->gpu, &dg));
+    size_t rs = rn_bn_reserve_size(e->gpu, &dg);
+    void *reserve = NULL;
+    if (rs) CHECK_OK(rn_backend_alloc(e->gpu, rs, &reserve));
+    float *y = malloc(sizeof(float) * n), *sm = malloc(sizeof(float) * c), *si = malloc(sizeof(float) * c);
+    float *crm = copyf(rm, c), *crv = copyf(rv, c), *dx = malloc(sizeof(float) * n);
+    float *dgam = malloc(sizeof(float) * c), *dbet = malloc(sizeof(float) * c);
+    CHECK_OK(rn_bn_fwd_train(e->cpu, &d, x, gamma, beta, NULL, y, sm, si, crm, crv, NULL));
+    void *gx = up(e->gpu, e->dtype, x, n), *gy = up(e->gpu, e->dtype, x, n);
+    float *ggam = up(e->gpu, RN_F32, gamma, c), *gbet = up(e->gpu, RN_F32, beta, c);
+    float *grm = up(e->gpu, RN_F32, rm, c), *grv = up(e->gpu, RN_F32, rv, c);
+    float *gsm = up(e->gpu, RN_F32, sm, c), *gsi = up(e->gpu, RN_F32, si, c);
+    CHECK_OK(rn_bn_fwd_train(e->gpu, &dg, gx, ggam, gbet, NULL, gy, gsm, gsi, grm, grv, reserve));
+    char t[160];
+    snprintf(t, sizeof t, "%sbn m=%lld c=%d with NaN and inf", variant, (long long)m, c);
+    char u[200];
+    snprintf(u, sizeof u, "%s fwd_train y", t);
+    cmp_dev(e, u, gy, e->dtype, y, n);
+    snprintf(u, sizeof u, "%s save_mean", t);
+    cmp_dev(e, u, gsm, RN_F32, sm, c);
+    snprintf(u, sizeof u, "%s save_invstd", t);
+    cmp_dev(e, u, gsi, RN_F32, si, c);
+    snprintf(u, sizeof u, "%s running_mean", t);
+    cmp_dev(e, u, grm, RN_F32, crm, c);
+    snprintf(u, sizeof u, "%s running_var", t);
+    cmp_dev(e, u, grv, RN_F32, crv, c);
+    CHECK(y[3 * c] != y[3 * c] && !isfinite(si[2]), "the CPU's own BN: y %g in the NaN channel, invstd %g in the "
+          "inf one", y[3 * c], si[2]);
+    float *yg = down(e->gpu, e->dtype, gy, n);
+    CHECK_OK(rn_bn_bwd(e->cpu, &d, x, yg, dy, gamma, sm, si, dx, dgam, dbet, NULL, NULL, 0));
+    void *gdy = up(e->gpu, e->dtype, dy, n), *gdx = up(e->gpu, e->dtype, dy, n);
+    float *ones = malloc(sizeof(float) * c);
+    for (int j = 0; j < c; j++) ones[j] = 1e6f; /* overwritten without accumulation */
+    float *gdg = up(e->gpu, RN_F32, ones, c), *gdb = up(e->gpu, RN_F32, ones, c);
+    CHECK_OK(rn_bn_bwd(e->gpu, &dg, gx, gy, gdy, ggam, gsm, gsi, gdx, gdg, gdb, NULL, reserve, 0));
+    cmp_bn_grads(e, t, "bwd (no accumulation)", gdx, dx, gdg, dgam, gdb, dbet, NULL, NULL, n, c);
+    void *bufs[] = {gx, gy, ggam, gbet, grm, grv, gsm, gsi, gdy, gdx, gdg, gdb, reserve};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(e->gpu, bufs[i]);
+    free(x), free(gamma), free(beta), free(rm), free(rv), free(dy), free(y), free(sm), free(si), free(crm);
+    free(crv), free(dx), free(dgam), free(dbet), free(yg), free(ones);
+
+    /* the loss */
+    rn_xent_desc xd, xdg;
+    const int rows = 7, k = 10;
+    CHECK_OK(rn_xent_desc_init(&xd, rows, k));
+    xdg = xd;
+    xdg.dtype = e->dtype;
+    int64_t nz = (int64_t)rows * k;
+    float *z = randn(nz, 0, 3);
+    round_all(e->dtype, z, nz);
+    z[1 * k + 4] = NAN, z[3 * k + 0] = INFINITY, z[5 * k + 9] = -INFINITY;
+    int32_t lab[7] = {1, 2, 3, 4, 5, 6, 7};
+    float loss, *dl = malloc(sizeof(float) * nz);
+    CHECK_OK(rn_softmax_xent(e->cpu, &xd, z, lab, &loss, dl));
+    CHECK(loss != loss && dl[1 * k] != dl[1 * k] && isfinite(dl[5 * k + 9]), "the CPU's own loss %g, row 1 %g, "
+          "row 5's -inf logit's gradient %g", loss, dl[1 * k], dl[5 * k + 9]);
+    void *gz = up(e->gpu, e->dtype, z, nz);
+    int32_t *glab = NULL;
+    float *gloss = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof lab, (void **)&glab));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float), (void **)&gloss));
+    CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof lab));
+    CHECK_OK(rn_softmax_xent(e->gpu, &xdg, gz, glab, gloss, gz));
+    cmp_dev(e, "softmax_xent with NaN, +inf and -inf logits: loss", gloss, RN_F32, &loss, 1);
+    cmp_dev(e, "softmax_xent with NaN, +inf and -inf logits: dlogits", gz, e->dtype, dl, nz);
+    rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
+    free(z), free(dl);
+}
+
 /* ---- elementwise, input normalise ---- */
 
 static void test_elementwise(env *e, int64_t n) {
@@ -421,16 +508,28 @@ static void test_fc(env *e, int n, int in, int out) {
     void *gx = up(e->gpu, e->dtype, x, nx), *gw = up(e->gpu, e->dtype, w, nw), *gb = up(e->gpu, e->dtype, b, out);
     void *gy = up(e->gpu, e->dtype, y, ny), *gdy = up(e->gpu, e->dtype, dy, ny), *gdx = up(e->gpu, e->dtype, x, nx);
     void *gdw = up(e->gpu, e->dtype, dw0, nw), *gdb = up(e->gpu, e->dtype, db0, out);
+    /* cuBLAS under TF32 (fp32 with RN_CUDA_TF32=1): the convolutions' TF32 tolerance */
+    double tol = e->dtype == RN_F32 && tf32_on ? 3e-3 : tol_for(e->dtype);
+    char t[160];
+#define CMP_FC(what, gdev, want, n)                                                     \
+    do {                                                                                \
+        float *got_ = down(e->gpu, e->dtype, gdev, n);                                  \
+        snprintf(t, sizeof t, "%s%s n=%d in=%d out=%d", variant, what, n_, in, out);    \
+        compare_tol(t, e->dtype, got_, want, n, tol);                                   \
+        free(got_);                                                                     \
+    } while (0)
+    int n_ = n;
     CHECK_OK(rn_fc_fwd(e->gpu, &dg, gx, gw, gb, gy));
-    cmp_dev(e, "fc_fwd", gy, e->dtype, y, ny);
+    CMP_FC("fc_fwd", gy, y, ny);
     CHECK_OK(rn_fc_bwd(e->gpu, &dg, gx, gw, gdy, gdx, gdw, gdb, 1));
-    cmp_dev(e, "fc_bwd dx", gdx, e->dtype, dx, nx);
-    cmp_dev(e, "fc_bwd dw (accumulate)", gdw, e->dtype, dw, nw);
-    cmp_dev(e, "fc_bwd db (accumulate)", gdb, e->dtype, db, out);
+    CMP_FC("fc_bwd dx", gdx, dx, nx);
+    CMP_FC("fc_bwd dw (accumulate)", gdw, dw, nw);
+    CMP_FC("fc_bwd db (accumulate)", gdb, db, out);
     /* no bias */
     CHECK_OK(rn_fc_fwd(e->cpu, &d, x, w, NULL, y));
     CHECK_OK(rn_fc_fwd(e->gpu, &dg, gx, gw, NULL, gy));
-    cmp_dev(e, "fc_fwd without bias", gy, e->dtype, y, ny);
+    CMP_FC("fc_fwd without bias", gy, y, ny);
+#undef CMP_FC
     void *bufs[] = {gx, gw, gb, gy, gdy, gdx, gdw, gdb};
     for (int i = 0; i < 8; i++) rn_backend_free(e->gpu, bufs[i]);
     free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
@@ -846,6 +945,7 @@ static void run_bn(env *e) {
     test_bn(e, 300, 264, 1, 1, 0); /* 16-byte loads: a last tile of one lane (half) */
     test_bn(e, 130, 8, 1, 0, 0);   /* one lane across the row (half), two (float) */
     test_bn_unaligned(e, 300, 64);
+    if (!strstr(variant, "RN_CUDA_BN=cudnn")) test_nonfinite_bn_xent(e, 64, 8); /* (ours: PyTorch's NaN rules) */
 }
 
 /* Host staging as rn-train uses it: batches in pinned host memory, copied on the copy
@@ -1150,6 +1250,7 @@ int main(void) {
             int before = check_failed;
             e.dtype = dtypes[i];
             run_conv_mode(&e);
+            if (m == 0 && e.dtype == RN_F32) test_fc(&e, 32, 2048, 1000); /* cuBLAS in TF32 */
             fprintf(stderr, "test_cuda_ops: %s convolutions with %s: %s\n", rn_dtype_name(e.dtype), modes[m],
                     check_failed == before ? "match the CPU" : "MISMATCHES above");
         }
