@@ -48,7 +48,18 @@ struct rn_dist {
     int64_t run_cap, ended_n, nseg0;
     size_t ended_bucket;
     char what[96];
+    /* heartbeats (rank 0 names the ranks a timed-out collective waits for): collectives
+       started so far on each channel (HB_WORLD: MPI_COMM_WORLD's, waited at once;
+       HB_EX, HB_AG: the buckets' exchanges and gathers, each in the same order on every
+       rank); the one the main thread waits for (wait_ch < 0: none known); rank 0: every
+       rank's counts as last heard (world x HB_CH, under mu) */
+    int64_t cnt[3], sent[3], hb_out[4], hb_in[4];
+    int64_t *hb_last, wait_idx;
+    double hb_at, *hb_when; /* this rank's last heartbeat sent; rank 0: when each was heard */
+    int wait_ch, hb_on, byes;
 #ifdef RN_HAVE_MPI
+    MPI_Comm hb;                /* the heartbeats' own communicator */
+    MPI_Request hb_send, hb_recv; /* this rank's heartbeat in flight; rank 0's next one */
     MPI_Comm local;
     MPI_Comm ex, ag; /* the buckets' exchanges and gathers: each started in bucket order on
                         every rank, on a communicator of its own, as MPI wants */
@@ -57,8 +68,10 @@ struct rn_dist {
 
 /* One bucket of the overlapped sum: pack[lo, lo + n). */
 enum { B_EXCH = 1, B_EXCHANGED, B_GATHER, B_DONE };
+enum { HB_WORLD, HB_EX, HB_AG, HB_CH };
 struct obucket {
     int64_t lo, n;
+    int64_t ex_idx, ag_idx; /* its exchange's and gather's places on HB_EX and HB_AG */
     int phase;
     int *cnt;     /* (5, world): counts and displacements, alive until the collective ends */
     float *own;   /* the other ranks' chunks when recv's room is too small (tiny buckets) */
@@ -95,10 +108,40 @@ void rn_dist_set_bucket(rn_dist *d, size_t bytes) {
 }
 size_t rn_dist_bucket(const rn_dist *d) { return d ? d->bucket : 0; }
 
-/* The watchdog wakes every second; a collective that has waited past the timeout means
- * another rank died or hangs: say which operation and end this process (exit status
- * 1), which makes mpirun stop the job. It never calls MPI (only the main thread may). */
 #ifdef RN_HAVE_MPI
+/* Rank 0, at a timeout (mu held): the ranks it waits for, into who. A rank that waits in
+ * a collective says so at least every half second (hb_poll); one silent for longer than
+ * HB_SILENT seconds is not waiting with the others (it died, hangs, or computes without
+ * end), and one whose counts say it has not started this collective waits elsewhere. */
+#define HB_SILENT 1.5
+static void missing(const rn_dist *d, char *who, size_t cap) {
+    int n = 0, len = 0;
+    double t = now();
+    char list[200] = "";
+    for (int r = 1; r < d->world; r++) {
+        double quiet = t - d->hb_when[r];
+        int behind = d->hb_last[(size_t)r * HB_CH + d->wait_ch] < d->wait_idx;
+        if (quiet <= HB_SILENT && !behind) continue;
+        if (++n > 4 || len > (int)sizeof list - 64) continue;
+        if (quiet > HB_SILENT && d->hb_when[r] > 0)
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d silent for %.0f s", n > 1 ? ", " : "",
+                            r, quiet);
+        else if (quiet > HB_SILENT)
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d never heard from", n > 1 ? ", " : "", r);
+        else
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d waits in another collective",
+                            n > 1 ? ", " : "", r);
+    }
+    if (n == 0)
+        snprintf(who, cap, "every other rank waits in it too (a network or MPI fault?)");
+    else
+        snprintf(who, cap, "%s%s: %s", list, n > 4 ? ", ..." : "", n > 1 ? "they died or hang" : "it died or hangs");
+}
+
+/* The watchdog wakes every second; a collective that has waited past the timeout means
+ * another rank died or hangs: say which operation (rank 0: which ranks have not started
+ * it) and end this process (exit status 1), which makes mpirun stop the job. It never
+ * calls MPI (only the main thread may). */
 static void *watch(void *arg) {
     rn_dist *d = arg;
     pthread_mutex_lock(&d->mu);
@@ -107,11 +150,16 @@ static void *watch(void *arg) {
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
         pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-        if (d->op[0] && now() - d->since > d->timeout) {
+        /* (the other ranks wait 2 s more, so that rank 0, which hears every rank's
+           heartbeats, speaks first and names the ranks missing) */
+        double limit = d->timeout + (d->rank && d->hb_on ? 2 : 0);
+        if (d->op[0] && now() - d->since > limit) {
+            char who[160] = "a rank died or hangs";
+            if (d->hb_last && d->wait_ch >= 0) missing(d, who, sizeof who);
             fprintf(stderr,
-                    "rank %d: no answer from the other ranks for %.0f s in %s (--dist-timeout %.0f): a rank died "
-                    "or hangs; stopping this one (the last checkpoint written stays as it was)\n",
-                    d->rank, now() - d->since, d->op, d->timeout);
+                    "rank %d: no answer from the other ranks for %.0f s in %s (--dist-timeout %.0f): %s; stopping "
+                    "this one (the last checkpoint written stays as it was)\n",
+                    d->rank, now() - d->since, d->op, d->timeout, who);
             fflush(stderr);
             _exit(1);
         }
@@ -121,18 +169,89 @@ static void *watch(void *arg) {
 }
 #endif
 
-static void op_begin(rn_dist *d, const char *what) {
+/* The main thread waits for a collective: what it is, and (ch >= 0) which one, the
+ * idx-th started on channel ch, for rank 0's report of who has not started it. */
+static void op_wait(rn_dist *d, const char *what, int ch, int64_t idx) {
     pthread_mutex_lock(&d->mu);
     snprintf(d->op, sizeof d->op, "%s", what);
     d->since = now();
+    d->wait_ch = ch;
+    d->wait_idx = idx;
     pthread_mutex_unlock(&d->mu);
 }
+static void op_begin(rn_dist *d, const char *what) { op_wait(d, what, -1, 0); }
 
 static void op_end(rn_dist *d) {
     pthread_mutex_lock(&d->mu);
     d->op[0] = 0;
+    d->wait_ch = -1;
     pthread_mutex_unlock(&d->mu);
 }
+
+#ifdef RN_HAVE_MPI
+/* Heartbeats. Each rank but 0 tells rank 0 its collective counts (cnt) when they have
+ * changed and its last heartbeat has gone (one in flight at most: no queue, no wait), at
+ * every collective started and while it waits; rank 0 takes them in while it waits, and
+ * at the end each rank's last one (hb_out[3] = -1) before MPI_Finalize. Main thread. */
+static void hb_poll(rn_dist *d, int waiting) {
+    if (!d->hb_on) return;
+    int done = 0;
+    if (d->rank != 0) {
+        if (d->hb_send != MPI_REQUEST_NULL &&
+            (MPI_Test(&d->hb_send, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
+            return;
+        double t = 0;
+        if (memcmp(d->sent, d->cnt, sizeof d->cnt) == 0 && (!waiting || (t = now()) - d->hb_at < 0.5)) return;
+        d->hb_at = t ? t : now();
+        memcpy(d->sent, d->cnt, sizeof d->cnt);
+        memcpy(d->hb_out, d->cnt, sizeof d->cnt);
+        d->hb_out[3] = 0;
+        if (MPI_Isend(d->hb_out, 4, MPI_INT64_T, 0, 0, d->hb, &d->hb_send) != MPI_SUCCESS)
+            d->hb_send = MPI_REQUEST_NULL; /* (a failed send: rank 0 hears less, nothing else) */
+        return;
+    }
+    MPI_Status st;
+    while (d->hb_recv != MPI_REQUEST_NULL && MPI_Test(&d->hb_recv, &done, &st) == MPI_SUCCESS && done) {
+        int r = st.MPI_SOURCE;
+        if (d->hb_in[3] < 0) d->byes++;
+        else if (r > 0 && r < d->world) {
+            pthread_mutex_lock(&d->mu);
+            memcpy(d->hb_last + (size_t)r * HB_CH, d->hb_in, sizeof(int64_t) * HB_CH);
+            d->hb_when[r] = now();
+            pthread_mutex_unlock(&d->mu);
+        }
+        if (d->byes < d->world - 1 &&
+            MPI_Irecv(d->hb_in, 4, MPI_INT64_T, MPI_ANY_SOURCE, 0, d->hb, &d->hb_recv) != MPI_SUCCESS)
+            d->hb_recv = MPI_REQUEST_NULL;
+    }
+}
+
+/* A collective started on channel ch: its place there (1, 2, ...) */
+static int64_t started(rn_dist *d, int ch) {
+    int64_t idx = ++d->cnt[ch];
+    hb_poll(d, 0);
+    return idx;
+}
+
+/* The run's end: every rank's last heartbeat is in before MPI_Finalize (no send left
+ * in flight), under the watchdog. */
+static void hb_close(rn_dist *d) {
+    if (!d->hb_on) return;
+    op_begin(d, "the end of the run (each rank's last heartbeat)");
+    if (d->rank != 0) {
+        if (d->hb_send != MPI_REQUEST_NULL) MPI_Wait(&d->hb_send, MPI_STATUS_IGNORE);
+        d->hb_out[3] = -1;
+        MPI_Send(d->hb_out, 4, MPI_INT64_T, 0, 0, d->hb);
+    } else {
+        while (d->byes < d->world - 1 && d->hb_recv != MPI_REQUEST_NULL) {
+            hb_poll(d, 1);
+            sched_yield();
+        }
+    }
+    op_end(d);
+    d->hb_on = 0;
+}
+#endif
 
 /* The overlapped sum's buckets freed (their collectives ended, or the run is failing). */
 static void free_buckets(rn_dist *d) {
@@ -194,8 +313,10 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
     if (!d) return RN_ENOMEM;
     d->world = d->local_world = 1;
     d->timeout = timeout_s;
+    d->wait_ch = -1;
 #ifdef RN_HAVE_MPI
-    d->local = d->ex = d->ag = MPI_COMM_NULL;
+    d->local = d->ex = d->ag = d->hb = MPI_COMM_NULL;
+    d->hb_send = d->hb_recv = MPI_REQUEST_NULL;
 #endif
     d->bucket = (size_t)(RN_DIST_BUCKET_MB * 1e6);
     pthread_mutex_init(&d->mu, NULL);
@@ -217,6 +338,16 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
         MPI_CHECK(MPI_Comm_size(d->local, &d->local_world), "local ranks");
         MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d->ex), "the gradient sum's communicators");
         MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d->ag), "the gradient sum's communicators");
+        if (d->world > 1) {
+            MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &d->hb), "the heartbeats' communicator");
+            if (d->rank == 0) {
+                if (!(d->hb_last = rn_calloc((size_t)d->world * HB_CH, sizeof(int64_t))) ||
+                    !(d->hb_when = rn_calloc((size_t)d->world, sizeof(double))))
+                    return RN_ENOMEM;
+                MPI_CHECK(MPI_Irecv(d->hb_in, 4, MPI_INT64_T, MPI_ANY_SOURCE, 0, d->hb, &d->hb_recv), "heartbeats");
+            }
+            d->hb_on = 1;
+        }
         if ((rc = pthread_create(&d->dog, NULL, watch, d)))
             return rn_errorf(RN_ENOMEM, "cannot start the collectives' watchdog thread (%s)", strerror(rc));
         d->dog_started = 1;
@@ -238,6 +369,8 @@ void rn_dist_close(rn_dist *d) {
     }
 #ifdef RN_HAVE_MPI
     if (d->mpi) {
+        hb_close(d);
+        if (d->hb != MPI_COMM_NULL) MPI_Comm_free(&d->hb);
         if (d->local != MPI_COMM_NULL) MPI_Comm_free(&d->local);
         if (d->ex != MPI_COMM_NULL) MPI_Comm_free(&d->ex);
         if (d->ag != MPI_COMM_NULL) MPI_Comm_free(&d->ag);
@@ -249,6 +382,8 @@ void rn_dist_close(rn_dist *d) {
     free(d->recv);
     free(d->run);
     free(d->seg);
+    free(d->hb_last);
+    free(d->hb_when);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d);
@@ -281,12 +416,15 @@ int rn_dist_attach(rn_dist *d, rn_backend *be) {
 #ifdef RN_HAVE_MPI
 /* Wait for req under the watchdog (a blocking MPI call cannot be timed from inside). */
 static int wait_req(rn_dist *d, MPI_Request *req, const char *what) {
-    op_begin(d, what);
+    op_wait(d, what, HB_WORLD, started(d, HB_WORLD));
     /* MPI_Wait spins: a rank that waits for a slower one would take a core from the
        loader's and the compute threads of its own node (the ranks share the cores);
        test and yield instead, as Open MPI's mpi_yield_when_idle does */
     int done = 0, e;
-    while ((e = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) sched_yield();
+    while ((e = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
+        hb_poll(d, 1);
+        sched_yield();
+    }
     op_end(d);
     return e == MPI_SUCCESS ? RN_OK : mpi_fail(e, "MPI_Test", what);
 }
@@ -334,6 +472,7 @@ static int bucket_start(rn_dist *d, int64_t lo, int64_t n) {
     float *recv = b->own ? b->own : d->recv + lo;
     int e = MPI_Ialltoallv(d->pack + lo, scnt, dsp, MPI_FLOAT, recv, rcnt, rdsp, MPI_FLOAT, d->ex, &b->req);
     if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Ialltoallv", d->what);
+    b->ex_idx = started(d, HB_EX);
     b->phase = B_EXCH;
     return RN_OK;
 }
@@ -373,6 +512,7 @@ static int bucket_gather(rn_dist *d, struct obucket *b) {
     }
     int e = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, d->pack + b->lo, cnt, dsp, MPI_FLOAT, d->ag, &b->req);
     if (e != MPI_SUCCESS) return mpi_fail(e, "MPI_Iallgatherv", d->what);
+    b->ag_idx = started(d, HB_AG);
     b->phase = B_GATHER;
     return RN_OK;
 }
@@ -413,7 +553,20 @@ static int drain(rn_dist *d, int left) {
     int rc = progress(d);
     if (rc || d->nb - d->first <= left) return rc;
     op_begin(d, d->what);
-    while ((rc = progress(d)) == RN_OK && d->nb - d->first > left) sched_yield();
+    while ((rc = progress(d)) == RN_OK && d->nb - d->first > left) {
+        /* the collective waited for: the oldest bucket's exchange or gather */
+        const struct obucket *b = &d->b[d->first];
+        int ch = b->phase == B_EXCH ? HB_EX : b->phase == B_GATHER ? HB_AG : -1;
+        int64_t idx = ch == HB_EX ? b->ex_idx : b->ag_idx;
+        if (ch != d->wait_ch || idx != d->wait_idx) {
+            pthread_mutex_lock(&d->mu);
+            d->wait_ch = ch;
+            d->wait_idx = idx;
+            pthread_mutex_unlock(&d->mu);
+        }
+        hb_poll(d, 1);
+        sched_yield();
+    }
     op_end(d);
     return rc;
 }

@@ -467,20 +467,26 @@ held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*
     assert_failure
 }
 
-@test "a hung rank: the others stop after --dist-timeout, naming the rank and the operation" {
+@test "a hung rank: the others stop after --dist-timeout; rank 0 names the operation and the silent rank" {
     cp init.pb h.pb
     SECONDS=0
-    $MPI -np 2 rn-train --data train.lmdb --in h.pb --out h.pb $A --batch 8 --epochs 50 --dist-timeout 3 2> h.err &
+    $MPI -np 3 rn-train --data train.lmdb --in h.pb --out h.pb $A --batch 12 --epochs 50 --dist-timeout 3 2> h.err &
     pid=$!
     for i in $(seq 1 300); do grep -q "step 3 " h.err && break; sleep 0.1; done
-    victim=$(pgrep -f "rn-train --data train.lmdb --in h.pb" | tail -1)
+    # rank 2 (mpirun's child whose environment says so) stops
+    victim=
+    for p in $(pgrep -P $pid rn-train); do
+        tr '\0' '\n' </proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=2 && victim=$p
+    done
+    [ -n "$victim" ]
     kill -STOP $victim
     code=0
     wait $pid || code=$?
     kill -9 $victim 2>/dev/null || true
     [ "$code" -ne 0 ]
     [ "$SECONDS" -lt 60 ]
-    run grep -E "^rank 0: no answer from the other ranks for [0-9]+ s in the .* \(--dist-timeout 3\)" h.err
+    # rank 1 waits with rank 0 (its heartbeats go on): only rank 2 is named
+    run grep -E "^rank 0: no answer from the other ranks for [0-9]+ s in the .* \(--dist-timeout 3\): rank 2 silent for [0-9]+ s: it died or hangs; stopping this one" h.err
     assert_success
     run rn-info h.pb
     assert_success

@@ -26,10 +26,16 @@
  * moves the chunks, an all-gather returns the sums; nothing is summed in the network).
  *
  * Faults. Every collective runs under a watchdog: one not finished after timeout_s
- * seconds (a rank died or hangs) prints "rank R: <op> has waited N s for the other
- * ranks ..." and ends the process with exit status 1, so mpirun stops the job; a rank
- * that fails with an error exits non-zero and mpirun stops the others. Only the main
- * thread calls MPI (MPI_THREAD_FUNNELED). */
+ * seconds (a rank died or hangs) prints "rank R: no answer from the other ranks for N s
+ * in <op> ..." and ends the process with exit status 1, so mpirun stops the job; a rank
+ * that fails with an error exits non-zero and mpirun stops the others. Rank 0 names the
+ * ranks it waits for: every other rank sends it a heartbeat (its counts of collectives
+ * started, on a communicator of their own) at each collective it starts and every half
+ * second while it waits, one in flight at most, never waited for; rank 0 takes them in
+ * while it waits. A rank silent for 1.5 s is not waiting with the others; one whose count
+ * is short waits in another collective. The other ranks time out 2 s later than rank 0,
+ * which so speaks first. rn_dist_close collects each rank's last heartbeat before
+ * MPI_Finalize. Only the main thread calls MPI (MPI_THREAD_FUNNELED). */
 #ifndef RN_DIST_H
 #define RN_DIST_H
 
