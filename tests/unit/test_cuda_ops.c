@@ -210,6 +210,23 @@ static void cmp_bn_grads(env *e, const char *what, const char *op, const void *g
     }
 }
 
+/* a training forward's output, batch statistics and running statistics against the CPU's */
+static void cmp_bn_fwd(env *e, const char *what, const void *gy, const float *y, const float *gsm, const float *sm,
+                       const float *gsi, const float *si, const float *grm, const float *rm, const float *grv,
+                       const float *rv, int64_t n, int c) {
+    char t[240];
+    snprintf(t, sizeof t, "%s fwd_train y", what);
+    cmp_dev(e, t, gy, e->dtype, y, n);
+    snprintf(t, sizeof t, "%s save_mean", what);
+    cmp_dev(e, t, gsm, RN_F32, sm, c);
+    snprintf(t, sizeof t, "%s save_invstd", what);
+    cmp_dev(e, t, gsi, RN_F32, si, c);
+    snprintf(t, sizeof t, "%s running_mean", what);
+    cmp_dev(e, t, grm, RN_F32, rm, c);
+    snprintf(t, sizeof t, "%s running_var", what);
+    cmp_dev(e, t, grv, RN_F32, rv, c);
+}
+
 static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_place) {
     rn_bn_desc d, dg;
     CHECK_OK(rn_bn_desc_init(&d, m, c, relu));
@@ -246,16 +263,7 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     float *gsm = up(e->gpu, RN_F32, sm, c), *gsi = up(e->gpu, RN_F32, si, c);
     void *gxkeep = in_place ? up(e->gpu, e->dtype, x, n) : gx; /* x for the backward */
     CHECK_OK(rn_bn_fwd_train(e->gpu, &dg, gx, ggam, gbet, gres, gy, gsm, gsi, grm, grv, reserve));
-    snprintf(t, sizeof t, "%s fwd_train y", what);
-    cmp_dev(e, t, gy, e->dtype, y, n);
-    snprintf(t, sizeof t, "%s save_mean", what);
-    cmp_dev(e, t, gsm, RN_F32, sm, c);
-    snprintf(t, sizeof t, "%s save_invstd", what);
-    cmp_dev(e, t, gsi, RN_F32, si, c);
-    snprintf(t, sizeof t, "%s running_mean", what);
-    cmp_dev(e, t, grm, RN_F32, crm, c);
-    snprintf(t, sizeof t, "%s running_var", what);
-    cmp_dev(e, t, grv, RN_F32, crv, c);
+    cmp_bn_fwd(e, what, gy, y, gsm, sm, gsi, si, grm, crm, grv, crv, n, c);
 
     /* The CPU backward takes the GPU's y, so both sides apply the same ReLU mask (a value
      * within rounding of 0 may land on either side of it). */
@@ -345,17 +353,7 @@ static void test_nonfinite_bn_xent(env *e, int64_t m, int c) {
     CHECK_OK(rn_bn_fwd_train(e->gpu, &dg, gx, ggam, gbet, NULL, gy, gsm, gsi, grm, grv, reserve));
     char t[160];
     snprintf(t, sizeof t, "%sbn m=%lld c=%d with NaN and inf", variant, (long long)m, c);
-    char u[200];
-    snprintf(u, sizeof u, "%s fwd_train y", t);
-    cmp_dev(e, u, gy, e->dtype, y, n);
-    snprintf(u, sizeof u, "%s save_mean", t);
-    cmp_dev(e, u, gsm, RN_F32, sm, c);
-    snprintf(u, sizeof u, "%s save_invstd", t);
-    cmp_dev(e, u, gsi, RN_F32, si, c);
-    snprintf(u, sizeof u, "%s running_mean", t);
-    cmp_dev(e, u, grm, RN_F32, crm, c);
-    snprintf(u, sizeof u, "%s running_var", t);
-    cmp_dev(e, u, grv, RN_F32, crv, c);
+    cmp_bn_fwd(e, t, gy, y, gsm, sm, gsi, si, grm, crm, grv, crv, n, c);
     CHECK(y[3 * c] != y[3 * c] && !isfinite(si[2]), "the CPU's own BN: y %g in the NaN channel, invstd %g in the "
           "inf one", y[3 * c], si[2]);
     float *yg = down(e->gpu, e->dtype, gy, n);
