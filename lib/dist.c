@@ -56,7 +56,7 @@ struct rn_dist {
     int64_t cnt[3], sent[3], hb_out[4], hb_in[4];
     int64_t *hb_last, wait_idx;
     double hb_at, *hb_when; /* this rank's last heartbeat sent; rank 0: when each was heard */
-    int wait_ch, hb_on, byes;
+    int wait_ch, hb_on, hb_closed, byes;
 #ifdef RN_HAVE_MPI
     MPI_Comm hb;                /* the heartbeats' own communicator */
     MPI_Request hb_send, hb_recv; /* this rank's heartbeat in flight; rank 0's next one */
@@ -114,28 +114,30 @@ size_t rn_dist_bucket(const rn_dist *d) { return d ? d->bucket : 0; }
  * HB_SILENT seconds is not waiting with the others (it died, hangs, or computes without
  * end), and one whose counts say it has not started this collective waits elsewhere. */
 #define HB_SILENT 1.5
+#define HB_GRACE 3.0 /* seconds the other ranks wait past the timeout, after rank 0 */
 static void missing(const rn_dist *d, char *who, size_t cap) {
     int n = 0, len = 0;
     double t = now();
-    char list[200] = "";
+    char list[240] = "";
     for (int r = 1; r < d->world; r++) {
         double quiet = t - d->hb_when[r];
-        int behind = d->hb_last[(size_t)r * HB_CH + d->wait_ch] < d->wait_idx;
-        if (quiet <= HB_SILENT && !behind) continue;
+        int ended = d->hb_when[r] < 0, behind = d->hb_last[(size_t)r * HB_CH + d->wait_ch] < d->wait_idx;
+        if (!ended && quiet <= HB_SILENT && !behind) continue;
         if (++n > 4 || len > (int)sizeof list - 64) continue;
-        if (quiet > HB_SILENT && d->hb_when[r] > 0)
-            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d silent for %.0f s", n > 1 ? ", " : "",
-                            r, quiet);
+        const char *sep = n > 1 ? "; " : "";
+        if (ended)
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d has ended its run", sep, r);
+        else if (quiet > HB_SILENT && d->hb_when[r] > 0)
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d silent for %.0f s: it died or hangs",
+                            sep, r, quiet);
         else if (quiet > HB_SILENT)
-            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d never heard from", n > 1 ? ", " : "", r);
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d never heard from: it died or hangs",
+                            sep, r);
         else
-            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d waits in another collective",
-                            n > 1 ? ", " : "", r);
+            len += snprintf(list + len, sizeof list - (size_t)len, "%srank %d waits in another collective", sep, r);
     }
-    if (n == 0)
-        snprintf(who, cap, "every other rank waits in it too (a network or MPI fault?)");
-    else
-        snprintf(who, cap, "%s%s: %s", list, n > 4 ? ", ..." : "", n > 1 ? "they died or hang" : "it died or hangs");
+    if (n == 0) snprintf(who, cap, "every other rank waits in it too (a network or MPI fault?)");
+    else snprintf(who, cap, "%s%s", list, n > 4 ? "; ..." : "");
 }
 
 /* The watchdog wakes every second; a collective that has waited past the timeout means
@@ -148,11 +150,12 @@ static void *watch(void *arg) {
     while (!d->dog_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        ts.tv_nsec += 250000000; /* a quarter of a second */
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-        /* (the other ranks wait 2 s more, so that rank 0, which hears every rank's
-           heartbeats, speaks first and names the ranks missing) */
-        double limit = d->timeout + (d->rank && d->hb_on ? 2 : 0);
+        /* (the other ranks wait HB_GRACE s more, so that rank 0, which hears every
+           rank's heartbeats, speaks first and names the ranks missing) */
+        double limit = d->timeout + (d->rank && d->hb_on ? HB_GRACE : 0);
         if (d->op[0] && now() - d->since > limit) {
             char who[160] = "a rank died or hangs";
             if (d->hb_last && d->wait_ch >= 0) missing(d, who, sizeof who);
@@ -194,15 +197,19 @@ static void op_end(rn_dist *d) {
  * every collective started and while it waits; rank 0 takes them in while it waits, and
  * at the end each rank's last one (hb_out[3] = -1) before MPI_Finalize. Main thread. */
 static void hb_poll(rn_dist *d, int waiting) {
-    if (!d->hb_on) return;
+    if (!d->hb_on || d->hb_closed) return;
     int done = 0;
     if (d->rank != 0) {
         if (d->hb_send != MPI_REQUEST_NULL &&
             (MPI_Test(&d->hb_send, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
             return;
-        double t = 0;
-        if (memcmp(d->sent, d->cnt, sizeof d->cnt) == 0 && (!waiting || (t = now()) - d->hb_at < 0.5)) return;
-        d->hb_at = t ? t : now();
+        /* changed counts go at once while waiting, at most every quarter second otherwise
+           (the waits send what is left); unchanged ones every half second while waiting */
+        int same = memcmp(d->sent, d->cnt, sizeof d->cnt) == 0;
+        if (same && !waiting) return;
+        double t = now();
+        if (t - d->hb_at < (same ? 0.5 : waiting ? 0 : 0.25)) return;
+        d->hb_at = t;
         memcpy(d->sent, d->cnt, sizeof d->cnt);
         memcpy(d->hb_out, d->cnt, sizeof d->cnt);
         d->hb_out[3] = 0;
@@ -213,11 +220,10 @@ static void hb_poll(rn_dist *d, int waiting) {
     MPI_Status st;
     while (d->hb_recv != MPI_REQUEST_NULL && MPI_Test(&d->hb_recv, &done, &st) == MPI_SUCCESS && done) {
         int r = st.MPI_SOURCE;
-        if (d->hb_in[3] < 0) d->byes++;
-        else if (r > 0 && r < d->world) {
+        if (r > 0 && r < d->world) {
             pthread_mutex_lock(&d->mu);
-            memcpy(d->hb_last + (size_t)r * HB_CH, d->hb_in, sizeof(int64_t) * HB_CH);
-            d->hb_when[r] = now();
+            if (d->hb_in[3] < 0) d->byes++, d->hb_when[r] = -1; /* its last: it ended its run */
+            else memcpy(d->hb_last + (size_t)r * HB_CH, d->hb_in, sizeof(int64_t) * HB_CH), d->hb_when[r] = now();
             pthread_mutex_unlock(&d->mu);
         }
         if (d->byes < d->world - 1 &&
@@ -236,7 +242,7 @@ static int64_t started(rn_dist *d, int ch) {
 /* The run's end: every rank's last heartbeat is in before MPI_Finalize (no send left
  * in flight), under the watchdog. */
 static void hb_close(rn_dist *d) {
-    if (!d->hb_on) return;
+    if (!d->hb_on || d->hb_closed) return;
     op_begin(d, "the end of the run (each rank's last heartbeat)");
     if (d->rank != 0) {
         if (d->hb_send != MPI_REQUEST_NULL) MPI_Wait(&d->hb_send, MPI_STATUS_IGNORE);
@@ -249,7 +255,7 @@ static void hb_close(rn_dist *d) {
         }
     }
     op_end(d);
-    d->hb_on = 0;
+    d->hb_closed = 1;
 }
 #endif
 
@@ -360,6 +366,9 @@ int rn_dist_open(int *argc, char ***argv, int launched, double timeout_s, rn_dis
 
 void rn_dist_close(rn_dist *d) {
     if (!d) return;
+#ifdef RN_HAVE_MPI
+    if (d->mpi) hb_close(d); /* (under the watchdog) */
+#endif
     if (d->dog_started) {
         pthread_mutex_lock(&d->mu);
         d->dog_stop = 1;
@@ -369,7 +378,6 @@ void rn_dist_close(rn_dist *d) {
     }
 #ifdef RN_HAVE_MPI
     if (d->mpi) {
-        hb_close(d);
         if (d->hb != MPI_COMM_NULL) MPI_Comm_free(&d->hb);
         if (d->local != MPI_COMM_NULL) MPI_Comm_free(&d->local);
         if (d->ex != MPI_COMM_NULL) MPI_Comm_free(&d->ex);

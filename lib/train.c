@@ -477,6 +477,10 @@ static int setup_net(run *t) {
         if (vcrop != o->crop || o->crop_sched[0]) { /* a net has one input size: another, for inference */
             t->vr.be = t->r.be;
             t->vr.dist = t->r.dist;
+            /* (planned against the memory left by the training net, before the EMA and the
+               gradient sum's buffers are allocated: those count beside it) */
+            t->vr.also = t->r.also + (t->rounds > 1 ? t->r.also_split : 0);
+            snprintf(t->vr.also_what, sizeof t->vr.also_what, "%s", t->r.also_what);
             if ((rc = rn_runner_net(&t->vr, t->ck, t->micro, t->micro, 0, vcrop, RN_NET_INFER, RN_F32)))
                 return rn_error_context(rc, "the --val-crop network");
         }

@@ -128,6 +128,7 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
 }
 
 @test "device-run.sh: says what the machine provides; a part stops at DEVICE_RUN_SECONDS, saying so; bench's lines" {
+    cuda_build || skip "a CPU-only build: the device script wants the CUDA backend built"
     plain_build_only "a dry run of the device script (gpu-check and bench-gpu's own dry runs are tested above and below)"
     [ -e /usr/local/cuda/include/cudnn.h ] || skip "needs the CUDA toolkit with cuDNN under /usr/local/cuda"
     mpi_no_leak_checks

@@ -419,14 +419,12 @@ held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*
     plain_build_only "repeats the stop path the SIGUSR1 test runs"
     rm -f sig.pb sig2.pb
     # Open MPI sends the ranks SIGTERM that many seconds after mpirun's, SIGKILL as many later
-    $MPI --mca odls_base_sigkill_timeout 5 -np 2 rn-train --data train.lmdb --in init.pb --out sig.pb $A --batch 8 \
+    $MPI --mca odls_base_sigkill_timeout 8 -np 2 rn-train --data train.lmdb --in init.pb --out sig.pb $A --batch 8 \
         --epochs 500 2> sig.err &
     pid=$!
     for i in $(seq 1 300); do grep -q "step 2 " sig.err && break; sleep 0.1; done
     kill -TERM $pid
-    code=0
-    wait $pid || code=$?
-    assert_equal "$code" 1 # mpirun's own status after it aborted the job
+    wait $pid || true # (mpirun's own status for a job it aborted: 1 in Open MPI 4)
     run grep -c "stopped by signal 15" sig.err
     assert_output 1
     s=$(step_of sig.pb)

@@ -3,8 +3,8 @@
 # dependencies, no network), in commands of the device tool that each end well inside its
 # 10 minutes:
 #     tests/gpu/device-deps.sh                       # here, once: fills .gpudeps/
-#     run(command="tests/gpu/device-run.sh check", carry=[".gpudeps"], timeout_s=460)
-#     run(command="tests/gpu/device-run.sh bench", carry=[".gpudeps"], timeout_s=460)
+#     run(command="tests/gpu/device-run.sh check", carry=[".gpudeps"], timeout_s=400)
+#     run(command="tests/gpu/device-run.sh bench", carry=[".gpudeps"], timeout_s=340)
 # PART check: a fresh build in build-device/, then make gpu-check (tests/gpu/gpu-check.sh).
 #      bench: make bench-gpu on that build (tests/bench/gpu.sh; on a fresh machine the build
 #             comes first): fp16, bf16, then fp32 synthetic rows, each precision's lines as it
@@ -13,8 +13,10 @@
 #             one command: run(..., timeout_s=570).
 # Each first says what the machine provides (the GPU and its driver, nvcc, cuDNN, cuBLAS,
 # python3 with torch, torchvision, numpy, PIL, tensorboard) and what is done without what is
-# missing, then runs for at most DEVICE_RUN_SECONDS (check 420, bench 420, all 540): what
-# still runs then is stopped, saying so, and what finished is in its files.
+# missing, then runs for at most DEVICE_RUN_SECONDS (check 360, bench 300, all 540: with
+# the machine's start, check and bench fit 15 minutes of device time): what still runs
+# then is stopped (SIGTERM, SIGKILL 15 s later), saying so, and what finished is in its
+# files (check: a STOPPED row in results.md; bench: a line in bench-gpu.log).
 # It unpacks .gpudeps/*.deb under /tmp/rn-deps (never over /; DEVICE_RUN_TMP for /tmp), finds cuDNN and cuBLAS (in
 # the CUDA toolkit, else in PyTorch's nvidia-* wheels) and points the compiler, linker and
 # loader at them.
@@ -23,7 +25,8 @@
 # benchmark's lines and notes) and $OUT/bench-gpu/ (its raw outputs, a few KB).
 # Exit status: gpu-check's when it failed (124: stopped at DEVICE_RUN_SECONDS), else bench-gpu's.
 # DEVICE_RUN_DRY=1 runs it where there is no GPU, the CPU in the GPU's place (GPU_CHECK_DRY,
-# BENCH_GPU_DRY; with GPU_CHECK_BUILD=0 and BUILD an existing build): a check of this script.
+# BENCH_GPU_DRY): a check of this script. GPU_CHECK_BUILD=0 uses the build in BUILD as it is,
+# for both parts (bench then runs tests/bench/gpu.sh itself, not make).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 PART=${1:-all}
@@ -136,14 +139,14 @@ if [ "${DEVICE_RUN_DRY:-0}" = 1 ]; then
     export GPU_CHECK_DRY=1 BENCH_GPU_DRY=1
     say "DRY RUN (DEVICE_RUN_DRY=1): the CPU in the GPU's place, a check of this script only"
 fi
-case $PART in check) budget=420 ;; bench) budget=420 ;; all) budget=540 ;; esac
+case $PART in check) budget=360 ;; bench) budget=300 ;; all) budget=540 ;; esac
 budget=${DEVICE_RUN_SECONDS:-$budget}
 t0=$(date +%s)
 out=${OUT:-gpu-check-out}
 rc=0
 if [ $PART != bench ]; then
     say "gpu-check, at most $budget s (results: $GPU_CHECK_OUT/results.md)"
-    timeout "$budget" tests/gpu/gpu-check.sh
+    timeout -k 15 "$budget" tests/gpu/gpu-check.sh
     rc=$?
     if [ $rc = 124 ]; then
         say "gpu-check: stopped after $budget s (DEVICE_RUN_SECONDS): results.md holds the rows that finished"
@@ -163,8 +166,12 @@ fi
 say "bench-gpu, at most $left s (log: $out/bench-gpu.log)"
 export BENCH_GPU_DIR=${BENCH_GPU_DIR:-$TMPROOT/rn-bench-gpu}
 export BENCH_GPU_LIMIT=${BENCH_GPU_LIMIT:-120}
-timeout "$left" make --no-print-directory -j"$(nproc)" BUILD="$BUILD" $GPU_CHECK_MAKE_ARGS bench-gpu 2>&1 |
-    grep --line-buffered -v -e '^cc ' -e '^ar ' -e 'nvcc' -e '^protoc-c ' | tee "$out/bench-gpu.log"
+if [ "${GPU_CHECK_BUILD:-1}" = 0 ]; then
+    timeout -k 15 "$left" tests/bench/gpu.sh 2>&1 | tee "$out/bench-gpu.log"
+else
+    timeout -k 15 "$left" make --no-print-directory -j"$(nproc)" BUILD="$BUILD" $GPU_CHECK_MAKE_ARGS bench-gpu 2>&1 |
+        grep --line-buffered -v -e '^cc ' -e '^ar ' -e 'nvcc' -e '^protoc-c ' | tee "$out/bench-gpu.log"
+fi
 brc=${PIPESTATUS[0]}
 [ $brc = 124 ] && say "bench-gpu: stopped after $left s (DEVICE_RUN_SECONDS): the lines above finished" | tee -a "$out/bench-gpu.log"
 cp "$BENCH_GPU_DIR"/run/*.txt "$BENCH_GPU_DIR"/run/*.err "$BENCH_GPU_DIR"/run/*.jsonl "$out/bench-gpu/" 2>/dev/null

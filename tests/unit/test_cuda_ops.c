@@ -359,15 +359,15 @@ static void test_nonfinite_bn_xent(env *e, int64_t m, int c) {
     float *yg = down(e->gpu, e->dtype, gy, n);
     CHECK_OK(rn_bn_bwd(e->cpu, &d, x, yg, dy, gamma, sm, si, dx, dgam, dbet, NULL, NULL, 0));
     void *gdy = up(e->gpu, e->dtype, dy, n), *gdx = up(e->gpu, e->dtype, dy, n);
-    float *ones = malloc(sizeof(float) * c);
-    for (int j = 0; j < c; j++) ones[j] = 1e6f; /* overwritten without accumulation */
-    float *gdg = up(e->gpu, RN_F32, ones, c), *gdb = up(e->gpu, RN_F32, ones, c);
+    float *junk = malloc(sizeof(float) * c);
+    for (int j = 0; j < c; j++) junk[j] = 1e6f; /* overwritten without accumulation */
+    float *gdg = up(e->gpu, RN_F32, junk, c), *gdb = up(e->gpu, RN_F32, junk, c);
     CHECK_OK(rn_bn_bwd(e->gpu, &dg, gx, gy, gdy, ggam, gsm, gsi, gdx, gdg, gdb, NULL, reserve, 0));
     cmp_bn_grads(e, t, "bwd (no accumulation)", gdx, dx, gdg, dgam, gdb, dbet, NULL, NULL, n, c);
     void *bufs[] = {gx, gy, ggam, gbet, grm, grv, gsm, gsi, gdy, gdx, gdg, gdb, reserve};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(e->gpu, bufs[i]);
     free(x), free(gamma), free(beta), free(rm), free(rv), free(dy), free(y), free(sm), free(si), free(crm);
-    free(crv), free(dx), free(dgam), free(dbet), free(yg), free(ones);
+    free(crv), free(dx), free(dgam), free(dbet), free(yg), free(junk);
 
     /* the loss */
     rn_xent_desc xd, xdg;
@@ -509,14 +509,13 @@ static void test_fc(env *e, int n, int in, int out) {
     /* cuBLAS under TF32 (fp32 with RN_CUDA_TF32=1): the convolutions' TF32 tolerance */
     double tol = e->dtype == RN_F32 && tf32_on ? 3e-3 : tol_for(e->dtype);
     char t[160];
-#define CMP_FC(what, gdev, want, n)                                                     \
+#define CMP_FC(what, gdev, want, len)                                                   \
     do {                                                                                \
-        float *got_ = down(e->gpu, e->dtype, gdev, n);                                  \
-        snprintf(t, sizeof t, "%s%s n=%d in=%d out=%d", variant, what, n_, in, out);    \
-        compare_tol(t, e->dtype, got_, want, n, tol);                                   \
+        float *got_ = down(e->gpu, e->dtype, gdev, len);                                \
+        snprintf(t, sizeof t, "%s%s n=%d in=%d out=%d", variant, what, n, in, out);     \
+        compare_tol(t, e->dtype, got_, want, len, tol);                                 \
         free(got_);                                                                     \
     } while (0)
-    int n_ = n;
     CHECK_OK(rn_fc_fwd(e->gpu, &dg, gx, gw, gb, gy));
     CMP_FC("fc_fwd", gy, y, ny);
     CHECK_OK(rn_fc_bwd(e->gpu, &dg, gx, gw, gdy, gdx, gdw, gdb, 1));
