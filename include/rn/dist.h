@@ -33,9 +33,10 @@
  * started, on a communicator of their own) at each collective it starts and every half
  * second while it waits, one in flight at most, never waited for; rank 0 takes them in
  * while it waits. A rank silent for 1.5 s is not waiting with the others; one whose count
- * is short waits in another collective. The other ranks time out 2 s later than rank 0,
+ * is short waits in another collective. The other ranks time out 3 s later than rank 0,
  * which so speaks first. rn_dist_close collects each rank's last heartbeat before
- * MPI_Finalize. Only the main thread calls MPI (MPI_THREAD_FUNNELED). */
+ * MPI_Finalize. The naming covers the host's MPI collectives; while a GPU rank waits on
+ * NCCL (the gradient sum on a device) the message names the operation only. Only the main thread calls MPI (MPI_THREAD_FUNNELED). */
 #ifndef RN_DIST_H
 #define RN_DIST_H
 
