@@ -140,9 +140,9 @@ static void missing(const rn_dist *d, char *who, size_t cap) {
     else snprintf(who, cap, "%s%s", list, n > 4 ? "; ..." : "");
 }
 
-/* The watchdog wakes every second; a collective that has waited past the timeout means
- * another rank died or hangs: say which operation (rank 0: which ranks have not started
- * it) and end this process (exit status 1), which makes mpirun stop the job. It never
+/* The watchdog wakes four times a second; a collective that has waited past the timeout
+ * means another rank died or hangs: say which operation (rank 0: which ranks it waits
+ * for) and end this process (exit status 1), which makes mpirun stop the job. It never
  * calls MPI (only the main thread may). */
 static void *watch(void *arg) {
     rn_dist *d = arg;
