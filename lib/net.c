@@ -293,7 +293,8 @@ const float *rn_net_logits(const rn_net *net) { return net->logits; }
 
 /* Lay out parameters: decayed ones (conv weights, fc weight) first, then BN and fc
  * bias (last, as in torchvision's order), so each weight-decay mode is contiguous SGD
- * calls: --no-wd-bn two, --no-wd-norm three. */
+ * calls: --no-wd-bn two, --no-wd-norm three. Also each unit's offset in the BN statistics
+ * and their length, nstats. */
 static int layout(rn_net *net) {
     rn_tensor_desc *d = NULL;
     int n = 0, rc = rn_resnet_tensors(&net->spec, &d, &n);
@@ -335,6 +336,7 @@ static int layout(rn_net *net) {
         net->u[i].stat_off = stat;
         stat += 2 * net->spec.units[i].cout;
     }
+    net->nstats = stat;
     free(d);
     return RN_OK;
 }
@@ -344,8 +346,7 @@ int rn_net_param_floats(const rn_resnet *spec, int64_t *nparams, int64_t *nstats
     if (!(tmp.u = rn_calloc((size_t)spec->nunits, sizeof *tmp.u))) return RN_ENOMEM;
     int rc = layout(&tmp);
     *nparams = tmp.nparams;
-    *nstats = 0;
-    for (int i = 0; i < spec->nunits; i++) *nstats += 2 * spec->units[i].cout;
+    *nstats = tmp.nstats;
     free(tmp.prefs);
     free(tmp.u);
     return rc;
@@ -503,12 +504,9 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
     else if ((rc = rn_backend_reserve(be, ws)) != RN_OK) goto fail;
 
     int64_t B = max_batch, K = spec->num_classes, F = spec->fc_in;
-    int64_t nstats = 0;
-    for (int i = 0; i < spec->nunits; i++) {
-        nstats += 2 * spec->units[i].cout;
+    int64_t nstats = net->nstats; /* (layout's) */
+    for (int i = 0; i < spec->nunits; i++)
         if (spec->units[i].cout > net->maxc) net->maxc = spec->units[i].cout;
-    }
-    net->nstats = nstats;
     /* fl: fp32 (weights, statistics, the loss); es: activations (half under AMP) */
     size_t fl = sizeof(float), es = net->es;
     int amp = dtype != RN_F32;
