@@ -96,18 +96,14 @@ if [ "$DEV" = cuda ] && [ "${ngpu:-0}" -lt 2 ]; then
     verdict ok "$solo; 2 ranks: ${ngpu:-0} usable GPU, NCCL refuses two ranks on one GPU (ncclInvalidUsage 'Duplicate GPU detected', NCCL >= 2.5): needs 2 or more"
 fi
 
-# the same run twice but for how the batch is split: over two processes, or two micro-batches
+# the same run twice but for how the batch is split: over two processes, or two
+# micro-batches (plain2, the run above)
 echo "mpirun -np 2 rn-train ${T[*]} --out $WORK/dist.pb"
 timeout 300 mpirun -np 2 --oversubscribe "$BIN/rn-train" "${T[@]}" --out "$WORK/dist.pb" >"$WORK/dist.err" 2>&1
 rc=$?
 cat "$WORK/dist.err"
 [ $rc = 0 ] || verdict FAIL "mpirun -np 2 rn-train exit $rc$([ $rc = 124 ] && echo ' (over 300 s)'): $(why "$WORK/dist.err")"
-echo "rn-train ${T[*]} --accum 2 --out $WORK/accum.pb"
-timeout 300 "$BIN/rn-train" "${T[@]}" --accum 2 --out "$WORK/accum.pb" >"$WORK/accum.err" 2>&1
-rc=$?
-cat "$WORK/accum.err"
-[ $rc = 0 ] || verdict FAIL "rn-train --accum 2 exit $rc: $(why "$WORK/accum.err")"
-close dist accum
+close dist plain2
 rc=$?
 echo "$cmp"
 [ $rc = 0 ] && verdict ok "$solo; 2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp")"
