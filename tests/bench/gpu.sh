@@ -134,6 +134,24 @@ note "$ARCH ${SIZE}x$SIZE batch $BATCH, $WARMUP warm-up + $STEPS timed steps, TF
 PEER=(tests/bench/gpu_peer.py --arch "$ARCH" --size "$SIZE" --batch "$BATCH" --warmup "$WARMUP" --steps "$STEPS"
     --device "$DEVICE" --tf32 "$TF32" --workers "$WORKERS")
 
+# peer KIND KEY P [ARGS]: the peer's KIND run (synth or loader) at precision P alone, its
+# "precision=P ..." line with its NVML window into P[KEY] ("" when it gave none)
+peer() {
+    local kind=$1 key=$2 p=$3 f=$W/peer-$1-$3
+    shift 3
+    if [ $peer_ok = 1 ]; then
+        watch_start "$f.watch"
+        timeout "$LIMIT" "$PYTHON" "${PEER[@]}" "$kind" "$@" --precisions "$p" >"$f.txt" 2>"$f.err" ||
+            { failed=1; note "peer $kind $p FAILED: $(tail -n 3 "$f.err")"; }
+        watch_stop
+        [ "$kind" = synth ] && grep '^#' "$f.txt" >&2
+        note "peer $kind $p took $took s"
+    fi
+    P[$key]=$(grep "^precision=$p " "$f.txt" 2>/dev/null)
+    [ -n "${P[$key]}" ] && P[$key]="${P[$key]} $(window "$f.watch" "$(field t0 <<<"${P[$key]}")" "$(field t1 <<<"${P[$key]}")")"
+    return 0
+}
+
 # ---- 1. synthetic input: for each precision rn's run, the peer's, then its lines (each
 # precision's lines as soon as it is done: a run stopped by the device's minutes keeps them) ----
 declare -A R P
@@ -155,17 +173,7 @@ for p in $PRECISIONS; do
            R[$p]="failed"
            note "rn $p: FAILED (exit $rc): $(tail -n 3 "$W/rn-$p.err")" ;;
     esac
-    if [ $peer_ok = 1 ]; then
-        watch_start "$W/peer-synth-$p.watch"
-        timeout "$LIMIT" "$PYTHON" "${PEER[@]}" synth --precisions "$p" \
-            >"$W/peer-synth-$p.txt" 2>"$W/peer-synth-$p.err" ||
-            { failed=1; note "peer synth $p FAILED: $(tail -n 3 "$W/peer-synth-$p.err")"; }
-        watch_stop
-        grep '^#' "$W/peer-synth-$p.txt" >&2
-        note "peer synth $p took $took s"
-    fi
-    P[$p]=$(grep "^precision=$p " "$W/peer-synth-$p.txt" 2>/dev/null)
-    [ -n "${P[$p]}" ] && P[$p]="${P[$p]} $(window "$W/peer-synth-$p.watch" "$(field t0 <<<"${P[$p]}")" "$(field t1 <<<"${P[$p]}")")"
+    peer synth "$p" "$p"
     note "peer $p: ${P[$p]:-none}"
     case ${R[$p]} in
         "not run"*) echo "gpu-train-$p: ${R[$p]} (peer: $(field img/s <<<"${P[$p]}" | grep . || echo -) img/s)"; continue ;;
@@ -250,17 +258,6 @@ timed() {
         END { if (t1 > t0 && t0 > 0) printf "img/s=%.2f data_wait=%.4f t0=%.3f t1=%.3f", s * b / (t1 - t0), dw / s, t0, t1 }' "$1"
 }
 # each precision: rn's run, the peer's, then its lines
-loader_lines() {
-    local p=$1
-    P[L$p]=$(grep "^precision=$p " "$W/peer-loader-$p.txt" 2>/dev/null)
-    [ -n "${P[L$p]}" ] && P[L$p]="${P[L$p]} $(window "$W/peer-loader-$p.watch" "$(field t0 <<<"${P[L$p]}")" "$(field t1 <<<"${P[L$p]}")")"
-    note "peer loader $p: ${P[L$p]:-none}"
-    case ${R[L$p]} in
-        "not run"*) echo "gpu-train-loader-$p: ${R[L$p]} (peer: $(field img/s <<<"${P[L$p]}" | grep . || echo -) img/s)"; return ;;
-    esac
-    line "gpu-train-loader-$p" "$(field img/s <<<"${R[L$p]}")" "$(field img/s <<<"${P[L$p]}")"
-    line "gpu-busy-loader-$p" "$(field busy_pct <<<"${R[L$p]}")" "$(field busy_pct <<<"${P[L$p]}")"
-}
 for p in $LOADER_PRECISIONS; do
     amp=()
     R[L$p]=
@@ -291,15 +288,13 @@ for p in $LOADER_PRECISIONS; do
             note "rn loader $p: ${R[L$p]} (took $took s; $(grep -m1 ' on ' "$W/rn-loader-$p.err"))"
         fi
     fi
-    if [ $peer_ok = 1 ]; then
-        watch_start "$W/peer-loader-$p.watch"
-        timeout "$LIMIT" "$PYTHON" "${PEER[@]}" loader --data "$DIR/imgs" --classes "$CLASSES" --precisions "$p" \
-            >"$W/peer-loader-$p.txt" 2>"$W/peer-loader-$p.err" ||
-            { failed=1; note "peer loader $p FAILED: $(tail -n 3 "$W/peer-loader-$p.err")"; }
-        watch_stop
-        note "peer loader $p took $took s"
-    fi
-    loader_lines "$p"
+    peer loader "L$p" "$p" --data "$DIR/imgs" --classes "$CLASSES"
+    note "peer loader $p: ${P[L$p]:-none}"
+    case ${R[L$p]} in
+        "not run"*) echo "gpu-train-loader-$p: ${R[L$p]} (peer: $(field img/s <<<"${P[L$p]}" | grep . || echo -) img/s)"; continue ;;
+    esac
+    line "gpu-train-loader-$p" "$(field img/s <<<"${R[L$p]}")" "$(field img/s <<<"${P[L$p]}")"
+    line "gpu-busy-loader-$p" "$(field busy_pct <<<"${R[L$p]}")" "$(field busy_pct <<<"${P[L$p]}")"
 done
 
 # ---- 3. data parallel on N GPUs: mpirun rn-train against DDP, on the loader's images ----
