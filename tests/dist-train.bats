@@ -242,13 +242,18 @@ losses() { grep -o '"loss":[^,]*' "$1"; }
     [ ! -e x.pb ]
 }
 
+# from a refusal in $output (rank 0's line under mpirun): the MiB needed, and the MiB of it
+# held beside the net
+needed_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* needs \([0-9.]*\) MiB of host memory.*/\1/p' | head -1; }
+held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*\) MiB of it .*/\1/p' | head -1; }
+
 # what a micro-batch of $1 needs on one of 2 ranks at --batch 8 --sum-every step (nothing
 # fits in 1 MiB), in MiB; extra flags after $1. (By default a rank whose 4 images are split
 # holds the running sums too: its micro-batch of 2 needs more than one of 4, see below.)
 need() {
     run $MPI -np 2 rn-train --data train.lmdb --in init.pb --out never.pb $A --batch 8 --sum-every step \
         --micro-batch "$@" --mem-limit 1M
-    echo "$output" | sed -n 's/.*rank 0: .*micro-batch [0-9]* of 32x32 in fp32 needs \([0-9.]*\) MiB.*/\1/p'
+    needed_mib
 }
 
 # a --mem-limit halfway between $1 and $2 MiB; nothing when they are not 0 < $1 < $2
@@ -297,11 +302,6 @@ usable_mib() {
     echo "$output" | sed -n 's/.* but \([0-9.]*\) \([GM]\)iB is usable (.*/\1 \2/p' | head -1 |
         awk '{ print $2 == "G" ? $1 * 1024 : $1 }'
 }
-
-# from a refusal in $output (rank 0's line under mpirun): the MiB needed, and the MiB of it
-# held beside the net
-needed_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* needs \([0-9.]*\) MiB of host memory.*/\1/p' | head -1; }
-held_mib() { echo "$output" | grep -v "rank 1:" | sed -n 's/.* memory (\([0-9.]*\) MiB of it .*/\1/p' | head -1; }
 
 @test "the memory plan counts the gradient sum's buffers (2 x the gradients, 3 x when a rank's share is split) and the EMA" {
     B="--data train.lmdb --in init.pb --out never.pb $A --mem-limit 1M"
