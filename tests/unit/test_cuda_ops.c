@@ -320,13 +320,12 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     free(crm), free(crv), free(yi), free(dx), free(dres), free(dg0), free(db0), free(dgam), free(dbet);
 }
 
-/* NaN and inf through BN and the loss, as PyTorch carries them (the CPU ops: test_ops):
- * BN of m rows, c channels (ReLU, our kernels) with a NaN in channel 0 and +inf in channel
- * 2 of x: those channels' statistics, outputs and gradients non-finite on both sides, the
- * same elements, the others equal within tolerance; the backward here without
- * accumulation (dgamma, dbeta overwritten). Then the loss over rows holding a NaN, a +inf
- * and a -inf logit: the first two rows' gradients NaN, the loss NaN, the -inf row finite. */
-static void test_nonfinite_bn_xent(env *e, int64_t m, int c) {
+/* NaN and inf through BN, as PyTorch carries them (the CPU ops: test_ops): BN of m rows,
+ * c channels (ReLU, our kernels) with a NaN in channel 0 and +inf in channel 2 of x: those
+ * channels' statistics, outputs and gradients non-finite on both sides, the same elements,
+ * the others equal within tolerance; the backward here without accumulation (dgamma,
+ * dbeta overwritten). (The loss's: test_xent with nonfinite.) */
+static void test_nonfinite_bn(env *e, int64_t m, int c) {
     rn_bn_desc d, dg;
     CHECK_OK(rn_bn_desc_init(&d, m, c, 1));
     dg = d;
@@ -368,33 +367,6 @@ static void test_nonfinite_bn_xent(env *e, int64_t m, int c) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(e->gpu, bufs[i]);
     free(x), free(gamma), free(beta), free(rm), free(rv), free(dy), free(y), free(sm), free(si), free(crm);
     free(crv), free(dx), free(dgam), free(dbet), free(yg), free(junk);
-
-    /* the loss */
-    rn_xent_desc xd, xdg;
-    const int rows = 7, k = 10;
-    CHECK_OK(rn_xent_desc_init(&xd, rows, k));
-    xdg = xd;
-    xdg.dtype = e->dtype;
-    int64_t nz = (int64_t)rows * k;
-    float *z = randn(nz, 0, 3);
-    round_all(e->dtype, z, nz);
-    z[1 * k + 4] = NAN, z[3 * k + 0] = INFINITY, z[5 * k + 9] = -INFINITY;
-    int32_t lab[7] = {1, 2, 3, 4, 5, 6, 7};
-    float loss, *dl = malloc(sizeof(float) * nz);
-    CHECK_OK(rn_softmax_xent(e->cpu, &xd, z, lab, &loss, dl));
-    CHECK(loss != loss && dl[1 * k] != dl[1 * k] && isfinite(dl[5 * k + 9]), "the CPU's own loss %g, row 1 %g, "
-          "row 5's -inf logit's gradient %g", loss, dl[1 * k], dl[5 * k + 9]);
-    void *gz = up(e->gpu, e->dtype, z, nz);
-    int32_t *glab = NULL;
-    float *gloss = NULL;
-    CHECK_OK(rn_backend_alloc(e->gpu, sizeof lab, (void **)&glab));
-    CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float), (void **)&gloss));
-    CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof lab));
-    CHECK_OK(rn_softmax_xent(e->gpu, &xdg, gz, glab, gloss, gz));
-    cmp_dev(e, "softmax_xent with NaN, +inf and -inf logits: loss", gloss, RN_F32, &loss, 1);
-    cmp_dev(e, "softmax_xent with NaN, +inf and -inf logits: dlogits", gz, e->dtype, dl, nz);
-    rn_backend_free(e->gpu, gz), rn_backend_free(e->gpu, glab), rn_backend_free(e->gpu, gloss);
-    free(z), free(dl);
 }
 
 /* ---- elementwise, input normalise ---- */
@@ -532,7 +504,9 @@ static void test_fc(env *e, int n, int in, int out) {
     free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
 }
 
-static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, double mix_weight) {
+/* nonfinite: rows 1, 3 and 5 get a NaN, a +inf and a -inf logit (n >= 6, k >= 10): the
+ * first two rows' gradients and the loss NaN on both sides, the -inf row finite */
+static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, double mix_weight, int nonfinite) {
     rn_xent_desc d, dg;
     CHECK_OK(rn_xent_desc_init(&d, n, k));
     d.label_smoothing = smoothing;
@@ -543,10 +517,14 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     int64_t nz = (int64_t)n * k;
     float *z = randn(nz, 0, 3);
     round_all(e->dtype, z, nz);
+    if (nonfinite) z[1 * k + 4] = NAN, z[3 * k + 0] = INFINITY, z[5 * k + 9] = -INFINITY;
     int32_t *lab = malloc(sizeof(int32_t) * n);
     for (int i = 0; i < n; i++) lab[i] = (int32_t)((i * 7919 + (int)seed) % k);
     float loss, *dl = malloc(sizeof(float) * nz);
     CHECK_OK(rn_softmax_xent(e->cpu, &d, z, lab, &loss, dl));
+    if (nonfinite)
+        CHECK(loss != loss && dl[1 * k] != dl[1 * k] && isfinite(dl[5 * k + 9]), "the CPU's own loss %g, row 1 %g, "
+              "row 5's -inf logit's gradient %g", loss, dl[1 * k], dl[5 * k + 9]);
     void *gz = up(e->gpu, e->dtype, z, nz);
     int32_t *glab = NULL;
     float *gloss = NULL;
@@ -555,9 +533,10 @@ static void test_xent(env *e, int n, int k, float smoothing, float grad_scale, d
     CHECK_OK(rn_backend_upload(e->gpu, glab, lab, sizeof(int32_t) * n));
     CHECK_OK(rn_softmax_xent(e->gpu, &dg, gz, glab, gloss, gz)); /* dlogits over logits */
     char t[120];
-    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g loss", n, k, smoothing, mix_weight);
+    const char *nf = nonfinite ? " with NaN, +inf and -inf logits" : "";
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g%s loss", n, k, smoothing, mix_weight, nf);
     cmp_dev(e, t, gloss, RN_F32, &loss, 1);
-    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g dlogits", n, k, smoothing, mix_weight);
+    snprintf(t, sizeof t, "softmax_xent n=%d k=%d smoothing %g mix %g%s dlogits", n, k, smoothing, mix_weight, nf);
     cmp_dev(e, t, gz, e->dtype, dl, nz);
     if (mix_weight > 0) { /* the weight read from device memory (mix_weight_at; the scalar 0) */
         double *gm = NULL;
@@ -942,7 +921,7 @@ static void run_bn(env *e) {
     test_bn(e, 300, 264, 1, 1, 0); /* 16-byte loads: a last tile of one lane (half) */
     test_bn(e, 130, 8, 1, 0, 0);   /* one lane across the row (half), two (float) */
     test_bn_unaligned(e, 300, 64);
-    if (!strstr(variant, "RN_CUDA_BN=cudnn")) test_nonfinite_bn_xent(e, 64, 8); /* (ours: PyTorch's NaN rules) */
+    if (!strstr(variant, "RN_CUDA_BN=cudnn")) test_nonfinite_bn(e, 64, 8); /* (ours: PyTorch's NaN rules) */
 }
 
 /* Host staging as rn-train uses it: batches in pinned host memory, copied on the copy
@@ -1094,10 +1073,11 @@ static void run_all(env *e) {
     test_gap(e, 3, 49, 40);
     test_fc(e, 5, 64, 10);
     test_fc(e, 32, 2048, 1000);
-    test_xent(e, 7, 10, 0, 1, 0);
-    test_xent(e, 32, 1000, 0.1f, 0.5f, 0);
-    test_xent(e, 7, 10, 0, 1, 0.37);
-    test_xent(e, 32, 1000, 0.1f, 0.5f, 0.81);
+    test_xent(e, 7, 10, 0, 1, 0, 0);
+    test_xent(e, 32, 1000, 0.1f, 0.5f, 0, 0);
+    test_xent(e, 7, 10, 0, 1, 0.37, 0);
+    test_xent(e, 32, 1000, 0.1f, 0.5f, 0.81, 0);
+    test_xent(e, 7, 10, 0, 1, 0, 1); /* NaN and inf (ours: PyTorch's rules) */
     test_xent_bad_label(e, 2);
     test_xent_bad_label(e, 4);
     test_top1(e, 7, 10);
@@ -1157,7 +1137,7 @@ static void run_real_sizes(env *e) {
     test_bn(e, n * 7 * 7, 2048, 1, 1, 1);
     test_elementwise(e, n * 56 * 56 * 256);
     test_maxpool(e, (int)n, 112, 112, 64);
-    test_xent(e, (int)n, 1000, 0.1f, 1024.0f, 0);
+    test_xent(e, (int)n, 1000, 0.1f, 1024.0f, 0, 0);
     test_conv(e, (int)n, 56, 56, 64, 64, 3, 1, 1);
     test_conv(e, (int)n, 7, 7, 2048, 512, 1, 1, 0);
     test_conv(e, 8, 224, 224, 3, 64, 7, 2, 3); /* the stem at full size (8 images: the CPU's share) */
