@@ -24,6 +24,8 @@ struct rn_algocache {
     entry *e;
     size_t n, cap;
     size_t ignored;
+    char here[96];   /* this process's device and cuDNN (rn_algocache_set_here), "" unset */
+    int here_cudnn;
     int write_off;   /* a write failed: keep working from memory */
     char why[256];   /* why the file was not read or written, "" if it was */
     char note[1400];
@@ -81,6 +83,13 @@ static int parse(const char *line, rn_algo_key *k, rn_algo_val *v) {
 
 static void set_note(rn_algocache *c) {
     int n = snprintf(c->note, sizeof c->note, "algorithm cache %s: %zu choice%s", c->path, c->n, c->n == 1 ? "" : "s");
+    if (c->here[0] && n > 0 && (size_t)n < sizeof c->note) {
+        size_t mine = 0;
+        for (size_t i = 0; i < c->n; i++) mine += strcmp(c->e[i].k.device, c->here) == 0 && c->e[i].k.cudnn == c->here_cudnn;
+        if (mine < c->n) /* (kept: another device or cuDNN of a shared cache may use them) */
+            n += snprintf(c->note + n, sizeof c->note - (size_t)n, " (%zu for this device and cuDNN, %zu for others)",
+                          mine, c->n - mine);
+    }
     if (c->ignored && n > 0 && (size_t)n < sizeof c->note)
         n += snprintf(c->note + n, sizeof c->note - (size_t)n, ", %zu malformed or stale line%s ignored", c->ignored,
                       c->ignored == 1 ? "" : "s");
@@ -188,6 +197,13 @@ int rn_algocache_put(rn_algocache *c, const rn_algo_key *key, const rn_algo_val 
     }
     set_note(c);
     return RN_OK;
+}
+
+void rn_algocache_set_here(rn_algocache *c, const char *device, int cudnn) {
+    if (!c) return;
+    snprintf(c->here, sizeof c->here, "%s", device ? device : "");
+    c->here_cudnn = cudnn;
+    set_note(c);
 }
 
 size_t rn_algocache_size(const rn_algocache *c) { return c ? c->n : 0; }

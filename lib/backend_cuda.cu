@@ -2723,6 +2723,7 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
         ctx_free(g);
         return rn_error_context(RN_ENOMEM, "cuda:%d: the algorithm cache", index);
     }
+    rn_algocache_set_here(g->algos, g->devid, (int)cudnnGetVersion());
     int rc = ctx_open(g);
     if (rc != RN_OK) {
         ctx_free(g);

@@ -45,11 +45,16 @@ int rn_algocache_get(const rn_algocache *c, const rn_algo_key *key, rn_algo_val 
  * that fails turns further appends off and is described by the note; returns RN_OK then
  * too, since the choice itself is good. RN_ENOMEM, or RN_EINVAL for a key with spaces. */
 int rn_algocache_put(rn_algocache *c, const rn_algo_key *key, const rn_algo_val *v);
+/* The device identity and cuDNN version of this process: from then on the note also says
+ * how many of the choices are theirs, when some are another device's or cuDNN's (a cache
+ * shared by machines, or kept across a cuDNN upgrade: those lines stay, unused here). */
+void rn_algocache_set_here(rn_algocache *c, const char *device, int cudnn);
 /* Entries held, and lines ignored when reading. */
 size_t rn_algocache_size(const rn_algocache *c);
 size_t rn_algocache_ignored(const rn_algocache *c);
 /* One line for the backend's start-up line, e.g. "algorithm cache /x/algos.txt: 52
- * choices, 2 malformed lines ignored" or "... not written: Permission denied". */
+ * choices (40 for this device and cuDNN, 12 for others), 2 malformed or stale lines
+ * ignored" or "... (not written: Permission denied)". */
 const char *rn_algocache_note(const rn_algocache *c);
 void rn_algocache_free(rn_algocache *c);
 

@@ -83,6 +83,30 @@ int main(void) {
           "the last line for a key wins");
     rn_algocache_free(c);
 
+    /* another device's and another cuDNN's choices are kept (a shared cache) and counted
+       apart once the note knows this process's */
+    CHECK_OK(rn_algocache_open(path, &c));
+    rn_algo_key ko = key_of(0);
+    snprintf(ko.device, sizeof ko.device, "NVIDIA_A100-SXM4-80GB_sm80");
+    CHECK_OK(rn_algocache_put(c, &ko, &nv));
+    ko = key_of(1);
+    ko.cudnn = 90100;
+    CHECK_OK(rn_algocache_put(c, &ko, &nv));
+    CHECK(c && strstr(rn_algocache_note(c), ": 7 choices") && !strstr(rn_algocache_note(c), "for others"),
+          "before set_here: %s", rn_algocache_note(c));
+    rn_algocache_set_here(c, key_of(0).device, key_of(0).cudnn);
+    CHECK(c && strstr(rn_algocache_note(c), ": 7 choices (5 for this device and cuDNN, 2 for others)"), "note: %s",
+          rn_algocache_note(c));
+    rn_algocache_set_here(c, "NVIDIA_A100-SXM4-80GB_sm80", 91300);
+    CHECK(c && strstr(rn_algocache_note(c), "(1 for this device and cuDNN, 6 for others)"), "note: %s",
+          rn_algocache_note(c));
+    rn_algocache_free(c);
+    CHECK_OK(rn_algocache_open(path, &c));
+    rn_algocache_set_here(c, key_of(0).device, key_of(0).cudnn);
+    CHECK(c && rn_algocache_size(c) == 7 && strstr(rn_algocache_note(c), "(5 for this device and cuDNN, 2 for others)"),
+          "read back: %s", rn_algocache_note(c));
+    rn_algocache_free(c);
+
     /* damage: each bad line is ignored and counted, the good ones stay */
     FILE *f = fopen(path, "a");
     fputs("garbage\n", f);
@@ -96,7 +120,7 @@ int main(void) {
     fputs("rn-algo-1 NVIDIA_H200_sm90 91300 0 256 56 56 64 64 3 3 1 1 1 1 1 0 107374", f); /* cut short */
     fclose(f);
     CHECK_OK(rn_algocache_open(path, &c));
-    CHECK(c && rn_algocache_size(c) == 5, "after damage: %zu entries", rn_algocache_size(c));
+    CHECK(c && rn_algocache_size(c) == 7, "after damage: %zu entries", rn_algocache_size(c));
     CHECK(c && rn_algocache_ignored(c) == 7, "7 bad lines, %zu ignored", rn_algocache_ignored(c));
     CHECK(c && strstr(rn_algocache_note(c), "7 malformed or stale lines ignored"), "note: %s", rn_algocache_note(c));
     rn_algocache_free(c);
