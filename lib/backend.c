@@ -264,6 +264,10 @@ int rn_backend_coll_sum_round_async(rn_backend *be, float *x, float *scratch, fl
     return be->ops->coll_sum_round_async(be, x, scratch, run, n, first, last);
 }
 
+void rn_backend_coll_set_poll(rn_backend *be, void (*poll)(void *arg), void *arg) {
+    if (be->ops->coll_set_poll) be->ops->coll_set_poll(be, poll, arg);
+}
+
 int rn_backend_coll_join(rn_backend *be) {
     if (!be->ops->coll_sum) return no_coll(be);
     return be->ops->coll_join ? be->ops->coll_join(be) : RN_OK;

@@ -182,6 +182,8 @@ typedef struct {
     cudaStream_t comm_st; /* coll_sum_async's stream (made by coll_init) */
     cudaEvent_t grads_ev, comm_ev; /* recorded on stream before a bucket goes / on comm_st
                             when the compute stream joins it */
+    void (*coll_poll)(void *); /* called while a collective waits (rn_backend_coll_set_poll) */
+    void *coll_poll_arg;
 #endif
     rn_backend_ops ops;
 } cuda_ctx;
@@ -2313,6 +2315,7 @@ static int coll_wait_on(cuda_ctx *g, int drain, cudaStream_t st_drain, const cha
                              "NCCL_SOCKET_IFNAME chooses the network the ranks share)",
                              what, g->rank, g->world, g->dev, g->coll_timeout);
         }
+        if (g->coll_poll) g->coll_poll(g->coll_poll_arg);
         /* short enough to add little to a bucket's milliseconds */
         struct timespec nap = {0, 20000};
         nanosleep(&nap, NULL);
@@ -2320,6 +2323,12 @@ static int coll_wait_on(cuda_ctx *g, int drain, cudaStream_t st_drain, const cha
 }
 
 static int coll_wait(cuda_ctx *g, int drain, const char *what) { return coll_wait_on(g, drain, g->stream, what); }
+
+static void cuda_coll_set_poll(rn_backend *be, void (*poll)(void *), void *arg) {
+    cuda_ctx *g = CTX(be);
+    g->coll_poll = poll;
+    g->coll_poll_arg = arg;
+}
 
 static int cuda_coll_id(rn_backend *be, void *id, size_t cap, size_t *len) {
     (void)be;
@@ -2630,6 +2639,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->coll_sum = cuda_coll_sum;
     o->coll_sum_async = cuda_coll_sum_async;
     o->coll_sum_round_async = cuda_coll_sum_round_async;
+    o->coll_set_poll = cuda_coll_set_poll;
     o->coll_join = cuda_coll_join;
 #endif
 }

@@ -51,11 +51,13 @@ struct rn_dist {
     /* heartbeats (rank 0 names the ranks a timed-out collective waits for): collectives
        started so far on each channel (HB_WORLD: MPI_COMM_WORLD's, waited at once;
        HB_EX, HB_AG: the buckets' exchanges and gathers, each in the same order on every
-       rank); the one the main thread waits for (wait_ch < 0: none known); rank 0: every
-       rank's counts as last heard (world x HB_CH, under mu) */
+       rank; on a device, HB_EX counts the NCCL sums, bucket by bucket); the one the main
+       thread waits for (wait_ch < 0: none known); rank 0: every rank's counts as last
+       heard (world x HB_CH, under mu) */
     int64_t cnt[3], sent[3], hb_out[4], hb_in[4];
     int64_t *hb_last, wait_idx;
     double hb_at, *hb_when; /* this rank's last heartbeat sent; rank 0: when each was heard */
+    double polled;          /* the last heartbeat poll from inside a device's wait (dev_poll) */
     int wait_ch, hb_on, hb_closed, byes;
 #ifdef RN_HAVE_MPI
     MPI_Comm hb;                /* the heartbeats' own communicator */
@@ -257,6 +259,18 @@ static void hb_close(rn_dist *d) {
     op_end(d);
     d->hb_closed = 1;
 }
+
+/* Called by a device backend while it waits for NCCL (rn_backend_coll_set_poll): the
+ * heartbeats go on as in the host's waits, at most once a millisecond. */
+static void dev_poll(void *arg) {
+    rn_dist *d = arg;
+    double t = now();
+    if (t - d->polled < 1e-3) return;
+    d->polled = t;
+    hb_poll(d, 1);
+}
+#else
+static int64_t started(rn_dist *d, int ch) { return ++d->cnt[ch]; }
 #endif
 
 /* The overlapped sum's buckets freed (their collectives ended, or the run is failing). */
@@ -418,7 +432,18 @@ int rn_dist_attach(rn_dist *d, rn_backend *be) {
     if (l64 == 0 || l64 > sizeof id)
         return rn_errorf(RN_EGPU, "rank 0 could not make the NCCL communicator's id (see rank 0's message)");
     if ((rc = rn_dist_bcast(d, id, (size_t)l64, 0, "the NCCL id"))) return rc;
-    return rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, d->timeout);
+    double limit = d->timeout;
+#ifdef RN_HAVE_MPI
+    /* the watchdog times the waits for NCCL as it times MPI's, rank 0 first naming the
+       ranks it waits for (the heartbeats go on from inside the backend's waits): the
+       backend's own limit, past every rank's watchdog, is for the waits outside it */
+    if (d->hb_on) limit += HB_GRACE + 2;
+#endif
+    if ((rc = rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, limit))) return rc;
+#ifdef RN_HAVE_MPI
+    if (d->hb_on) rn_backend_coll_set_poll(be, dev_poll, d);
+#endif
+    return RN_OK;
 }
 
 #ifdef RN_HAVE_MPI
@@ -648,7 +673,7 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
 
 /* A device bucket: enqueued behind the backward on the backend's communication stream. */
 static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
-    op_begin(d, d->what);
+    op_wait(d, d->what, HB_EX, started(d, HB_EX)); /* (its enqueue can wait for the peers) */
     int rc = d->rounds > 1 ? rn_backend_coll_sum_round_async(d->dev, d->dpack + lo, d->dscratch + lo, d->drun + lo,
                                                              len, d->round == 0, d->round == d->rounds - 1)
                            : rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
@@ -717,7 +742,7 @@ int rn_dist_sum_progress(rn_dist *d) {
 static int dev_end(rn_dist *d, rn_dist_sum_stats *st) {
     int rc = RN_OK;
     if (d->fill > d->open_lo && (rc = dev_bucket(d, d->open_lo, d->fill - d->open_lo))) return rc;
-    op_begin(d, d->what);
+    op_wait(d, d->what, HB_EX, d->cnt[HB_EX]); /* (the last bucket: the others came before it) */
     rc = rn_backend_coll_join(d->dev);
     op_end(d);
     /* (before the last round the sums stay in drun: x is not written) */
@@ -812,7 +837,7 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
     /* buckets from the top down: backward produces the last layers' gradients first */
     for (int64_t hi = n; hi > 0;) {
         int64_t lo = hi > step ? hi - step : 0;
-        op_begin(d, op);
+        op_wait(d, op, HB_EX, started(d, HB_EX));
         rc = rn_backend_coll_sum(be, x + lo, scratch + lo, hi - lo);
         op_end(d);
         if (rc) return rc;

@@ -666,6 +666,11 @@ int rn_backend_coll_sum_round_async(rn_backend *be, float *x, float *scratch, fl
 /* Wait (under the timeout) until every rn_backend_coll_sum_async so far is done; the
  * compute stream's later ops see the sums. Errors: RN_ENOTSUP, RN_EGPU. */
 int rn_backend_coll_join(rn_backend *be);
+/* poll(arg) is called, on the waiting thread, again and again (tens of microseconds
+ * apart: poll limits its own work) while a collective call waits for the other ranks:
+ * rn/dist.h's heartbeats, which name a rank that hangs, go on through NCCL's waits.
+ * NULL: none. A backend without collectives ignores it. */
+void rn_backend_coll_set_poll(rn_backend *be, void (*poll)(void *arg), void *arg);
 
 #ifdef __cplusplus
 }

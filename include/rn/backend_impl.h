@@ -150,6 +150,8 @@ typedef struct rn_backend_ops {
     /* NULL: the backend sums no rounds (rn_backend_coll_sum_round_async refuses) */
     int (*coll_sum_round_async)(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
                                 int last);
+    /* NULL: the backend's waits call nothing (rn_backend_coll_set_poll) */
+    void (*coll_set_poll)(rn_backend *be, void (*poll)(void *arg), void *arg);
 } rn_backend_ops;
 
 struct rn_backend {

@@ -9,8 +9,9 @@
 # of one process with --accum 2 (micro-batches of B/2, the same halves of each batch, BN
 # statistics per half) within the fp32 tolerance train.bats gives --accum: 1e-5 relative
 # per tensor (tests/parity/ckpt_close.py), with --deterministic so that both runs choose
-# their convolution algorithms alike. rn-gpuinfo --nccl runs first (its preflight table,
-# or its skip line on one GPU).
+# their convolution algorithms alike. Then a hung rank (SIGSTOP) must be named by rank 0
+# (whose wait is then most likely NCCL's) within --dist-timeout. rn-gpuinfo --nccl runs
+# first (its preflight table, or its skip line on one GPU).
 #
 # NCCL refuses two ranks of one communicator on the same GPU (ncclInvalidUsage, "Duplicate
 # GPU detected", since NCCL 2.5; NVIDIA/nccl#418: it would not work even without the
@@ -106,5 +107,35 @@ cat "$WORK/dist.err"
 close dist plain2
 rc=$?
 echo "$cmp"
-[ $rc = 0 ] && verdict ok "$solo; 2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp")"
-verdict FAIL "2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp" | cut -c1-200)"
+[ $rc = 0 ] || verdict FAIL "2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp" | cut -c1-200)"
+two="$solo; 2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp")"
+
+# a hung rank while the others wait, most likely in the gradients' NCCL sum: rank 0 must
+# name it (the heartbeats go on from inside the backend's NCCL waits), the job end within
+# --dist-timeout and a few seconds. P ranks, one per GPU (3 where there are 3: one that
+# waits with rank 0 must not be named), the last one stopped (SIGSTOP) after step 2.
+P=2
+[ "$DEV" = cuda ] && [ "${ngpu:-0}" -ge 3 ] && P=3
+echo "mpirun -np $P rn-train (--dist-timeout 5), rank $((P - 1)) stopped after step 2"
+mpirun -np $P --oversubscribe "$BIN/rn-train" "${T[@]}" --max-steps 100000 --epochs 1000 --log-every 1 --dist-timeout 5 \
+    --out "$WORK/hung.pb" >"$WORK/hung.err" 2>&1 &
+mpid=$!
+for _ in $(seq 1 600); do grep -q "step 3 " "$WORK/hung.err" && break; sleep 0.1; done
+victim=
+for p in $(pgrep -P $mpid rn-train); do
+    tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$((P - 1))" && victim=$p
+done
+[ -n "$victim" ] && kill -STOP "$victim"
+t0=$SECONDS
+wait $mpid
+rc=$?
+took=$((SECONDS - t0))
+[ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+cat "$WORK/hung.err"
+[ -n "$victim" ] || verdict FAIL "$two; hung rank: no rank $((P - 1)) found under mpirun (did the run reach step 3?)"
+[ $rc != 0 ] || verdict FAIL "$two; hung rank: mpirun exited 0"
+named=$(grep -E "^rank 0: no answer from the other ranks for [0-9]+ s in .*: rank $((P - 1)) silent for [0-9]+ s: it died or hangs; stopping" \
+    "$WORK/hung.err" | sed -E 's/^rank 0: no answer from the other ranks for [0-9]+ s in (.*) \(--dist-timeout.*$/\1/')
+[ -n "$named" ] || verdict FAIL "$two; hung rank: rank 0 did not name rank $((P - 1)): $(why "$WORK/hung.err")"
+[ $took -le 30 ] || verdict FAIL "$two; hung rank: the job took $took s to end (--dist-timeout 5)"
+verdict ok "$two; a hung rank of $P named by rank 0 in $named, the job ended in $took s"

@@ -21,7 +21,8 @@
 #      through the collectives (mpirun -np 1, RN_DIST_SOLO=1: a NCCL communicator of one)
 #      against the plain run, the same bits at --accum 1, within 1e-5 at --accum 2; then
 #      with 2 or more GPUs `mpirun -np 2 rn-train` against one process with --accum 2,
-#      weights within 1e-5 (with one GPU left out, saying why: one rank per GPU)
+#      weights within 1e-5, and a hung rank (stopped) named by rank 0 within --dist-timeout
+#      (with one GPU left out, saying why: one rank per GPU)
 #   4f. rn-train --recompute blocks against none (tests/gpu/recompute-check.sh)
 #   4g. rn-train --cuda-graphs against the same run without: the same bits (checkpoints and
 #      logged losses), fp32 and fp16, --accum 1 and 2, with --val, EMA, frozen BN and
@@ -94,7 +95,13 @@ say() { echo "gpu-check: $*"; }
 if [ "${GPU_CHECK_BUILD:-1}" = 0 ]; then
     # a build made elsewhere and copied here (a machine without the build dependencies)
     say "using the existing build in $BUILD (GPU_CHECK_BUILD=0)"
-    echo "rn (prebuilt): $(ar t "$BUILD/librn.a" 2>/dev/null | grep -q backend_cuda && echo GPU and CPU backends || echo CPU backend only)" >"$OUT/build.log"
+    # (in the words of make's build line, which step 4e reads: NCCL, Open MPI)
+    {
+        printf 'rn (prebuilt): %s' "$(ar t "$BUILD/librn.a" 2>/dev/null | grep -q backend_cuda && echo GPU and CPU backends || echo CPU backend only)"
+        ldd "$BUILD/bin/rn-train" 2>/dev/null | grep -q libnccl && printf ', NCCL'
+        "$BUILD/bin/rn-train" --help 2>/dev/null | grep -q 'This build: with Open MPI' && printf ', Open MPI'
+        echo
+    } >"$OUT/build.log"
 else
     say "building in $BUILD (log: $OUT/build.log)"
 fi
@@ -340,9 +347,9 @@ else
 fi
 
 # 4e. data parallel over NCCL: one process through the collectives against the plain run,
-#     two ranks against --accum 2 (tests/gpu/dist-check.sh says what and when it leaves
-#     out). Seconds.
-name="dist: RN_DIST_SOLO=1 vs plain; mpirun -np 2 rn-train vs --accum 2, $ARCH ${SIZE}px b$BATCH"
+#     two ranks against --accum 2, a hung rank named (tests/gpu/dist-check.sh says what
+#     and when it leaves out). Seconds.
+name="dist: RN_DIST_SOLO=1 vs plain; mpirun -np 2 rn-train vs --accum 2; a hung rank named, $ARCH ${SIZE}px b$BATCH"
 say "$name"
 BIN=$BIN WORK=$WORK/dist DEV=$DEV PYTHON=$PYTHON ARCH=$ARCH SIZE=$SIZE BATCH=$BATCH BUILD_LOG=$OUT/build.log \
     tests/gpu/dist-check.sh >"$OUT/dist.txt" 2>&1
