@@ -2436,8 +2436,7 @@ static int coll_sum_on(cuda_ctx *g, float *x, float *scratch, int64_t n, cudaStr
         if (rc) return rc;
     }
     if (mine) {
-        coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv, run ? run + lo : NULL, first,
-                                                        last);
+        coll_add_k<<<blocks_for(g, mine), TPB, 0, st>>>(mine, W, R, x + lo, recv, run, first, last);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             comm_abort(g);

@@ -40,12 +40,14 @@ struct rn_dist {
     struct obucket *b;
     int nb, bcap, first, next_gather, started_early, done_early;
     /* rounds (rn_dist_sum_round): this sum is round `round` of `rounds`; the running sums
-       of this rank's chunks live in run (at pack's offsets; a device backend's: drun).
+       of this rank's chunks live in run (a device backend's: drun), one after the other
+       in bucket order (run_fill: floats so far this round), about n / world floats
+       (rn_dist_run_floats).
        Round 0's parts (seg) are the layout every later round must repeat. ended: the
        rounds of a sum of ended_n floats in ended_of rounds done so far (0: none) */
     int round, rounds, ended, ended_of;
     float *run, *drun;
-    int64_t run_cap, ended_n, nseg0;
+    int64_t run_cap, run_fill, ended_n, nseg0;
     size_t ended_bucket;
     char what[96];
     /* heartbeats (rank 0 names the ranks a timed-out collective waits for): collectives
@@ -73,6 +75,7 @@ enum { B_EXCH = 1, B_EXCHANGED, B_GATHER, B_DONE };
 enum { HB_WORLD, HB_EX, HB_AG, HB_CH };
 struct obucket {
     int64_t lo, n;
+    int64_t run_off; /* where its chunk's running sums start in run (rounds) */
     int64_t ex_idx, ag_idx; /* its exchange's and gather's places on HB_EX and HB_AG */
     int phase;
     int *cnt;     /* (5, world): counts and displacements, alive until the collective ends */
@@ -109,6 +112,18 @@ void rn_dist_set_bucket(rn_dist *d, size_t bytes) {
     if (d) d->bucket = bytes;
 }
 size_t rn_dist_bucket(const rn_dist *d) { return d ? d->bucket : 0; }
+
+/* Chunk r of a bucket of n floats over W ranks is [n*r/W, n*(r+1)/W): its length. */
+static int64_t chunk_len(int64_t n, int r, int W) { return n * (r + 1) / W - n * r / W; }
+
+int64_t rn_dist_run_floats(const rn_dist *d, int64_t n) {
+    int W = d ? d->world : 1;
+    int64_t step = d && d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
+    if (step < 1) step = 1;
+    if (n <= 0) return 0;
+    /* whole buckets of step floats, then the rest; a chunk is at most ceil(bucket / W) */
+    return n / step * ((step + W - 1) / W) + (n % step + W - 1) / W;
+}
 
 #ifdef RN_HAVE_MPI
 /* Rank 0, at a timeout (mu held): the ranks it waits for, into who. A rank that waits in
@@ -492,6 +507,8 @@ static int bucket_start(rn_dist *d, int64_t lo, int64_t n) {
         dsp[r] = (int)clo;
     }
     int mine = cnt[R];
+    b->run_off = d->run_fill;
+    d->run_fill += mine;
     for (int r = 0, slot = 0; r < W; r++) {
         if (r == R) continue; /* nothing to or from this rank itself */
         scnt[r] = cnt[r];
@@ -519,7 +536,7 @@ static int bucket_gather(rn_dist *d, struct obucket *b) {
     if (d->rounds > 1) {
         /* rounds: the running sum of this chunk, ((run + x0) + x1) + ..., round 0 starting
            from x0; before the last round nothing is gathered */
-        float *run = d->run + b->lo + dsp[R];
+        float *run = d->run + b->run_off;
         for (int r = 0; r < W; r++) {
             const float *p = r == R ? acc : first + (size_t)(r < R ? r : r - 1) * mine;
             if (r == 0 && d->round == 0) memcpy(run, p, sizeof(float) * (size_t)mine);
@@ -637,7 +654,7 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
     d->n = n;
     d->round = 0;
     d->rounds = 1;
-    d->fill = d->open_lo = d->nseg = 0;
+    d->fill = d->open_lo = d->nseg = d->run_fill = 0;
     d->first = d->next_gather = d->started_early = d->done_early = 0;
     d->active = 1;
     return RN_OK;
@@ -658,12 +675,13 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
     if (rounds > 1 && d->dev && !run)
         return rn_errorf(RN_EINVAL, "%s in rounds on %s: give a buffer for the running sums", d->what,
                          rn_backend_name(d->dev));
-    if (rounds > 1 && !d->dev && d->n > d->run_cap) {
+    int64_t need = rn_dist_run_floats(d, d->n);
+    if (rounds > 1 && !d->dev && need > d->run_cap) {
         free(d->run);
         d->run_cap = 0;
-        if (!(d->run = rn_malloc(sizeof(float) * (size_t)d->n)))
-            return rn_errorf(RN_ENOMEM, "%s in rounds: no memory for %lld floats", d->what, (long long)d->n);
-        d->run_cap = d->n;
+        if (!(d->run = rn_malloc(sizeof(float) * (size_t)need)))
+            return rn_errorf(RN_ENOMEM, "%s in rounds: no memory for %lld floats", d->what, (long long)need);
+        d->run_cap = need;
     }
     d->drun = run;
     d->round = round;
@@ -674,12 +692,15 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
 /* A device bucket: enqueued behind the backward on the backend's communication stream. */
 static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
     op_wait(d, d->what, HB_EX, started(d, HB_EX)); /* (its enqueue can wait for the peers) */
-    int rc = d->rounds > 1 ? rn_backend_coll_sum_round_async(d->dev, d->dpack + lo, d->dscratch + lo, d->drun + lo,
-                                                             len, d->round == 0, d->round == d->rounds - 1)
-                           : rn_backend_coll_sum_async(d->dev, d->dpack + lo, d->dscratch + lo, len);
+    float *run = d->drun + d->run_fill, *pack = d->dpack + lo, *scratch = d->dscratch + lo;
+    int rc = d->rounds > 1 ? rn_backend_coll_sum_round_async(d->dev, pack, scratch, run, len, d->round == 0,
+                                                             d->round == d->rounds - 1)
+                           : rn_backend_coll_sum_async(d->dev, pack, scratch, len);
     op_end(d);
-    if (rc == RN_OK) d->nb++;
-    return rc;
+    if (rc) return rc;
+    d->nb++;
+    d->run_fill += chunk_len(len, d->rank, d->world);
+    return RN_OK;
 }
 
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {

@@ -150,7 +150,7 @@ typedef struct {
                              for each of the step's last `rounds` micro-batches, summed as
                              their backwards go: accum, or 1 (--sum-every step); 0: alone */
     float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
-    float *drun;          /* and with rounds > 1, its running sums (nparams) */
+    float *drun;          /* and with rounds > 1, its running sums (rn_dist_run_floats) */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order; then as
@@ -434,14 +434,15 @@ static int setup_net(run *t) {
     /* what the run holds beside the net, counted by the plan: the EMA weights and
        statistics, and with many processes the gradient sum's buffers (two of the
        gradients' size, rn_dist's on the host or t->dpack and t->dscratch on a device, and
-       the running sums of a sum in rounds when the rank's share is split) */
+       the running sums of a sum in rounds when the rank's share is split: this rank's
+       chunk of the gradients, about 1/world of them) */
     rn_resnet spec;
     int64_t np, ns;
     int rc = rn_ckpt_net(t->ck, &spec);
     if (rc || (rc = rn_net_param_floats(&spec, &np, &ns))) return rc;
     int ema = ema_decay_of(o, t->ck) > 0, sum = t->many;
     t->r.also = sizeof(float) * ((ema ? (size_t)(np + ns) : 0) + (sum ? 2 * (size_t)np : 0));
-    t->r.also_split = sum && !o->sum_per_step ? sizeof(float) * (size_t)np : 0;
+    t->r.also_split = sum && !o->sum_per_step ? sizeof(float) * (size_t)rn_dist_run_floats(t->dist, np) : 0;
     snprintf(t->r.also_what, sizeof t->r.also_what, "%s%s%s", sum ? "the gradient sum's buffers" : "",
              sum && ema ? " and " : "", ema ? "the EMA weights" : "");
     char note[256] = "";
@@ -670,14 +671,16 @@ static int setup(run *t) {
     if ((rc = set_crop(t, t->crop, 0))) return rc;
     if (t->rounds && !rn_backend_is_host(t->r.be)) {
         /* a device backend's sum packs its buckets in memory of its own (2 x the gradients,
-           and the running sums of a sum in rounds) */
-        int64_t n;
+           and the running sums of a sum in rounds: this rank's chunk of them) */
+        int64_t n, nrun;
         int rounds = t->rounds > 1;
         rn_net_grads(t->r.net, &n);
+        nrun = rounds ? rn_dist_run_floats(t->dist, n) : 0;
         if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
             (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)) ||
-            (rounds && (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->drun))))
-            return rn_error_context(rc, "the gradient sum's buffers (%d x %lld floats)", 2 + rounds, (long long)n);
+            (rounds && (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)nrun, (void **)&t->drun))))
+            return rn_error_context(rc, "the gradient sum's buffers (2 x %lld floats and %lld)", (long long)n,
+                                    (long long)nrun);
     }
     t->ring = o->log_every < 1 ? 1 : o->log_every < RN_TRAIN_METRICS_RING ? o->log_every : RN_TRAIN_METRICS_RING;
     size_t mb = 2 * sizeof(float) * (size_t)t->ring * (size_t)t->accum;

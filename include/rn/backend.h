@@ -659,8 +659,8 @@ int rn_backend_coll_sum_async(rn_backend *be, float *x, float *scratch, int64_t 
  * ranks: [n*r/W, n*(r+1)/W)), run = ((run + x0) + x1) ... + xW-1, every rank's x in rank
  * order (first: run starts from x0 instead); with last, x's chunk = run and then every
  * rank's summed chunk is gathered into x, as rn_backend_coll_sum; without, x is left to
- * the caller after the join and nothing is gathered. run: n floats (device; only this
- * rank's chunk is read and written). Errors: those of rn_backend_coll_sum. */
+ * the caller after the join and nothing is gathered. run: this rank's chunk's running
+ * sums, as many floats as the chunk (device). Errors: those of rn_backend_coll_sum. */
 int rn_backend_coll_sum_round_async(rn_backend *be, float *x, float *scratch, float *run, int64_t n, int first,
                                     int last);
 /* Wait (under the timeout) until every rn_backend_coll_sum_async so far is done; the

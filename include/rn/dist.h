@@ -136,13 +136,17 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
  * --accum A give the bits of one process with --accum P x A. Only the last round
  * writes x (the sums); before it, rn_dist_sum_end waits for the round's exchanges and
  * leaves x alone, and the next round may begin (it reuses the round's buffers). The
- * running sums are d's own memory on a host backend (n floats, kept for the next sum);
- * a device backend's are run (n floats of be's memory, the caller's; NULL for one
- * round). Cost: each round moves as much as an all-to-all of x; the all-gather runs
+ * running sums, this rank's chunk of each bucket one after the other, are d's own memory
+ * on a host backend (kept for the next sum); a device backend's are run
+ * (rn_dist_run_floats(d, n) floats of be's memory, the caller's; NULL for one round). Cost: each round moves as much as an all-to-all of x; the all-gather runs
  * once, at the last. Rounds 1 of 1 is the plain sum. A failure abandons the rounds (the
  * next sum starts again at round 0). Errors: RN_EINVAL (called out of place, a round not
  * following the one before, no run on a device), RN_ENOMEM. */
 int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run);
+/* The floats a sum of n floats in rounds keeps as running sums on each rank: its chunk
+ * of every bucket of the current size, about n / world (at most one float more per
+ * bucket); n for a world of one. */
+int64_t rn_dist_run_floats(const rn_dist *d, int64_t n);
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len);
 int rn_dist_sum_progress(rn_dist *d);
 /* Start the last bucket, wait for all of them (under the watchdog), copy the sums back

@@ -133,6 +133,29 @@ int main(int argc, char **argv) {
             free(x);
         }
     }
+    /* the running sums take this rank's chunk of each bucket: rn_dist_run_floats bounds
+       their sum for every rank, about n / W */
+    for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
+        rn_dist_set_bucket(d, buckets[b]);
+        const int64_t ns[] = {1, 7, 3001, 1 << 20};
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++) {
+            int64_t n = ns[j], step = buckets[b] ? (int64_t)(buckets[b] / sizeof(float)) : n, most = 0, nb = 0;
+            if (step < 1) step = 1;
+            for (int r = 0; r < W; r++) {
+                int64_t sum = 0;
+                for (int64_t lo = 0; lo < n; lo += step) {
+                    int64_t m = lo + step < n ? step : n - lo;
+                    sum += m * (r + 1) / W - m * r / W;
+                    nb += r == 0;
+                }
+                most = sum > most ? sum : most;
+            }
+            int64_t got = rn_dist_run_floats(d, n);
+            CHECK(got >= most && got <= n / W + nb, "%lld floats in buckets of %zu bytes over %d ranks: running sums of "
+                  "%lld floats (a rank needs %lld, %lld buckets)", (long long)n, buckets[b], W, (long long)got,
+                  (long long)most, (long long)nb);
+        }
+    }
     if (W > 1) {
         float y[8] = {0};
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
