@@ -35,8 +35,10 @@
  * while it waits. A rank silent for 1.5 s is not waiting with the others; one whose count
  * is short waits in another collective. The other ranks time out 3 s later than rank 0,
  * which so speaks first. rn_dist_close collects each rank's last heartbeat before
- * MPI_Finalize. The naming covers the host's MPI collectives; while a GPU rank waits on
- * NCCL (the gradient sum on a device) the message names the operation only. Only the main thread calls MPI (MPI_THREAD_FUNNELED). */
+ * MPI_Finalize. A GPU rank's heartbeats go on while it waits for NCCL (the gradient sum
+ * on a device): rn_dist_attach gives the backend a poll for its waits. Only the main
+ * thread calls MPI (MPI_THREAD_FUNNELED), so a device backend's collectives are called
+ * from it too; none after rn_dist_close (the backend's poll would find d gone). */
 #ifndef RN_DIST_H
 #define RN_DIST_H
 
@@ -81,8 +83,11 @@ void rn_dist_set_bucket(rn_dist *d, size_t bytes);
 size_t rn_dist_bucket(const rn_dist *d);
 
 /* A device backend's collectives: rank 0 makes the NCCL id, MPI broadcasts it, every
- * rank joins the communicator (rn_backend_coll_init). A host backend or a world of one:
- * nothing. Errors: those of rn_backend_coll_*, RN_EIO (MPI). */
+ * rank joins the communicator (rn_backend_coll_init), and with several ranks the
+ * backend's waits keep the heartbeats going (rn_backend_coll_set_poll); the backend's
+ * own limit is then the timeout + 5 s, past every rank's watchdog, which times the
+ * waits for the sums. A host backend or a world of one: nothing. Errors: those of
+ * rn_backend_coll_*, RN_EIO (MPI). */
 int rn_dist_attach(rn_dist *d, rn_backend *be);
 
 /* x (n floats in be's memory) = the sum over ranks of every rank's x, in rank order

@@ -114,28 +114,36 @@ two="$solo; 2 ranks, $STEPS steps: $(tail -n 1 <<<"$cmp")"
 # name it (the heartbeats go on from inside the backend's NCCL waits), the job end within
 # --dist-timeout and a few seconds. P ranks, one per GPU (3 where there are 3: one that
 # waits with rank 0 must not be named), the last one stopped (SIGSTOP) after step 2.
+# (the batch a multiple of P; the run as long as it must be, under a timeout of its own)
 P=2
 [ "$DEV" = cuda ] && [ "${ngpu:-0}" -ge 3 ] && P=3
 echo "mpirun -np $P rn-train (--dist-timeout 5), rank $((P - 1)) stopped after step 2"
-mpirun -np $P --oversubscribe "$BIN/rn-train" "${T[@]}" --max-steps 100000 --epochs 1000 --log-every 1 --dist-timeout 5 \
-    --out "$WORK/hung.pb" >"$WORK/hung.err" 2>&1 &
-mpid=$!
-for _ in $(seq 1 600); do grep -q "step 3 " "$WORK/hung.err" && break; sleep 0.1; done
+timeout 120 mpirun -np $P --oversubscribe "$BIN/rn-train" "${T[@]}" --batch $((BATCH / P * P)) --max-steps 100000 \
+    --epochs 1000 --log-every 1 --dist-timeout 5 --out "$WORK/hung.pb" >"$WORK/hung.err" 2>&1 &
+tpid=$!
+for _ in $(seq 1 600); do
+    grep -q "step 3 " "$WORK/hung.err" && break
+    kill -0 $tpid 2>/dev/null || break
+    sleep 0.1
+done
 victim=
-for p in $(pgrep -P $mpid rn-train); do
+mpid=$(pgrep -P $tpid mpirun)
+for p in $(pgrep -P "${mpid:-0}" rn-train); do
     tr '\0' '\n' <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$((P - 1))" && victim=$p
 done
 [ -n "$victim" ] && kill -STOP "$victim"
+[ -n "$victim" ] || kill $tpid 2>/dev/null
 t0=$SECONDS
-wait $mpid
+wait $tpid
 rc=$?
 took=$((SECONDS - t0))
 [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
 cat "$WORK/hung.err"
-[ -n "$victim" ] || verdict FAIL "$two; hung rank: no rank $((P - 1)) found under mpirun (did the run reach step 3?)"
+[ -n "$victim" ] || verdict FAIL "$two; hung rank: no rank $((P - 1)) found under mpirun (did the run reach step 3?): $(why "$WORK/hung.err")"
+[ $rc != 124 ] || verdict FAIL "$two; hung rank: the job still ran after 120 s (rank $((P - 1)) stopped)"
 [ $rc != 0 ] || verdict FAIL "$two; hung rank: mpirun exited 0"
 named=$(grep -E "^rank 0: no answer from the other ranks for [0-9]+ s in .*: rank $((P - 1)) silent for [0-9]+ s: it died or hangs; stopping" \
     "$WORK/hung.err" | sed -E 's/^rank 0: no answer from the other ranks for [0-9]+ s in (.*) \(--dist-timeout.*$/\1/')
 [ -n "$named" ] || verdict FAIL "$two; hung rank: rank 0 did not name rank $((P - 1)): $(why "$WORK/hung.err")"
 [ $took -le 30 ] || verdict FAIL "$two; hung rank: the job took $took s to end (--dist-timeout 5)"
-verdict ok "$two; a hung rank of $P named by rank 0 in $named, the job ended in $took s"
+verdict ok "$two; rank $((P - 1)) of $P hung (stopped), named by rank 0 in $named; the job ended in $took s"
