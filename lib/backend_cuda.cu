@@ -12,8 +12,9 @@
  *   cuda_tf32             allow TF32 tensor cores for fp32 convolutions and GEMMs (off by
  *                         default, so fp32 results compare with the CPU backend at 1e-4)
  *   cuda_deterministic    only deterministic convolution algorithms
- *   cuda_bn_cudnn         BatchNorm training forward by cuDNN's fused BN+add+ReLU where it
- *                         applies (fp16, channels a multiple of 4; see there), else ours
+ *   cuda_bn_cudnn         BatchNorm training forward and backward by cuDNN's fused
+ *                         BN+add+ReLU where it applies (fp16, channels a multiple of 4;
+ *                         see there), else ours
  *   cuda_stem_plain       run 3-channel fp16/bf16 convs (the stem) unpadded, not on
  *                         copies padded to 4 channels (see there)
  *   cuda_conv_heuristic   take cuDNN's heuristic choice without running anything, instead
@@ -152,12 +153,19 @@ typedef struct {
     char devid[96];      /* the device in the cache's keys: name and compute capability */
     conv_plan *plans;
     int nplans, cap;
-    int bn_cudnn; /* RN_CUDA_BN=cudnn: training forward through cuDNN where it applies */
+    int bn_cudnn; /* RN_CUDA_BN=cudnn: training BN through cuDNN where it applies */
     struct {
         int64_t m;
-        int c, relu, res;
-    } bn_refused[16]; /* shapes cuDNN's BN refused: ours run them from then on, captured or not */
+        int c, relu, res, bwd;
+    } bn_refused[32]; /* shapes cuDNN's BN refused (bwd: its backward): ours run them from then
+                         on, captured or not */
     int nbn_refused;
+    struct {
+        const void *reserve; /* a layer's reserve, which the forward last filled through cuDNN */
+        const float *beta;   /* that forward's beta (cuDNN's backward with a ReLU wants it) */
+        int res;             /* with a residual */
+    } bn_dnn_ran[512];
+    int nbn_dnn_ran;
     int stem_plain; /* RN_CUDA_STEM=plain: 3-channel half-precision convs not padded to 4 */
     cudnnTensorDescriptor_t bn_x, bn_stat;
     cudnnActivationDescriptor_t bn_relu;
@@ -937,13 +945,16 @@ static int bn_chunks(const cuda_ctx *g, const rn_bn_desc *d, int64_t tiles) {
     return want < 1 ? 1 : (int)want;
 }
 
-/* ---- the cuDNN variant of the training forward (RN_CUDA_BN=cudnn, off by default until
- * make gpu-check has compared it on a GPU): cudnnBatchNormalizationForwardTrainingEx in
- * NHWC spatial-persistent mode, fused with the residual add and the ReLU where the layer
- * has them (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), its ReLU mask in the layer's reserve
- * (rn_bn_reserve_size). It writes the same save_mean/save_invstd, so the backward stays
- * ours. Calls it cannot take (y aliasing x or the residual, a residual without ReLU, or a
- * shape cuDNN refuses) run our kernels. x (m, c) is described as m images of 1x1. ---- */
+/* ---- the cuDNN variant of training BN (RN_CUDA_BN=cudnn, off by default until make
+ * gpu-check has compared it on a GPU): cudnnBatchNormalizationForwardTrainingEx in NHWC
+ * spatial-persistent mode, fused with the residual add and the ReLU where the layer has
+ * them (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), its ReLU state in the layer's reserve
+ * (rn_bn_reserve_size), and BackwardEx with the same ops for a layer whose forward it
+ * ran. It writes the same save_mean/save_invstd as ours, so either backward follows
+ * either forward but for the reserve: ours reads y (not the mask) under RN_CUDA_BN=cudnn.
+ * Calls it cannot take (a forward's y aliasing x or the residual, a residual without
+ * ReLU, or a shape cuDNN refuses) run our kernels. x (m, c) is described as m images of
+ * 1x1. ---- */
 
 #define BN_MODE CUDNN_BATCHNORM_SPATIAL_PERSISTENT
 
@@ -976,7 +987,60 @@ static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *
         *ws = *rs = 0;
         return 0;
     }
+    /* the backward's, where cuDNN sizes it (else its call is left to ours: bn_dnn_bwd) */
+    size_t bws = 0;
+    if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x, g->bn_x, g->bn_x,
+                                                          residual ? g->bn_x : NULL, g->bn_x, g->bn_stat, act,
+                                                          &bws) == CUDNN_STATUS_SUCCESS &&
+        bws > *ws)
+        *ws = bws;
     return 1;
+}
+
+/* Whether the layer whose reserve this is went through cuDNN in its last forward (the
+ * backward must then read cuDNN's reserve, or leave it to ours, which reads y), its
+ * entry in bn_dnn_ran; -1 when not. */
+static int bn_dnn_find(const cuda_ctx *g, const void *reserve) {
+    for (int i = 0; reserve && i < g->nbn_dnn_ran; i++)
+        if (g->bn_dnn_ran[i].reserve == reserve) return i;
+    return -1;
+}
+static void bn_dnn_mark(cuda_ctx *g, const void *reserve, const float *beta, int res, int ran) {
+    int i = bn_dnn_find(g, reserve);
+    if (!ran) {
+        if (i >= 0) g->bn_dnn_ran[i] = g->bn_dnn_ran[--g->nbn_dnn_ran];
+        return;
+    }
+    /* (a full table leaves the layer to our backward, which needs none of it) */
+    if (i < 0 && g->nbn_dnn_ran < (int)(sizeof g->bn_dnn_ran / sizeof g->bn_dnn_ran[0])) i = g->nbn_dnn_ran++;
+    if (i < 0) return;
+    g->bn_dnn_ran[i].reserve = reserve;
+    g->bn_dnn_ran[i].beta = beta;
+    g->bn_dnn_ran[i].res = res;
+}
+
+static int bn_dnn_refused(const cuda_ctx *g, const rn_bn_desc *d, int res, int bwd) {
+    for (int i = 0; i < g->nbn_refused; i++)
+        if (g->bn_refused[i].m == d->m && g->bn_refused[i].c == d->c && g->bn_refused[i].relu == d->relu &&
+            g->bn_refused[i].res == res && g->bn_refused[i].bwd == bwd)
+            return 1;
+    return 0;
+}
+
+/* cuDNN refused (any NOT_SUPPORTED_*) this shape: ours run it from now on. A shape the
+ * uncaptured step ran through cuDNN but a capture refuses would put other ops in the
+ * graph than that step ran: the capture fails instead. */
+static int bn_dnn_refuse(rn_backend *be, const rn_bn_desc *d, int res, int bwd) {
+    cuda_ctx *g = CTX(be);
+    if (be->capturing)
+        return rn_errorf(RN_EGPU, "cuda:%d: cuDNN's BN %s refused a shape inside a graph capture", g->dev,
+                         bwd ? "backward" : "forward");
+    if (g->nbn_refused < (int)(sizeof g->bn_refused / sizeof g->bn_refused[0])) {
+        int i = g->nbn_refused++;
+        g->bn_refused[i].m = d->m, g->bn_refused[i].c = d->c, g->bn_refused[i].relu = d->relu;
+        g->bn_refused[i].res = res, g->bn_refused[i].bwd = bwd;
+    }
+    return RN_OK;
 }
 
 /* workspace: part (chunks, 2, c) doubles, then four float rows of c; or cuDNN's. The
@@ -1020,27 +1084,48 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         (rs && !reserve))
         return RN_OK;
     int res_in = res != NULL;
-    for (int i = 0; i < g->nbn_refused; i++)
-        if (g->bn_refused[i].m == d->m && g->bn_refused[i].c == d->c && g->bn_refused[i].relu == d->relu &&
-            g->bn_refused[i].res == res_in)
-            return RN_OK;
+    if (bn_dnn_refused(g, d, res_in, 0)) return RN_OK;
     const float one = 1, zero = 0;
     cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
         g->dnn, BN_MODE, bn_ops_for(d->relu, res_in), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
-    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) {
-        /* ours, then (any NOT_SUPPORTED_*), for this shape from now on. A shape the
-           uncaptured step ran through cuDNN but a capture refuses would put other ops in the
-           graph than that step ran: the capture fails instead */
-        if (be->capturing) return rn_errorf(RN_EGPU, "cuda:%d: cuDNN's BN refused a shape inside a graph capture", g->dev);
-        if (g->nbn_refused < (int)(sizeof g->bn_refused / sizeof g->bn_refused[0])) {
-            int i = g->nbn_refused++;
-            g->bn_refused[i].m = d->m, g->bn_refused[i].c = d->c, g->bn_refused[i].relu = d->relu;
-            g->bn_refused[i].res = res_in;
-        }
+    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 0);
+    be->launches++;
+    DNN(st);
+    *done = 1;
+    return RN_OK;
+}
+
+/* The backward through cuDNN (cudnnBatchNormalizationBackwardEx, the forward's fused ops)
+ * when the layer's last forward went through it (its reserve holds cuDNN's ReLU state);
+ * *done = 0 leaves it to ours, which reads y and the statistics both forwards save alike.
+ * dx and dres alias dy as the network passes them (in place over dy, and dres over dy):
+ * cuDNN documents no rule for that, so test_cuda_ops's BN cases (in place and not) decide
+ * it on a GPU before RN_CUDA_BN=cudnn may become the default. */
+static int bn_dnn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
+                      const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                      float *dbeta, void *dres, void *reserve, int accumulate, int *done) {
+    cuda_ctx *g = CTX(be);
+    *done = 0;
+    int k = bn_dnn_find(g, reserve), res_in = dres != NULL;
+    size_t ws, rs, bws = 0;
+    if (!g->bn_cudnn || k < 0 || g->bn_dnn_ran[k].res != res_in || bn_dnn_refused(g, d, res_in, 1) ||
+        !bn_dnn_sizes(g, d, res_in, &ws, &rs))
         return RN_OK;
-    }
+    cudnnBatchNormOps_t ops = bn_ops_for(d->relu, res_in);
+    cudnnActivationDescriptor_t act = d->relu ? g->bn_relu : NULL;
+    if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x, g->bn_x, g->bn_x,
+                                                          res_in ? g->bn_x : NULL, g->bn_x, g->bn_stat, act,
+                                                          &bws) != CUDNN_STATUS_SUCCESS ||
+        bws > be->ws_bytes)
+        return RN_OK;
+    const float one = 1, zero = 0;
+    cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
+        g->dnn, BN_MODE, ops, &one, &zero, &one, accumulate ? &one : &zero, g->bn_x, x, g->bn_x, y, g->bn_x, dy,
+        res_in ? g->bn_x : NULL, dres, g->bn_x, dx, g->bn_stat, gamma, g->bn_dnn_ran[k].beta, dgamma, dbeta, d->eps,
+        save_mean, save_invstd, act, be->ws, be->ws_bytes, reserve, rs);
+    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 1);
     be->launches++;
     DNN(st);
     *done = 1;
@@ -1390,6 +1475,7 @@ static int cuda_bn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x,
                              float *rmean, float *rvar, void *reserve) {
     int done = 0;
     int rc = bn_dnn_fwd_train(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar, reserve, &done);
+    if (rc == RN_OK && CTX(be)->bn_cudnn) bn_dnn_mark(CTX(be), reserve, beta, res != NULL, done);
     if (rc != RN_OK || done) return rc;
     return BY_DTYPE(d->dtype, bn_fwd_train_t)(be, d, x, gamma, beta, res, y, save_mean, save_invstd, rmean, rvar,
                                               reserve);
@@ -1458,6 +1544,10 @@ static int bn_bwd_t(rn_backend *be, const rn_bn_desc *d, int frozen, const void 
 static int cuda_bn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const void *y, const void *dy,
                        const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
                        float *dgamma, float *dbeta, void *dres, void *reserve, int accumulate) {
+    int done = 0;
+    int rc = bn_dnn_bwd(be, d, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, dres, reserve, accumulate,
+                        &done);
+    if (rc != RN_OK || done) return rc;
     const uint8_t *mask = reserve && bn_masked(CTX(be), d) ? (const uint8_t *)reserve : NULL;
     return BY_DTYPE(d->dtype, bn_bwd_t)(be, d, 0, x, y, mask, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
                                         dres, accumulate);

@@ -106,8 +106,9 @@ typedef struct {
     int cuda_conv_heuristic;  /* conv algorithms from cuDNN's heuristic, not timed (the
                                  same in every process; --deterministic, or
                                  RN_CUDA_CONV_ALGO=heuristic; default: find) */
-    int cuda_bn_cudnn;        /* BN training forward through cuDNN's fused kernel where it
-                                 applies (RN_CUDA_BN=cudnn; default: rn's kernels) */
+    int cuda_bn_cudnn;        /* BN training forward and backward through cuDNN's fused
+                                 kernels where they apply (RN_CUDA_BN=cudnn; default:
+                                 rn's kernels) */
     int cuda_stem_plain;      /* 3-channel fp16/bf16 convs (the stem) as they are
                                  (RN_CUDA_STEM=plain); default: forward and backward-filter
                                  on copies padded to 4 channels, for cuDNN's tensor-core

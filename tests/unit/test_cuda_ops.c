@@ -292,6 +292,16 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
         for (size_t i = 0; i < sizeof mb_ / sizeof *mb_; i++) rn_backend_free(e->gpu, mb_[i]);
         free(zeros);
     }
+    /* cuDNN's backward (after its forward, y apart from x) in place over dy, as the network
+       calls a BN without a residual, dres apart: the above had dres over dy and dx apart */
+    if (!in_place && strstr(variant, "RN_CUDA_BN=cudnn")) {
+        void *pdy = up(e->gpu, e->dtype, dy, n), *pres = res ? up(e->gpu, e->dtype, dy, n) : NULL;
+        float *pg = up(e->gpu, RN_F32, dg0, c), *pb = up(e->gpu, RN_F32, db0, c);
+        CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, pdy, ggam, gsm, gsi, pdy, pg, pb, pres, reserve, 1));
+        cmp_bn_grads(e, what, "bwd (dx in place, dres apart)", pdy, dx, pg, dgam, pb, dbet, pres, dres, n, c);
+        void *pb_[] = {pdy, pres, pg, pb};
+        for (size_t i = 0; i < sizeof pb_ / sizeof *pb_; i++) rn_backend_free(e->gpu, pb_[i]);
+    }
 
     /* inference with the updated running statistics, in place over a fresh x */
     void *gxi = up(e->gpu, e->dtype, x, n);
@@ -1236,7 +1246,7 @@ int main(void) {
         e.gpu = NULL;
     }
     variant = "";
-    /* the BN training forward again through cuDNN's fused variant (RN_CUDA_BN=cudnn) */
+    /* BN training forward and backward again through cuDNN's fused variant (RN_CUDA_BN=cudnn) */
     bo.cuda_bn_cudnn = 1;
     if (ndt == 3) CHECK_OK(rn_backend_create(dev, 0, &bo, &e.gpu));
     variant = "RN_CUDA_BN=cudnn ";
