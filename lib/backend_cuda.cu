@@ -165,8 +165,11 @@ typedef struct {
         const float *beta;   /* that forward's beta (cuDNN's backward with a ReLU wants it) */
         int res;             /* with a residual */
     } bn_dnn_ran[512];
-    int nbn_dnn_ran;
+    int nbn_dnn_ran, bn_dnn_next; /* entries; the one a full table overwrites next */
     int stem_plain; /* RN_CUDA_STEM=plain: 3-channel half-precision convs not padded to 4 */
+    /* RN_CUDA_INJECT: the status Find, the fused BN forward and its backward return
+       instead of running (0: they run) */
+    cudnnStatus_t inj_find, inj_bn, inj_bn_bwd;
     cudnnTensorDescriptor_t bn_x, bn_stat;
     cudnnActivationDescriptor_t bn_relu;
     float *coef; /* BN inference scale and shift, coef_cap floats */
@@ -621,7 +624,7 @@ static int plan_choose(rn_backend *be, const rn_conv_desc *d, conv_plan *p, int 
        filled the device) runs nothing */
 #define CHOOSE(find, get)                                                                       \
     do {                                                                                        \
-        cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_SUCCESS : (find);                        \
+        cudnnStatus_t s_ = g->heuristic ? CUDNN_STATUS_SUCCESS : g->inj_find ? g->inj_find : (find); \
         if (g->heuristic || rn_dnn_find_falls_back(s_)) {                                       \
             (void)cudaGetLastError(); /* a failed scratch allocation leaves its error */         \
             DNN(get);                                                                           \
@@ -1005,15 +1008,20 @@ static int bn_dnn_find(const cuda_ctx *g, const void *reserve) {
         if (g->bn_dnn_ran[i].reserve == reserve) return i;
     return -1;
 }
+
+/* A layer without a reserve (cuDNN keeps no state for a BN without ReLU) needs no entry:
+ * cuDNN's backward then follows either forward. A full table overwrites its entries in
+ * turn (those of a network since destroyed, say): a layer left out runs our backward,
+ * right after either forward. */
 static void bn_dnn_mark(cuda_ctx *g, const void *reserve, const float *beta, int res, int ran) {
+    if (!reserve) return;
     int i = bn_dnn_find(g, reserve);
+    const int cap = (int)(sizeof g->bn_dnn_ran / sizeof g->bn_dnn_ran[0]);
     if (!ran) {
         if (i >= 0) g->bn_dnn_ran[i] = g->bn_dnn_ran[--g->nbn_dnn_ran];
         return;
     }
-    /* (a full table leaves the layer to our backward, which needs none of it) */
-    if (i < 0 && g->nbn_dnn_ran < (int)(sizeof g->bn_dnn_ran / sizeof g->bn_dnn_ran[0])) i = g->nbn_dnn_ran++;
-    if (i < 0) return;
+    if (i < 0) i = g->nbn_dnn_ran < cap ? g->nbn_dnn_ran++ : g->bn_dnn_next++ % cap;
     g->bn_dnn_ran[i].reserve = reserve;
     g->bn_dnn_ran[i].beta = beta;
     g->bn_dnn_ran[i].res = res;
@@ -1086,20 +1094,22 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
     int res_in = res != NULL;
     if (bn_dnn_refused(g, d, res_in, 0)) return RN_OK;
     const float one = 1, zero = 0;
-    cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
+    cudnnStatus_t st = g->inj_bn ? g->inj_bn : cudnnBatchNormalizationForwardTrainingEx(
         g->dnn, BN_MODE, bn_ops_for(d->relu, res_in), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
     if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 0);
     be->launches++;
-    DNN(st);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return rn_errorf(RN_EGPU, "%s:%d: cudnnBatchNormalizationForwardTrainingEx (%lld x %d channels): %s (RN_CUDA_BN=own "
+                         "runs rn's BatchNorm instead)", __FILE__, __LINE__, (long long)d->m, d->c, cudnnGetErrorString(st));
     *done = 1;
     return RN_OK;
 }
 
 /* The backward through cuDNN (cudnnBatchNormalizationBackwardEx, the forward's fused ops)
- * when the layer's last forward went through it (its reserve holds cuDNN's ReLU state);
- * *done = 0 leaves it to ours, which reads y and the statistics both forwards save alike.
+ * when the layer's last forward went through it (its reserve holds cuDNN's ReLU state),
+ * or for a BN without ReLU or reserve after either; *done = 0 leaves it to ours, which reads y and the statistics both forwards save alike.
  * dx and dres alias dy as the network passes them (in place over dy, and dres over dy):
  * cuDNN documents no rule for that, so test_cuda_ops's BN cases (in place and not) decide
  * it on a GPU before RN_CUDA_BN=cudnn may become the default. */
@@ -1110,9 +1120,13 @@ static int bn_dnn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const 
     *done = 0;
     int k = bn_dnn_find(g, reserve), res_in = dres != NULL;
     size_t ws, rs, bws = 0;
-    if (!g->bn_cudnn || k < 0 || g->bn_dnn_ran[k].res != res_in || bn_dnn_refused(g, d, res_in, 1) ||
-        !bn_dnn_sizes(g, d, res_in, &ws, &rs))
+    if (!g->bn_cudnn || bn_dnn_refused(g, d, res_in, 1) || !bn_dnn_sizes(g, d, res_in, &ws, &rs) ||
+        (rs && !reserve))
         return RN_OK;
+    /* cuDNN's backward reads the state its forward left in the reserve, and with a ReLU
+       the forward's beta: only after its own forward, with the same ops (a BN with
+       neither, no ReLU and no reserve, follows either forward) */
+    if ((d->relu || rs) && (k < 0 || g->bn_dnn_ran[k].res != res_in)) return RN_OK;
     cudnnBatchNormOps_t ops = bn_ops_for(d->relu, res_in);
     cudnnActivationDescriptor_t act = d->relu ? g->bn_relu : NULL;
     if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x, g->bn_x, g->bn_x,
@@ -1121,13 +1135,15 @@ static int bn_dnn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const 
         bws > be->ws_bytes)
         return RN_OK;
     const float one = 1, zero = 0;
-    cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
-        g->dnn, BN_MODE, ops, &one, &zero, &one, accumulate ? &one : &zero, g->bn_x, x, g->bn_x, y, g->bn_x, dy,
-        res_in ? g->bn_x : NULL, dres, g->bn_x, dx, g->bn_stat, gamma, g->bn_dnn_ran[k].beta, dgamma, dbeta, d->eps,
-        save_mean, save_invstd, act, be->ws, be->ws_bytes, reserve, rs);
+    cudnnStatus_t st = g->inj_bn_bwd ? g->inj_bn_bwd : cudnnBatchNormalizationBackwardEx(
+        g->dnn, BN_MODE, ops, &one, &zero, &one, accumulate ? &one : &zero, g->bn_x, x, y ? g->bn_x : NULL, y, g->bn_x,
+        dy, res_in ? g->bn_x : NULL, dres, g->bn_x, dx, g->bn_stat, gamma, k >= 0 ? g->bn_dnn_ran[k].beta : NULL,
+        dgamma, dbeta, d->eps, save_mean, save_invstd, act, be->ws, be->ws_bytes, reserve, rs);
     if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 1);
     be->launches++;
-    DNN(st);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return rn_errorf(RN_EGPU, "%s:%d: cudnnBatchNormalizationBackwardEx (%lld x %d channels): %s (RN_CUDA_BN=own runs "
+                         "rn's BatchNorm instead)", __FILE__, __LINE__, (long long)d->m, d->c, cudnnGetErrorString(st));
     *done = 1;
     return RN_OK;
 }
@@ -2813,6 +2829,9 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     g->deterministic = be->opts.cuda_deterministic;
     g->bn_cudnn = be->opts.cuda_bn_cudnn;
     g->stem_plain = be->opts.cuda_stem_plain;
+    g->inj_find = (cudnnStatus_t)be->opts.cuda_inject_find;
+    g->inj_bn = (cudnnStatus_t)be->opts.cuda_inject_bn;
+    g->inj_bn_bwd = (cudnnStatus_t)be->opts.cuda_inject_bn_bwd;
     g->heuristic = be->opts.cuda_conv_heuristic;
     g->ws_limit = be->opts.cuda_workspace;
     snprintf(g->devid, sizeof g->devid, "%s_sm%d%d", prop.name, prop.major, prop.minor);
@@ -2838,10 +2857,11 @@ extern "C" int rn_backend_cuda_init(rn_backend *be, int index) {
     char name[1024];
     snprintf(name, sizeof name,
              "cuda:%d: %s (sm_%d%d, %.0f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d, conv workspace limit %ld MiB, "
-             "TF32 %s%s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
+             "TF32 %s%s%s%s%s%s", index, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
              cv / 10000, cv % 10000 / 100, cv % 100, bv / 10000, bv % 10000 / 100, (long)(g->ws_limit >> 20), g->tf32 ? "on" : "off",
              g->deterministic ? ", deterministic" : "", g->heuristic ? ", heuristic algorithms" : "",
-             g->bn_cudnn ? ", cuDNN BN" : "", g->stem_plain ? ", stem not padded" : "");
+             g->bn_cudnn ? ", cuDNN BN" : "", g->stem_plain ? ", stem not padded" : "",
+             g->inj_find || g->inj_bn || g->inj_bn_bwd ? ", cuDNN statuses injected (RN_CUDA_INJECT)" : "");
     if (g->algos) {
         size_t nl = strlen(name);
         snprintf(name + nl, sizeof name - nl, "; %s", rn_algocache_note(g->algos));

@@ -254,6 +254,33 @@ int rn_cli_dist_threads(int threads, int lw) {
     return n / lw > 1 ? (int)(n / lw) : 1;
 }
 
+/* RN_CUDA_INJECT=KIND=STATUS[,KIND=STATUS...]: KIND find, bn or bn-bwd, STATUS a cuDNN
+ * status code (3002 CUDNN_STATUS_NOT_SUPPORTED_SHAPE, 4004 ..._DEVICE_ALLOCATION_FAILED) */
+static int env_inject(rn_backend_opts *o) {
+    const char *s = getenv("RN_CUDA_INJECT");
+    if (!s || !*s) return RN_OK;
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf)
+        return rn_errorf(RN_EINVAL, "RN_CUDA_INJECT: longer than %zu characters", sizeof buf - 1);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '='), *end = NULL;
+        long code = eq ? strtol(eq + 1, &end, 10) : 0;
+        int *slot = NULL;
+        if (eq) {
+            *eq = 0;
+            slot = strcmp(item, "find") == 0     ? &o->cuda_inject_find
+                   : strcmp(item, "bn") == 0     ? &o->cuda_inject_bn
+                   : strcmp(item, "bn-bwd") == 0 ? &o->cuda_inject_bn_bwd
+                                                 : NULL;
+        }
+        if (!slot || end == eq + 1 || *end || code < 1 || code > 99999)
+            return rn_errorf(RN_EINVAL, "RN_CUDA_INJECT='%s': expected KIND=STATUS[,...], KIND find, bn or bn-bwd, "
+                             "STATUS a cuDNN status code (e.g. find=4004,bn=3002)", s);
+        *slot = (int)code;
+    }
+    return RN_OK;
+}
+
 int rn_cli_backend_env(rn_backend_opts *o) {
     int rc = RN_OK;
     const char *s;
@@ -267,6 +294,7 @@ int rn_cli_backend_env(rn_backend_opts *o) {
     if ((rc = env_choice("RN_CUDA_CONV_ALGO", "find", "heuristic", &o->cuda_conv_heuristic)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_BN", "own", "cudnn", &o->cuda_bn_cudnn)) != RN_OK) goto fail;
     if ((rc = env_choice("RN_CUDA_STEM", "pad", "plain", &o->cuda_stem_plain)) != RN_OK) goto fail;
+    if ((rc = env_inject(o)) != RN_OK) goto fail;
     if ((s = getenv("RN_CUDA_WORKSPACE_MB")) && *s) {
         int64_t mb = 0;
         if ((rc = rn_cli_i64("RN_CUDA_WORKSPACE_MB", s, 0, (int64_t)1 << 30, &mb)) != RN_OK) goto fail;

@@ -299,7 +299,9 @@ static void usage(FILE *f) {
             "detects), in its AVX2 or C form only (the same bytes), or through OpenBLAS (each of\n"
             "its kernels rounds its own way); --val also\n"
             "takes RN_CPU_WINOGRAD=0|1|2 (Winograd 3x3 convs, default 1), as rn-eval (see\n"
-            "rn-train(1)).\n"
+            "rn-train(1)). On a GPU: RN_CUDA_BN=own|cudnn (BatchNorm by rn's kernels or cuDNN's\n"
+            "fused ones), RN_CUDA_INJECT=KIND=STATUS (a test hook: cuDNN statuses returned in\n"
+            "place of its calls, to check the fall-backs), and the others rn-train(1) lists.\n"
             "Exit status: 0 success, 1 failure (message on stderr), 2 bad usage, 130 interrupted.\n",
             RN_TRAIN_BATCH, RN_TRAIN_CROP, RN_TRAIN_OVERFIT_STEPS, RN_TRAIN_WORKERS,
             rn_dist_built() ? "with Open MPI" : "without MPI, one process only (make deps; make)", RN_DIST_TIMEOUT,

@@ -117,6 +117,10 @@ typedef struct {
                                  (RN_CUDA_WORKSPACE_MB; default RN_CUDA_WORKSPACE_DEFAULT) */
     char cuda_algo_cache[1024]; /* file that keeps Find's conv algorithm choices for later
                                  processes (rn/algocache.h); "" none (RN_CUDA_ALGO_CACHE) */
+    /* a test hook (RN_CUDA_INJECT): the cuDNN status each call of a kind returns instead of
+       running, 0 for none, so that a GPU run can check the fall-backs: Find's (convolution
+       algorithms), the fused BN forward's and its backward's */
+    int cuda_inject_find, cuda_inject_bn, cuda_inject_bn_bwd;
 } rn_backend_opts;
 
 void rn_backend_opts_init(rn_backend_opts *o);

@@ -227,6 +227,11 @@ static void cmp_bn_fwd(env *e, const char *what, const void *gy, const float *y,
     cmp_dev(e, t, grv, RN_F32, rv, c);
 }
 
+/* RN_CUDA_BN=cudnn: the backward calls where cuDNN could run it (fp16, channels a multiple
+ * of 4, its own forward before: y apart from x) and those where it did (one launch where
+ * ours make three), over a dtype's cases */
+static int dnn_bwd_could, dnn_bwd_did;
+
 static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_place) {
     rn_bn_desc d, dg;
     CHECK_OK(rn_bn_desc_init(&d, m, c, relu));
@@ -275,7 +280,12 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
     void *gdy = up(e->gpu, e->dtype, dy, n), *gdx = in_place ? gdy : up(e->gpu, e->dtype, dy, n);
     void *gdres = res ? (in_place ? up(e->gpu, e->dtype, dy, n) : gdy) : NULL;
     float *gdg = up(e->gpu, RN_F32, dg0, c), *gdb = up(e->gpu, RN_F32, db0, c);
+    int64_t l0 = rn_backend_launches(e->gpu);
     CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, gdy, ggam, gsm, gsi, gdx, gdg, gdb, gdres, reserve, 1));
+    int dnn_could = strstr(variant, "RN_CUDA_BN=cudnn") && e->dtype == RN_F16 && c % 4 == 0 && !in_place &&
+                    (relu || !residual);
+    dnn_bwd_could += dnn_could;
+    dnn_bwd_did += dnn_could && rn_backend_launches(e->gpu) - l0 == 1;
     cmp_bn_grads(e, what, "bwd", gdx, dx, gdg, dgam, gdb, dbet, gdres, dres, n, c);
     /* where the backend keeps the ReLU mask in the reserve (the CUDA backend's own BN), the
        backward takes the ReLU from it, not from y: the same gradients with y all zeros
@@ -293,14 +303,24 @@ static void test_bn(env *e, int64_t m, int c, int relu, int residual, int in_pla
         free(zeros);
     }
     /* cuDNN's backward (after its forward, y apart from x) in place over dy, as the network
-       calls a BN without a residual, dres apart: the above had dres over dy and dx apart */
+       calls a BN without a residual, dres apart, and without accumulation, as the network
+       calls it: the above had dres over dy, dx apart, and accumulation */
     if (!in_place && strstr(variant, "RN_CUDA_BN=cudnn")) {
+        float *zg = calloc((size_t)c, sizeof(float)), *zb = calloc((size_t)c, sizeof(float));
+        float *cdx = malloc(sizeof(float) * n), *cres = res ? malloc(sizeof(float) * n) : NULL;
+        float *yc = down(e->gpu, e->dtype, gy, n);
+        CHECK_OK(rn_bn_bwd(e->cpu, &d, x, yc, dy, gamma, sm, si, cdx, zg, zb, cres, NULL, 0));
         void *pdy = up(e->gpu, e->dtype, dy, n), *pres = res ? up(e->gpu, e->dtype, dy, n) : NULL;
-        float *pg = up(e->gpu, RN_F32, dg0, c), *pb = up(e->gpu, RN_F32, db0, c);
-        CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, pdy, ggam, gsm, gsi, pdy, pg, pb, pres, reserve, 1));
-        cmp_bn_grads(e, what, "bwd (dx in place, dres apart)", pdy, dx, pg, dgam, pb, dbet, pres, dres, n, c);
+        float *pg = up(e->gpu, RN_F32, dg0, c), *pb = up(e->gpu, RN_F32, db0, c); /* (overwritten) */
+        l0 = rn_backend_launches(e->gpu);
+        CHECK_OK(rn_bn_bwd(e->gpu, &dg, gxkeep, gy, pdy, ggam, gsm, gsi, pdy, pg, pb, pres, reserve, 0));
+        dnn_bwd_could += dnn_could;
+        dnn_bwd_did += dnn_could && rn_backend_launches(e->gpu) - l0 == 1;
+        cmp_bn_grads(e, what, "bwd (dx in place, dres apart, no accumulation)", pdy, cdx, pg, zg, pb, zb, pres, cres,
+                     n, c);
         void *pb_[] = {pdy, pres, pg, pb};
         for (size_t i = 0; i < sizeof pb_ / sizeof *pb_; i++) rn_backend_free(e->gpu, pb_[i]);
+        free(zg), free(zb), free(cdx), free(cres), free(yc);
     }
 
     /* inference with the updated running statistics, in place over a fresh x */
@@ -928,6 +948,7 @@ static void run_bn(env *e) {
     test_bn(e, 32 * 16 * 16, 40, 1, 1, 0);
     test_bn(e, 32 * 8 * 8, 64, 1, 1, 0);
     test_bn(e, 8 * 7 * 7, 256, 0, 0, 1);
+    test_bn(e, 8 * 7 * 7, 256, 0, 0, 0); /* (a BN without ReLU, as the downsample's, y apart) */
     test_bn(e, 300, 264, 1, 1, 0); /* 16-byte loads: a last tile of one lane (half) */
     test_bn(e, 130, 8, 1, 0, 0);   /* one lane across the row (half), two (float) */
     test_bn_unaligned(e, 300, 64);
@@ -1253,9 +1274,15 @@ int main(void) {
     for (int i = 0; e.gpu && i < 3; i++) {
         int before = check_failed;
         e.dtype = dtypes[i];
+        dnn_bwd_could = dnn_bwd_did = 0;
         run_bn(&e);
-        fprintf(stderr, "test_cuda_ops: %s BN with RN_CUDA_BN=cudnn: %s\n", rn_dtype_name(e.dtype),
+        fprintf(stderr, "test_cuda_ops: %s BN with RN_CUDA_BN=cudnn: %s", rn_dtype_name(e.dtype),
                 check_failed == before ? "matches the CPU" : "MISMATCHES above");
+        if (dnn_bwd_could) fprintf(stderr, "; cuDNN ran %d of %d backwards it could", dnn_bwd_did, dnn_bwd_could);
+        fputc('\n', stderr);
+        /* (a case cuDNN refuses runs ours, rightly; none taken would test nothing of its own) */
+        CHECK(!dnn_bwd_could || dnn_bwd_did > 0, "RN_CUDA_BN=cudnn %s: cuDNN's BN backward ran in none of %d cases",
+              rn_dtype_name(e.dtype), dnn_bwd_could);
     }
     rn_backend_destroy(e.gpu);
     rn_backend_destroy(e.cpu);
