@@ -50,6 +50,23 @@ cuda_build() { ar t "${RN_BUILD:-$BATS_TEST_DIRNAME/../build}/librn.a" | grep -q
     if cuda_build; then [[ "$stderr" == *"(auto: no usable GPU)"* ]]; fi
 }
 
+@test "RN_CUDA_INJECT: a malformed value is refused by each tool (exit 2, the form said); on the CPU a good one changes nothing" {
+    for v in bogus find=x find=0 conv=3002 "find=3002,bn"; do
+        run --separate-stderr env RN_CUDA_INJECT="$v" rn-train $T --out bad.pb
+        assert_failure 2
+        [[ "$stderr" == *"RN_CUDA_INJECT='$v': expected KIND=STATUS"* ]]
+    done
+    [ ! -e bad.pb ]
+    run --separate-stderr env RN_CUDA_INJECT=find=4004 rn-eval --data train.lmdb --ckpt init.pb --crop 32
+    assert_success
+    run --separate-stderr env RN_CUDA_INJECT=bn rn-eval --data train.lmdb --ckpt init.pb --crop 32
+    assert_failure 2
+    # (the CPU calls no cuDNN: the same tensors)
+    rn-train $T --out plain.pb --device cpu
+    RN_CUDA_INJECT=find=4004,bn=3002,bn-bwd=3002 rn-train $T --out injected.pb --device cpu
+    diff <(rn-info --tensors plain.pb | sed -n '/^tensors:/,$p') <(rn-info --tensors injected.pb | sed -n '/^tensors:/,$p')
+}
+
 @test "--cuda-graphs without a backend with graphs: refused by name, exit 1, no checkpoint" {
     run --separate-stderr rn-train $T --out graphs.pb --cuda-graphs
     assert_failure 1
