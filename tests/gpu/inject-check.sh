@@ -35,6 +35,17 @@ train() { # OUT AMP [FLAGS...]: one run, its stderr in OUT.err (the environment 
 }
 # the last line a run said of its own (not the progress lines)
 said() { grep -v '^epoch ' "$1" | tail -n 1 | cut -c1-200; }
+# NAME CALL WHAT AMP: a run that must stop (its exit status into stopped), naming CALL,
+# writing no checkpoint; WHAT says which in a verdict
+must_stop() {
+    local name=$1 call=$2 what=$3
+    train "$WORK/$name" "$4"
+    stopped=$?
+    cat "$WORK/$name.err"
+    [ $stopped != 0 ] || verdict FAIL "$what: rn-train exit 0 where it must stop"
+    grep -q "$call" "$WORK/$name.err" || verdict FAIL "$what: the message does not name $call: $(said "$WORK/$name.err")"
+    [ ! -e "$WORK/$name.pb" ] || verdict FAIL "$what: a checkpoint was written"
+}
 
 if [ "$DEV" = cpu ]; then
     RN_CUDA_INJECT=find=oom train "$WORK/bad" off
@@ -58,14 +69,8 @@ grep -q "cuDNN statuses injected (RN_CUDA_INJECT)" "$WORK/find-oom.err" ||
 detail="find=4004: trained on the heuristic, nothing cached"
 
 # Find failing for good: stop, name it
-RN_CUDA_ALGO_CACHE=off RN_CUDA_INJECT=find=2000 train "$WORK/find-bad" off
-rc=$?
-cat "$WORK/find-bad.err"
-[ $rc != 0 ] || verdict FAIL "find=2000: rn-train exit 0 where a fatal status must stop it"
-grep -q "cudnnFindConvolution" "$WORK/find-bad.err" ||
-    verdict FAIL "find=2000: the message does not name cudnnFindConvolution: $(said "$WORK/find-bad.err")"
-[ ! -e "$WORK/find-bad.pb" ] || verdict FAIL "find=2000: a checkpoint was written"
-detail="$detail; find=2000: exit $rc naming cudnnFindConvolution"
+RN_CUDA_ALGO_CACHE=off RN_CUDA_INJECT=find=2000 must_stop find-bad cudnnFindConvolution find=2000 off
+detail="$detail; find=2000: exit $stopped naming cudnnFindConvolution"
 
 # the fused BN refusing every shape: rn's BN throughout, the bits of RN_CUDA_BN=own
 export RN_CUDA_ALGO_CACHE=off
@@ -94,10 +99,6 @@ awk -v l="${loss:-nan}" 'BEGIN { exit !(l + 0 == l && l > 0 && l < 100) }' ||
 detail="$detail; bn-bwd=3002: trained (loss $loss)"
 
 # the fused BN out of memory: no fall-back, named
-RN_CUDA_BN=cudnn RN_CUDA_INJECT=bn=4004 train "$WORK/bn-oom" fp16
-rc=$?
-cat "$WORK/bn-oom.err"
-[ $rc != 0 ] || verdict FAIL "RN_CUDA_BN=cudnn bn=4004: exit 0 where out of memory must stop it"
-grep -q "cudnnBatchNormalizationForwardTrainingEx" "$WORK/bn-oom.err" ||
-    verdict FAIL "RN_CUDA_BN=cudnn bn=4004: the message does not name the call: $(said "$WORK/bn-oom.err")"
-verdict ok "$ARCH ${SIZE}px b$BATCH, $STEPS steps: $detail; bn=4004: exit $rc naming the call"
+RN_CUDA_BN=cudnn RN_CUDA_INJECT=bn=4004 must_stop bn-oom cudnnBatchNormalizationForwardTrainingEx \
+    "RN_CUDA_BN=cudnn bn=4004" fp16
+verdict ok "$ARCH ${SIZE}px b$BATCH, $STEPS steps: $detail; bn=4004: exit $stopped naming the call"
