@@ -27,9 +27,6 @@
 #   4g. rn-train --cuda-graphs against the same run without: the same bits (checkpoints and
 #      logged losses), fp32 and fp16, --accum 1 and 2, with --val, EMA, frozen BN and
 #      recomputation, with mixup and cutmix (tests/gpu/graphs-check.sh)
-#   4h. the fall-backs on cuDNN statuses, injected (RN_CUDA_INJECT): Find out of memory
-#      takes the heuristic, a fatal status stops the run by name, the fused BN refused
-#      runs rn's (tests/gpu/inject-check.sh)
 #   5. rn-train and rn-eval --device cuda on train.bats's toy dataset: 8 epochs reach a
 #      validation top-1 of at least 0.95, as on the CPU
 #   5b. the algorithm cache those runs wrote: a second rn-train reads it, searches nothing new
@@ -38,6 +35,10 @@
 #   6. rn-train --tensorboard, two epochs in two runs (--amp fp16), loaded by tensorboard's
 #      own EventAccumulator (tests/gpu/tb_check.py): the same scalars as rn-info reads and
 #      the log holds, the flags in the text plugin; skipped without the tensorboard package
+#   7. the fall-backs on cuDNN statuses, injected (RN_CUDA_INJECT): Find out of memory
+#      takes the heuristic, a fatal status stops the run by name, the fused BN refused
+#      runs rn's (tests/gpu/inject-check.sh); last, so that a device run short of time
+#      loses this before the tools' checks
 # GPU_CHECK_MEMCHECK=1 adds the op test under compute-sanitizer (minutes more).
 # GPU_CHECK_BUILD=0 skips step 1 and uses the build already in $BUILD.
 # Output in $GPU_CHECK_OUT (default gpu-check-out): gpu-check.log (everything said),
@@ -371,9 +372,6 @@ script_step "recompute: --recompute blocks vs none, $ARCH ${SIZE}px b$BATCH" rec
 #     (tests/gpu/graphs-check.sh says what). Seconds.
 script_step "graphs: --cuda-graphs vs without, $ARCH ${SIZE}px b$BATCH" graphs
 
-# 4h. cuDNN statuses injected (RN_CUDA_INJECT): the fall-backs, and the stops that name the
-#     call (tests/gpu/inject-check.sh says which). Seconds.
-script_step "cuDNN statuses injected: Find's and BN's fall-backs, $ARCH ${SIZE}px b$BATCH" inject
 
 # 5. the tools end to end on the GPU: rn-train and rn-eval on the toy dataset train.bats
 #    learns on the CPU (two classes of stripes), --device as a user gives it
@@ -525,6 +523,10 @@ else
     esac
     say "tensorboard: $v"
 fi
+
+# 7. cuDNN statuses injected (RN_CUDA_INJECT): the fall-backs, and the stops that name the
+#    call (tests/gpu/inject-check.sh says which). Seconds.
+script_step "cuDNN statuses injected: Find's and BN's fall-backs, $ARCH ${SIZE}px b$BATCH" inject
 
 row "not run" - "the benchmark: make bench-gpu (tests/gpu/device-run.sh runs it after this)"
 echo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check step 4h: the fall-backs on cuDNN statuses, through RN_CUDA_INJECT (each call of
+# gpu-check step 7: the fall-backs on cuDNN statuses, through RN_CUDA_INJECT (each call of
 # a kind returns the given status instead of running). Every run is STEPS steps of
 # rn-train --deterministic from one checkpoint:
 #   - Find out of device memory (find=4004, CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED):
