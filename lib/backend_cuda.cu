@@ -973,9 +973,12 @@ static int bn_dnn_describe(cuda_ctx *g, const rn_bn_desc *d) {
     return RN_OK;
 }
 
-/* cuDNN's workspace and reserve for one op variant; 0 when cuDNN does not take it */
-static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *ws, size_t *rs) {
+/* cuDNN's workspace (the forward's and the backward's, the larger) and reserve for one
+ * op variant; 0 when cuDNN does not take it. bws (unless NULL): the backward's alone,
+ * SIZE_MAX where cuDNN does not size it (its call is then left to ours: bn_dnn_bwd). */
+static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *ws, size_t *rs, size_t *bws) {
     *ws = *rs = 0;
+    if (bws) *bws = SIZE_MAX;
     /* cuDNN's fused NHWC kernel (the only one that applies ReLU and adds a residual)
        takes fp16 with channels a multiple of 4; elsewhere ours run */
     if (!g->bn_cudnn || d->dtype != RN_F16 || d->c % 4 || (residual && !d->relu) || bn_dnn_describe(g, d) != RN_OK)
@@ -990,13 +993,13 @@ static int bn_dnn_sizes(cuda_ctx *g, const rn_bn_desc *d, int residual, size_t *
         *ws = *rs = 0;
         return 0;
     }
-    /* the backward's, where cuDNN sizes it (else its call is left to ours: bn_dnn_bwd) */
-    size_t bws = 0;
+    size_t b = 0;
     if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x, g->bn_x, g->bn_x,
                                                           residual ? g->bn_x : NULL, g->bn_x, g->bn_stat, act,
-                                                          &bws) == CUDNN_STATUS_SUCCESS &&
-        bws > *ws)
-        *ws = bws;
+                                                          &b) == CUDNN_STATUS_SUCCESS) {
+        if (b > *ws) *ws = b;
+        if (bws) *bws = b;
+    }
     return 1;
 }
 
@@ -1051,6 +1054,20 @@ static int bn_dnn_refuse(rn_backend *be, const rn_bn_desc *d, int res, int bwd) 
     return RN_OK;
 }
 
+/* A fused BN call's status st: a refused shape is left to ours from now on (*done stays
+ * 0), success is done, anything else an error naming the call. */
+static int bn_dnn_status(rn_backend *be, const rn_bn_desc *d, int res, int bwd, cudnnStatus_t st, int *done) {
+    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res, bwd);
+    be->launches++;
+    if (st != CUDNN_STATUS_SUCCESS)
+        return rn_errorf(RN_EGPU, "%s:%d: %s (%lld x %d channels): %s (RN_CUDA_BN=own runs rn's BatchNorm instead)",
+                         __FILE__, __LINE__,
+                         bwd ? "cudnnBatchNormalizationBackwardEx" : "cudnnBatchNormalizationForwardTrainingEx",
+                         (long long)d->m, d->c, cudnnGetErrorString(st));
+    *done = 1;
+    return RN_OK;
+}
+
 /* workspace: part (chunks, 2, c) doubles, then four float rows of c; or cuDNN's. The
  * vector tiling has no more tiles than the scalar one, so at least as many chunks: its
  * count covers both. */
@@ -1060,7 +1077,7 @@ static size_t cuda_bn_workspace(rn_backend *be, const rn_bn_desc *d) {
     size_t own = (size_t)nch * 2 * d->c * sizeof(double) + 4 * (size_t)d->c * sizeof(float);
     for (int res = 0; res < 2; res++) {
         size_t ws, rs;
-        if (bn_dnn_sizes(g, d, res, &ws, &rs) && ws > own) own = ws;
+        if (bn_dnn_sizes(g, d, res, &ws, &rs, NULL) && ws > own) own = ws;
     }
     return own;
 }
@@ -1076,7 +1093,7 @@ static size_t cuda_bn_reserve_size(rn_backend *be, const rn_bn_desc *d) {
     size_t most = 0;
     for (int res = 0; res < 2; res++) {
         size_t ws, rs;
-        if (bn_dnn_sizes(CTX(be), d, res, &ws, &rs) && rs > most) most = rs;
+        if (bn_dnn_sizes(CTX(be), d, res, &ws, &rs, NULL) && rs > most) most = rs;
     }
     return most;
 }
@@ -1088,7 +1105,7 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
     cuda_ctx *g = CTX(be);
     size_t ws, rs;
     *done = 0;
-    if (y == x || (res && y == res) || !bn_dnn_sizes(g, d, res != NULL, &ws, &rs) || ws > be->ws_bytes ||
+    if (y == x || (res && y == res) || !bn_dnn_sizes(g, d, res != NULL, &ws, &rs, NULL) || ws > be->ws_bytes ||
         (rs && !reserve))
         return RN_OK;
     int res_in = res != NULL;
@@ -1098,13 +1115,7 @@ static int bn_dnn_fwd_train(rn_backend *be, const rn_bn_desc *d, const void *x, 
         g->dnn, BN_MODE, bn_ops_for(d->relu, res_in), &one, &zero, g->bn_x, x, res ? g->bn_x : NULL, res,
         g->bn_x, y, g->bn_stat, gamma, beta, d->momentum, rmean, rvar, d->eps, save_mean, save_invstd,
         d->relu ? g->bn_relu : NULL, be->ws, be->ws_bytes, reserve, rs);
-    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 0);
-    be->launches++;
-    if (st != CUDNN_STATUS_SUCCESS)
-        return rn_errorf(RN_EGPU, "%s:%d: cudnnBatchNormalizationForwardTrainingEx (%lld x %d channels): %s (RN_CUDA_BN=own "
-                         "runs rn's BatchNorm instead)", __FILE__, __LINE__, (long long)d->m, d->c, cudnnGetErrorString(st));
-    *done = 1;
-    return RN_OK;
+    return bn_dnn_status(be, d, res_in, 0, st, done);
 }
 
 /* The backward through cuDNN (cudnnBatchNormalizationBackwardEx, the forward's fused ops)
@@ -1119,9 +1130,9 @@ static int bn_dnn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const 
     cuda_ctx *g = CTX(be);
     *done = 0;
     int k = bn_dnn_find(g, reserve), res_in = dres != NULL;
-    size_t ws, rs, bws = 0;
-    if (!g->bn_cudnn || bn_dnn_refused(g, d, res_in, 1) || !bn_dnn_sizes(g, d, res_in, &ws, &rs) ||
-        (rs && !reserve))
+    size_t ws, rs, bws;
+    if (!g->bn_cudnn || bn_dnn_refused(g, d, res_in, 1) || !bn_dnn_sizes(g, d, res_in, &ws, &rs, &bws) ||
+        (rs && !reserve) || bws > be->ws_bytes)
         return RN_OK;
     /* cuDNN's backward reads the state its forward left in the reserve, and with a ReLU
        the forward's beta: only after its own forward, with the same ops (a BN with
@@ -1129,23 +1140,12 @@ static int bn_dnn_bwd(rn_backend *be, const rn_bn_desc *d, const void *x, const 
     if ((d->relu || rs) && (k < 0 || g->bn_dnn_ran[k].res != res_in)) return RN_OK;
     cudnnBatchNormOps_t ops = bn_ops_for(d->relu, res_in);
     cudnnActivationDescriptor_t act = d->relu ? g->bn_relu : NULL;
-    if (cudnnGetBatchNormalizationBackwardExWorkspaceSize(g->dnn, BN_MODE, ops, g->bn_x, g->bn_x, g->bn_x,
-                                                          res_in ? g->bn_x : NULL, g->bn_x, g->bn_stat, act,
-                                                          &bws) != CUDNN_STATUS_SUCCESS ||
-        bws > be->ws_bytes)
-        return RN_OK;
     const float one = 1, zero = 0;
     cudnnStatus_t st = g->inj_bn_bwd ? g->inj_bn_bwd : cudnnBatchNormalizationBackwardEx(
         g->dnn, BN_MODE, ops, &one, &zero, &one, accumulate ? &one : &zero, g->bn_x, x, y ? g->bn_x : NULL, y, g->bn_x,
         dy, res_in ? g->bn_x : NULL, dres, g->bn_x, dx, g->bn_stat, gamma, k >= 0 ? g->bn_dnn_ran[k].beta : NULL,
         dgamma, dbeta, d->eps, save_mean, save_invstd, act, be->ws, be->ws_bytes, reserve, rs);
-    if (rn_dnn_status_class(st) == RN_DNN_UNSUPPORTED) return bn_dnn_refuse(be, d, res_in, 1);
-    be->launches++;
-    if (st != CUDNN_STATUS_SUCCESS)
-        return rn_errorf(RN_EGPU, "%s:%d: cudnnBatchNormalizationBackwardEx (%lld x %d channels): %s (RN_CUDA_BN=own runs "
-                         "rn's BatchNorm instead)", __FILE__, __LINE__, (long long)d->m, d->c, cudnnGetErrorString(st));
-    *done = 1;
-    return RN_OK;
+    return bn_dnn_status(be, d, res_in, 1, st, done);
 }
 
 template <typename T>
