@@ -116,10 +116,16 @@ size_t rn_dist_bucket(const rn_dist *d) { return d ? d->bucket : 0; }
 /* Chunk r of a bucket of n floats over W ranks is [n*r/W, n*(r+1)/W): its length. */
 static int64_t chunk_len(int64_t n, int r, int W) { return n * (r + 1) / W - n * r / W; }
 
+/* Floats per bucket of a sum of n floats (--bucket-mb; 0: one bucket of all), the cut
+ * every sum makes: whole buckets from its start, then the rest. */
+static int64_t bucket_floats(const rn_dist *d, int64_t n) {
+    int64_t step = d && d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
+    return step < 1 ? 1 : step;
+}
+
 int64_t rn_dist_run_floats(const rn_dist *d, int64_t n) {
     int W = d ? d->world : 1;
-    int64_t step = d && d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
-    if (step < 1) step = 1;
+    int64_t step = bucket_floats(d, n);
     if (n <= 0) return 0;
     /* whole buckets of step floats, then the rest; a chunk is at most ceil(bucket / W) */
     return n / step * ((step + W - 1) / W) + (n % step + W - 1) / W;
@@ -735,8 +741,7 @@ int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len) {
         if (rc) return rc;
         d->fill += len;
     }
-    int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : d->n;
-    if (step < 1) step = 1;
+    int64_t step = bucket_floats(d, d->n);
     while (d->fill - d->open_lo >= step) {
         if (d->dev) rc = dev_bucket(d, d->open_lo, step);
         else if ((rc = drain(d, MAX_IN_FLIGHT - 1)) == RN_OK) rc = bucket_start(d, d->open_lo, step);
@@ -837,8 +842,7 @@ int rn_dist_sum(rn_dist *d, rn_backend *be, float *x, float *scratch, int64_t n,
     if (dev && !rn_backend_has_coll(be))
         return rn_errorf(RN_ENOTSUP, "%s: the %s backend has no collectives (a build without NCCL)", what,
                          rn_backend_name(be));
-    int64_t step = d->bucket ? (int64_t)(d->bucket / sizeof(float)) : n;
-    if (step < 1) step = 1;
+    int64_t step = bucket_floats(d, n);
     int rc;
     if (!dev) {
         /* the overlapped sum's machinery, the whole array given at once from the top down */
