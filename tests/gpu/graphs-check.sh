@@ -20,16 +20,8 @@ STEPS=${STEPS:-8}
 # shellcheck source=tests/gpu/step-setup.sh
 . tests/gpu/step-setup.sh
 
-train() { # OUT AMP ACCUM [FLAGS...]: one run, its stderr in OUT.err
-    local o=$1 amp=$2 accum=$3
-    shift 3
-    "$BIN/rn-train" --device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --out "$o.pb" --batch "$BATCH" \
-        --accum "$accum" --crop "$SIZE" --augment none --no-shuffle --workers 2 --max-steps "$STEPS" --deterministic \
-        --amp "$amp" "$@" >"$o.err" 2>&1
-}
-
 if [ "$DEV" = cpu ]; then
-    train "$WORK/cpu" off 1 --cuda-graphs
+    train "$WORK/cpu" off --accum 1 --cuda-graphs
     rc=$?
     cat "$WORK/cpu.err"
     [ $rc != 0 ] || verdict FAIL "--cuda-graphs on the CPU: exit 0, where it must be refused"
@@ -53,7 +45,7 @@ for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "off 2 --val $WORK/train.lmdb --ema
         flags=(--log "$o.jsonl" --log-every 1)
         [ $g = graphs ] && flags+=(--cuda-graphs)
         # shellcheck disable=SC2086 # extra: flags, split
-        train "$o" "$amp" "$accum" "${flags[@]}" $extra
+        train "$o" "$amp" --accum "$accum" "${flags[@]}" $extra
         rc=$?
         grep -v '^epoch [0-9]*/' "$o.err"
         [ $rc = 0 ] || verdict FAIL "$name $g: rn-train exit $rc: $(tail -n 1 "$o.err" | cut -c1-200)"

@@ -26,13 +26,6 @@ STEPS=${STEPS:-3}
 # shellcheck source=tests/gpu/step-setup.sh
 . tests/gpu/step-setup.sh
 
-train() { # OUT AMP [FLAGS...]: one run, its stderr in OUT.err (the environment as given)
-    local o=$1 amp=$2
-    shift 2
-    "$BIN/rn-train" --device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --out "$o.pb" --batch "$BATCH" \
-        --crop "$SIZE" --augment none --no-shuffle --workers 2 --max-steps "$STEPS" --deterministic --amp "$amp" \
-        "$@" >"$o.err" 2>&1
-}
 # the last line a run said of its own (not the progress lines)
 said() { grep -v '^epoch ' "$1" | tail -n 1 | cut -c1-200; }
 # NAME CALL WHAT AMP: a run that must stop (its exit status into stopped), naming CALL,

@@ -24,9 +24,7 @@ detail=""
 for amp in $amps; do
     for r in none blocks; do
         o=$WORK/$amp-$r
-        "$BIN/rn-train" --device "$DEV" --data "$WORK/train.lmdb" --in "$WORK/init.pb" --out "$o.pb" --batch "$BATCH" \
-            --crop "$SIZE" --augment none --no-shuffle --workers 2 --max-steps "$STEPS" --deterministic --amp "$amp" \
-            --recompute $r >"$o.err" 2>&1
+        train "$o" "$amp" --recompute $r
         rc=$?
         grep -v '^epoch' "$o.err"
         [ $rc = 0 ] || verdict FAIL "$amp --recompute $r: rn-train exit $rc: $(tail -n 1 "$o.err" | cut -c1-200)"
