@@ -109,6 +109,15 @@ int rn_backend_upload(rn_backend *be, void *dst, const void *src, size_t bytes) 
     int rc = capturing(be, "rn_backend_upload");
     return rc ? rc : bytes ? be->ops->upload(be, dst, src, bytes) : RN_OK;
 }
+int rn_backend_put(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes > RN_BACKEND_PUT_MAX)
+        return rn_errorf(RN_EINVAL, "rn_backend_put: %zu bytes, at most %d (rn_backend_upload takes more)", bytes,
+                         RN_BACKEND_PUT_MAX);
+    if (bytes && (!dst || !src)) return rn_errorf(RN_EINVAL, "rn_backend_put: NULL %s", dst ? "source" : "destination");
+    int rc = capturing(be, "rn_backend_put");
+    if (rc || !bytes) return rc;
+    return be->ops->put ? be->ops->put(be, dst, src, bytes) : be->ops->upload(be, dst, src, bytes);
+}
 int rn_backend_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
     int rc = capturing(be, "rn_backend_download");
     return rc ? rc : bytes ? be->ops->download(be, dst, src, bytes) : RN_OK;
@@ -790,7 +799,7 @@ static int check_storage(const char *op, const char *which, int *dtype) {
 static int sgd(rn_backend *be, const char *op, const rn_sgd_desc *d, int64_t n, float *p,
                const float *grad, float *buf, void *copy) {
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
-    if (!isfinite(d->lr) || !isfinite(d->momentum) || !isfinite(d->dampening) ||
+    if ((!d->lr_at && !isfinite(d->lr)) || !isfinite(d->momentum) || !isfinite(d->dampening) ||
         !isfinite(d->weight_decay) || !(d->grad_scale > 0) || !isfinite(d->grad_scale) ||
         (d->nesterov && (d->momentum <= 0 || d->dampening != 0)))
         return rn_errorf(RN_EINVAL, "%s: bad descriptor lr=%g momentum=%g dampening=%g "
@@ -802,6 +811,8 @@ static int sgd(rn_backend *be, const char *op, const rn_sgd_desc *d, int64_t n, 
     if (rc || n == 0) return rc;
     NEED(p, op); NEED(grad, op);
     if (d->momentum != 0) NEED(buf, op);
+    if (d->lr_at && rn_backend_is_host(be) && !isfinite(*d->lr_at))
+        return rn_errorf(RN_EINVAL, "%s: lr_at holds %g, want a finite rate", op, *d->lr_at);
     return after(be, be->ops->sgd_update(be, &dd, n, p, grad, buf, copy));
 }
 

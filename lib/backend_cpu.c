@@ -842,6 +842,7 @@ static int cpu_softmax_xent(rn_backend *be, const rn_xent_desc *d, const void *l
 
 typedef struct {
     const rn_sgd_desc *d;
+    float lr; /* d->lr, or what d->lr_at holds */
     float *p, *buf;
     const float *grad;
     void *copy; /* rn_sgd_update_copy's compute copy, in d->dtype, or NULL */
@@ -854,7 +855,7 @@ RN_HOT static void sgd_range(void *ctx, int64_t i0, int64_t i1) {
     const rn_sgd_desc *d = j->d;
     float *p = j->p, *buf = j->buf;
     const float *grad = j->grad;
-    const float lr = d->lr, mom = d->momentum, damp1 = 1.0f - d->dampening,
+    const float lr = j->lr, mom = d->momentum, damp1 = 1.0f - d->dampening,
                 wd = d->weight_decay, gs = d->grad_scale;
     const int nesterov = d->nesterov, first = d->first_step;
 #pragma omp simd
@@ -875,7 +876,8 @@ RN_HOT static void sgd_range(void *ctx, int64_t i0, int64_t i1) {
 
 static int cpu_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                           const float *grad, float *buf, void *copy) {
-    sgd_job j = {d, p, buf, grad, copy};
+    if (d->skip_if && *d->skip_if) return RN_OK;
+    sgd_job j = {d, d->lr_at ? *d->lr_at : d->lr, p, buf, grad, copy};
     par_range(be, n, ELEMS_PER_CHUNK, n, sgd_range, &j);
     return RN_OK;
 }
@@ -1081,6 +1083,7 @@ static const rn_backend_ops cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
+    .put = cpu_copy,
     .download = cpu_copy,
     .copy = cpu_copy,
     .zero = cpu_zero,

@@ -299,6 +299,25 @@ static int cuda_upload(rn_backend *be, void *dst, const void *src, size_t bytes)
     return RN_OK;
 }
 
+/* rn_backend_put: the bytes as the kernel's argument, so the host waits for nothing */
+typedef struct {
+    unsigned char b[RN_BACKEND_PUT_MAX];
+} put_bytes;
+
+__global__ void put_k(unsigned char *dst, put_bytes v, int n) {
+    int i = (int)threadIdx.x;
+    if (i < n) dst[i] = v.b[i];
+}
+
+static int cuda_put(rn_backend *be, void *dst, const void *src, size_t bytes) {
+    put_bytes v;
+    memset(&v, 0, sizeof v);
+    memcpy(v.b, src, bytes);
+    put_k<<<1, RN_BACKEND_PUT_MAX, 0, CTX(be)->stream>>>((unsigned char *)dst, v, (int)bytes);
+    LAUNCHED("put");
+    return RN_OK;
+}
+
 static int cuda_download(rn_backend *be, void *dst, const void *src, size_t bytes) {
     be->launches++;
     CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CTX(be)->stream));
@@ -2147,8 +2166,10 @@ static int cuda_top1_count(rn_backend *be, int n, int classes, const float *logi
  * overflow check that decides whether to run it is nonfinite_k, before: skipping must be
  * decided before the first weight is written.) */
 template <typename T>
-__global__ void sgd_k(int64_t n, float lr, float mom, float damp1, float wd, float gs, int nesterov, int first,
-                      float *p, const float *grad, float *buf, T *copy) {
+__global__ void sgd_k(int64_t n, float lr_arg, const float *lr_at, const int32_t *skip_if, float mom, float damp1,
+                      float wd, float gs, int nesterov, int first, float *p, const float *grad, float *buf, T *copy) {
+    if (skip_if && *skip_if) return; /* an fp16 overflow: the step is skipped */
+    const float lr = lr_at ? *lr_at : lr_arg;
     GRID_LOOP(i, n) {
         float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
         if (wd != 0) g = __fadd_rn(g, __fmul_rn(wd, p[i]));
@@ -2167,9 +2188,9 @@ template <typename T>
 static int sgd_t(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad, float *buf,
                  void *copy) {
     cuda_ctx *g = CTX(be);
-    sgd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->momentum, 1.0f - d->dampening, d->weight_decay,
-                                                       d->grad_scale, d->nesterov, d->first_step, p, grad, buf,
-                                                       (T *)copy);
+    sgd_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->lr_at, d->skip_if, d->momentum,
+                                                       1.0f - d->dampening, d->weight_decay, d->grad_scale,
+                                                       d->nesterov, d->first_step, p, grad, buf, (T *)copy);
     LAUNCHED("sgd_update");
     return RN_OK;
 }
@@ -2695,6 +2716,7 @@ static void fill_ops(rn_backend_ops *o) {
     o->upload_async = cuda_upload_async;
     o->upload_wait = cuda_upload_wait;
     o->upload = cuda_upload;
+    o->put = cuda_put;
     o->download = cuda_download;
     o->copy = cuda_copy;
     o->zero = cuda_zero;

@@ -157,6 +157,15 @@ void rn_backend_free(rn_backend *be, void *p);
  * pinned memory (rn_backend_host_alloc: e.g. labels read from a loader slot); the
  * asynchronous path for pinned batches is rn_backend_upload_async. */
 int rn_backend_upload(rn_backend *be, void *dst, const void *host_src, size_t bytes);
+/* Write a few bytes (at most RN_BACKEND_PUT_MAX) of host memory into the context's
+ * memory, in order with the ops issued before and after it, without waiting for them: on
+ * CUDA the bytes travel as a kernel's arguments, where rn_backend_upload from pageable
+ * memory may wait for the stream first. For the scalars a graph reads when it runs (the
+ * rate of rn_net_step_lr, rn-train --cuda-graphs' mixing weight), put before its launch;
+ * refused inside a capture, which would hold the bytes of its own time. Errors: RN_EINVAL
+ * (more than RN_BACKEND_PUT_MAX bytes, NULL, inside a capture). */
+#define RN_BACKEND_PUT_MAX 64
+int rn_backend_put(rn_backend *be, void *dst, const void *host_src, size_t bytes);
 int rn_backend_download(rn_backend *be, void *host_dst, const void *src, size_t bytes);
 int rn_backend_copy(rn_backend *be, void *dst, const void *src, size_t bytes);
 int rn_backend_zero(rn_backend *be, void *dst, size_t bytes);
@@ -542,9 +551,15 @@ typedef struct {
     int first_step;
     float grad_scale;      /* 1, or 1/loss_scale to unscale AMP gradients */
     int dtype;             /* element type of rn_sgd_update_copy's copy (0: RN_F32) */
+    const float *lr_at;    /* non-NULL: lr is read from here (one float in backend memory)
+                              when the op runs, in place of lr: a graph's replay steps with
+                              the rate of its step (rn/replay.h); the caller keeps it finite */
+    const int32_t *skip_if; /* non-NULL: when the op runs and this int32 (backend memory)
+                               is not 0, nothing is written: rn_nonfinite's flag skips an
+                               overflowed fp16 step on the device, with no read-back first */
 } rn_sgd_desc;
 
-/* Fill d: dampening 0, grad_scale 1, first_step 1, dtype RN_F32. A grad_scale of 0 is
+/* Fill d: dampening 0, grad_scale 1, first_step 1, dtype RN_F32, lr_at and skip_if NULL. A grad_scale of 0 is
  * refused with RN_EINVAL (it would silently zero every gradient), here and in
  * rn_xent_desc. */
 int rn_sgd_desc_init(rn_sgd_desc *d, float lr, float momentum, float weight_decay,
@@ -559,8 +574,9 @@ int rn_sgd_update(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
  * copy (n elements of d->dtype, RN_F32/RN_F16/RN_BF16 on every backend) = the new p
  * rounded to nearest even: the compute copy the next forward reads. p and buf end bit
  * for bit as rn_sgd_update leaves them. copy must not overlap p, grad or buf. Skipping
- * an overflowed step is the caller's decision, made before with rn_nonfinite: it must be
- * known before the first weight is written, which one pass over the weights cannot. */
+ * an overflowed step is decided before with rn_nonfinite: it must be known before the
+ * first weight is written, which one pass over the weights cannot (skip_if hands that
+ * verdict to the op on the device). */
 int rn_sgd_update_copy(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p,
                        const float *grad, float *buf, void *copy);
 

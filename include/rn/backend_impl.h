@@ -31,6 +31,7 @@ typedef struct rn_backend_ops {
     int (*alloc)(rn_backend *be, size_t bytes, void **out);
     void (*free)(rn_backend *be, void *p);
     int (*upload)(rn_backend *be, void *dst, const void *src, size_t bytes);
+    int (*put)(rn_backend *be, void *dst, const void *src, size_t bytes); /* NULL: upload */
     int (*download)(rn_backend *be, void *dst, const void *src, size_t bytes);
     int (*copy)(rn_backend *be, void *dst, const void *src, size_t bytes);
     int (*zero)(rn_backend *be, void *dst, size_t bytes);

@@ -709,17 +709,29 @@ static void test_input_mix(env *e, int n, int h, int w) {
     free(px), free(y), free(er);
 }
 
-/* SGD is fp32 everywhere and written with the same float operations: equal to the bit */
+/* SGD is fp32 everywhere and written with the same float operations: equal to the bit.
+ * Variants 4 and 5 read the rate from lr_at and the skip from skip_if on the device (5:
+ * set, so nothing may change; the CPU's side skips by not stepping). */
 static void test_sgd(env *e, int64_t n) {
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
         rn_sgd_desc d;
         CHECK_OK(rn_sgd_desc_init(&d, 0.1f, variant == 3 ? 0 : 0.9f, variant == 2 ? 0 : 1e-4f, variant == 1));
         d.first_step = variant == 0;
         d.grad_scale = variant == 2 ? 0.25f : 1.0f;
         float *p = randn(n, 0, 1), *g = randn(n, 0, 1), *buf = randn(n, 0, 1);
         float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
-        CHECK_OK(rn_sgd_update(e->cpu, &d, n, p, g, buf));
+        if (variant != 5) CHECK_OK(rn_sgd_update(e->cpu, &d, n, p, g, buf));
+        float at[2] = {0.1f, 0};
+        int32_t skip = variant == 5;
+        if (variant >= 4) {
+            CHECK_OK(rn_backend_alloc(e->gpu, sizeof at, (void **)&d.lr_at));
+            CHECK_OK(rn_backend_upload(e->gpu, (void *)d.lr_at, at, sizeof at));
+            CHECK_OK(rn_backend_alloc(e->gpu, sizeof skip, (void **)&d.skip_if));
+            CHECK_OK(rn_backend_upload(e->gpu, (void *)d.skip_if, &skip, sizeof skip));
+            d.lr = 123.0f; /* (not read) */
+        }
         CHECK_OK(rn_sgd_update(e->gpu, &d, n, gp, gg, gbuf));
+        rn_backend_free(e->gpu, (void *)d.lr_at), rn_backend_free(e->gpu, (void *)d.skip_if);
         float *hp = down(e->gpu, RN_F32, gp, n), *hb = down(e->gpu, RN_F32, gbuf, n);
         int64_t diff = 0;
         for (int64_t i = 0; i < n; i++) diff += hp[i] != p[i] || (d.momentum != 0 && hb[i] != buf[i]);
@@ -728,6 +740,77 @@ static void test_sgd(env *e, int64_t n) {
         rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
         free(p), free(g), free(buf), free(hp), free(hb);
     }
+}
+
+/* rn_backend_put: the bytes on the device, in order with the ops around it (a copy
+ * issued after it reads them) */
+static void test_put(env *e) {
+    unsigned char src[RN_BACKEND_PUT_MAX], got[RN_BACKEND_PUT_MAX];
+    for (int i = 0; i < RN_BACKEND_PUT_MAX; i++) src[i] = (unsigned char)(7 * i + 5);
+    void *a = NULL, *b = NULL;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof src, &a));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof src, &b));
+    if (!a || !b) return;
+    unsigned char ff[RN_BACKEND_PUT_MAX];
+    memset(ff, 0xff, sizeof ff);
+    CHECK_OK(rn_backend_upload(e->gpu, a, ff, sizeof ff));
+    CHECK_OK(rn_backend_put(e->gpu, a, src, 13));
+    CHECK_OK(rn_backend_download(e->gpu, got, a, sizeof got));
+    CHECK(memcmp(got, src, 13) == 0 && memcmp(got + 13, ff, sizeof got - 13) == 0,
+          "put of 13 bytes: the 13 differ or a byte past them changed");
+    CHECK_OK(rn_backend_put(e->gpu, (unsigned char *)a + 13, src + 13, sizeof src - 13));
+    CHECK_OK(rn_backend_copy(e->gpu, b, a, sizeof src));
+    CHECK_OK(rn_backend_download(e->gpu, got, b, sizeof got));
+    CHECK(memcmp(got, src, sizeof src) == 0, "put: the bytes read back differ");
+    rn_backend_free(e->gpu, a), rn_backend_free(e->gpu, b);
+}
+
+/* SGD in a graph reads lr_at and skip_if when the graph runs (rn-train --cuda-graphs'
+ * optimiser step): captured once, launched with the flag set (nothing may change), then
+ * with the flag cleared and a new rate put: the CPU's step at that rate, bit for bit */
+static void test_sgd_graph(env *e, int64_t n) {
+    if (!rn_backend_has_graphs(e->gpu)) return;
+    rn_sgd_desc d;
+    CHECK_OK(rn_sgd_desc_init(&d, 0.0f, 0.9f, 1e-4f, 0));
+    d.first_step = 0;
+    float *p = randn(n, 0, 1), *g = randn(n, 0, 1), *buf = randn(n, 0, 1);
+    float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
+    float *lr_d = NULL, lr = 0.25f;
+    int32_t *skip_d = NULL, skip = 1;
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof lr, (void **)&lr_d));
+    CHECK_OK(rn_backend_alloc(e->gpu, sizeof skip, (void **)&skip_d));
+    CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
+    CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
+    d.lr_at = lr_d, d.skip_if = skip_d;
+    rn_graph *graph = NULL;
+    int64_t nodes = 0;
+    CHECK_OK(rn_backend_capture_begin(e->gpu));
+    int rc = rn_sgd_update(e->gpu, &d, n, gp, gg, gbuf);
+    CHECK_OK(rn_backend_capture_end(e->gpu, rc == RN_OK, &graph, &nodes));
+    CHECK(rc == RN_OK && graph, "sgd captured: %s", rn_last_error());
+    if (graph) {
+        CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
+        float *h0 = down(e->gpu, RN_F32, gp, n), *b0 = down(e->gpu, RN_F32, gbuf, n);
+        CHECK(memcmp(h0, p, sizeof(float) * (size_t)n) == 0 && memcmp(b0, buf, sizeof(float) * (size_t)n) == 0,
+              "sgd graph launched with skip_if set: the weights or the momentum changed");
+        lr = 0.0625f, skip = 0;
+        CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
+        CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
+        CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
+        rn_sgd_desc c = d;
+        c.lr = lr, c.lr_at = NULL, c.skip_if = NULL;
+        CHECK_OK(rn_sgd_update(e->cpu, &c, n, p, g, buf));
+        float *h1 = down(e->gpu, RN_F32, gp, n), *b1 = down(e->gpu, RN_F32, gbuf, n);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += h1[i] != p[i] || b1[i] != buf[i];
+        CHECK(diff == 0, "sgd graph launched with a new rate: %lld of %lld values differ from the CPU's step",
+              (long long)diff, (long long)n);
+        rn_backend_graph_free(e->gpu, graph);
+        free(h0), free(b0), free(h1), free(b1);
+    }
+    rn_backend_free(e->gpu, lr_d), rn_backend_free(e->gpu, skip_d);
+    rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
+    free(p), free(g), free(buf);
 }
 
 /* The weights' moving average: the same bits as the CPU's */
@@ -1117,6 +1200,8 @@ static void run_all(env *e) {
     test_input_mix(e, 3, 9, 7);
     if (!half) {
         test_sgd(e, 100003);
+        test_put(e);
+        test_sgd_graph(e, 100003);
         test_sgd_copy(e, 100003);
         test_lars(e, 100003);
         test_sumsq(e, 100003);

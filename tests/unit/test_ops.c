@@ -1315,6 +1315,37 @@ static void test_sgd_copy(rn_backend *be) {
         free(p1), free(b1), free(p2), free(b2), free(copy);
     }
     rn_sgd_desc d;
+    /* the rate read from lr_at when the op runs (the host's lr ignored): the same bits
+       as the rate passed; skip_if set: nothing written; skip_if 0: the step */
+    {
+        float *p1 = malloc(sizeof(float) * n), *b1 = malloc(sizeof(float) * n);
+        float *p2 = malloc(sizeof(float) * n), *b2 = malloc(sizeof(float) * n);
+        uint16_t *c2 = malloc(sizeof(uint16_t) * n);
+        memcpy(p1, p0, sizeof(float) * n), memcpy(p2, p0, sizeof(float) * n);
+        memcpy(b1, b0, sizeof(float) * n), memcpy(b2, b0, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) c2[i] = 0x7e00;
+        float lr = 0.037f;
+        int32_t skip = 1;
+        CHECK_OK(rn_sgd_desc_init(&d, lr, 0.9f, 1e-4f, 1));
+        d.first_step = 0;
+        CHECK_OK(rn_sgd_update(be, &d, n, p1, g, b1));
+        d.lr = NAN; /* (not read) */
+        d.lr_at = &lr;
+        d.skip_if = &skip;
+        d.dtype = RN_F16;
+        CHECK_OK(rn_sgd_update_copy(be, &d, n, p2, g, b2, c2));
+        int64_t moved = 0, diff = 0;
+        for (int64_t i = 0; i < n; i++) moved += p2[i] != p0[i] || b2[i] != b0[i] || c2[i] != 0x7e00;
+        CHECK(moved == 0, "sgd skip_if 1: %lld of %lld values written", (long long)moved, (long long)n);
+        skip = 0;
+        CHECK_OK(rn_sgd_update_copy(be, &d, n, p2, g, b2, c2));
+        for (int64_t i = 0; i < n; i++) diff += p1[i] != p2[i] || b1[i] != b2[i] || c2[i] != rn_f32_to_f16(p2[i]);
+        CHECK(diff == 0, "sgd lr_at: %lld of %lld values differ from the rate passed", (long long)diff, (long long)n);
+        lr = INFINITY;
+        CHECK(rn_sgd_update(be, &d, n, p2, g, b2) == RN_EINVAL, "an inf at lr_at refused");
+        CHECK(strstr(rn_last_error(), "lr_at") != NULL, "message names lr_at: %s", rn_last_error());
+        free(p1), free(b1), free(p2), free(b2), free(c2);
+    }
     CHECK_OK(rn_sgd_desc_init(&d, 0.1f, 0.9f, 1e-4f, 0));
     CHECK(rn_sgd_update_copy(be, &d, n, p0, g, b0, NULL) == RN_EINVAL, "NULL copy refused");
     d.dtype = RN_U8;
@@ -1450,6 +1481,21 @@ static void test_nan(rn_backend *be) {
 
 /* ---- argument checks ---- */
 
+/* rn_backend_put: the bytes where they are put, up to RN_BACKEND_PUT_MAX; more, or NULL,
+ * refused */
+static void test_put(rn_backend *be) {
+    unsigned char src[RN_BACKEND_PUT_MAX + 1], dst[RN_BACKEND_PUT_MAX + 1];
+    for (int i = 0; i < RN_BACKEND_PUT_MAX + 1; i++) src[i] = (unsigned char)(3 * i + 1), dst[i] = 0;
+    CHECK_OK(rn_backend_put(be, dst, src, RN_BACKEND_PUT_MAX));
+    CHECK(memcmp(dst, src, RN_BACKEND_PUT_MAX) == 0 && dst[RN_BACKEND_PUT_MAX] == 0, "put %d bytes",
+          RN_BACKEND_PUT_MAX);
+    CHECK(rn_backend_put(be, dst, src, RN_BACKEND_PUT_MAX + 1) == RN_EINVAL, "put of %d bytes refused",
+          RN_BACKEND_PUT_MAX + 1);
+    CHECK(strstr(rn_last_error(), "at most") != NULL, "message says the limit: %s", rn_last_error());
+    CHECK(rn_backend_put(be, NULL, src, 4) == RN_EINVAL, "put to NULL refused");
+    CHECK_OK(rn_backend_put(be, NULL, NULL, 0));
+}
+
 static void test_errors(rn_backend *be) {
     rn_conv_desc d;
     CHECK(rn_conv_desc_init(&d, 1, 2, 2, 3, 4, 7, 7, 1, 0) == RN_EINVAL, "kernel > input");
@@ -1556,6 +1602,7 @@ int main(void) {
     test_top1(be);
     test_sgd(be);
     test_sgd_copy(be);
+    test_put(be);
     test_ema(be);
     test_cast(be);
     test_nonfinite(be);
