@@ -113,6 +113,7 @@ struct rn_net {
     int32_t *labels;    /* (max_batch) backend memory */
     float *loss;        /* one float, backend memory */
     int32_t *flag;      /* one int32, backend memory: rn_nonfinite's verdict */
+    float *lr;          /* one float, backend memory: the rate SGD reads (rn_net_step_lr) */
     int64_t max_act;    /* largest activation per batch, floats */
     size_t bytes;
     int plan;           /* rn_net_plan: count bytes, allocate nothing */
@@ -264,7 +265,7 @@ void rn_net_destroy(rn_net *net) {
         }
     void *bufs[] = {net->params, net->fold, net->packed, net->grads, net->spare, net->capt, net->gstat, net->gcoef, net->mom, net->bufs,
                     net->wc, net->gh, net->input, net->pooled_max, net->feat, net->dfeat, net->logits, net->dlogits,
-                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->gsq, net->ema, net->ema_bufs};
+                    net->logits_h, net->dlogits_h, net->labels, net->loss, net->flag, net->lr, net->gsq, net->ema, net->ema_bufs};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) rn_backend_free(be, bufs[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->g[i]);
     for (int i = 0; i < 5; i++) rn_backend_free(be, net->pool5[i]);
@@ -551,6 +552,7 @@ static int build(rn_backend *be, const rn_resnet *spec, int max_batch, int h, in
             (rc = nalloc(net, (size_t)(B * K) * fl, &net->dlogits)) ||
             (rc = nalloc(net, (size_t)B * net->pool_h * net->pool_w * 64 * es, &net->pooled_max)) ||
             (rc = nalloc(net, sizeof(int32_t), &net->flag)) ||
+            (rc = nalloc(net, sizeof(float), &net->lr)) ||
             (rc = nalloc(net, sizeof(double), &net->gsq)) ||
             (amp && (rc = nalloc(net, (size_t)(B * K) * es, &net->dlogits_h))) ||
             (amp && (rc = nalloc(net, (size_t)net->gh_numel * es, &net->gh))))
@@ -1362,11 +1364,30 @@ static int clip(rn_net *net, float *grad_scale) {
     return RN_OK;
 }
 
+/* SGD's calls over every parameter with sd (its weight decay where wd_mode puts it):
+ * device ops only, the momentum buffers' start (have_mom) is the caller's */
+static int sgd_parts(rn_net *net, rn_sgd_desc *sd, int wd_mode) {
+    float *buf = sd->momentum != 0.0f ? net->mom : NULL;
+    sd->first_step = !net->have_mom;
+    sd->dtype = net->dtype;
+    if (wd_mode == RN_WD_ALL) return sgd_part(net, sd, 0, net->nparams, buf);
+    /* decayed weights, the BN parameters without decay, and the fc bias (last) with it
+       under RN_WD_NO_NORM */
+    const float wd = sd->weight_decay;
+    int64_t bn_end = wd_mode == RN_WD_NO_NORM ? net->fc_b : net->nparams;
+    int rc = sgd_part(net, sd, 0, net->ndecay, buf);
+    sd->weight_decay = 0.0f;
+    if (rc == RN_OK) rc = sgd_part(net, sd, net->ndecay, bn_end - net->ndecay, buf);
+    sd->weight_decay = wd;
+    if (rc == RN_OK && bn_end < net->nparams) rc = sgd_part(net, sd, bn_end, net->nparams - bn_end, buf);
+    return rc;
+}
+
 /* SGD (or LARS, rn_net_set_lars) over every parameter on the gradients times grad_scale
- * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale). */
+ * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale), with
+ * the host's decisions: clipping's norm read back first */
 static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                float grad_scale) {
-    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     int rc = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
     if (rc) return rc;
     if (net->lars) {
@@ -1375,22 +1396,9 @@ static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int ne
     }
     rn_sgd_desc sd;
     if ((rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov))) return rc;
-    sd.first_step = !net->have_mom;
     sd.grad_scale = grad_scale;
-    sd.dtype = net->dtype;
-    float *buf = momentum != 0.0f ? net->mom : NULL;
-    if (wd_mode == RN_WD_ALL) rc = sgd_part(net, &sd, 0, net->nparams, buf);
-    else {
-        /* decayed weights, the BN parameters without decay, and the fc bias (last) with it
-           under RN_WD_NO_NORM */
-        int64_t bn_end = wd_mode == RN_WD_NO_NORM ? net->fc_b : net->nparams;
-        rc = sgd_part(net, &sd, 0, net->ndecay, buf);
-        sd.weight_decay = 0.0f;
-        if (rc == RN_OK) rc = sgd_part(net, &sd, net->ndecay, bn_end - net->ndecay, buf);
-        sd.weight_decay = weight_decay;
-        if (rc == RN_OK && bn_end < net->nparams) rc = sgd_part(net, &sd, bn_end, net->nparams - bn_end, buf);
-    }
-    if (rc == RN_OK && buf) net->have_mom = 1;
+    rc = sgd_parts(net, &sd, wd_mode);
+    if (rc == RN_OK && momentum != 0.0f) net->have_mom = 1;
     return rc;
 }
 
@@ -1406,11 +1414,65 @@ static int grads_nonfinite(rn_net *net, int *found) {
     return rc;
 }
 
+int rn_net_step_on_device(const rn_net *net) { return net->mode == RN_NET_TRAIN && !net->lars && !(net->clip > 0); }
+
+void rn_net_step_keyof(const rn_net *net, const rn_scaler *sc, rn_net_step_key *key) {
+    memset(key, 0, sizeof *key); /* (the key is compared as bytes) */
+    key->weights = net->params;
+    key->unscale = sc ? rn_scaler_inv(sc) : 1.0f;
+    key->first = !net->have_mom;
+}
+
+int rn_net_step_lr(rn_net *net, float lr) {
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
+    if (!isfinite(lr)) return rn_errorf(RN_EINVAL, "learning rate %g: want a finite value", lr);
+    return rn_backend_put(net->be, net->lr, &lr, sizeof lr);
+}
+
+int rn_net_step_ops(rn_net *net, const rn_scaler *sc, float momentum, float weight_decay, int nesterov, int wd_mode) {
+    if (!rn_net_step_on_device(net))
+        return rn_errorf(RN_EINVAL, "rn_net_step_ops: %s", net->mode != RN_NET_TRAIN ? "an inference network"
+                         : net->lars ? "LARS's kernels take the rate as an argument: use rn_net_step"
+                                     : "clipping reads the norm back: use rn_net_step");
+    if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
+    /* GradScaler: the check's flag decides on the device whether SGD writes */
+    int rc = sc ? rn_backend_zero(net->be, net->flag, sizeof(int32_t)) : RN_OK;
+    if (rc == RN_OK && sc) rc = rn_nonfinite(net->be, net->nparams, net->grads, net->flag);
+    rn_sgd_desc sd;
+    if (rc == RN_OK) rc = rn_sgd_desc_init(&sd, 0.0f, momentum, weight_decay, nesterov);
+    if (rc) return rc;
+    sd.lr_at = net->lr;
+    sd.skip_if = sc ? net->flag : NULL;
+    sd.grad_scale = sc ? rn_scaler_inv(sc) : 1.0f;
+    return sgd_parts(net, &sd, wd_mode);
+}
+
+int rn_net_step_end(rn_net *net, rn_scaler *sc, float momentum, int *skipped) {
+    if (skipped) *skipped = 0;
+    net->gnorm = NAN;
+    int32_t flag = 0;
+    int rc = sc ? rn_backend_download(net->be, &flag, net->flag, sizeof flag) : RN_OK;
+    if (rc) return rc;
+    if (!flag && momentum != 0.0f) net->have_mom = 1;
+    int skip = sc ? rn_scaler_update(sc, flag != 0) : 0;
+    if (skipped) *skipped = skip;
+    return RN_OK;
+}
+
 int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                 int *skipped) {
     int skip = 0;
     if (skipped) *skipped = 0;
+    if (net->mode != RN_NET_TRAIN) return rn_errorf(RN_EINVAL, "SGD on an inference network");
     if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
+    /* SGD decides on the device: the same calls a captured step makes (rn-train
+       --cuda-graphs), with no read-back between them */
+    if (rn_net_step_on_device(net)) {
+        int rc = rn_net_step_lr(net, lr);
+        if (rc == RN_OK) rc = rn_net_step_ops(net, sc, momentum, weight_decay, nesterov, wd_mode);
+        if (rc) return rc;
+        return rn_net_step_end(net, sc, momentum, skipped);
+    }
     net->gnorm = NAN; /* until a clipping step measures it */
     if (!sc) return sgd(net, lr, momentum, weight_decay, nesterov, wd_mode, 1.0f);
     /* GradScaler: unscale and check with this step's scale, step unless an inf/NaN

@@ -190,6 +190,8 @@ typedef struct {
     double *gmix;         /* with mixing: the micro-batch's mixing weight, then (int32 at
                              gmix + 1) its top-1 target, uploaded before its graph runs */
     int graphs_said;      /* a failed capture's note is printed */
+    rn_replay gstep;      /* --cuda-graphs: the optimiser step's ops (rn_net_step_ops) */
+    int gstep_said;       /* ... its failed capture's note is printed */
 } run;
 
 /* A stage of the step as a span of the profile (rn/prof.h) when this step is profiled. */
@@ -737,6 +739,7 @@ static int save(run *t) {
 /* the graphs name the network's buffers: before it goes */
 static void graphs_reset(run *t) {
     for (int k = 0; t->graphs && k < t->accum; k++) rn_replay_reset(&t->graphs[k], t->r.be);
+    rn_replay_reset(&t->gstep, t->r.be);
 }
 
 static void finish(run *t) {
@@ -1004,7 +1007,7 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
         int32_t target = j.target;
         memcpy(v, &j.mix_weight, sizeof(double));
         memcpy(v + sizeof(double), &target, sizeof target);
-        int rc = rn_backend_upload(t->r.be, t->gmix, v, sizeof v);
+        int rc = rn_backend_put(t->r.be, t->gmix, v, sizeof v);
         if (rc) return rc;
         j.mix_weight = 0, j.target = RN_TOP1_LABEL; /* (read from gmix: not the key's) */
     }
@@ -1031,7 +1034,35 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     return rc;
 }
 
-/* --cuda-graphs' line at the end of a run: how the micro-batches ran */
+/* --cuda-graphs: the optimiser step's device ops (the overflow check and SGD, which
+ * reads the rate and the check's verdict on the device) */
+static int step_ops(void *ctx) {
+    run *t = ctx;
+    const rn_train_opts *o = t->o;
+    return rn_net_step_ops(t->r.net, t->scaled ? &t->sc : NULL, (float)o->momentum, (float)o->weight_decay,
+                           o->nesterov, o->wd_mode);
+}
+
+/* The optimiser step through gstep, keyed by what its ops follow (rn_net_step_keyof: the
+ * weights' buffer, the loss scale and the momentum buffers' start); the rate goes to the
+ * device first, and the overflow check's verdict comes back after (fp16). */
+static int run_step(run *t, float lr, int *skipped) {
+    int rc = rn_net_step_lr(t->r.net, lr);
+    if (rc) return rc;
+    rn_net_step_key key;
+    rn_net_step_keyof(t->r.net, t->scaled ? &t->sc : NULL, &key);
+    rc = rn_replay_run(&t->gstep, t->r.be, &key, sizeof key, step_ops, t, NULL);
+    if (t->gstep.off && !t->gstep_said) {
+        t->gstep_said = 1;
+        if (t->o->progress)
+            fprintf(t->o->progress, "rn-train: note: --cuda-graphs: the optimiser step could not be captured (%s); "
+                    "it runs without a graph from now on (the same results, more launches)\n", t->gstep.why);
+    }
+    if (rc) return rc;
+    return rn_net_step_end(t->r.net, t->scaled ? &t->sc : NULL, (float)t->o->momentum, skipped);
+}
+
+/* --cuda-graphs' line at the end of a run: how the micro-batches and the steps ran */
 static void graphs_summary(const run *t) {
     int64_t e = 0, c = 0, r = 0, nodes = 0;
     for (int k = 0; k < t->accum; k++) {
@@ -1042,6 +1073,14 @@ static void graphs_summary(const run *t) {
     fprintf(t->o->progress, "rn-train: --cuda-graphs: %lld micro-batches replayed, %lld captured, %lld run without "
             "a graph", (long long)r, (long long)c, (long long)e);
     if (nodes) fprintf(t->o->progress, "; a graph holds %lld launches", (long long)nodes);
+    const rn_replay *g = &t->gstep;
+    if (rn_net_step_on_device(t->r.net))
+        fprintf(t->o->progress, "; optimiser steps: %lld replayed, %lld captured, %lld run without a graph",
+                (long long)g->replays, (long long)g->captures, (long long)g->eager);
+    else
+        fprintf(t->o->progress, "; optimiser steps run without a graph (%s)",
+                t->o->optimizer == RN_OPT_LARS ? "LARS's kernels take the rate as an argument"
+                                               : "--clip-grad-norm reads the norm back before the update");
     fputc('\n', t->o->progress);
 }
 
@@ -1171,8 +1210,10 @@ static int train_step(run *t, int first, int last_of_run, step_result *s) {
     const double cf = o->clip_grad_norm > 0 ? 2.0 : 0.0, cb = o->clip_grad_norm > 0 ? 4.0 : 0.0; /* the norm's pass */
     if ((rc = tend(t, t0, stage, RN_PROF_COMPUTE, ((lars ? 9.0 : 5.0) + cf) * (double)np,
                    ((lars ? 28.0 : 20.0) + cb) * (double)np,
-                   rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
-                               (float)o->weight_decay, o->nesterov, o->wd_mode, &s->skipped))))
+                   t->graphs && rn_net_step_on_device(t->r.net)
+                       ? run_step(t, (float)s->lr, &s->skipped)
+                       : rn_net_step(t->r.net, t->scaled ? &t->sc : NULL, (float)s->lr, (float)o->momentum,
+                                     (float)o->weight_decay, o->nesterov, o->wd_mode, &s->skipped))))
         return rc;
     s->grad_norm = rn_net_grad_norm(t->r.net);
     if (t->profiling && (rc = rn_prof_step_end(t->prof))) return rc;

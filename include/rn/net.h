@@ -193,13 +193,36 @@ enum { RN_WD_ALL = 0, RN_WD_NO_BN_BIAS = 1, RN_WD_NO_NORM = 2 };
 
 /* One optimiser step on the gradients accumulated since the last: SGD with momentum
  * (torch.optim.SGD), weight decay on the parameters wd_mode (RN_WD_*) says. sc NULL (fp32, bf16): the step. sc given (fp16's loss
- * scale): GradScaler's step: check the gradients for inf/NaN (synchronising with the
- * device), unscale them by rn_scaler_inv(sc) in the SGD pass or skip the step, then
+ * scale): GradScaler's step: check the gradients for inf/NaN (the verdict read back
+ * after the step, which the device skipped or took), unscale them by rn_scaler_inv(sc) in the SGD pass or skip the step, then
  * rn_scaler_update; *skipped (unless NULL) = 1 when the step was skipped. Under mixed
  * precision the same pass refreshes the weights' compute copy. The caller decides what
  * a scale that keeps falling means (rn-train stops below FLT_MIN). Training nets only. */
 int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
                 int *skipped);
+
+/* rn_net_step in three calls, for a caller that captures the middle one in a graph
+ * (rn-train --cuda-graphs, rn/replay.h); rn_net_step makes these calls itself whenever
+ * rn_net_step_on_device says the step may: SGD without clipping (clipping reads the norm
+ * back before the update; LARS's kernels take the rate as an argument). rn_net_step_lr
+ * puts the rate where the step's SGD reads it (rn_sgd_desc.lr_at, rn_backend_put;
+ * RN_EINVAL for a rate not finite). rn_net_step_ops issues the step's device ops and
+ * nothing else: with sc, the inf/NaN check whose flag skips the SGD on the device
+ * (rn_sgd_desc.skip_if) and the unscaling by rn_scaler_inv(sc). Its ops follow what
+ * rn_net_step_key fills in (the weights' buffer, the unscaling, the momentum's start): a
+ * capture's key (the rest, momentum, weight decay and their modes, is the caller's to
+ * keep the same). rn_net_step_end reads the flag back (with sc), starts the momentum
+ * buffers of a step that was taken and moves the scaler on (*skipped as rn_net_step). */
+typedef struct {
+    const void *weights;
+    float unscale;
+    int first;
+} rn_net_step_key;
+int rn_net_step_on_device(const rn_net *net);
+void rn_net_step_keyof(const rn_net *net, const rn_scaler *sc, rn_net_step_key *key); /* padding zeroed */
+int rn_net_step_lr(rn_net *net, float lr);
+int rn_net_step_ops(rn_net *net, const rn_scaler *sc, float momentum, float weight_decay, int nesterov, int wd_mode);
+int rn_net_step_end(rn_net *net, rn_scaler *sc, float momentum, int *skipped);
 
 /* The gradient of the named parameter (torchvision name and OIHW layout) into host
  * memory of numel floats. Errors: RN_EINVAL (unknown name). */

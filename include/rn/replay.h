@@ -1,7 +1,7 @@
 /* rn/replay.h: a piece of device work run eagerly the first time, captured into a graph
  * the second time and replayed as one launch after that (CUDA graphs: rn-train
  * --cuda-graphs makes each micro-batch's forward and backward, some hundreds of kernel
- * and cuDNN launches, one).
+ * and cuDNN launches, one, and the optimiser step another).
  *
  * The work is a function that issues ops on a backend. Whenever its key is the same it
  * must issue the same ops on the same pointers with the same host scalars: the key holds

@@ -178,9 +178,9 @@ typedef struct {
     int nesterov, wd_mode;    /* wd_mode: RN_WD_* (rn/net.h): --no-wd-bn, --no-wd-norm */
     int optimizer;          /* RN_OPT_SGD or RN_OPT_LARS (rn_net_set_lars) */
     double clip_grad_norm;  /* > 0: clip the gradients' global 2-norm to it (rn_net_set_clip) */
-    int cuda_graphs;        /* each micro-batch's forward and backward captured once and replayed
-                               as one launch (rn/replay.h; a backend with graphs, one process,
-                               no mixing, no --profile) */
+    int cuda_graphs;        /* each micro-batch's forward and backward, and the optimiser
+                               step, captured once and replayed as one launch each
+                               (rn/replay.h; a backend with graphs, one process, no --profile) */
     double lars_eta, lars_eps;
     int freeze_bn;          /* BN uses and keeps its running statistics (rn_net_freeze_bn) */
     int sync_bn;            /* many processes: BN statistics over every rank's micro-batch of

@@ -21,8 +21,8 @@
  * Exit 3 with "<precision>: AMP needs a GPU: ..." where the backend does not compute in
  * that type. DEVICE "cpu" runs the same code on the CPU (a check of this program only).
  * RN_BENCH_CUDA_GRAPHS=1: the forward, top-1 count and backward of each step through a
- * graph replay (rn/replay.h), as rn-train --cuda-graphs runs them (exit 3 where the
- * backend has no graphs). */
+ * graph replay (rn/replay.h), and the optimiser step through another, as rn-train
+ * --cuda-graphs runs them (exit 3 where the backend has no graphs). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,6 +94,7 @@ typedef struct {
     float *loss;     /* device memory: step s's loss at s (read after the steps, as rn-train reads them) */
     int32_t *hits;   /* device memory: step s's train top-1 hits at s */
     rn_replay *graph; /* RN_BENCH_CUDA_GRAPHS=1: the replay; NULL: eager */
+    rn_replay *sgraph; /* ... and the optimiser step's */
     float *gloss;    /* with graph: the replayed step's loss, then its hits */
     int batch;
     float grad_scale;
@@ -109,6 +110,12 @@ static int step_ops(void *ctx) {
         rc = rn_top1_count(st->be, st->batch, 1000, rn_net_logits(st->net), st->labels, RN_TOP1_LABEL, hits);
     if (rc == RN_OK) rc = rn_net_backward_dev(st->net, st->labels, st->batch, 0.0f, 0, st->grad_scale, 0, loss);
     return rc;
+}
+
+/* the optimiser step's device ops, as rn-train's step graph holds them */
+static int sgd_ops(void *ctx) {
+    stepper *st = ctx;
+    return rn_net_step_ops(st->net, st->scaled ? &st->sc : NULL, 0.9f, 1e-4f, 0, 0);
 }
 
 /* optimiser step s as rn-train takes it (lib/train.c): the loss and the top-1 hits stay
@@ -129,7 +136,17 @@ static int step(stepper *st, int s, int batch) {
         (rc = rn_net_backward_dev(st->net, st->labels, batch, 0.0f, 0, grad_scale, 0, st->loss + s)))
         return rc;
     int skipped = 0;
-    if ((rc = rn_net_step(st->net, st->scaled ? &st->sc : NULL, 0.01f, 0.9f, 1e-4f, 0, 0, &skipped))) return rc;
+    if (st->graph) {
+        rn_net_step_key key;
+        rn_net_step_keyof(st->net, st->scaled ? &st->sc : NULL, &key);
+        if ((rc = rn_net_step_lr(st->net, 0.01f)) ||
+            (rc = rn_replay_run(st->sgraph, st->be, &key, sizeof key, sgd_ops, st, NULL)) ||
+            (rc = rn_net_step_end(st->net, st->scaled ? &st->sc : NULL, 0.9f, &skipped)))
+            return rc;
+        if (st->sgraph->off) return rn_errorf(RN_EGPU, "the step's capture failed: %s", st->sgraph->why);
+    } else if ((rc = rn_net_step(st->net, st->scaled ? &st->sc : NULL, 0.01f, 0.9f, 1e-4f, 0, 0, &skipped))) {
+        return rc;
+    }
     st->skipped += skipped;
     if (st->scaled && !(st->sc.scale >= FLT_MIN))
         return rn_errorf(RN_ENUMERIC, "the fp16 loss scale fell to %g: the gradients overflow at any scale",
@@ -176,7 +193,7 @@ int main(int argc, char **argv) {
     uint8_t *px = NULL, *dpx = NULL;
     int32_t *labels = NULL, *dlabels = NULL, *dhits = NULL;
     float *dloss = NULL, *losses = NULL;
-    rn_replay replay = {0};
+    rn_replay replay = {0}, sreplay = {0};
     if (open_backend(device, &be) != RN_OK) {
         fprintf(stderr, "bench_gpu_step: %s: %s\n", device, rn_last_error());
         return SKIP;
@@ -208,6 +225,7 @@ int main(int argc, char **argv) {
             goto fail;
         }
         st.graph = &replay;
+        st.sgraph = &sreplay;
         rn_net_count_by_caller(net, 1);
         TRY(rn_backend_alloc(be, 2 * sizeof(float), (void **)&st.gloss));
     }
@@ -263,6 +281,7 @@ fail:
     free(labels);
     free(losses);
     rn_replay_reset(&replay, be);
+    rn_replay_reset(&sreplay, be);
     rn_backend_free(be, st.gloss);
     rn_backend_free(be, dpx);
     rn_backend_free(be, dlabels);

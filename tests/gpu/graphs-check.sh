@@ -3,9 +3,10 @@
 # steps without and with --cuda-graphs (--deterministic, --augment none, --no-shuffle, so
 # both runs choose the same algorithms on the same images), with --accum 1 and 2, in fp32
 # and under --amp fp16, once with --val, --ema-decay, --freeze-bn and --recompute blocks,
-# once with --mixup and --cutmix: the exported checkpoints and every step's logged loss and train top-1 must be
+# once with --mixup, --cutmix and --clip-grad-norm: the exported checkpoints and every step's logged loss and train top-1 must be
 # the same bits (a graph replays the very kernels with the very arguments), the run must
-# say it replayed micro-batches and must not have fallen back (no "could not be
+# say it replayed micro-batches and optimiser steps (with --clip-grad-norm: that its
+# steps ran without a graph) and must not have fallen back (no "could not be
 # captured" note). DEV=cpu (gpu-check's
 # dry run) checks this script: there --cuda-graphs must be refused, naming the backend.
 #
@@ -36,7 +37,7 @@ detail=""
 # the training graph) and recomputed blocks; one with mixing (its weight and top-1 target
 # read from the device)
 for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "off 2 --val $WORK/train.lmdb --ema-decay 0.9 --freeze-bn --recompute blocks" \
-    "fp16 2 --mixup 0.2 --cutmix 1.0"; do
+    "fp16 2 --mixup 0.2 --cutmix 1.0 --clip-grad-norm 1.0"; do
     read -r amp accum extra <<<"$cfg"
     name="$amp --accum $accum${extra:+ ${extra//$WORK\//}}"
     tag=$amp-$accum${extra:+-x}
@@ -58,6 +59,13 @@ for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "off 2 --val $WORK/train.lmdb --ema
     line=$(grep -- "--cuda-graphs: " "$o.err" | tail -n 1)
     replayed=$(sed -n 's/.*--cuda-graphs: \([0-9]*\) micro-batches replayed.*/\1/p' <<<"$line")
     [ "${replayed:-0}" -gt 0 ] || verdict FAIL "$name: nothing replayed: ${line:-no --cuda-graphs line}"
+    if [[ $extra == *--clip-grad-norm* ]]; then
+        grep -q "optimiser steps run without a graph" <<<"$line" ||
+            verdict FAIL "$name: --clip-grad-norm's steps must run without a graph: $line"
+    else
+        steps=$(sed -n 's/.*optimiser steps: \([0-9]*\) replayed.*/\1/p' <<<"$line")
+        [ "${steps:-0}" -gt 0 ] || verdict FAIL "$name: no optimiser step replayed: $line"
+    fi
     [ -s "$o.steps" ] || verdict FAIL "$name: the log holds no step's loss"
     cmp -s "$WORK/$tag-plain.steps" "$o.steps" ||
         verdict FAIL "$name: the logged losses or top-1 differ: $(diff "$WORK/$tag-plain.steps" "$o.steps" | head -n 3 | tr '\n' ' ')"

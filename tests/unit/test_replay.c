@@ -10,7 +10,10 @@
  * eagerly; the calls' own refusals. And rn_net_count_by_caller: a net whose caller counts
  * its batches with rn_net_count_batch ends with the checkpoint of one that counts them
  * itself, for plain and frozen BN. rn_net_set_mix_at: the training loss reads its mixing
- * weight from memory, the same bits as the argument, and the evaluation loss never. */
+ * weight from memory, the same bits as the argument, and the evaluation loss never. The
+ * optimiser step captured as rn-train --cuda-graphs captures it (the test backend records
+ * its zeroing, overflow check and SGD too): rn_net_step's bits at every step, with a new
+ * rate each step and an overflow met by a replay. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +25,23 @@
 #include "rn/net.h"
 #include "rn/replay.h"
 #include "rn/resnet.h"
+#include "rn/scaler.h"
 #include "rn/tensor.h"
 
 /* ---- a backend with graphs: the CPU's ops, its copies recordable ---- */
 
 enum { MAXREC = 8 };
+/* a recorded op: a copy, or (the optimiser step's) a zeroing, an overflow check, an SGD */
+enum { REC_COPY = 0, REC_ZERO, REC_NONFINITE, REC_SGD };
 typedef struct {
+    int kind;
     void *dst;
     const void *src;
     size_t bytes;
+    rn_sgd_desc sgd; /* REC_SGD: dst p, src grad, buf, copy, n; REC_NONFINITE: src x, dst flag, n */
+    float *buf;
+    void *copy;
+    int64_t n;
 } rec_copy;
 
 struct rn_graph {
@@ -43,11 +54,33 @@ static rn_backend_ops fake;
 static rec_copy recorded[MAXREC];
 static int nrecorded, capturing_now, fail_end, begins, ends, launches, frees;
 
+static int record(rec_copy op) {
+    if (nrecorded == MAXREC) return rn_errorf(RN_EINVAL, "fake: more than %d ops in a capture", MAXREC);
+    recorded[nrecorded++] = op;
+    return RN_OK;
+}
+
 static int fake_copy(rn_backend *be, void *dst, const void *src, size_t bytes) {
     if (!capturing_now) return cpu->copy(be, dst, src, bytes);
-    if (nrecorded == MAXREC) return rn_errorf(RN_EINVAL, "fake: more than %d copies in a capture", MAXREC);
-    recorded[nrecorded++] = (rec_copy){dst, src, bytes};
-    return RN_OK;
+    return record((rec_copy){.kind = REC_COPY, .dst = dst, .src = src, .bytes = bytes});
+}
+
+static int fake_zero(rn_backend *be, void *dst, size_t bytes) {
+    if (!capturing_now) return cpu->zero(be, dst, bytes);
+    return record((rec_copy){.kind = REC_ZERO, .dst = dst, .bytes = bytes});
+}
+
+static int fake_nonfinite(rn_backend *be, int64_t n, const float *x, int32_t *flag) {
+    if (!capturing_now) return cpu->nonfinite(be, n, x, flag);
+    return record((rec_copy){.kind = REC_NONFINITE, .dst = flag, .src = x, .n = n});
+}
+
+/* (a capture holds the descriptor by value, its lr_at and skip_if pointers read when the
+   graph runs: CUDA's kernel arguments) */
+static int fake_sgd(rn_backend *be, const rn_sgd_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                    void *copy) {
+    if (!capturing_now) return cpu->sgd_update(be, d, n, p, grad, buf, copy);
+    return record((rec_copy){.kind = REC_SGD, .sgd = *d, .dst = p, .src = grad, .buf = buf, .copy = copy, .n = n});
 }
 
 static int fake_begin(rn_backend *be) {
@@ -76,7 +109,11 @@ static int fake_end(rn_backend *be, int keep, rn_graph **out, int64_t *nodes) {
 static int fake_launch(rn_backend *be, rn_graph *g) {
     launches++;
     for (int i = 0; i < g->n; i++) {
-        int rc = cpu->copy(be, g->ops[i].dst, g->ops[i].src, g->ops[i].bytes);
+        const rec_copy *o = &g->ops[i];
+        int rc = o->kind == REC_COPY        ? cpu->copy(be, o->dst, o->src, o->bytes)
+                 : o->kind == REC_ZERO      ? cpu->zero(be, o->dst, o->bytes)
+                 : o->kind == REC_NONFINITE ? cpu->nonfinite(be, o->n, o->src, o->dst)
+                                            : cpu->sgd_update(be, &o->sgd, o->n, o->dst, o->src, o->buf, o->copy);
         if (rc) return rc;
     }
     return RN_OK;
@@ -86,6 +123,20 @@ static void fake_free(rn_backend *be, rn_graph *g) {
     (void)be;
     frees++;
     free(g);
+}
+
+/* the test backend's ops: c's (the CPU's), with graphs */
+static void fake_init(const rn_backend_ops *c) {
+    cpu = c;
+    fake = *cpu;
+    fake.copy = fake_copy;
+    fake.zero = fake_zero;
+    fake.nonfinite = fake_nonfinite;
+    fake.sgd_update = fake_sgd;
+    fake.capture_begin = fake_begin;
+    fake.capture_end = fake_end;
+    fake.graph_launch = fake_launch;
+    fake.graph_free = fake_free;
 }
 
 /* ---- the work: copy src to dst; host calls counted ---- */
@@ -136,13 +187,7 @@ static void test_replay(void) {
     CHECK(w.calls == 3 && r.eager == 3 && !r.graph && !r.off, "no graphs: 3 eager runs, %d calls", w.calls);
     rn_replay_reset(&r, be);
 
-    cpu = be->ops;
-    fake = *cpu;
-    fake.copy = fake_copy;
-    fake.capture_begin = fake_begin;
-    fake.capture_end = fake_end;
-    fake.graph_launch = fake_launch;
-    fake.graph_free = fake_free;
+    fake_init(be->ops);
     be->ops = &fake;
     CHECK(rn_backend_has_graphs(be), "the test backend has graphs");
     CHECK(rn_backend_capture_end(be, 0, NULL, NULL) == RN_EINVAL, "capture_end without a capture: RN_EINVAL");
@@ -154,6 +199,7 @@ static void test_replay(void) {
               strstr(rn_last_error(), "while a graph is being captured"),
           "a download inside a capture is refused by name: %s", rn_last_error());
     CHECK(rn_backend_sync(be) == RN_EINVAL, "a sync inside a capture is refused");
+    CHECK(rn_backend_put(be, w.dst, &host, sizeof host) == RN_EINVAL, "a put inside a capture is refused");
     CHECK_OK(rn_backend_capture_end(be, 0, NULL, NULL));
     CHECK(!be->capturing && begins == 1 && ends == 1, "the capture ended");
     CHECK_OK(rn_backend_capture_begin(be));
@@ -362,8 +408,111 @@ out:
     free_nets(init, be, net);
 }
 
+/* ---- the optimiser step captured ---- */
+
+typedef struct {
+    rn_net *net;
+    const rn_scaler *sc;
+} step_work;
+
+static int do_step(void *ctx) {
+    const step_work *w = ctx;
+    return rn_net_step_ops(w->net, w->sc, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS);
+}
+
+/* rn_net_step_lr, rn_net_step_ops in a replay (keyed by rn_net_step_keyof, as rn-train
+ * keys it) and rn_net_step_end (net 1) against rn_net_step (net 0, the same calls
+ * eagerly) and against the host's decisions (net 2: clipping at a norm never reached
+ * takes rn_net_step's other path, the overflow verdict read back before an SGD with the
+ * rate passed), with GradScaler on: a new rate every step and a NaN gradient planted at
+ * the first step (the momentum buffers, filled by an earlier run and not loaded, must stay
+ * unstarted) and at a replayed one. The replay's SGD reads the rate and the check's
+ * verdict when it runs, so the weights, the skips and the scale are the same bits on all
+ * three at every step. */
+static void test_step(void) {
+    enum { STEPS = 9, NETS = 3 };
+    rn_resnet spec;
+    rn_ckpt *init = NULL;
+    rn_backend *be[NETS] = {NULL, NULL, NULL};
+    rn_net *net[NETS] = {NULL, NULL, NULL};
+    rn_scaler sc[NETS];
+    int32_t labels[BATCH] = {0, 1, 2, 1};
+    rn_replay r = {0};
+    CHECK_OK(rn_resnet_build(&spec, "resnet18", CLASSES));
+    CHECK_OK(rn_ckpt_new(&spec, &init));
+    if (!init) goto out;
+    CHECK_OK(rn_ckpt_init(init, &spec, 9, 0));
+    for (int i = 0; i < NETS; i++) {
+        float loss = 0;
+        CHECK_OK(rn_backend_create("cpu", 1, NULL, &be[i]));
+        if (!be[i]) goto out;
+        CHECK_OK(rn_net_create(be[i], &spec, BATCH, SIZE, SIZE, RN_NET_TRAIN, RN_F32, &net[i]));
+        if (!net[i]) goto out;
+        /* a step fills the momentum buffers; the weights loaded again leave them unstarted */
+        CHECK_OK(rn_net_load(net[i], init));
+        input(be[i], net[i], 91, 3);
+        CHECK_OK(rn_net_forward(net[i], BATCH, 1));
+        CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
+        CHECK_OK(rn_net_step(net[i], NULL, 0.5f, 0.9f, 0, 0, 0, NULL));
+        CHECK_OK(rn_net_load(net[i], init));
+        CHECK_OK(rn_scaler_init(&sc[i], 1024.0, 2.0, 0.5, 1000));
+    }
+    CHECK_OK(rn_net_set_clip(net[2], 1e30));
+    CHECK(rn_net_step_on_device(net[1]) && !rn_net_step_on_device(net[2]), "plain SGD steps on the device, clipped not");
+    fake_init(be[1]->ops);
+    be[1]->ops = &fake;
+    int64_t n = 0;
+    for (int s = 0; s < STEPS; s++) {
+        const float lr = 0.1f / (float)(1 + s);
+        const int planted = s == 0 || s == 5;
+        int sk[NETS] = {-1, -1, -1}, how = -1;
+        for (int i = 0; i < NETS; i++) {
+            float loss = 0;
+            input(be[i], net[i], (uint8_t)(37 + s), 11);
+            CHECK_OK(rn_net_forward(net[i], BATCH, 1));
+            CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, sc[i].scale, 0, &loss));
+            if (planted) rn_net_grads(net[i], &n)[5] = NAN; /* (CPU memory) */
+        }
+        CHECK_OK(rn_net_step(net[0], &sc[0], lr, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[0]));
+        CHECK_OK(rn_net_step(net[2], &sc[2], lr, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[2]));
+        rn_net_step_key key;
+        rn_net_step_keyof(net[1], &sc[1], &key);
+        if (s == 0) CHECK(key.first == 1, "the momentum buffers count as started after a load without them");
+        step_work w = {net[1], &sc[1]};
+        CHECK_OK(rn_net_step_lr(net[1], lr));
+        CHECK_OK(rn_replay_run(&r, be[1], &key, sizeof key, do_step, &w, &how));
+        CHECK_OK(rn_net_step_end(net[1], &sc[1], 0.9f, &sk[1]));
+        for (int i = 0; i < NETS; i++) {
+            CHECK(sk[i] == planted, "step %d, net %d: skipped %d, want %d", s, i, sk[i], planted);
+            CHECK(sc[i].scale == sc[0].scale && sc[i].growth_tracker == sc[0].growth_tracker,
+                  "step %d, net %d: scale %g (tracker %d), net 0's %g (%d)", s, i, sc[i].scale, sc[i].growth_tracker,
+                  sc[0].scale, sc[0].growth_tracker);
+            rn_net_grads(net[0], &n);
+            CHECK(memcmp(rn_net_weights(net[0]), rn_net_weights(net[i]), sizeof(float) * (size_t)n) == 0,
+                  "step %d (%s): net %d's weights differ from net 0's", s,
+                  how == RN_REPLAY_REPLAYED ? "replayed" : how == RN_REPLAY_CAPTURED ? "captured" : "eager", i);
+        }
+    }
+    /* eager: the first step (skipped), the second (a new scale), the third (the momentum
+       started), the one after the second overflow (a new scale); captured: the fourth
+       and the eighth; replayed: the rest, the second overflow among them */
+    CHECK(r.eager == 4 && r.captures == 2 && r.replays == 3 && !r.off,
+          "the step ran %lld eager, %lld captured, %lld replayed (off %d): want 4, 2, 3", (long long)r.eager,
+          (long long)r.captures, (long long)r.replays, r.off);
+    CHECK(sc[1].scale == 256.0f, "the scale after two overflows: %g, want 256", sc[1].scale);
+    rn_replay_reset(&r, be[1]);
+out:
+    if (be[1]) be[1]->ops = cpu;
+    for (int i = 0; i < NETS; i++) {
+        rn_net_destroy(net[i]);
+        rn_backend_destroy(be[i]);
+    }
+    rn_ckpt_free(init);
+}
+
 int main(void) {
     test_replay();
+    test_step();
     test_count(0);
     test_count(1);
     test_mix_at();
