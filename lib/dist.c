@@ -698,7 +698,8 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
 /* A device bucket: enqueued behind the backward on the backend's communication stream. */
 static int dev_bucket(rn_dist *d, int64_t lo, int64_t len) {
     op_wait(d, d->what, HB_EX, started(d, HB_EX)); /* (its enqueue can wait for the peers) */
-    float *run = d->drun + d->run_fill, *pack = d->dpack + lo, *scratch = d->dscratch + lo;
+    float *run = d->rounds > 1 ? d->drun + d->run_fill : NULL; /* (one round: no running sums) */
+    float *pack = d->dpack + lo, *scratch = d->dscratch + lo;
     int rc = d->rounds > 1 ? rn_backend_coll_sum_round_async(d->dev, pack, scratch, run, len, d->round == 0,
                                                              d->round == d->rounds - 1)
                            : rn_backend_coll_sum_async(d->dev, pack, scratch, len);

@@ -1,20 +1,145 @@
 /* rn/dist.h: the rank-ordered sum and the gathers. Alone (make test runs it so) the
  * world is one process; tests/dist-train.bats runs it under mpirun with 2, 3 and 4 ranks:
  * every size and bucket gives, on every rank, the left-to-right sum in rank order, bit
- * for bit, and no buffer is written past its end (exact-size heap buffers, for ASan). */
+ * for bit, and no buffer is written past its end (exact-size heap buffers, for ASan).
+ * The device half of the sum (a backend with collectives of its own: NCCL's on a GPU)
+ * runs here too, through an emulation of the CUDA backend's collective over MPI. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#if RN_HAVE_MPI
+#include <mpi.h>
+#endif
+
 #include "check.h"
 #include "rn/backend.h"
+#include "rn/backend_impl.h"
 #include "rn/cli.h"
 #include "rn/dist.h"
 #include "rn/err.h"
 
 /* rank r's value at i: different per rank, and not exactly summable in float */
 static float val(int r, int64_t i) { return (float)sin(r * 1000.0 + i * 0.37) * (float)(1 + r); }
+
+#if RN_HAVE_MPI
+/* ---- a device backend's half of rn/dist.h, on the CPU ----
+ * A backend whose memory counts as not the host's (is_host 0) and whose collective does
+ * what the CUDA backend's coll_sum_on does over NCCL (lib/backend_cuda.cu), here over MPI:
+ * rank r's chunk [n r / W, n (r+1) / W) of a bucket is the sum of every rank's chunk in
+ * rank order, added onto run (this rank's running sums: run[0, chunk)) after the first
+ * round; the last round writes the chunk into x and gathers every rank's chunk into x. So
+ * rn_dist's packing, its offsets into the running sums and its copy back run here as they
+ * run on a GPU, checked against the host path and for the bounds of run. */
+static int dev_world, dev_rank;
+static float *run_lo, *run_hi; /* the running sums' buffer: nothing outside it is touched */
+static int64_t run_outside;
+
+static int64_t chunk_at(int64_t n, int r) { return n * r / dev_world; }
+
+static int dev_sum_on(float *x, float *scratch, int64_t n, float *run, int first, int last) {
+    const int W = dev_world, R = dev_rank;
+    if (n == 0 || (W == 1 && !run)) return RN_OK;
+    int64_t lo = chunk_at(n, R), mine = chunk_at(n, R + 1) - lo;
+    if (run && mine && (run < run_lo || run + mine > run_hi)) {
+        run_outside++;
+        return rn_errorf(RN_EINVAL, "the emulated collective: running sums out of bounds");
+    }
+    float *recv = (W - 1) * mine <= n ? scratch : malloc(sizeof(float) * (size_t)(W * W));
+    int *cnt = calloc((size_t)(4 * W), sizeof(int));
+    if (!recv || !cnt) return RN_ENOMEM;
+    int *sc = cnt, *sd = cnt + W, *rc = cnt + 2 * W, *rd = cnt + 3 * W;
+    for (int p = 0, slot = 0; p < W; p++) {
+        if (p == R) continue;
+        sc[p] = (int)(chunk_at(n, p + 1) - chunk_at(n, p)), sd[p] = (int)chunk_at(n, p);
+        rc[p] = (int)mine, rd[p] = (int)(slot++ * mine);
+    }
+    int e = MPI_Alltoallv(x, sc, sd, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, MPI_COMM_WORLD);
+    for (int64_t i = 0; e == MPI_SUCCESS && i < mine; i++) {
+        float acc = 0.0f;
+        for (int p = 0, slot = 0; p < W; p++) {
+            float v = p == R ? x[lo + i] : recv[(int64_t)slot++ * mine + i];
+            acc = p == 0 ? (first ? v : run[i] + v) : acc + v;
+        }
+        if (run) run[i] = acc;
+        if (last) x[lo + i] = acc;
+    }
+    if (recv != scratch) free(recv);
+    for (int p = 0; e == MPI_SUCCESS && last && p < W; p++)
+        sc[p] = (int)(chunk_at(n, p + 1) - chunk_at(n, p)), sd[p] = (int)chunk_at(n, p);
+    if (e == MPI_SUCCESS && last)
+        e = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, sc, sd, MPI_FLOAT, MPI_COMM_WORLD);
+    free(cnt);
+    return e == MPI_SUCCESS ? RN_OK : rn_errorf(RN_EIO, "the emulated collective: MPI error %d", e);
+}
+static int dev_sum(rn_backend *be, float *x, float *s, int64_t n) { return dev_sum_on(x, s, n, NULL, 1, 1); }
+static int dev_round(rn_backend *be, float *x, float *s, float *run, int64_t n, int first, int last) {
+    return dev_sum_on(x, s, n, run, first, last);
+}
+
+/* rn_dist's device half: sums of sizes around a bucket's and the world's, over 1 and 3
+ * rounds, the parts given from the top in pieces of 7: the (round, rank)-ordered sum bit
+ * for bit, as the host half gives (above), the running sums within rn_dist_run_floats */
+static void test_device_half(rn_dist *d, int R, int W) {
+    int wr = -1, ww = -1;
+    CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &wr) == MPI_SUCCESS && MPI_Comm_size(MPI_COMM_WORLD, &ww) == MPI_SUCCESS,
+          "MPI_COMM_WORLD's rank and size");
+    CHECK(wr == R && ww == W, "rn_dist's rank %d of %d is MPI_COMM_WORLD's %d of %d", R, W, wr, ww);
+    if (wr != R || ww != W) return;
+    dev_world = W, dev_rank = R;
+    rn_backend *dev = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &dev));
+    if (!dev) return;
+    const rn_backend_ops *cpu = dev->ops;
+    rn_backend_ops fake = *cpu;
+    fake.is_host = 0;
+    fake.coll_sum = dev_sum;
+    fake.coll_sum_round_async = dev_round;
+    fake.coll_sum_async = NULL, fake.coll_join = NULL, fake.coll_id = NULL, fake.coll_init = NULL;
+    dev->ops = &fake;
+    const int64_t ns[] = {1, 3, 7, 1001, 20011};
+    const size_t buckets[] = {0, 4, 12, 4096, 40000};
+    for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
+        rn_dist_set_bucket(d, buckets[b]);
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            for (int rounds = 1; rounds <= 3; rounds += 2) {
+                const int64_t n = ns[j], nrun = rn_dist_run_floats(d, n);
+                /* (at most 16 buckets: each is a collective, slow on ranks that share cores) */
+                if (buckets[b] && n > 16 * (int64_t)(buckets[b] / sizeof(float))) continue;
+                float *x = malloc(sizeof(float) * (size_t)n), *pack = malloc(sizeof(float) * (size_t)n);
+                float *scr = malloc(sizeof(float) * (size_t)n);
+                float *drun = rounds > 1 ? malloc(sizeof(float) * (size_t)nrun) : NULL;
+                run_lo = drun, run_hi = drun ? drun + nrun : NULL, run_outside = 0;
+                for (int k = 0; k < rounds; k++) {
+                    for (int64_t i = 0; i < n; i++) x[i] = val(R + 17 * k, i);
+                    CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, n, "test"));
+                    CHECK_OK(rn_dist_sum_round(d, k, rounds, drun));
+                    for (int64_t hi = n; hi > 0;) {
+                        int64_t lo = hi > 7 ? hi - 7 : 0;
+                        CHECK_OK(rn_dist_sum_part(d, lo, hi - lo));
+                        hi = lo;
+                    }
+                    CHECK_OK(rn_dist_sum_end(d, NULL));
+                }
+                int64_t bad = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    float acc = val(0, i);
+                    for (int k = 0; k < rounds; k++)
+                        for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
+                    bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+                }
+                CHECK(bad == 0 && run_outside == 0, "rank %d of %d, device half: %lld floats, buckets of %zu bytes, %d "
+                      "rounds: %lld differ from the (round, rank)-ordered sum; %lld chunks outside the %lld running "
+                      "sums", R, W, (long long)n, buckets[b], rounds, (long long)bad, (long long)run_outside,
+                      (long long)nrun);
+                free(x), free(pack), free(scr), free(drun);
+            }
+    }
+    dev->ops = cpu;
+    rn_backend_destroy(dev);
+}
+#endif
 
 int main(int argc, char **argv) {
     rn_dist *d = NULL;
@@ -156,6 +281,9 @@ int main(int argc, char **argv) {
                   (long long)most, (long long)nb);
         }
     }
+#if RN_HAVE_MPI
+    if (W > 1) test_device_half(d, R, W);
+#endif
     if (W > 1) {
         float y[8] = {0};
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
