@@ -666,7 +666,7 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
     return RN_OK;
 }
 
-int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
+int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run, int64_t run_len) {
     if (alone(d)) return RN_OK;
     if (!d->active || d->fill || d->round || d->rounds != 1)
         return rn_errorf(RN_EINVAL, "rn_dist_sum_round: right after rn_dist_sum_begin, before any part");
@@ -682,6 +682,9 @@ int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run) {
         return rn_errorf(RN_EINVAL, "%s in rounds on %s: give a buffer for the running sums", d->what,
                          rn_backend_name(d->dev));
     int64_t need = rn_dist_run_floats(d, d->n);
+    if (rounds > 1 && d->dev && run_len < need)
+        return rn_errorf(RN_EINVAL, "%s in rounds: running sums of %lld floats, at least %lld needed "
+                         "(rn_dist_run_floats at this bucket size)", d->what, (long long)run_len, (long long)need);
     if (rounds > 1 && !d->dev && need > d->run_cap) {
         free(d->run);
         d->run_cap = 0;

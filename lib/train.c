@@ -151,6 +151,7 @@ typedef struct {
                              their backwards go: accum, or 1 (--sum-every step); 0: alone */
     float *dpack, *dscratch; /* a device backend's: the overlapped sum's buffers (nparams) */
     float *drun;          /* and with rounds > 1, its running sums (rn_dist_run_floats) */
+    int64_t nrun;         /* ... their floats */
     int steps;            /* micro-batches per optimiser step over all ranks: world x accum */
     float *stats;         /* (accum, nstats) this rank's micro-batches' BN batch statistics */
     float *all_stats;     /* (world x accum, nstats) every rank's, in global order; then as
@@ -677,7 +678,7 @@ static int setup(run *t) {
         int64_t n, nrun;
         int rounds = t->rounds > 1;
         rn_net_grads(t->r.net, &n);
-        nrun = rounds ? rn_dist_run_floats(t->dist, n) : 0;
+        nrun = t->nrun = rounds ? rn_dist_run_floats(t->dist, n) : 0;
         if ((rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dpack)) ||
             (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)n, (void **)&t->dscratch)) ||
             (rounds && (rc = rn_backend_alloc(t->r.be, sizeof(float) * (size_t)nrun, (void **)&t->drun))))
@@ -1154,7 +1155,7 @@ static int accumulate(run *t, int first, int last_of_run, step_result *s) {
                     break;
             }
             if ((rc = rn_dist_sum_begin(t->dist, t->r.be, g, t->dpack, t->dscratch, n, "gradients")) ||
-                (rc = rn_dist_sum_round(t->dist, round, t->rounds, t->drun)))
+                (rc = rn_dist_sum_round(t->dist, round, t->rounds, t->drun, t->nrun)))
                 break;
             rn_net_set_grad_hook(t->r.net, grad_final, t);
         }

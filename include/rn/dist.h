@@ -142,12 +142,14 @@ int rn_dist_sum_begin(rn_dist *d, rn_backend *be, float *x, float *pack, float *
  * writes x (the sums); before it, rn_dist_sum_end waits for the round's exchanges and
  * leaves x alone, and the next round may begin (it reuses the round's buffers). The
  * running sums, this rank's chunk of each bucket one after the other, are d's own memory
- * on a host backend (kept for the next sum); a device backend's are run
- * (rn_dist_run_floats(d, n) floats of be's memory, the caller's; NULL for one round). Cost: each round moves as much as an all-to-all of x; the all-gather runs
- * once, at the last. Rounds 1 of 1 is the plain sum. A failure abandons the rounds (the
- * next sum starts again at round 0). Errors: RN_EINVAL (called out of place, a round not
- * following the one before, no run on a device), RN_ENOMEM. */
-int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run);
+ * on a host backend (kept for the next sum); a device backend's are run, run_len floats
+ * of be's memory, the caller's, at least rn_dist_run_floats(d, n) (NULL and 0 for one
+ * round, and on a host backend). Cost: each round moves as much as an all-to-all of x;
+ * the all-gather runs once, at the last. Rounds 1 of 1 is the plain sum. A failure
+ * abandons the rounds (the next sum starts again at round 0). Errors: RN_EINVAL (called
+ * out of place, a round not following the one before, no run on a device or one shorter
+ * than the running sums), RN_ENOMEM. */
+int rn_dist_sum_round(rn_dist *d, int round, int rounds, float *run, int64_t run_len);
 /* The floats a sum of n floats in rounds keeps as running sums on each rank: its chunk
  * of every bucket of the current size, about n / world (at most one float more per
  * bucket); n for a world of one. */

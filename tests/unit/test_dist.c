@@ -114,7 +114,7 @@ static void test_device_half(rn_dist *d, int R, int W) {
                 for (int k = 0; k < rounds; k++) {
                     for (int64_t i = 0; i < n; i++) x[i] = val(R + 17 * k, i);
                     CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, n, "test"));
-                    CHECK_OK(rn_dist_sum_round(d, k, rounds, drun));
+                    CHECK_OK(rn_dist_sum_round(d, k, rounds, drun, drun ? nrun : 0));
                     for (int64_t hi = n; hi > 0;) {
                         int64_t lo = hi > 7 ? hi - 7 : 0;
                         CHECK_OK(rn_dist_sum_part(d, lo, hi - lo));
@@ -128,6 +128,14 @@ static void test_device_half(rn_dist *d, int R, int W) {
                     for (int k = 0; k < rounds; k++)
                         for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
                     bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+                }
+                if (drun) { /* running sums shorter than rn_dist_run_floats: refused, naming both */
+                    CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, n, "test"));
+                    CHECK(rn_dist_sum_round(d, 0, rounds, drun, nrun - 1) == RN_EINVAL &&
+                              strstr(rn_last_error(), "at least") != NULL,
+                          "running sums of %lld floats where %lld are needed: %s", (long long)(nrun - 1),
+                          (long long)nrun, rn_last_error());
+                    CHECK_OK(rn_dist_sum_end(d, NULL));
                 }
                 CHECK(bad == 0 && run_outside == 0, "rank %d of %d, device half: %lld floats, buckets of %zu bytes, %d "
                       "rounds: %lld differ from the (round, rank)-ordered sum; %lld chunks outside the %lld running "
@@ -240,7 +248,7 @@ int main(int argc, char **argv) {
             for (int k = 0; k < rounds; k++) {
                 for (int64_t i = 0; i < n; i++) x[i] = val(R + 17 * k, i);
                 CHECK_OK(rn_dist_sum_begin(d, be, x, NULL, NULL, n, "test"));
-                CHECK_OK(rn_dist_sum_round(d, k, rounds, NULL));
+                CHECK_OK(rn_dist_sum_round(d, k, rounds, NULL, 0));
                 for (int64_t hi = n; hi > 0; hi -= piece) CHECK_OK(rn_dist_sum_part(d, hi > piece ? hi - piece : 0,
                                                                                    hi > piece ? piece : hi));
                 CHECK_OK(rn_dist_sum_end(d, NULL));
@@ -287,19 +295,19 @@ int main(int argc, char **argv) {
     if (W > 1) {
         float y[8] = {0};
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
-        CHECK(rn_dist_sum_round(d, 1, 2, NULL) == RN_EINVAL, "round 1 without round 0 is refused");
+        CHECK(rn_dist_sum_round(d, 1, 2, NULL, 0) == RN_EINVAL, "round 1 without round 0 is refused");
         CHECK_OK(rn_dist_sum_end(d, NULL)); /* (nothing given: nothing summed) */
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
-        CHECK_OK(rn_dist_sum_round(d, 0, 2, NULL));
+        CHECK_OK(rn_dist_sum_round(d, 0, 2, NULL, 0));
         CHECK_OK(rn_dist_sum_part(d, 0, 8));
         CHECK_OK(rn_dist_sum_end(d, NULL));
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
-        CHECK_OK(rn_dist_sum_round(d, 1, 2, NULL));
+        CHECK_OK(rn_dist_sum_round(d, 1, 2, NULL, 0));
         CHECK(rn_dist_sum_part(d, 0, 4) == RN_EINVAL, "a part round 0 did not give is refused");
         CHECK(strstr(rn_last_error(), "is not round 0's") != NULL, "message: %s", rn_last_error());
         CHECK(rn_dist_sum_end(d, NULL) == RN_EINVAL, "a round that gave fewer parts than round 0 fails");
         CHECK_OK(rn_dist_sum_begin(d, be, y, NULL, NULL, 8, "test"));
-        CHECK(rn_dist_sum_round(d, 1, 2, NULL) == RN_EINVAL, "after a failure the rounds start again at 0");
+        CHECK(rn_dist_sum_round(d, 1, 2, NULL, 0) == RN_EINVAL, "after a failure the rounds start again at 0");
         CHECK_OK(rn_dist_sum_end(d, NULL));
     }
     /* gathers: rank order, different sizes to rank 0 */
