@@ -844,7 +844,7 @@ size_t rn_lars_workspace(rn_backend *be, int64_t n) {
 static int lars(rn_backend *be, const char *op, const rn_lars_desc *d, int64_t n, float *p, const float *grad,
                 float *buf, void *copy) {
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
-    if (!isfinite(d->lr) || !(d->momentum >= 0) || !isfinite(d->momentum) || !(d->weight_decay >= 0) ||
+    if ((!d->lr_at && !isfinite(d->lr)) || !(d->momentum >= 0) || !isfinite(d->momentum) || !(d->weight_decay >= 0) ||
         !isfinite(d->weight_decay) || !(d->eta >= 0) || !isfinite(d->eta) || !(d->eps >= 0) || !isfinite(d->eps) ||
         !(d->grad_scale > 0) || !isfinite(d->grad_scale))
         return rn_errorf(RN_EINVAL, "%s: bad descriptor lr=%g momentum=%g weight_decay=%g eta=%g eps=%g "
@@ -855,6 +855,8 @@ static int lars(rn_backend *be, const char *op, const rn_lars_desc *d, int64_t n
     int rc = copy ? check_storage(op, "copy", &dd.dtype) : RN_OK;
     if (rc || n == 0) return rc;
     NEED(p, op); NEED(grad, op); NEED(buf, op);
+    if (d->lr_at && rn_backend_is_host(be) && !isfinite(*d->lr_at))
+        return rn_errorf(RN_EINVAL, "%s: lr_at holds %g, want a finite rate", op, *d->lr_at);
     if ((rc = check_ws(be, op, rn_lars_workspace(be, n)))) return rc;
     return after(be, be->ops->lars_update(be, &dd, n, p, grad, buf, copy));
 }

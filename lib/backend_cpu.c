@@ -941,16 +941,18 @@ static void lars_range(void *ctx, int64_t i0, int64_t i1) {
 }
 
 /* trust and lr * trust from the two norms' squares, in double, as the CUDA kernel does */
-static float lars_scaled_lr(const rn_lars_desc *d, double sw, double sg) {
+static float lars_scaled_lr(const rn_lars_desc *d, float lr, double sw, double sg) {
     double wn = sqrt(sw), gn = sqrt(sg), trust = 1.0;
     if (d->adapt && wn > 0 && gn > 0)
         trust = (double)d->eta * wn / (gn + (double)d->weight_decay * wn + (double)d->eps);
-    return (float)((double)d->lr * trust);
+    return (float)((double)lr * trust);
 }
 
 static int cpu_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
                            void *copy) {
-    lars_job j = {d, p, buf, grad, copy, n, be->ws, d->lr};
+    if (d->skip_if && *d->skip_if) return RN_OK;
+    const float lr = d->lr_at ? *d->lr_at : d->lr;
+    lars_job j = {d, p, buf, grad, copy, n, be->ws, lr};
     if (d->adapt) {
         int64_t chunks = (n + RN_LARS_CHUNK - 1) / RN_LARS_CHUNK;
         par_range(be, chunks, 1, n, lars_norm_chunks, &j);
@@ -959,7 +961,7 @@ static int cpu_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, flo
             sw += j.part[2 * c];
             sg += j.part[2 * c + 1];
         }
-        j.slr = lars_scaled_lr(d, sw, sg);
+        j.slr = lars_scaled_lr(d, lr, sw, sg);
     }
     par_range(be, n, ELEMS_PER_CHUNK, n, lars_range, &j);
     return RN_OK;

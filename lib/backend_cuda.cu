@@ -2239,8 +2239,9 @@ __global__ void lars_norm_k(int64_t n, float gs, const float *p, const float *gr
     }
 }
 
-__global__ void lars_trust_k(int64_t chunks, float lr, float eta, float wd, float eps, const double *part,
-                             float *slr) {
+__global__ void lars_trust_k(int64_t chunks, float lr_arg, const float *lr_at, float eta, float wd, float eps,
+                             const double *part, float *slr) {
+    const float lr = lr_at ? *lr_at : lr_arg;
     double sw = 0, sg = 0;
     for (int64_t c = 0; c < chunks; c++) {
         sw = __dadd_rn(sw, part[2 * c]);
@@ -2252,11 +2253,12 @@ __global__ void lars_trust_k(int64_t chunks, float lr, float eta, float wd, floa
     *slr = (float)__dmul_rn((double)lr, trust);
 }
 
-/* slr: lr * trust in device memory (adapted tensors), or NULL to use lr */
+/* slr: lr * trust in device memory (adapted tensors), or NULL to use lr (or *lr_at) */
 template <typename T>
-__global__ void lars_k(int64_t n, float lr, const float *slr, float mom, float wd, float gs, float *p,
-                       const float *grad, float *buf, T *copy) {
-    const float s = slr ? *slr : lr;
+__global__ void lars_k(int64_t n, float lr, const float *lr_at, const int32_t *skip_if, const float *slr, float mom,
+                       float wd, float gs, float *p, const float *grad, float *buf, T *copy) {
+    if (skip_if && *skip_if) return; /* an fp16 overflow: the step is skipped */
+    const float s = slr ? *slr : lr_at ? *lr_at : lr;
     GRID_LOOP(i, n) {
         float g = gs == 1.0f ? grad[i] : __fmul_rn(grad[i], gs);
         if (wd != 0) g = __fadd_rn(g, __fmul_rn(wd, p[i]));
@@ -2279,11 +2281,11 @@ static int lars_t(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, co
         slr = (float *)(part + 2 * chunks);
         lars_norm_k<<<(unsigned)chunks, RN_LARS_LANES, 0, g->stream>>>(n, d->grad_scale, p, grad, part);
         LAUNCHED("lars_update norms");
-        lars_trust_k<<<1, 1, 0, g->stream>>>(chunks, d->lr, d->eta, d->weight_decay, d->eps, part, slr);
+        lars_trust_k<<<1, 1, 0, g->stream>>>(chunks, d->lr, d->lr_at, d->eta, d->weight_decay, d->eps, part, slr);
         LAUNCHED("lars_update trust ratio");
     }
-    lars_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, slr, d->momentum, d->weight_decay, d->grad_scale, p,
-                                                        grad, buf, (T *)copy);
+    lars_k<T><<<blocks_for(g, n), TPB, 0, g->stream>>>(n, d->lr, d->lr_at, d->skip_if, slr, d->momentum,
+                                                        d->weight_decay, d->grad_scale, p, grad, buf, (T *)copy);
     LAUNCHED("lars_update");
     return RN_OK;
 }

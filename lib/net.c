@@ -1312,21 +1312,18 @@ static int lars_part(rn_net *net, const rn_lars_desc *ld, int64_t off, int64_t n
 /* LARS: conv and fc weights (params[0, ndecay)) one tensor at a time with their trust
  * ratio and weight decay; BN parameters and the fc bias (the rest) in one call with
  * neither, as MLPerf's reference excludes them. */
-static int lars(rn_net *net, float lr, float momentum, float weight_decay, float grad_scale) {
-    rn_lars_desc ld;
-    int rc = rn_lars_desc_init(&ld, lr, momentum, weight_decay, net->lars_eta, net->lars_eps);
-    if (rc) return rc;
-    ld.grad_scale = grad_scale;
-    ld.dtype = net->dtype;
+static int lars(rn_net *net, rn_lars_desc *ld) {
+    ld->dtype = net->dtype;
     /* TensorFlow's momentum slot starts at zero (a checkpoint without momentum too) */
-    if (!net->have_mom && (rc = rn_backend_zero(net->be, net->mom, (size_t)net->nparams * sizeof(float))))
-        return rc;
+    int rc = net->have_mom ? RN_OK : rn_backend_zero(net->be, net->mom, (size_t)net->nparams * sizeof(float));
     for (int i = 0; i < net->npref && rc == RN_OK; i++)
-        if (net->prefs[i].off < net->ndecay) rc = lars_part(net, &ld, net->prefs[i].off, net->prefs[i].numel);
-    ld.adapt = 0;
-    ld.weight_decay = 0.0f;
-    if (rc == RN_OK) rc = lars_part(net, &ld, net->ndecay, net->nparams - net->ndecay);
-    if (rc == RN_OK) net->have_mom = 1;
+        if (net->prefs[i].off < net->ndecay) rc = lars_part(net, ld, net->prefs[i].off, net->prefs[i].numel);
+    const float wd = ld->weight_decay;
+    ld->adapt = 0;
+    ld->weight_decay = 0.0f;
+    if (rc == RN_OK) rc = lars_part(net, ld, net->ndecay, net->nparams - net->ndecay);
+    ld->adapt = 1;
+    ld->weight_decay = wd;
     return rc;
 }
 
@@ -1392,7 +1389,11 @@ static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int ne
     if (rc) return rc;
     if (net->lars) {
         if (nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
-        return lars(net, lr, momentum, weight_decay, grad_scale);
+        rn_lars_desc ld;
+        if ((rc = rn_lars_desc_init(&ld, lr, momentum, weight_decay, net->lars_eta, net->lars_eps))) return rc;
+        ld.grad_scale = grad_scale;
+        if ((rc = lars(net, &ld)) == RN_OK) net->have_mom = 1;
+        return rc;
     }
     rn_sgd_desc sd;
     if ((rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov))) return rc;
@@ -1414,7 +1415,7 @@ static int grads_nonfinite(rn_net *net, int *found) {
     return rc;
 }
 
-int rn_net_step_on_device(const rn_net *net) { return net->mode == RN_NET_TRAIN && !net->lars && !(net->clip > 0); }
+int rn_net_step_on_device(const rn_net *net) { return net->mode == RN_NET_TRAIN && !(net->clip > 0); }
 
 void rn_net_step_keyof(const rn_net *net, const rn_scaler *sc, rn_net_step_key *key) {
     memset(key, 0, sizeof *key); /* (the key is compared as bytes) */
@@ -1432,12 +1433,20 @@ int rn_net_step_lr(rn_net *net, float lr) {
 int rn_net_step_ops(rn_net *net, const rn_scaler *sc, float momentum, float weight_decay, int nesterov, int wd_mode) {
     if (!rn_net_step_on_device(net))
         return rn_errorf(RN_EINVAL, "rn_net_step_ops: %s", net->mode != RN_NET_TRAIN ? "an inference network"
-                         : net->lars ? "LARS's kernels take the rate as an argument: use rn_net_step"
-                                     : "clipping reads the norm back: use rn_net_step");
+                                                           : "clipping reads the norm back: use rn_net_step");
     if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
-    /* GradScaler: the check's flag decides on the device whether SGD writes */
+    if (net->lars && nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
+    /* GradScaler: the check's flag decides on the device whether the update writes */
     int rc = sc ? rn_backend_zero(net->be, net->flag, sizeof(int32_t)) : RN_OK;
     if (rc == RN_OK && sc) rc = rn_nonfinite(net->be, net->nparams, net->grads, net->flag);
+    if (rc == RN_OK && net->lars) {
+        rn_lars_desc ld;
+        if ((rc = rn_lars_desc_init(&ld, 0.0f, momentum, weight_decay, net->lars_eta, net->lars_eps))) return rc;
+        ld.lr_at = net->lr;
+        ld.skip_if = sc ? net->flag : NULL;
+        ld.grad_scale = sc ? rn_scaler_inv(sc) : 1.0f;
+        return lars(net, &ld);
+    }
     rn_sgd_desc sd;
     if (rc == RN_OK) rc = rn_sgd_desc_init(&sd, 0.0f, momentum, weight_decay, nesterov);
     if (rc) return rc;
@@ -1453,7 +1462,7 @@ int rn_net_step_end(rn_net *net, rn_scaler *sc, float momentum, int *skipped) {
     int32_t flag = 0;
     int rc = sc ? rn_backend_download(net->be, &flag, net->flag, sizeof flag) : RN_OK;
     if (rc) return rc;
-    if (!flag && momentum != 0.0f) net->have_mom = 1;
+    if (!flag && (momentum != 0.0f || net->lars)) net->have_mom = 1; /* (LARS's buffer holds its steps) */
     int skip = sc ? rn_scaler_update(sc, flag != 0) : 0;
     if (skipped) *skipped = skip;
     return RN_OK;

@@ -1035,8 +1035,8 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     return rc;
 }
 
-/* --cuda-graphs: the optimiser step's device ops (the overflow check and SGD, which
- * reads the rate and the check's verdict on the device) */
+/* --cuda-graphs: the optimiser step's device ops (the overflow check and SGD or LARS,
+ * which read the rate and the check's verdict on the device) */
 static int step_ops(void *ctx) {
     run *t = ctx;
     const rn_train_opts *o = t->o;
@@ -1079,9 +1079,8 @@ static void graphs_summary(const run *t) {
         fprintf(t->o->progress, "; optimiser steps: %lld replayed, %lld captured, %lld run without a graph",
                 (long long)g->replays, (long long)g->captures, (long long)g->eager);
     else
-        fprintf(t->o->progress, "; optimiser steps run without a graph (%s)",
-                t->o->optimizer == RN_OPT_LARS ? "LARS's kernels take the rate as an argument"
-                                               : "--clip-grad-norm reads the norm back before the update");
+        fprintf(t->o->progress, "; optimiser steps run without a graph (--clip-grad-norm reads the norm back "
+                "before the update)");
     fputc('\n', t->o->progress);
 }
 

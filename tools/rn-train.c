@@ -121,7 +121,7 @@ static void usage(FILE *f) {
             "                          way in every process, so a run repeats bit for bit (the\n"
             "                          CPU backend always does); may be slower\n"
             "      --cuda-graphs       GPU: each micro-batch's forward and backward, and the\n"
-            "                          optimiser step (not with --clip-grad-norm or LARS),\n"
+            "                          optimiser step (not with --clip-grad-norm),\n"
             "                          captured as CUDA graphs and replayed as one launch each\n"
             "                          (the same results, hundreds fewer launches per step; the\n"
             "                          first step of each loss scale runs uncaptured). One\n"

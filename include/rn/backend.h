@@ -604,9 +604,11 @@ typedef struct {
     int adapt;             /* 1: layer-wise trust ratio; 0: trust 1 (excluded tensors) */
     float grad_scale;      /* 1, or 1/loss_scale to unscale AMP gradients */
     int dtype;             /* element type of rn_lars_update_copy's copy (0: RN_F32) */
+    const float *lr_at;    /* as rn_sgd_desc's: lr read from backend memory when the op runs */
+    const int32_t *skip_if; /* as rn_sgd_desc's: not 0 when the op runs, nothing is written */
 } rn_lars_desc;
 
-/* Fill d: adapt 1, grad_scale 1, dtype RN_F32. */
+/* Fill d: adapt 1, grad_scale 1, dtype RN_F32, lr_at and skip_if NULL. */
 int rn_lars_desc_init(rn_lars_desc *d, float lr, float momentum, float weight_decay, float eta, float eps);
 /* Workspace bytes rn_lars_update needs for a tensor of n elements (its chunk sums). */
 size_t rn_lars_workspace(rn_backend *be, int64_t n);

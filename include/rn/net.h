@@ -203,13 +203,13 @@ int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weig
 
 /* rn_net_step in three calls, for a caller that captures the middle one in a graph
  * (rn-train --cuda-graphs, rn/replay.h); rn_net_step makes these calls itself whenever
- * rn_net_step_on_device says the step may: SGD without clipping (clipping reads the norm
- * back before the update; LARS's kernels take the rate as an argument). rn_net_step_lr
- * puts the rate where the step's SGD reads it (rn_sgd_desc.lr_at, rn_backend_put;
- * RN_EINVAL for a rate not finite). rn_net_step_ops issues the step's device ops and
- * nothing else: with sc, the inf/NaN check whose flag skips the SGD on the device
- * (rn_sgd_desc.skip_if) and the unscaling by rn_scaler_inv(sc). Its ops follow what
- * rn_net_step_key fills in (the weights' buffer, the unscaling, the momentum's start): a
+ * rn_net_step_on_device says the step may: SGD or LARS without clipping (clipping reads
+ * the norm back before the update). rn_net_step_lr puts the rate where the update reads
+ * it (rn_sgd_desc.lr_at, rn_lars_desc.lr_at; rn_backend_put; RN_EINVAL for a rate not
+ * finite). rn_net_step_ops issues the step's device ops and nothing else: with sc, the
+ * inf/NaN check whose flag skips the update on the device (skip_if) and the unscaling by
+ * rn_scaler_inv(sc). Its ops follow what rn_net_step_keyof fills in (the weights' buffer,
+ * the unscaling, the momentum's start): a
  * capture's key (the rest, momentum, weight decay and their modes, is the caller's to
  * keep the same). rn_net_step_end reads the flag back (with sc), starts the momentum
  * buffers of a step that was taken and moves the scaler on (*skipped as rn_net_step). */

@@ -2,7 +2,7 @@
 # gpu-check step 4g: rn-train --cuda-graphs on the device. From one checkpoint, STEPS
 # steps without and with --cuda-graphs (--deterministic, --augment none, --no-shuffle, so
 # both runs choose the same algorithms on the same images), with --accum 1 and 2, in fp32
-# and under --amp fp16, once with --val, --ema-decay, --freeze-bn and --recompute blocks,
+# and under --amp fp16, once with --optimizer lars, once with --val, --ema-decay, --freeze-bn and --recompute blocks,
 # once with --mixup, --cutmix and --clip-grad-norm: the exported checkpoints and every step's logged loss and train top-1 must be
 # the same bits (a graph replays the very kernels with the very arguments), the run must
 # say it replayed micro-batches and optimiser steps (with --clip-grad-norm: that its
@@ -36,7 +36,7 @@ detail=""
 # training net, the EMA's weights swapped in and out), frozen BN (its inference kernels in
 # the training graph) and recomputed blocks; one with mixing (its weight and top-1 target
 # read from the device)
-for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "off 2 --val $WORK/train.lmdb --ema-decay 0.9 --freeze-bn --recompute blocks" \
+for cfg in "off 1" "off 2" "fp16 1" "fp16 2" "fp16 1 --optimizer lars" "off 2 --val $WORK/train.lmdb --ema-decay 0.9 --freeze-bn --recompute blocks" \
     "fp16 2 --mixup 0.2 --cutmix 1.0 --clip-grad-norm 1.0"; do
     read -r amp accum extra <<<"$cfg"
     name="$amp --accum $accum${extra:+ ${extra//$WORK\//}}"

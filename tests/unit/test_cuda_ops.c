@@ -859,15 +859,26 @@ static void test_sgd_copy(env *e, int64_t n) {
 }
 
 /* LARS mirrors the CPU's order (chunk sums in double, no fused multiply-add): p, buf and
- * the compute copy bit for bit, adapted and excluded, with AMP's unscale */
+ * the compute copy bit for bit, adapted and excluded, with AMP's unscale; variant 4 reads
+ * the rate from lr_at and a cleared skip_if on the device (rn-train's captured step) */
 static void test_lars(env *e, int64_t n) {
-    const int dtypes[] = {RN_F32, RN_F16, RN_BF16, RN_F32};
-    for (int v = 0; v < 4; v++) {
-        rn_lars_desc d;
+    const int dtypes[] = {RN_F32, RN_F16, RN_BF16, RN_F32, RN_F16};
+    for (int v = 0; v < 5; v++) {
+        rn_lars_desc d, gd;
         CHECK_OK(rn_lars_desc_init(&d, 2.5f, 0.9f, 5e-5f, 0.001f, v == 1 ? 1e-3f : 0));
         d.adapt = v != 3;
         d.grad_scale = v == 2 ? 1.0f / 65536.0f : 1.0f;
         d.dtype = dtypes[v];
+        gd = d;
+        float *lr_d = NULL;
+        int32_t *skip_d = NULL, zero = 0;
+        if (v == 4) {
+            CHECK_OK(rn_backend_alloc(e->gpu, sizeof(float), (void **)&lr_d));
+            CHECK_OK(rn_backend_alloc(e->gpu, sizeof(int32_t), (void **)&skip_d));
+            CHECK_OK(rn_backend_put(e->gpu, lr_d, &d.lr, sizeof(float)));
+            CHECK_OK(rn_backend_put(e->gpu, skip_d, &zero, sizeof zero));
+            gd.lr = 77.0f, gd.lr_at = lr_d, gd.skip_if = skip_d; /* (gd.lr not read) */
+        }
         size_t es = rn_dtype_size(dtypes[v]);
         CHECK_OK(rn_backend_reserve(e->cpu, rn_lars_workspace(e->cpu, n)));
         CHECK_OK(rn_backend_reserve(e->gpu, rn_lars_workspace(e->gpu, n)));
@@ -876,7 +887,8 @@ static void test_lars(env *e, int64_t n) {
         float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
         CHECK_OK(rn_backend_alloc(e->gpu, es * n, &gcopy));
         CHECK_OK(rn_lars_update_copy(e->cpu, &d, n, p, g, buf, copy));
-        CHECK_OK(rn_lars_update_copy(e->gpu, &d, n, gp, gg, gbuf, gcopy));
+        CHECK_OK(rn_lars_update_copy(e->gpu, &gd, n, gp, gg, gbuf, gcopy));
+        rn_backend_free(e->gpu, lr_d), rn_backend_free(e->gpu, skip_d);
         float *hp = down(e->gpu, RN_F32, gp, n), *hb = down(e->gpu, RN_F32, gbuf, n);
         CHECK_OK(rn_backend_download(e->gpu, got, gcopy, es * n));
         int64_t diff = 0, first = -1;

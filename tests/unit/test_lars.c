@@ -178,6 +178,22 @@ static void test_errors(rn_backend *be) {
     CHECK(rn_lars_update(be, &d, 3 * RN_LARS_CHUNK, p, g, b) == RN_EINVAL,
           "a workspace short of the chunk sums must be refused");
     CHECK(p[0] == 1 && b[0] == 0, "a refused call wrote the weights");
+    /* the rate from lr_at (the host's lr not read), and skip_if: set, nothing written */
+    float q[4] = {1, 2, 3, 4}, c[4] = {0}, lr = 0.1f;
+    int32_t skip = 1;
+    d.lr = NAN;
+    d.lr_at = &lr;
+    d.skip_if = &skip;
+    CHECK_OK(rn_lars_update(be, &d, 4, q, g, c));
+    CHECK(q[0] == 1 && c[0] == 0, "skip_if set: LARS wrote the weights");
+    skip = 0;
+    CHECK_OK(rn_lars_update(be, &d, 4, q, g, c));
+    rn_lars_desc e;
+    CHECK_OK(rn_lars_desc_init(&e, 0.1f, 0.9f, 1e-4f, 0.001f, 0));
+    CHECK_OK(rn_lars_update(be, &e, 4, p, g, b));
+    CHECK(memcmp(p, q, sizeof p) == 0 && memcmp(b, c, sizeof b) == 0, "lr_at: not the bits of the rate passed");
+    lr = INFINITY;
+    CHECK(rn_lars_update(be, &d, 4, q, g, c) == RN_EINVAL, "an inf at lr_at must be refused");
 }
 
 /* rn_sumsq (--clip-grad-norm's norm, in LARS's order): a long double reference, the same

@@ -30,15 +30,17 @@
 
 /* ---- a backend with graphs: the CPU's ops, its copies recordable ---- */
 
-enum { MAXREC = 8 };
-/* a recorded op: a copy, or (the optimiser step's) a zeroing, an overflow check, an SGD */
-enum { REC_COPY = 0, REC_ZERO, REC_NONFINITE, REC_SGD };
+enum { MAXREC = 64 };
+/* a recorded op: a copy, or (the optimiser step's) a zeroing, an overflow check, an SGD
+   or LARS update */
+enum { REC_COPY = 0, REC_ZERO, REC_NONFINITE, REC_SGD, REC_LARS };
 typedef struct {
     int kind;
     void *dst;
     const void *src;
     size_t bytes;
     rn_sgd_desc sgd; /* REC_SGD: dst p, src grad, buf, copy, n; REC_NONFINITE: src x, dst flag, n */
+    rn_lars_desc lars; /* REC_LARS: as REC_SGD */
     float *buf;
     void *copy;
     int64_t n;
@@ -113,7 +115,8 @@ static int fake_launch(rn_backend *be, rn_graph *g) {
         int rc = o->kind == REC_COPY        ? cpu->copy(be, o->dst, o->src, o->bytes)
                  : o->kind == REC_ZERO      ? cpu->zero(be, o->dst, o->bytes)
                  : o->kind == REC_NONFINITE ? cpu->nonfinite(be, o->n, o->src, o->dst)
-                                            : cpu->sgd_update(be, &o->sgd, o->n, o->dst, o->src, o->buf, o->copy);
+                 : o->kind == REC_SGD       ? cpu->sgd_update(be, &o->sgd, o->n, o->dst, o->src, o->buf, o->copy)
+                                            : cpu->lars_update(be, &o->lars, o->n, o->dst, o->src, o->buf, o->copy);
         if (rc) return rc;
     }
     return RN_OK;
@@ -125,6 +128,12 @@ static void fake_free(rn_backend *be, rn_graph *g) {
     free(g);
 }
 
+static int fake_lars(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf,
+                     void *copy) {
+    if (!capturing_now) return cpu->lars_update(be, d, n, p, grad, buf, copy);
+    return record((rec_copy){.kind = REC_LARS, .lars = *d, .dst = p, .src = grad, .buf = buf, .copy = copy, .n = n});
+}
+
 /* the test backend's ops: c's (the CPU's), with graphs */
 static void fake_init(const rn_backend_ops *c) {
     cpu = c;
@@ -133,6 +142,7 @@ static void fake_init(const rn_backend_ops *c) {
     fake.zero = fake_zero;
     fake.nonfinite = fake_nonfinite;
     fake.sgd_update = fake_sgd;
+    fake.lars_update = fake_lars;
     fake.capture_begin = fake_begin;
     fake.capture_end = fake_end;
     fake.graph_launch = fake_launch;
@@ -429,7 +439,7 @@ static int do_step(void *ctx) {
  * unstarted) and at a replayed one. The replay's SGD reads the rate and the check's
  * verdict when it runs, so the weights, the skips and the scale are the same bits on all
  * three at every step. */
-static void test_step(void) {
+static void test_step(int lars) {
     enum { STEPS = 9, NETS = 3 };
     rn_resnet spec;
     rn_ckpt *init = NULL;
@@ -456,9 +466,11 @@ static void test_step(void) {
         CHECK_OK(rn_net_step(net[i], NULL, 0.5f, 0.9f, 0, 0, 0, NULL));
         CHECK_OK(rn_net_load(net[i], init));
         CHECK_OK(rn_scaler_init(&sc[i], 1024.0, 2.0, 0.5, 1000));
+        if (lars) CHECK_OK(rn_net_set_lars(net[i], 1, 0.001, 0));
     }
     CHECK_OK(rn_net_set_clip(net[2], 1e30));
-    CHECK(rn_net_step_on_device(net[1]) && !rn_net_step_on_device(net[2]), "plain SGD steps on the device, clipped not");
+    CHECK(rn_net_step_on_device(net[1]) && !rn_net_step_on_device(net[2]), "%s steps on the device, clipped not",
+          lars ? "LARS" : "SGD");
     fake_init(be[1]->ops);
     be[1]->ops = &fake;
     int64_t n = 0;
@@ -483,13 +495,14 @@ static void test_step(void) {
         CHECK_OK(rn_replay_run(&r, be[1], &key, sizeof key, do_step, &w, &how));
         CHECK_OK(rn_net_step_end(net[1], &sc[1], 0.9f, &sk[1]));
         for (int i = 0; i < NETS; i++) {
-            CHECK(sk[i] == planted, "step %d, net %d: skipped %d, want %d", s, i, sk[i], planted);
+            CHECK(sk[i] == planted, "%s step %d, net %d: skipped %d, want %d", lars ? "LARS" : "SGD", s, i, sk[i],
+                  planted);
             CHECK(sc[i].scale == sc[0].scale && sc[i].growth_tracker == sc[0].growth_tracker,
                   "step %d, net %d: scale %g (tracker %d), net 0's %g (%d)", s, i, sc[i].scale, sc[i].growth_tracker,
                   sc[0].scale, sc[0].growth_tracker);
             rn_net_grads(net[0], &n);
             CHECK(memcmp(rn_net_weights(net[0]), rn_net_weights(net[i]), sizeof(float) * (size_t)n) == 0,
-                  "step %d (%s): net %d's weights differ from net 0's", s,
+                  "%s step %d (%s): net %d's weights differ from net 0's", lars ? "LARS" : "SGD", s,
                   how == RN_REPLAY_REPLAYED ? "replayed" : how == RN_REPLAY_CAPTURED ? "captured" : "eager", i);
         }
     }
@@ -512,7 +525,8 @@ out:
 
 int main(void) {
     test_replay();
-    test_step();
+    test_step(0);
+    test_step(1);
     test_count(0);
     test_count(1);
     test_mix_at();
