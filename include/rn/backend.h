@@ -613,8 +613,9 @@ int rn_lars_desc_init(rn_lars_desc *d, float lr, float momentum, float weight_de
 /* Workspace bytes rn_lars_update needs for a tensor of n elements (its chunk sums). */
 size_t rn_lars_workspace(rn_backend *be, int64_t n);
 /* One LARS step of one tensor: p, grad, buf n fp32 each (buf must start at zero before the
- * first step); grad is not modified. Errors: RN_EINVAL (bad descriptor: eta, eps,
- * weight_decay or momentum negative or not finite, grad_scale not > 0; workspace short). */
+ * first step); grad is not modified. Errors: RN_EINVAL (bad descriptor: lr not finite
+ * (without lr_at; with it on a host backend, the value there), eta, eps, weight_decay or
+ * momentum negative or not finite, grad_scale not > 0; workspace short). */
 int rn_lars_update(rn_backend *be, const rn_lars_desc *d, int64_t n, float *p, const float *grad, float *buf);
 /* rn_lars_update and, in the same pass, copy (n elements of d->dtype) = the new p rounded
  * to nearest even, as rn_sgd_update_copy. */

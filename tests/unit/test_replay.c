@@ -423,11 +423,12 @@ out:
 typedef struct {
     rn_net *net;
     const rn_scaler *sc;
+    float momentum;
 } step_work;
 
 static int do_step(void *ctx) {
     const step_work *w = ctx;
-    return rn_net_step_ops(w->net, w->sc, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS);
+    return rn_net_step_ops(w->net, w->sc, w->momentum, 1e-4f, 0, RN_WD_NO_BN_BIAS);
 }
 
 /* rn_net_step_lr, rn_net_step_ops in a replay (keyed by rn_net_step_keyof, as rn-train
@@ -439,7 +440,7 @@ static int do_step(void *ctx) {
  * unstarted) and at a replayed one. The replay's SGD reads the rate and the check's
  * verdict when it runs, so the weights, the skips and the scale are the same bits on all
  * three at every step. */
-static void test_step(int lars) {
+static void test_step(int lars, float momentum) {
     enum { STEPS = 9, NETS = 3 };
     rn_resnet spec;
     rn_ckpt *init = NULL;
@@ -485,15 +486,15 @@ static void test_step(int lars) {
             CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, sc[i].scale, 0, &loss));
             if (planted) rn_net_grads(net[i], &n)[5] = NAN; /* (CPU memory) */
         }
-        CHECK_OK(rn_net_step(net[0], &sc[0], lr, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[0]));
-        CHECK_OK(rn_net_step(net[2], &sc[2], lr, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[2]));
+        CHECK_OK(rn_net_step(net[0], &sc[0], lr, momentum, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[0]));
+        CHECK_OK(rn_net_step(net[2], &sc[2], lr, momentum, 1e-4f, 0, RN_WD_NO_BN_BIAS, &sk[2]));
         rn_net_step_key key;
         rn_net_step_keyof(net[1], &sc[1], &key);
         if (s == 0) CHECK(key.first == 1, "the momentum buffers count as started after a load without them");
-        step_work w = {net[1], &sc[1]};
+        step_work w = {net[1], &sc[1], momentum};
         CHECK_OK(rn_net_step_lr(net[1], lr));
         CHECK_OK(rn_replay_run(&r, be[1], &key, sizeof key, do_step, &w, &how));
-        CHECK_OK(rn_net_step_end(net[1], &sc[1], 0.9f, &sk[1]));
+        CHECK_OK(rn_net_step_end(net[1], &sc[1], momentum, &sk[1]));
         for (int i = 0; i < NETS; i++) {
             CHECK(sk[i] == planted, "%s step %d, net %d: skipped %d, want %d", lars ? "LARS" : "SGD", s, i, sk[i],
                   planted);
@@ -507,8 +508,9 @@ static void test_step(int lars) {
         }
     }
     /* eager: the first step (skipped), the second (a new scale), the third (the momentum
-       started), the one after the second overflow (a new scale); captured: the fourth
-       and the eighth; replayed: the rest, the second overflow among them */
+       started: LARS's buffer at momentum 0 too, which holds its steps), the one after the
+       second overflow (a new scale); captured: the fourth and the eighth; replayed: the
+       rest, the second overflow among them */
     CHECK(r.eager == 4 && r.captures == 2 && r.replays == 3 && !r.off,
           "the step ran %lld eager, %lld captured, %lld replayed (off %d): want 4, 2, 3", (long long)r.eager,
           (long long)r.captures, (long long)r.replays, r.off);
@@ -525,8 +527,9 @@ out:
 
 int main(void) {
     test_replay();
-    test_step(0);
-    test_step(1);
+    test_step(0, 0.9f);
+    test_step(1, 0.9f);
+    test_step(1, 0.0f);
     test_count(0);
     test_count(1);
     test_mix_at();
