@@ -765,15 +765,30 @@ static void test_put(env *e) {
     rn_backend_free(e->gpu, a), rn_backend_free(e->gpu, b);
 }
 
-/* SGD in a graph reads lr_at and skip_if when the graph runs (rn-train --cuda-graphs'
- * optimiser step): captured once, launched with the flag set (nothing may change), then
- * with the flag cleared and a new rate put: the CPU's step at that rate, bit for bit */
-static void test_sgd_graph(env *e, int64_t n) {
-    if (!rn_backend_has_graphs(e->gpu)) return;
-    rn_sgd_desc d;
-    CHECK_OK(rn_sgd_desc_init(&d, 0.0f, 0.9f, 1e-4f, 0));
-    d.first_step = 0;
-    float *p = randn(n, 0, 1), *g = randn(n, 0, 1), *buf = randn(n, 0, 1);
+/* An optimiser update (a descriptor template, then the rate, lr_at and skip_if) */
+typedef int (*update_fn)(rn_backend *be, const void *tmpl, float lr, const float *lr_at, const int32_t *skip_if,
+                         int64_t n, float *p, const float *g, float *buf);
+
+static int sgd_update(rn_backend *be, const void *tmpl, float lr, const float *lr_at, const int32_t *skip_if,
+                      int64_t n, float *p, const float *g, float *buf) {
+    rn_sgd_desc d = *(const rn_sgd_desc *)tmpl;
+    d.lr = lr, d.lr_at = lr_at, d.skip_if = skip_if;
+    return rn_sgd_update(be, &d, n, p, g, buf);
+}
+
+static int lars_update(rn_backend *be, const void *tmpl, float lr, const float *lr_at, const int32_t *skip_if,
+                       int64_t n, float *p, const float *g, float *buf) {
+    rn_lars_desc d = *(const rn_lars_desc *)tmpl;
+    d.lr = lr, d.lr_at = lr_at, d.skip_if = skip_if;
+    return rn_lars_update(be, &d, n, p, g, buf);
+}
+
+/* The update in a graph reads lr_at and skip_if when the graph runs (rn-train
+ * --cuda-graphs' optimiser step): captured once, launched with the flag set (nothing may
+ * change), then with the flag cleared and a new rate put: the CPU's step at that rate,
+ * bit for bit */
+static void graph_update(env *e, int64_t n, const char *what, update_fn update, const void *tmpl) {
+    float *p = randn(n, 0, 1), *g = randn(n, 0, 1e-2f), *buf = randn(n, 0, 1e-2f);
     float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
     float *lr_d = NULL, lr = 0.25f;
     int32_t *skip_d = NULL, skip = 1;
@@ -781,29 +796,26 @@ static void test_sgd_graph(env *e, int64_t n) {
     CHECK_OK(rn_backend_alloc(e->gpu, sizeof skip, (void **)&skip_d));
     CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
     CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
-    d.lr_at = lr_d, d.skip_if = skip_d;
     rn_graph *graph = NULL;
     int64_t nodes = 0;
     CHECK_OK(rn_backend_capture_begin(e->gpu));
-    int rc = rn_sgd_update(e->gpu, &d, n, gp, gg, gbuf);
+    int rc = update(e->gpu, tmpl, 0.0f, lr_d, skip_d, n, gp, gg, gbuf);
     CHECK_OK(rn_backend_capture_end(e->gpu, rc == RN_OK, &graph, &nodes));
-    CHECK(rc == RN_OK && graph, "sgd captured: %s", rn_last_error());
+    CHECK(rc == RN_OK && graph, "%s captured: %s", what, rn_last_error());
     if (graph) {
         CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
         float *h0 = down(e->gpu, RN_F32, gp, n), *b0 = down(e->gpu, RN_F32, gbuf, n);
         CHECK(memcmp(h0, p, sizeof(float) * (size_t)n) == 0 && memcmp(b0, buf, sizeof(float) * (size_t)n) == 0,
-              "sgd graph launched with skip_if set: the weights or the momentum changed");
+              "%s graph launched with skip_if set: the weights or the momentum changed", what);
         lr = 0.0625f, skip = 0;
         CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
         CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
         CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
-        rn_sgd_desc c = d;
-        c.lr = lr, c.lr_at = NULL, c.skip_if = NULL;
-        CHECK_OK(rn_sgd_update(e->cpu, &c, n, p, g, buf));
+        CHECK_OK(update(e->cpu, tmpl, lr, NULL, NULL, n, p, g, buf));
         float *h1 = down(e->gpu, RN_F32, gp, n), *b1 = down(e->gpu, RN_F32, gbuf, n);
         int64_t diff = 0;
         for (int64_t i = 0; i < n; i++) diff += h1[i] != p[i] || b1[i] != buf[i];
-        CHECK(diff == 0, "sgd graph launched with a new rate: %lld of %lld values differ from the CPU's step",
+        CHECK(diff == 0, "%s graph launched with a new rate: %lld of %lld values differ from the CPU's step", what,
               (long long)diff, (long long)n);
         rn_backend_graph_free(e->gpu, graph);
         free(h0), free(b0), free(h1), free(b1);
@@ -813,55 +825,20 @@ static void test_sgd_graph(env *e, int64_t n) {
     free(p), free(g), free(buf);
 }
 
-/* LARS in a graph, as test_sgd_graph: adapted (the trust kernel reads lr_at) and not (the
- * update reads it), launched with the flag set (nothing may change), then cleared with a
- * new rate put: the CPU's step at that rate, bit for bit */
-static void test_lars_graph(env *e, int64_t n) {
+/* SGD, and LARS adapted (its trust kernel reads lr_at) and not (its update does) */
+static void test_update_graphs(env *e, int64_t n) {
     if (!rn_backend_has_graphs(e->gpu)) return;
+    rn_sgd_desc sd;
+    CHECK_OK(rn_sgd_desc_init(&sd, 0.0f, 0.9f, 1e-4f, 0));
+    sd.first_step = 0;
+    graph_update(e, n, "sgd", sgd_update, &sd);
     for (int adapt = 0; adapt < 2; adapt++) {
-        rn_lars_desc d;
-        CHECK_OK(rn_lars_desc_init(&d, 0.0f, 0.9f, 5e-5f, 0.001f, 0));
-        d.adapt = adapt;
+        rn_lars_desc ld;
+        CHECK_OK(rn_lars_desc_init(&ld, 0.0f, 0.9f, 5e-5f, 0.001f, 0));
+        ld.adapt = adapt;
         CHECK_OK(rn_backend_reserve(e->cpu, rn_lars_workspace(e->cpu, n)));
         CHECK_OK(rn_backend_reserve(e->gpu, rn_lars_workspace(e->gpu, n)));
-        float *p = randn(n, 0, 1), *g = randn(n, 0, 1e-2f), *buf = randn(n, 0, 1e-2f);
-        float *gp = up(e->gpu, RN_F32, p, n), *gg = up(e->gpu, RN_F32, g, n), *gbuf = up(e->gpu, RN_F32, buf, n);
-        float *lr_d = NULL, lr = 2.5f;
-        int32_t *skip_d = NULL, skip = 1;
-        CHECK_OK(rn_backend_alloc(e->gpu, sizeof lr, (void **)&lr_d));
-        CHECK_OK(rn_backend_alloc(e->gpu, sizeof skip, (void **)&skip_d));
-        CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
-        CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
-        d.lr_at = lr_d, d.skip_if = skip_d;
-        rn_graph *graph = NULL;
-        int64_t nodes = 0;
-        CHECK_OK(rn_backend_capture_begin(e->gpu));
-        int rc = rn_lars_update(e->gpu, &d, n, gp, gg, gbuf);
-        CHECK_OK(rn_backend_capture_end(e->gpu, rc == RN_OK, &graph, &nodes));
-        CHECK(rc == RN_OK && graph, "lars (adapt %d) captured: %s", adapt, rn_last_error());
-        if (graph) {
-            CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
-            float *h0 = down(e->gpu, RN_F32, gp, n), *b0 = down(e->gpu, RN_F32, gbuf, n);
-            CHECK(memcmp(h0, p, sizeof(float) * (size_t)n) == 0 && memcmp(b0, buf, sizeof(float) * (size_t)n) == 0,
-                  "lars graph (adapt %d) launched with skip_if set: the weights or the momentum changed", adapt);
-            lr = 0.75f, skip = 0;
-            CHECK_OK(rn_backend_put(e->gpu, lr_d, &lr, sizeof lr));
-            CHECK_OK(rn_backend_put(e->gpu, skip_d, &skip, sizeof skip));
-            CHECK_OK(rn_backend_graph_launch(e->gpu, graph));
-            rn_lars_desc c = d;
-            c.lr = lr, c.lr_at = NULL, c.skip_if = NULL;
-            CHECK_OK(rn_lars_update(e->cpu, &c, n, p, g, buf));
-            float *h1 = down(e->gpu, RN_F32, gp, n), *b1 = down(e->gpu, RN_F32, gbuf, n);
-            int64_t diff = 0;
-            for (int64_t i = 0; i < n; i++) diff += h1[i] != p[i] || b1[i] != buf[i];
-            CHECK(diff == 0, "lars graph (adapt %d) with a new rate: %lld of %lld values differ from the CPU's step",
-                  adapt, (long long)diff, (long long)n);
-            rn_backend_graph_free(e->gpu, graph);
-            free(h0), free(b0), free(h1), free(b1);
-        }
-        rn_backend_free(e->gpu, lr_d), rn_backend_free(e->gpu, skip_d);
-        rn_backend_free(e->gpu, gp), rn_backend_free(e->gpu, gg), rn_backend_free(e->gpu, gbuf);
-        free(p), free(g), free(buf);
+        graph_update(e, n, adapt ? "lars (adapted)" : "lars (not adapted)", lars_update, &ld);
     }
 }
 
@@ -1265,8 +1242,7 @@ static void run_all(env *e) {
     if (!half) {
         test_sgd(e, 100003);
         test_put(e);
-        test_sgd_graph(e, 100003);
-        test_lars_graph(e, 100003);
+        test_update_graphs(e, 100003);
         test_sgd_copy(e, 100003);
         test_lars(e, 100003);
         test_sumsq(e, 100003);
