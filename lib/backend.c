@@ -796,6 +796,14 @@ static int check_storage(const char *op, const char *which, int *dtype) {
     return RN_OK;
 }
 
+/* a rate in backend memory (rn_sgd_desc.lr_at, rn_lars_desc.lr_at): where that memory is
+ * the host's, it is checked as a rate passed would be */
+static int check_lr_at(rn_backend *be, const char *op, const float *lr_at) {
+    if (lr_at && rn_backend_is_host(be) && !isfinite(*lr_at))
+        return rn_errorf(RN_EINVAL, "%s: lr_at holds %g, want a finite rate", op, *lr_at);
+    return RN_OK;
+}
+
 static int sgd(rn_backend *be, const char *op, const rn_sgd_desc *d, int64_t n, float *p,
                const float *grad, float *buf, void *copy) {
     if (n < 0) return rn_errorf(RN_EINVAL, "%s: negative element count", op);
@@ -811,8 +819,7 @@ static int sgd(rn_backend *be, const char *op, const rn_sgd_desc *d, int64_t n, 
     if (rc || n == 0) return rc;
     NEED(p, op); NEED(grad, op);
     if (d->momentum != 0) NEED(buf, op);
-    if (d->lr_at && rn_backend_is_host(be) && !isfinite(*d->lr_at))
-        return rn_errorf(RN_EINVAL, "%s: lr_at holds %g, want a finite rate", op, *d->lr_at);
+    if ((rc = check_lr_at(be, op, d->lr_at))) return rc;
     return after(be, be->ops->sgd_update(be, &dd, n, p, grad, buf, copy));
 }
 
@@ -855,8 +862,7 @@ static int lars(rn_backend *be, const char *op, const rn_lars_desc *d, int64_t n
     int rc = copy ? check_storage(op, "copy", &dd.dtype) : RN_OK;
     if (rc || n == 0) return rc;
     NEED(p, op); NEED(grad, op); NEED(buf, op);
-    if (d->lr_at && rn_backend_is_host(be) && !isfinite(*d->lr_at))
-        return rn_errorf(RN_EINVAL, "%s: lr_at holds %g, want a finite rate", op, *d->lr_at);
+    if ((rc = check_lr_at(be, op, d->lr_at))) return rc;
     if ((rc = check_ws(be, op, rn_lars_workspace(be, n)))) return rc;
     return after(be, be->ops->lars_update(be, &dd, n, p, grad, buf, copy));
 }

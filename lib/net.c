@@ -1312,18 +1312,16 @@ static int lars_part(rn_net *net, const rn_lars_desc *ld, int64_t off, int64_t n
 /* LARS: conv and fc weights (params[0, ndecay)) one tensor at a time with their trust
  * ratio and weight decay; BN parameters and the fc bias (the rest) in one call with
  * neither, as MLPerf's reference excludes them. */
-static int lars(rn_net *net, rn_lars_desc *ld) {
-    ld->dtype = net->dtype;
+static int lars(rn_net *net, const rn_lars_desc *ld) {
+    rn_lars_desc d = *ld;
+    d.dtype = net->dtype;
     /* TensorFlow's momentum slot starts at zero (a checkpoint without momentum too) */
     int rc = net->have_mom ? RN_OK : rn_backend_zero(net->be, net->mom, (size_t)net->nparams * sizeof(float));
     for (int i = 0; i < net->npref && rc == RN_OK; i++)
-        if (net->prefs[i].off < net->ndecay) rc = lars_part(net, ld, net->prefs[i].off, net->prefs[i].numel);
-    const float wd = ld->weight_decay;
-    ld->adapt = 0;
-    ld->weight_decay = 0.0f;
-    if (rc == RN_OK) rc = lars_part(net, ld, net->ndecay, net->nparams - net->ndecay);
-    ld->adapt = 1;
-    ld->weight_decay = wd;
+        if (net->prefs[i].off < net->ndecay) rc = lars_part(net, &d, net->prefs[i].off, net->prefs[i].numel);
+    d.adapt = 0;
+    d.weight_decay = 0.0f;
+    if (rc == RN_OK) rc = lars_part(net, &d, net->ndecay, net->nparams - net->ndecay);
     return rc;
 }
 
@@ -1361,45 +1359,56 @@ static int clip(rn_net *net, float *grad_scale) {
     return RN_OK;
 }
 
-/* SGD's calls over every parameter with sd (its weight decay where wd_mode puts it):
- * device ops only, the momentum buffers' start (have_mom) is the caller's */
-static int sgd_parts(rn_net *net, rn_sgd_desc *sd, int wd_mode) {
-    float *buf = sd->momentum != 0.0f ? net->mom : NULL;
-    sd->first_step = !net->have_mom;
-    sd->dtype = net->dtype;
-    if (wd_mode == RN_WD_ALL) return sgd_part(net, sd, 0, net->nparams, buf);
+/* SGD's calls over every parameter with sd (its weight decay where wd_mode puts it) */
+static int sgd_parts(rn_net *net, const rn_sgd_desc *sd, int wd_mode) {
+    rn_sgd_desc d = *sd;
+    float *buf = d.momentum != 0.0f ? net->mom : NULL;
+    d.first_step = !net->have_mom;
+    d.dtype = net->dtype;
+    if (wd_mode == RN_WD_ALL) return sgd_part(net, &d, 0, net->nparams, buf);
     /* decayed weights, the BN parameters without decay, and the fc bias (last) with it
        under RN_WD_NO_NORM */
-    const float wd = sd->weight_decay;
     int64_t bn_end = wd_mode == RN_WD_NO_NORM ? net->fc_b : net->nparams;
-    int rc = sgd_part(net, sd, 0, net->ndecay, buf);
-    sd->weight_decay = 0.0f;
-    if (rc == RN_OK) rc = sgd_part(net, sd, net->ndecay, bn_end - net->ndecay, buf);
-    sd->weight_decay = wd;
-    if (rc == RN_OK && bn_end < net->nparams) rc = sgd_part(net, sd, bn_end, net->nparams - bn_end, buf);
+    int rc = sgd_part(net, &d, 0, net->ndecay, buf);
+    d.weight_decay = 0.0f;
+    if (rc == RN_OK) rc = sgd_part(net, &d, net->ndecay, bn_end - net->ndecay, buf);
+    d.weight_decay = sd->weight_decay;
+    if (rc == RN_OK && bn_end < net->nparams) rc = sgd_part(net, &d, bn_end, net->nparams - bn_end, buf);
     return rc;
 }
 
 /* SGD (or LARS, rn_net_set_lars) over every parameter on the gradients times grad_scale
- * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale), with
- * the host's decisions: clipping's norm read back first */
-static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
-               float grad_scale) {
-    int rc = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
-    if (rc) return rc;
+ * (1/loss_scale unscales the gradients of a loss multiplied by an AMP loss scale), at the
+ * rate lr or the one lr_at holds, writing nothing where skip_if holds a verdict (both
+ * backend memory or NULL: rn_sgd_desc): device ops only, the momentum buffers' start is
+ * the caller's (mom_started) */
+static int update(rn_net *net, float lr, const float *lr_at, const int32_t *skip_if, float momentum,
+                  float weight_decay, int nesterov, int wd_mode, float grad_scale) {
+    int rc;
     if (net->lars) {
         if (nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
         rn_lars_desc ld;
         if ((rc = rn_lars_desc_init(&ld, lr, momentum, weight_decay, net->lars_eta, net->lars_eps))) return rc;
-        ld.grad_scale = grad_scale;
-        if ((rc = lars(net, &ld)) == RN_OK) net->have_mom = 1;
-        return rc;
+        ld.lr_at = lr_at, ld.skip_if = skip_if, ld.grad_scale = grad_scale;
+        return lars(net, &ld);
     }
     rn_sgd_desc sd;
     if ((rc = rn_sgd_desc_init(&sd, lr, momentum, weight_decay, nesterov))) return rc;
-    sd.grad_scale = grad_scale;
-    rc = sgd_parts(net, &sd, wd_mode);
-    if (rc == RN_OK && momentum != 0.0f) net->have_mom = 1;
+    sd.lr_at = lr_at, sd.skip_if = skip_if, sd.grad_scale = grad_scale;
+    return sgd_parts(net, &sd, wd_mode);
+}
+
+/* a step taken: SGD's momentum buffers start holding momentum, LARS's its steps */
+static void mom_started(rn_net *net, float momentum) {
+    if (momentum != 0.0f || net->lars) net->have_mom = 1;
+}
+
+/* The update with the host's decisions: clipping's norm read back first */
+static int sgd(rn_net *net, float lr, float momentum, float weight_decay, int nesterov, int wd_mode,
+               float grad_scale) {
+    int rc = net->clip > 0 ? clip(net, &grad_scale) : RN_OK;
+    if (rc == RN_OK) rc = update(net, lr, NULL, NULL, momentum, weight_decay, nesterov, wd_mode, grad_scale);
+    if (rc == RN_OK) mom_started(net, momentum);
     return rc;
 }
 
@@ -1435,25 +1444,12 @@ int rn_net_step_ops(rn_net *net, const rn_scaler *sc, float momentum, float weig
         return rn_errorf(RN_EINVAL, "rn_net_step_ops: %s", net->mode != RN_NET_TRAIN ? "an inference network"
                                                            : "clipping reads the norm back: use rn_net_step");
     if (wd_mode < RN_WD_ALL || wd_mode > RN_WD_NO_NORM) return rn_errorf(RN_EINVAL, "weight-decay mode %d", wd_mode);
-    if (net->lars && nesterov) return rn_errorf(RN_EINVAL, "LARS has no Nesterov momentum");
     /* GradScaler: the check's flag decides on the device whether the update writes */
     int rc = sc ? rn_backend_zero(net->be, net->flag, sizeof(int32_t)) : RN_OK;
     if (rc == RN_OK && sc) rc = rn_nonfinite(net->be, net->nparams, net->grads, net->flag);
-    if (rc == RN_OK && net->lars) {
-        rn_lars_desc ld;
-        if ((rc = rn_lars_desc_init(&ld, 0.0f, momentum, weight_decay, net->lars_eta, net->lars_eps))) return rc;
-        ld.lr_at = net->lr;
-        ld.skip_if = sc ? net->flag : NULL;
-        ld.grad_scale = sc ? rn_scaler_inv(sc) : 1.0f;
-        return lars(net, &ld);
-    }
-    rn_sgd_desc sd;
-    if (rc == RN_OK) rc = rn_sgd_desc_init(&sd, 0.0f, momentum, weight_decay, nesterov);
     if (rc) return rc;
-    sd.lr_at = net->lr;
-    sd.skip_if = sc ? net->flag : NULL;
-    sd.grad_scale = sc ? rn_scaler_inv(sc) : 1.0f;
-    return sgd_parts(net, &sd, wd_mode);
+    return update(net, 0.0f, net->lr, sc ? net->flag : NULL, momentum, weight_decay, nesterov, wd_mode,
+                  sc ? rn_scaler_inv(sc) : 1.0f);
 }
 
 int rn_net_step_end(rn_net *net, rn_scaler *sc, float momentum, int *skipped) {
@@ -1462,7 +1458,7 @@ int rn_net_step_end(rn_net *net, rn_scaler *sc, float momentum, int *skipped) {
     int32_t flag = 0;
     int rc = sc ? rn_backend_download(net->be, &flag, net->flag, sizeof flag) : RN_OK;
     if (rc) return rc;
-    if (!flag && (momentum != 0.0f || net->lars)) net->have_mom = 1; /* (LARS's buffer holds its steps) */
+    if (!flag) mom_started(net, momentum);
     int skip = sc ? rn_scaler_update(sc, flag != 0) : 0;
     if (skipped) *skipped = skip;
     return RN_OK;

@@ -996,6 +996,15 @@ static int micro_ops(void *ctx) {
     return rc;
 }
 
+/* --cuda-graphs: a replay whose capture failed says so, once (*said) */
+static void note_uncaptured(const run *t, int *said, const rn_replay *r, const char *what) {
+    if (!r->off || *said) return;
+    *said = 1;
+    if (t->o->progress)
+        fprintf(t->o->progress, "rn-train: note: --cuda-graphs: %s could not be captured (%s); it runs without a "
+                "graph from now on (the same results, more launches)\n", what, r->why);
+}
+
 /* Micro-batch k through graphs[k], keyed by everything its ops' pointers and scalars
  * follow that can change in a run: the weights' buffer (the EMA swap) and the loss scale
  * (and the mixing values, constant without mixing; with it they go to the device, gmix,
@@ -1026,12 +1035,9 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     rn_replay *r = &t->graphs[k];
     int rc = rn_replay_run(r, t->r.be, &key, sizeof key, micro_ops, &j, NULL);
     if (rc == RN_OK) rn_net_count_batch(t->r.net, t->micro);
-    if (r->off && !t->graphs_said) {
-        t->graphs_said = 1;
-        if (t->o->progress)
-            fprintf(t->o->progress, "rn-train: note: --cuda-graphs: micro-batch %d of the step could not be captured "
-                    "(%s); it runs without a graph from now on (the same results, more launches)\n", k, r->why);
-    }
+    char what[64];
+    snprintf(what, sizeof what, "micro-batch %d of the step", k);
+    note_uncaptured(t, &t->graphs_said, r, what);
     return rc;
 }
 
@@ -1053,12 +1059,7 @@ static int run_step(run *t, float lr, int *skipped) {
     rn_net_step_key key;
     rn_net_step_keyof(t->r.net, t->scaled ? &t->sc : NULL, &key);
     rc = rn_replay_run(&t->gstep, t->r.be, &key, sizeof key, step_ops, t, NULL);
-    if (t->gstep.off && !t->gstep_said) {
-        t->gstep_said = 1;
-        if (t->o->progress)
-            fprintf(t->o->progress, "rn-train: note: --cuda-graphs: the optimiser step could not be captured (%s); "
-                    "it runs without a graph from now on (the same results, more launches)\n", t->gstep.why);
-    }
+    note_uncaptured(t, &t->gstep_said, &t->gstep, "the optimiser step");
     if (rc) return rc;
     return rn_net_step_end(t->r.net, t->scaled ? &t->sc : NULL, (float)t->o->momentum, skipped);
 }
