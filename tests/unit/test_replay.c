@@ -13,7 +13,8 @@
  * weight from memory, the same bits as the argument, and the evaluation loss never. The
  * optimiser step captured as rn-train --cuda-graphs captures it (the test backend records
  * its zeroing, overflow check and SGD too): rn_net_step's bits at every step, with a new
- * rate each step and an overflow met by a replay. */
+ * rate each step and an overflow met by a replay. The first step after a load without
+ * momentum, SGD and LARS: buffers an earlier step filled give the bits of zero ones. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 #include "rn/net.h"
 #include "rn/replay.h"
 #include "rn/resnet.h"
+#include "rn/state.h"
 #include "rn/scaler.h"
 #include "rn/tensor.h"
 
@@ -525,11 +527,69 @@ out:
     rn_ckpt_free(init);
 }
 
+/* The first step after a load without momentum starts the buffers from zero, whatever they
+ * held: net 0's hold an earlier step's (a load leaves them unstarted), net 1 loads a
+ * checkpoint whose momentum is all zero (started: nothing is zeroed for it). Both take
+ * the same two steps to the same bits (SGD's first step copies the gradient, where a zero
+ * buffer gives momentum * 0 + gradient, the same value; LARS zeroes its buffer). This is
+ * independent of the paths test_step compares, which all share that start. */
+static void test_first_step(int lars) {
+    rn_resnet spec;
+    rn_ckpt *init = NULL, *zero = NULL, *warm = NULL;
+    rn_backend *be = NULL;
+    rn_net *net[3] = {NULL, NULL, NULL};
+    int32_t labels[BATCH] = {1, 0, 2, 2};
+    const char *what = lars ? "LARS" : "SGD";
+    float loss = 0;
+    if (!make_nets(13, &spec, &init, &be, net)) goto out;
+    CHECK_OK(rn_ckpt_new(&spec, &zero));
+    CHECK_OK(rn_ckpt_new(&spec, &warm));
+    if (!zero || !warm) goto out;
+    CHECK_OK(rn_ckpt_init(zero, &spec, 13, 0));
+    CHECK_OK(rn_state_momentum_alloc(zero));
+    CHECK_OK(rn_ckpt_init(warm, &spec, 13, 0));
+    /* net 0's buffers filled by a step, then the weights loaded again */
+    input(be, net[0], 71, 5);
+    CHECK_OK(rn_net_forward(net[0], BATCH, 1));
+    CHECK_OK(rn_net_backward(net[0], labels, BATCH, 0, 1.0f, 0, &loss));
+    CHECK_OK(rn_net_step(net[0], NULL, 0.5f, 0.9f, 0, 0, 0, NULL));
+    CHECK_OK(rn_net_store(net[0], warm));
+    CHECK_OK(rn_net_load(net[0], init));
+    CHECK_OK(rn_net_load(net[1], zero));
+    /* not vacuous: what the buffers hold would change a step that took it as momentum */
+    const rn_ptensor *m = rn_state_momentum(warm, "fc.weight");
+    const float *mv = m ? rn_ptensor_f32(m) : NULL;
+    double sum = 0;
+    for (size_t i = 0; mv && i < m->data.len / sizeof(float); i++)
+        sum += fabs(mv[i]);
+    CHECK(sum > 0, "the buffers after a step hold no momentum for fc.weight: the test tests nothing");
+    int64_t n = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 2; i++) {
+            if (lars) CHECK_OK(rn_net_set_lars(net[i], 1, 0.001, 0));
+            input(be, net[i], (uint8_t)(29 + s), 3);
+            CHECK_OK(rn_net_forward(net[i], BATCH, 1));
+            CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
+            CHECK_OK(rn_net_step(net[i], NULL, 0.05f, 0.9f, 1e-4f, 0, RN_WD_NO_BN_BIAS, NULL));
+            if (i == 0) continue;
+            rn_net_grads(net[0], &n);
+            CHECK(memcmp(rn_net_weights(net[0]), rn_net_weights(net[1]), sizeof(float) * (size_t)n) == 0,
+                  "%s step %d: buffers left by an earlier step (unstarted) give other weights than zero ones", what,
+                  s);
+        }
+out:
+    rn_ckpt_free(zero);
+    rn_ckpt_free(warm);
+    free_nets(init, be, net);
+}
+
 int main(void) {
     test_replay();
     test_step(0, 0.9f);
     test_step(1, 0.9f);
     test_step(1, 0.0f);
+    test_first_step(0);
+    test_first_step(1);
     test_count(0);
     test_count(1);
     test_mix_at();
