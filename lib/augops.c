@@ -348,8 +348,10 @@ __attribute__((target("fma"))) static void affine_loop_fma(uint8_t *restrict img
 /* F_t.affine with NEAREST and zero fill: _gen_affine_grid (float32 theta rescaled by half the
  * size, base grid at pixel centres) then grid_sample(align_corners=False), which unnormalises
  * x as (gx + 1) * (w / 2) - 0.5 and rounds half to even. torch forms the grid with a float32
- * GEMM that (OpenBLAS, x86-64 with FMA) computes fma(y, t1, x * t0) + t2: the same here, so
- * sampling positions within rounding of a half pixel (shear 1/15 hits them) fall the same way. */
+ * GEMM whose rounding is its BLAS kernel's: OpenBLAS's Haswell kernel computes
+ * fma(y, t1, x * t0) + t2, the same here, so sampling positions within rounding of a half
+ * pixel (shear 1/15 hits them) fall the same way; other kernels (SkylakeX's) may round them
+ * the other way. tests/parity/augops_parity.py forms torch's grid in this order. */
 static int affine(uint8_t *img, int w, int h, int c, const double m[6], rn_aug_ws *ws) {
     uint8_t *src;
     int rc = copy_in(ws, img, (size_t)w * h * c, &src);
