@@ -187,9 +187,10 @@ typedef struct {
     ncclComm_t comm;     /* rn_backend_coll_init's communicator (non-blocking); NULL before,
                             and after an abort */
     int rank, world;
-    double coll_timeout; /* seconds without progress before a collective is given up */
+    double coll_timeout; /* seconds one wait for a collective may take before it is given up */
     float *coll_small;   /* (world, world) floats: coll_sum's receive buffer when the
                             caller's scratch is too small for it (see there) */
+    int coll_small_world; /* the world coll_small was made for */
     cudaStream_t comm_st; /* coll_sum_async's stream (made by coll_init) */
     cudaEvent_t grads_ev, comm_ev; /* recorded on stream before a bucket goes / on comm_st
                             when the compute stream joins it */
@@ -2486,7 +2487,12 @@ static int cuda_coll_init(rn_backend *be, int rank, int world, const void *id, s
     g->coll_timeout = timeout_s;
     /* NCCL takes the device from the calling thread */
     CU(cudaSetDevice(g->dev));
-    if (!g->coll_small) CU(cudaMalloc(&g->coll_small, sizeof(float) * (size_t)world * (size_t)world));
+    if (world > g->coll_small_world) { /* (an init after an abort may bring a larger world) */
+        cudaFree(g->coll_small);
+        g->coll_small = NULL, g->coll_small_world = 0;
+        CU(cudaMalloc(&g->coll_small, sizeof(float) * (size_t)world * (size_t)world));
+        g->coll_small_world = world;
+    }
     if (!g->comm_st) {
         CU(cudaStreamCreateWithFlags(&g->comm_st, cudaStreamNonBlocking));
         CU(cudaEventCreateWithFlags(&g->grads_ev, cudaEventDisableTiming));
@@ -2634,8 +2640,12 @@ static int cuda_coll_sum_round_async(rn_backend *be, float *x, float *scratch, f
 static int cuda_coll_join(rn_backend *be) {
     cuda_ctx *g = CTX(be);
     if (!g->comm_st) return RN_OK;
-    if (!g->comm)
+    if (!g->comm) {
+        /* what is still queued (the abort ends NCCL's kernels) must be done before the
+           caller frees the buckets' memory */
+        if (cudaStreamSynchronize(g->comm_st) != cudaSuccess) (void)cudaGetLastError();
         return rn_errorf(RN_EGPU, "NCCL sum on cuda:%d: no communicator (an earlier error aborted it)", g->dev);
+    }
     int rc = coll_wait_on(g, 1, g->comm_st, "NCCL sum (the overlapped buckets)");
     if (rc) return rc;
     CU(cudaEventRecord(g->comm_ev, g->comm_st));

@@ -460,11 +460,14 @@ int rn_dist_attach(rn_dist *d, rn_backend *be) {
        backend's own limit, past every rank's watchdog, is for the waits outside it */
     if (d->hb_on) limit += HB_GRACE + 2;
 #endif
-    if ((rc = rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, limit))) return rc;
 #ifdef RN_HAVE_MPI
     if (d->hb_on) rn_backend_coll_set_poll(be, dev_poll, d);
 #endif
-    return RN_OK;
+    /* under the watchdog, as every later collective: a rank that never comes is named */
+    op_begin(d, "the NCCL communicator's init");
+    rc = rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, limit);
+    op_end(d);
+    return rc;
 }
 
 #ifdef RN_HAVE_MPI
@@ -812,7 +815,9 @@ int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *st) {
         return rc;
     }
     if (d->dev) {
-        if ((rc = dev_end(d, st))) free_buckets(d);
+        /* a failure may leave earlier buckets queued on the device: joined before the
+           caller may free their memory (rn_dist_sum_cancel keeps this error's message) */
+        if ((rc = dev_end(d, st))) rn_dist_sum_cancel(d);
         else round_ended(d);
         return rc;
     }

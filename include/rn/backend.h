@@ -663,9 +663,10 @@ int rn_backend_has_coll(const rn_backend *be);
  * (cap too small), RN_EGPU. */
 int rn_backend_coll_id(rn_backend *be, void *id, size_t cap, size_t *len);
 /* Join the communicator of world ranks as rank (every rank calls it with rank 0's id).
- * Init and every later collective give up after timeout_s seconds without progress
- * (another rank died or hangs): the communicator is aborted and RN_EGPU names the
- * operation. Errors: RN_ENOTSUP, RN_EGPU. */
+ * Init and every later collective give up when one wait for them passes timeout_s
+ * seconds (another rank died or hangs; a join's wait includes the compute work queued
+ * before its last bucket): the communicator is aborted and RN_EGPU names the operation.
+ * Errors: RN_ENOTSUP, RN_EGPU. */
 int rn_backend_coll_init(rn_backend *be, int rank, int world, const void *id, size_t len, double timeout_s);
 /* x (n floats, device) = the sum of every rank's x, added left to right in rank order
  * ((x0 + x1) + x2 ..., as rn_dist_sum defines it), the same bits on every rank;

@@ -157,7 +157,9 @@ int64_t rn_dist_run_floats(const rn_dist *d, int64_t n);
 int rn_dist_sum_part(rn_dist *d, int64_t off, int64_t len);
 int rn_dist_sum_progress(rn_dist *d);
 /* Start the last bucket, wait for all of them (under the watchdog), copy the sums back
- * into x; stats (unless NULL) says how much overlapped. */
+ * into x; stats (unless NULL) says how much overlapped. On a failure a device backend's
+ * buckets are joined first, as rn_dist_sum_cancel does, so the caller may free pack,
+ * scratch and run. */
 int rn_dist_sum_end(rn_dist *d, rn_dist_sum_stats *stats);
 /* A failing caller's sum, begun and not ended: a device backend's enqueued buckets read
  * and write pack and scratch, so they are joined (under the watchdog's timeout) before

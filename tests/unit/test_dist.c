@@ -37,9 +37,11 @@ static float *run_lo, *run_hi; /* the running sums' buffer: nothing outside it i
 static int64_t run_outside;
 
 static int64_t chunk_at(int64_t n, int r) { return n * r / dev_world; }
+static int dev_calls, dev_fail_at = -1, dev_joins; /* the collective's calls; the one that fails; joins */
 
 static int dev_sum_on(float *x, float *scratch, int64_t n, float *run, int first, int last) {
     const int W = dev_world, R = dev_rank;
+    if (dev_calls++ == dev_fail_at) return rn_errorf(RN_EGPU, "the emulated collective: an injected failure");
     if (n == 0 || (W == 1 && !run)) return RN_OK;
     int64_t lo = chunk_at(n, R), mine = chunk_at(n, R + 1) - lo;
     if (run && mine && (run < run_lo || run + mine > run_hi)) {
@@ -77,6 +79,7 @@ static int dev_sum(rn_backend *be, float *x, float *s, int64_t n) { return dev_s
 static int dev_round(rn_backend *be, float *x, float *s, float *run, int64_t n, int first, int last) {
     return dev_sum_on(x, s, n, run, first, last);
 }
+static int dev_join(rn_backend *be) { return dev_joins++, RN_OK; }
 
 /* rn_dist's device half: sums of sizes around a bucket's and the world's, over 1 and 3
  * rounds, the parts given from the top in pieces of 7: the (round, rank)-ordered sum bit
@@ -143,6 +146,63 @@ static void test_device_half(rn_dist *d, int R, int W) {
                       (long long)nrun);
                 free(x), free(pack), free(scr), free(drun);
             }
+    }
+    dev->ops = cpu;
+    rn_backend_destroy(dev);
+}
+
+/* A device bucket that fails (every rank's, so no rank waits for another): the sum fails
+ * with the collective's message and its buckets are joined before it returns (the caller
+ * frees their memory next), in rn_dist_sum_end's last bucket as in rn_dist_sum_part's
+ * (there the caller's rn_dist_sum_cancel joins); then a new sum starts and is right. */
+static void test_device_failure(rn_dist *d, int R, int W) {
+    dev_world = W, dev_rank = R;
+    rn_backend *dev = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &dev));
+    if (!dev) return;
+    const rn_backend_ops *cpu = dev->ops;
+    rn_backend_ops fake = *cpu;
+    fake.is_host = 0;
+    fake.coll_sum = dev_sum;
+    fake.coll_sum_round_async = dev_round;
+    fake.coll_sum_async = NULL, fake.coll_join = dev_join, fake.coll_id = NULL, fake.coll_init = NULL;
+    dev->ops = &fake;
+    /* buckets of 4 floats: 10 go while the parts come, the last (1 float) at the end;
+       the third fails, then the last */
+    enum { N = 41 };
+    float x[N], pack[N], scr[N];
+    rn_dist_set_bucket(d, 16);
+    for (int c = 0; c < 2; c++) {
+        for (int64_t i = 0; i < N; i++) x[i] = val(R, i);
+        dev_calls = 0, dev_fail_at = c == 0 ? 2 : 10, dev_joins = 0;
+        int rc = rn_dist_sum_begin(d, dev, x, pack, scr, N, "test");
+        for (int64_t hi = N; hi > 0 && rc == RN_OK;) {
+            int64_t lo = hi > 7 ? hi - 7 : 0;
+            rc = rn_dist_sum_part(d, lo, hi - lo);
+            hi = lo;
+        }
+        const int in_part = rc != RN_OK;
+        if (rc == RN_OK) rc = rn_dist_sum_end(d, NULL);
+        else rn_dist_sum_cancel(d);
+        const char *where = c == 0 ? "rn_dist_sum_part" : "rn_dist_sum_end";
+        CHECK(rc == RN_EGPU && strstr(rn_last_error(), "injected") != NULL, "a bucket failed in %s: rc %d, %s",
+              where, rc, rn_last_error());
+        CHECK(in_part == (c == 0), "the failure meant for %s came in the other", where);
+        CHECK(dev_joins == 1, "a bucket failed in %s: %d joins after it, want 1 (the buckets' memory is freed next)",
+              where, dev_joins);
+        /* the next sum starts afresh */
+        dev_fail_at = -1;
+        for (int64_t i = 0; i < N; i++) x[i] = val(R, i);
+        CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, N, "test"));
+        CHECK_OK(rn_dist_sum_part(d, 0, N));
+        CHECK_OK(rn_dist_sum_end(d, NULL));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N; i++) {
+            float acc = val(0, i);
+            for (int r = 1; r < W; r++) acc += val(r, i);
+            bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+        }
+        CHECK(bad == 0, "the sum after a failed one: %lld of %d differ", (long long)bad, N);
     }
     dev->ops = cpu;
     rn_backend_destroy(dev);
@@ -291,6 +351,7 @@ int main(int argc, char **argv) {
     }
 #if RN_HAVE_MPI
     if (W > 1) test_device_half(d, R, W);
+    if (W > 1) test_device_failure(d, R, W);
 #endif
     if (W > 1) {
         float y[8] = {0};
