@@ -9,6 +9,13 @@ setup_file() {
     mkdir -p "$FAKE" "$STUB"
     cc -shared -fPIC -DFAKE_CUDA -o "$FAKE/libcuda.so.1" "$BATS_TEST_DIRNAME/data/fake_nvidia.c"
     cc -shared -fPIC -o "$FAKE/libnvidia-ml.so.1" "$BATS_TEST_DIRNAME/data/fake_nvidia.c"
+    # a CUDA runtime and NCCL played on the CPU, for --nccl (under each name rn-gpuinfo
+    # may look for the runtime by)
+    export FAKENC="$BATS_FILE_TMPDIR/fakenccl"
+    mkdir -p "$FAKENC"
+    cc -O2 -shared -fPIC -DFAKE_CUDART -o "$FAKENC/libcudart.so.13" "$BATS_TEST_DIRNAME/data/fake_nccl.c"
+    cc -O2 -shared -fPIC -DFAKE_NCCL -o "$FAKENC/libnccl.so.2" "$BATS_TEST_DIRNAME/data/fake_nccl.c"
+    for v in 12 11.0; do ln -sf libcudart.so.13 "$FAKENC/libcudart.so.$v"; done
     # a driver without its NVML library, as in a container with only libcuda mounted
     export NONVML="$BATS_FILE_TMPDIR/nonvml"
     mkdir -p "$NONVML" && cp "$FAKE/libcuda.so.1" "$NONVML/"
@@ -73,6 +80,13 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     assert_failure 2
     assert_output --partial "--nccl"
     run rn-gpuinfo --nccl --device 0
+    assert_failure 2
+    run rn-gpuinfo --timeout 5
+    assert_failure 2
+    assert_output --partial "--timeout only goes with --nccl"
+    run rn-gpuinfo --nccl --timeout 0
+    assert_failure 2
+    run rn-gpuinfo --nccl --timeout soon
     assert_failure 2
     run rn-gpuinfo --device x --bench
     assert_failure 2
@@ -149,6 +163,52 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
     assert_success
     assert_equal "$(json_get 'd["schema"], d["devices"], d["results"], d["verified"]' <<<"$output")" "('rn-gpuinfo-nccl/1', [0], [], False)"
     assert_equal "$(json_get 'd["skipped"]' <<<"$output")" "1 GPU visible: an all-reduce needs 2 or more"
+}
+
+fakenccl() { LD_LIBRARY_PATH="$FAKENC:$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKE_NCCL_TRACE=1 "$@"; }
+
+@test "--nccl across two fake GPUs (a CPU runtime and NCCL): every size's sums checked, the table, the JSON" {
+    no_driver_only
+    fakenccl run --separate-stderr rn-gpuinfo --nccl
+    assert_success
+    assert_line --index 0 "NCCL 2.28.7 all-reduce (fp32 sum, out of place) across 2 GPUs (0,1), sums checked exact"
+    assert_equal "$(grep -cE '^ +[0-9]+ MiB +[0-9.]+ +[0-9.]+ +[0-9.]+$' <<<"$output")" 6
+    # the communicators destroyed, not aborted
+    assert_equal "$(grep -c 'fake nccl: ncclCommDestroy' <<<"$stderr")" 2
+    fakenccl run --separate-stderr rn-gpuinfo --nccl --json
+    assert_success
+    assert_equal "$(json_get 'd["devices"], d["verified"], [r["bytes"] >> 20 for r in d["results"]]' <<<"$output")" "([0, 1], True, [8, 16, 32, 64, 128, 256])"
+    assert_equal "$(json_get 'all(r["busbw"] == r["algbw"] > 0 for r in d["results"])' <<<"$output")" "True"
+}
+
+@test "--nccl: wrong sums fail naming the GPU, the communicators aborted: a part summed twice, one corrupted, none written" {
+    no_driver_only
+    # (every GPU sends its own multiple of the data: with the same data everywhere, a
+    # part taken twice and another left out would still sum right)
+    FAKE_NCCL_FAULT=twice fakenccl run --separate-stderr rn-gpuinfo --nccl
+    assert_failure 1
+    assert_equal "$(grep -c 'is wrong on cuda:0 at element 0' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'fake nccl: ncclCommAbort' <<<"$stderr")" 2
+    FAKE_NCCL_FAULT=corrupt FAKE_CU_NDEV=3 fakenccl run --separate-stderr rn-gpuinfo --nccl
+    assert_failure 1
+    assert_equal "$(grep -c 'the all-reduce of 8 MiB per GPU is wrong on cuda:2 at element 1048576' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'fake nccl: ncclCommAbort' <<<"$stderr")" 3
+    # sums left from the run before are not taken for this run's
+    FAKE_NCCL_FAULT=stale fakenccl run --separate-stderr rn-gpuinfo --nccl
+    assert_failure 1
+    assert_equal "$(grep -c 'is wrong on cuda:0 at element 0: -\?nan' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'ncclCommDestroy' <<<"$stderr")" 0
+}
+
+@test "--nccl: an all-reduce that never finishes is given up at --timeout, naming the GPU and the fix, exit 1" {
+    no_driver_only
+    local t0=$SECONDS
+    FAKE_CUDA_HANG=1 fakenccl run --separate-stderr rn-gpuinfo --nccl --timeout 0.5
+    assert_failure 1
+    [ $((SECONDS - t0)) -lt 20 ]
+    assert_equal "$(grep -c 'the all-reduce of 8 MiB per GPU has not finished on cuda:0 within --timeout 0.5 s' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'NCCL_P2P_DISABLE=1' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'fake nccl: ncclCommAbort' <<<"$stderr")" 2
 }
 
 @test "the toolkit's stub libcuda is named as such, exit 3" {

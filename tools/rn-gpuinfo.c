@@ -17,6 +17,7 @@
 
 /* --watch longest interval: a day; longer is surely a typo */
 #define MAX_WATCH_SECONDS 86400.0
+#define DEFAULT_NCCL_TIMEOUT 60.0
 
 static volatile sig_atomic_t stop_requested;
 
@@ -29,7 +30,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: rn-gpuinfo [--json] [--check]\n"
                "       rn-gpuinfo --watch SECONDS [--count N] [--device N] [--json]\n"
                "       rn-gpuinfo --bench [--device N] [--json]\n"
-               "       rn-gpuinfo --nccl [--json]\n"
+               "       rn-gpuinfo --nccl [--timeout SECONDS] [--json]\n"
                "\n"
                "Report the NVIDIA stack exactly as rn loads it at run time: driver (and the highest\n"
                "CUDA it supports), CUDA runtime, cuBLAS, cuDNN and NCCL with the path each was\n"
@@ -46,9 +47,13 @@ static void usage(FILE *f) {
                "  -b, --bench            measure H2D/D2D bandwidth, cuBLAS GEMM (fp32, TF32, fp16,\n"
                "                         bf16) and a ResNet-50 cuDNN convolution against datasheet peaks\n"
                "  -N, --nccl             preflight of many-GPU training: an NCCL all-reduce across\n"
-               "                         every usable GPU, 8 MiB to 256 MiB per GPU, its sums checked,\n"
-               "                         with algorithm and bus bandwidth (GB/s, as nccl-tests);\n"
-               "                         fewer than 2 GPUs: one line saying it was skipped, exit 0\n"
+               "                         every usable GPU, 8 MiB to 256 MiB per GPU, each size's sums\n"
+               "                         checked, with algorithm and bus bandwidth (GB/s, as\n"
+               "                         nccl-tests); fewer than 2 GPUs: one line saying it was\n"
+               "                         skipped, exit 0\n"
+               "  -t, --timeout SECONDS  with --nccl: give up a size whose all-reduces have not\n"
+               "                         finished after SECONDS (default 60): GPUs that cannot reach\n"
+               "                         each other hang there rather than fail\n"
                "  -d, --device N         with --watch or --bench: only device N (or cuda:N)\n"
                "  -h, --help             this help\n"
                "  -V, --version          print the version\n"
@@ -64,7 +69,7 @@ static void usage(FILE *f) {
                "  7  this rn build has no GPU support (built with USE_CUDA=0)\n"
                "  8  the CUDA runtime or cuBLAS is missing or of another CUDA major\n"
                "--watch, --bench and --nccl exit 0 when they ran, or with 3-7 when there is nothing to run\n"
-               "on; --nccl exits 1 when NCCL is missing or the all-reduce fails.\n");
+               "on; --nccl exits 1 when NCCL is missing or the all-reduce fails or times out.\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -75,10 +80,11 @@ static int bad_usage(const char *fmt, const char *arg) {
 }
 
 /* The flags that only make sense together, checked once every flag is read. */
-static int check_flags(double watch, int64_t count, int bench, int nccl, int check, int device, int nargs,
-                       char **args) {
+static int check_flags(double watch, int64_t count, int bench, int nccl, int check, int device, double timeout,
+                       int nargs, char **args) {
     if (nargs) return rn_errorf(RN_EINVAL, "unexpected argument '%s': rn-gpuinfo takes no files", args[0]);
     if (count && !watch) return rn_errorf(RN_EINVAL, "--count only goes with --watch SECONDS");
+    if (timeout > 0 && !nccl) return rn_errorf(RN_EINVAL, "--timeout only goes with --nccl");
     if ((watch > 0) + bench + nccl + check > 1)
         return rn_errorf(RN_EINVAL, "conflicting modes: pick one of --watch, --bench, --nccl and --check");
     if (device >= 0 && !watch && !bench) return rn_errorf(RN_EINVAL, "--device only goes with --watch or --bench");
@@ -132,15 +138,16 @@ int main(int argc, char **argv) {
                                          {"count", required_argument, NULL, 'n'},
                                          {"bench", no_argument, NULL, 'b'},
                                          {"nccl", no_argument, NULL, 'N'},
+                                         {"timeout", required_argument, NULL, 't'},
                                          {"device", required_argument, NULL, 'd'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     int json = 0, check = 0, bench = 0, nccl = 0, device = -1, c;
-    double watch = 0;
+    double watch = 0, timeout = 0;
     int64_t count = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":jcw:n:bNd:hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":jcw:n:bNt:d:hV", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = 1; break;
         case 'c': check = 1; break;
@@ -151,6 +158,11 @@ int main(int argc, char **argv) {
                 return bad_usage("%s", rn_last_error());
             if (watch == 0)
                 return bad_usage("--watch: '%s' is no interval: want more than 0 seconds, e.g. 1 or 0.5", optarg);
+            break;
+        case 't':
+            if (rn_cli_float("--timeout", optarg, 0, MAX_WATCH_SECONDS, &timeout) != RN_OK)
+                return bad_usage("%s", rn_last_error());
+            if (timeout == 0) return bad_usage("--timeout: '%s': want more than 0 seconds, e.g. 60", optarg);
             break;
         case 'n':
             if (rn_cli_i64("--count", optarg, 1, LONG_MAX, &count) != RN_OK) return bad_usage("%s", rn_last_error());
@@ -169,7 +181,7 @@ int main(int argc, char **argv) {
         }
         }
     }
-    if (check_flags(watch, count, bench, nccl, check, device, argc - optind, argv + optind) != RN_OK)
+    if (check_flags(watch, count, bench, nccl, check, device, timeout, argc - optind, argv + optind) != RN_OK)
         return bad_usage("%s", rn_last_error());
 
     rn_gpuinfo *g = NULL;
@@ -225,7 +237,7 @@ int main(int argc, char **argv) {
         if ((rc = nothing_to_measure(g, dp, "--nccl"))) {
         } else {
             if (!json && g->ndev > 1) fprintf(stderr, "rn-gpuinfo: --nccl: all-reduce across the GPUs, a few seconds\n");
-            if (rn_gpuinfo_nccl(g, &r) != RN_OK || rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {
+            if (rn_gpuinfo_nccl(g, timeout > 0 ? timeout : DEFAULT_NCCL_TIMEOUT, &r) != RN_OK || rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {
                 fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
                 rc = 1;
             }

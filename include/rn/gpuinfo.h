@@ -249,7 +249,7 @@ int rn_gpuinfo_write_bench(const rn_gpubench *b, int json, FILE *f);
 
 /* --nccl. A preflight of the collectives a many-GPU run uses: an fp32 sum all-reduce
  * (out of place) across every usable device of this machine from one process
- * (ncclCommInitAll), at sizes from 8 MB to 256 MB per device. Bandwidths are in GB/s
+ * (ncclCommInitAll), at sizes from 8 MiB to 256 MiB per device. Bandwidths are in GB/s
  * as nccl-tests counts them: algbw = bytes / time, busbw = algbw * 2 (n-1) / n, the
  * figure to compare with the link (NVLink, PCIe) speed. */
 typedef struct {
@@ -264,7 +264,7 @@ typedef struct {
     int ndev;               /* devices taking part */
     int dev[64];            /* their CUDA ordinals, the first ndev entries */
     char version[32];       /* the NCCL library's version, "" unknown */
-    int verified;           /* 1: the first size's sums were exact on every device */
+    int verified;           /* 1: every size's sums were exact on every device */
     char skipped[160];      /* why nothing ran (fewer than 2 usable devices), "" when it ran */
     int n;
     rn_gpunccl_result r[RN_GPUNCCL_MAX];
@@ -272,12 +272,17 @@ typedef struct {
 
 /* Run --nccl into *out, through its own dlsym binding of the CUDA runtime and NCCL (no
  * NCCL needed to start rn-gpuinfo). Fewer than 2 usable devices is no error: out->skipped
- * says so and nothing runs. The sums are checked once (data whose sums are exact in any
- * order), so a link that corrupts data fails here rather than in training.
- * Errors: RN_ENOTSUP (no GPU build), RN_EGPU (NCCL or the runtime missing, a call failed,
- * the sums wrong: the message names the call or the device). ncclCommInitAll blocks: a
- * machine whose GPUs cannot reach each other may hang here (NCCL_DEBUG=INFO shows where). */
-int rn_gpuinfo_nccl(const rn_gpuinfo *g, rn_gpunccl *out);
+ * says so and nothing runs. Each size's sums are checked (device d sends data x (d + 1)
+ * whose sums are exact in any order; the sums are cleared to NaN before the checked run,
+ * at most the last 8 MiB of each size read back), so a link that corrupts data, a part
+ * summed twice or one left out fails here rather than in training. A size whose
+ * all-reduces have not finished timeout seconds after they started is given up (the
+ * communicators aborted), as is every run after a failure.
+ * Errors: RN_ENOTSUP (no GPU build), RN_EINVAL (timeout not > 0), RN_EGPU (NCCL or the
+ * runtime missing, a call failed, the sums wrong, the timeout: the message names the call
+ * or the device). ncclCommInitAll blocks and takes no timeout: a machine whose GPUs
+ * cannot reach each other may hang there (NCCL_DEBUG=INFO shows where). */
+int rn_gpuinfo_nccl(const rn_gpuinfo *g, double timeout, rn_gpunccl *out);
 
 /* Print --nccl's results: a table, or one JSON object on one line:
  *   {"schema": "rn-gpuinfo-nccl/1", "nccl": str|null, "devices": [int],
