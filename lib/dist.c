@@ -463,8 +463,9 @@ int rn_dist_attach(rn_dist *d, rn_backend *be) {
 #ifdef RN_HAVE_MPI
     if (d->hb_on) rn_backend_coll_set_poll(be, dev_poll, d);
 #endif
-    /* under the watchdog, as every later collective: a rank that never comes is named */
-    op_begin(d, "the NCCL communicator's init");
+    /* under the watchdog, counted as a collective of the world as every later one, so
+       that rank 0 names a rank that never comes (every rank attaches at this point) */
+    op_wait(d, "the NCCL communicator's init", HB_WORLD, started(d, HB_WORLD));
     rc = rn_backend_coll_init(be, d->rank, d->world, id, (size_t)l64, limit);
     op_end(d);
     return rc;

@@ -56,7 +56,7 @@ typedef struct {
     do {                                                                                                               \
         int e_ = (call);                                                                                               \
         if (e_ != 0) {                                                                                                 \
-            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (NCCL_DEBUG=INFO says more)", __FILE__, __LINE__, #call,           \
+            rc = rn_errorf(RN_EGPU, "%s:%d: %s: %s (NCCL_DEBUG=INFO says more)", __FILE__, __LINE__, #call,            \
                            api.nccl_error(e_));                                                                        \
             goto fail;                                                                                                 \
         }                                                                                                              \
@@ -73,17 +73,17 @@ static int load_api(const rn_gpuinfo *g, nccl_api *a) {
     if (!rt->loaded) return rn_errorf(RN_EGPU, "--nccl needs the CUDA runtime: %s", rt->error);
     int ok = rn_gpuinfo_sym(rt, "cudaSetDevice", &a->set_device) & rn_gpuinfo_sym(rt, "cudaMalloc", &a->malloc_) &
              rn_gpuinfo_sym(rt, "cudaFree", &a->free_) & rn_gpuinfo_sym(rt, "cudaMemcpy", &a->memcpy_) &
-             rn_gpuinfo_sym(rt, "cudaStreamCreate", &a->stream_create) &
-             rn_gpuinfo_sym(rt, "cudaMemset", &a->memset_) & rn_gpuinfo_sym(rt, "cudaStreamQuery", &a->stream_query) &
+             rn_gpuinfo_sym(rt, "cudaStreamCreate", &a->stream_create) & rn_gpuinfo_sym(rt, "cudaMemset", &a->memset_) &
+             rn_gpuinfo_sym(rt, "cudaStreamQuery", &a->stream_query) &
              rn_gpuinfo_sym(rt, "cudaStreamDestroy", &a->stream_destroy) &
              rn_gpuinfo_sym(rt, "cudaGetErrorString", &a->error_string);
     if (!ok) return rn_errorf(RN_EGPU, "%s lacks a function --nccl needs (cudaMalloc, cudaStream*)", rt->path);
     ok = rn_gpuinfo_sym(nc, "ncclCommInitAll", &a->init_all) & rn_gpuinfo_sym(nc, "ncclCommDestroy", &a->destroy) &
-         rn_gpuinfo_sym(nc, "ncclCommAbort", &a->abort_) &
-         rn_gpuinfo_sym(nc, "ncclGroupStart", &a->group_start) & rn_gpuinfo_sym(nc, "ncclGroupEnd", &a->group_end) &
-         rn_gpuinfo_sym(nc, "ncclAllReduce", &a->all_reduce) &
+         rn_gpuinfo_sym(nc, "ncclCommAbort", &a->abort_) & rn_gpuinfo_sym(nc, "ncclGroupStart", &a->group_start) &
+         rn_gpuinfo_sym(nc, "ncclGroupEnd", &a->group_end) & rn_gpuinfo_sym(nc, "ncclAllReduce", &a->all_reduce) &
          rn_gpuinfo_sym(nc, "ncclGetErrorString", &a->nccl_error);
-    if (!ok) return rn_errorf(RN_EGPU, "%s lacks a function --nccl needs (ncclCommInitAll, ncclAllReduce, ...)", nc->path);
+    if (!ok)
+        return rn_errorf(RN_EGPU, "%s lacks a function --nccl needs (ncclCommInitAll, ncclAllReduce, ...)", nc->path);
     return RN_OK;
 }
 
@@ -124,8 +124,8 @@ fail:
 /* iters all-reduces of count floats on every device, one group per all-reduce (as a
  * multi-GPU process must issue them), then a wait for every device's stream, given up
  * timeout seconds after the start. */
-static int run(const nccl_api *a, int nd, void **comm, void **stream, void **send, void **recv, size_t count,
-               int iters, const int *dev, double timeout) {
+static int run(const nccl_api *a, int nd, void **comm, void **stream, void **send, void **recv, size_t count, int iters,
+               const int *dev, double timeout) {
     nccl_api api = *a;
     int rc = RN_OK;
     double deadline = now_s() + timeout;
@@ -142,28 +142,30 @@ fail:
     return rc;
 }
 
-/* Check the last `most` floats of each device's sum of count floats (the whole of the
- * smallest size; the part each larger size adds): element i is host[i] x (1 + 2 + .. + nd),
- * device d having sent host x (d + 1), exact in any order of addition (below). */
-static int check_sums(const nccl_api *a, int nd, void **recv, const int *dev, size_t count, size_t most,
+/* Check each device's sum of count floats, read back `piece` floats at a time: element i
+ * is host[i] x (1 + 2 + .. + nd), device d having sent host x (d + 1), exact in any order
+ * of addition (below). */
+static int check_sums(const nccl_api *a, int nd, void **recv, const int *dev, size_t count, size_t piece,
                       const float *host, float *back) {
     nccl_api api = *a;
     int rc = RN_OK;
-    size_t n = count < most ? count : most, lo = count - n;
     const float t = (float)(nd * (nd + 1) / 2);
     for (int d = 0; d < nd; d++) {
         RN_GPUINFO_RT(api.set_device(dev[d]));
-        RN_GPUINFO_RT(api.memcpy_(back, (const float *)recv[d] + lo, n * sizeof(float), RT_D2H));
-        for (size_t i = 0; i < n; i++) {
-            float want = t * host[lo + i];
-            if (back[i] != want) /* (NaN, where nothing was written, too) */
-                return rn_errorf(RN_EGPU,
-                                 "the all-reduce of %zu MiB per GPU is wrong on cuda:%d at element %zu: %g, "
-                                 "want %g (%g x (1 + .. + %d), cuda:k sending %g x (k + 1)): a faulty link or "
-                                 "driver between the GPUs (NCCL_P2P_DISABLE=1 tells whether peer-to-peer transfers "
-                                 "are the cause)",
-                                 count * sizeof(float) >> 20, dev[d], lo + i, back[i], want, host[lo + i], nd,
-                                 host[lo + i]);
+        for (size_t lo = 0; lo < count; lo += piece) {
+            size_t n = count - lo < piece ? count - lo : piece;
+            RN_GPUINFO_RT(api.memcpy_(back, (const float *)recv[d] + lo, n * sizeof(float), RT_D2H));
+            for (size_t i = 0; i < n; i++) {
+                float want = t * host[lo + i];
+                if (back[i] != want) /* (NaN, where nothing was written, too) */
+                    return rn_errorf(RN_EGPU,
+                                     "the all-reduce of %zu MiB per GPU is wrong on cuda:%d at element %zu: %g, "
+                                     "want %g (%g x (1 + .. + %d), cuda:k sending %g x (k + 1)): a faulty link or "
+                                     "driver between the GPUs (NCCL_P2P_DISABLE=1 tells whether peer-to-peer transfers "
+                                     "are the cause)",
+                                     count * sizeof(float) >> 20, dev[d], lo + i, back[i], want, host[lo + i], nd,
+                                     host[lo + i]);
+            }
         }
     }
 fail:
@@ -226,7 +228,8 @@ int rn_gpuinfo_nccl(const rn_gpuinfo *g, double timeout, rn_gpunccl *out) {
     for (long long bytes = NCCL_MIN_BYTES; bytes <= NCCL_MAX_BYTES && out->n < RN_GPUNCCL_MAX; bytes *= 2) {
         size_t count = (size_t)bytes / sizeof(float);
         /* the first call per size sets up NCCL's buffers and channels; time the second, on
-           sums cleared to NaN first (a run that wrote nothing cannot pass), and check it */
+           sums cleared to NaN first (a run that wrote nothing cannot pass), and check all
+           of it */
         if ((rc = run(&api, nd, comm, stream, send, recv, count, 1, out->dev, timeout))) goto fail;
         for (int d = 0; d < nd; d++) {
             RN_GPUINFO_RT(api.set_device(out->dev[d]));
@@ -251,9 +254,12 @@ int rn_gpuinfo_nccl(const rn_gpuinfo *g, double timeout, rn_gpunccl *out) {
     out->verified = checked == out->n && checked > 0;
 
 fail:
-    for (int d = 0; d < nd; d++) {
-        /* after a failure work may still be queued: abort (destroy would wait for it) */
+    /* every communicator first (after a failure work may still be queued on any device,
+       writing into its peers' buffers: abort, as destroy would wait for it), then the
+       buffers */
+    for (int d = 0; d < nd; d++)
         if (have_comms && comm[d]) (rc ? api.abort_ : api.destroy)(comm[d]);
+    for (int d = 0; d < nd; d++) {
         if (api.set_device) api.set_device(out->dev[d]);
         if (stream[d]) api.stream_destroy(stream[d]);
         if (send[d]) api.free_(send[d]);

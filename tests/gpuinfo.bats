@@ -49,7 +49,7 @@ json_get() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print
 @test "--help lists every flag and the exit codes" {
     run rn-gpuinfo --help
     assert_success
-    for f in --json --check --watch --count --bench --nccl --device --version; do assert_output --partial -- "$f"; done
+    for f in --json --check --watch --count --bench --nccl --timeout --device --version; do assert_output --partial -- "$f"; done
     assert_output --partial "3  no usable NVIDIA driver"
     assert_output --partial "7  this rn build has no GPU support"
 }
@@ -197,6 +197,7 @@ fakenccl() { LD_LIBRARY_PATH="$FAKENC:$FAKE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     FAKE_NCCL_FAULT=stale fakenccl run --separate-stderr rn-gpuinfo --nccl
     assert_failure 1
     assert_equal "$(grep -c 'is wrong on cuda:0 at element 0: -\?nan' <<<"$stderr")" 1
+    assert_equal "$(grep -c 'fake nccl: ncclCommAbort' <<<"$stderr")" 2
     assert_equal "$(grep -c 'ncclCommDestroy' <<<"$stderr")" 0
 }
 

@@ -273,8 +273,8 @@ typedef struct {
 /* Run --nccl into *out, through its own dlsym binding of the CUDA runtime and NCCL (no
  * NCCL needed to start rn-gpuinfo). Fewer than 2 usable devices is no error: out->skipped
  * says so and nothing runs. Each size's sums are checked (device d sends data x (d + 1)
- * whose sums are exact in any order; the sums are cleared to NaN before the checked run,
- * at most the last 8 MiB of each size read back), so a link that corrupts data, a part
+ * whose sums are exact in any order; the sums are cleared to NaN before the checked run
+ * and read back whole), so a link that corrupts data, a part
  * summed twice or one left out fails here rather than in training. A size whose
  * all-reduces have not finished timeout seconds after they started is given up (the
  * communicators aborted), as is every run after a failure.

@@ -136,8 +136,10 @@ def fixed_order_grid(theta, w, h, ow, oh):
     theirs = _gen_affine_grid(theta, w, h, ow, oh)[0]
     for j in range(2):
         mag = (x * rt[0, j]).abs() + (y * rt[1, j]).abs() + rt[2, j].abs()
-        dev = float(((theirs[..., j].double() - grid[0, ..., j].double()).abs() / (mag * 2.0**-24)).max())
-        grid_dev[0] = max(grid_dev[0], dev)
+        diff = (theirs[..., j].double() - grid[0, ..., j].double()).abs()
+        # (where all three terms are 0 both must be 0: no division by 0 to hide a NaN)
+        dev = torch.where(mag > 0, diff / (mag * 2.0**-24), torch.where(diff > 0, float("inf"), 0.0))
+        grid_dev[0] = max(grid_dev[0], float(dev.max()))
     return grid
 
 
