@@ -81,6 +81,24 @@ static int dev_round(rn_backend *be, float *x, float *s, float *run, int64_t n, 
 }
 static int dev_join(rn_backend *be) { return dev_joins++, RN_OK; }
 
+/* a CPU backend playing rank R of W's device (fake: its ops, the caller's; join: its
+ * coll_join, or NULL); *cpu: the ops to put back before rn_backend_destroy */
+static rn_backend *emulated_device(int R, int W, rn_backend_ops *fake, int (*join)(rn_backend *),
+                                   const rn_backend_ops **cpu) {
+    dev_world = W, dev_rank = R;
+    rn_backend *dev = NULL;
+    CHECK_OK(rn_backend_create("cpu", 1, NULL, &dev));
+    if (!dev) return NULL;
+    *cpu = dev->ops;
+    *fake = **cpu;
+    fake->is_host = 0;
+    fake->coll_sum = dev_sum;
+    fake->coll_sum_round_async = dev_round;
+    fake->coll_sum_async = NULL, fake->coll_join = join, fake->coll_id = NULL, fake->coll_init = NULL;
+    dev->ops = fake;
+    return dev;
+}
+
 /* rn_dist's device half: sums of sizes around a bucket's and the world's, over 1 and 3
  * rounds, the parts given from the top in pieces of 7: the (round, rank)-ordered sum bit
  * for bit, as the host half gives (above), the running sums within rn_dist_run_floats */
@@ -90,17 +108,10 @@ static void test_device_half(rn_dist *d, int R, int W) {
           "MPI_COMM_WORLD's rank and size");
     CHECK(wr == R && ww == W, "rn_dist's rank %d of %d is MPI_COMM_WORLD's %d of %d", R, W, wr, ww);
     if (wr != R || ww != W) return;
-    dev_world = W, dev_rank = R;
-    rn_backend *dev = NULL;
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &dev));
+    rn_backend_ops fake;
+    const rn_backend_ops *cpu = NULL;
+    rn_backend *dev = emulated_device(R, W, &fake, NULL, &cpu);
     if (!dev) return;
-    const rn_backend_ops *cpu = dev->ops;
-    rn_backend_ops fake = *cpu;
-    fake.is_host = 0;
-    fake.coll_sum = dev_sum;
-    fake.coll_sum_round_async = dev_round;
-    fake.coll_sum_async = NULL, fake.coll_join = NULL, fake.coll_id = NULL, fake.coll_init = NULL;
-    dev->ops = &fake;
     const int64_t ns[] = {1, 3, 7, 1001, 20011};
     const size_t buckets[] = {0, 4, 12, 4096, 40000};
     for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
@@ -156,17 +167,10 @@ static void test_device_half(rn_dist *d, int R, int W) {
  * frees their memory next), in rn_dist_sum_end's last bucket as in rn_dist_sum_part's
  * (there the caller's rn_dist_sum_cancel joins); then a new sum starts and is right. */
 static void test_device_failure(rn_dist *d, int R, int W) {
-    dev_world = W, dev_rank = R;
-    rn_backend *dev = NULL;
-    CHECK_OK(rn_backend_create("cpu", 1, NULL, &dev));
+    rn_backend_ops fake;
+    const rn_backend_ops *cpu = NULL;
+    rn_backend *dev = emulated_device(R, W, &fake, dev_join, &cpu);
     if (!dev) return;
-    const rn_backend_ops *cpu = dev->ops;
-    rn_backend_ops fake = *cpu;
-    fake.is_host = 0;
-    fake.coll_sum = dev_sum;
-    fake.coll_sum_round_async = dev_round;
-    fake.coll_sum_async = NULL, fake.coll_join = dev_join, fake.coll_id = NULL, fake.coll_init = NULL;
-    dev->ops = &fake;
     /* buckets of 4 floats: 10 go while the parts come, the last (1 float) at the end;
        the third fails, then the last */
     enum { N = 41 };
