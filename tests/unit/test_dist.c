@@ -23,6 +23,19 @@
 /* rank r's value at i: different per rank, and not exactly summable in float */
 static float val(int r, int64_t i) { return (float)sin(r * 1000.0 + i * 0.37) * (float)(1 + r); }
 
+/* how many of x[0, n) differ from the (round, rank)-ordered sum of W ranks' values over
+ * `rounds` rounds (round k's rank r gave val(r + 17 k, i)); 1 round: the rank-ordered sum */
+static int64_t differ_from_sum(const float *x, int64_t n, int W, int rounds) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float acc = val(0, i);
+        for (int k = 0; k < rounds; k++)
+            for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
+        bad += memcmp(&acc, &x[i], sizeof acc) != 0;
+    }
+    return bad;
+}
+
 #if RN_HAVE_MPI
 /* ---- a device backend's half of rn/dist.h, on the CPU ----
  * A backend whose memory counts as not the host's (is_host 0) and whose collective does
@@ -136,13 +149,7 @@ static void test_device_half(rn_dist *d, int R, int W) {
                     }
                     CHECK_OK(rn_dist_sum_end(d, NULL));
                 }
-                int64_t bad = 0;
-                for (int64_t i = 0; i < n; i++) {
-                    float acc = val(0, i);
-                    for (int k = 0; k < rounds; k++)
-                        for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
-                    bad += memcmp(&acc, &x[i], sizeof acc) != 0;
-                }
+                int64_t bad = differ_from_sum(x, n, W, rounds);
                 if (drun) { /* running sums shorter than rn_dist_run_floats: refused, naming both */
                     CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, n, "test"));
                     CHECK(rn_dist_sum_round(d, 0, rounds, drun, nrun - 1) == RN_EINVAL &&
@@ -200,12 +207,7 @@ static void test_device_failure(rn_dist *d, int R, int W) {
         CHECK_OK(rn_dist_sum_begin(d, dev, x, pack, scr, N, "test"));
         CHECK_OK(rn_dist_sum_part(d, 0, N));
         CHECK_OK(rn_dist_sum_end(d, NULL));
-        int64_t bad = 0;
-        for (int64_t i = 0; i < N; i++) {
-            float acc = val(0, i);
-            for (int r = 1; r < W; r++) acc += val(r, i);
-            bad += memcmp(&acc, &x[i], sizeof acc) != 0;
-        }
+        int64_t bad = differ_from_sum(x, N, W, 1);
         CHECK(bad == 0, "the sum after a failed one: %lld of %d differ", (long long)bad, N);
     }
     dev->ops = cpu;
@@ -228,15 +230,11 @@ int main(int argc, char **argv) {
     for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
         rn_dist_set_bucket(d, buckets[b]);
         for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-            int64_t n = ns[k], bad = 0;
+            int64_t n = ns[k];
             float *x = malloc(sizeof(float) * (size_t)n), *s = malloc(sizeof(float) * (size_t)n);
             for (int64_t i = 0; i < n; i++) x[i] = val(R, i);
             CHECK_OK(rn_dist_sum(d, be, x, s, n, "test"));
-            for (int64_t i = 0; i < n; i++) {
-                float acc = val(0, i);
-                for (int r = 1; r < W; r++) acc += val(r, i);
-                bad += memcmp(&acc, &x[i], sizeof acc) != 0;
-            }
+            int64_t bad = differ_from_sum(x, n, W, 1);
             CHECK(bad == 0, "rank %d of %d: sum of %lld floats in buckets of %zu bytes: %lld differ from the "
                   "rank-ordered sum", R, W, (long long)n, buckets[b], (long long)bad);
             free(x);
@@ -308,7 +306,7 @@ int main(int argc, char **argv) {
         for (int rounds = 1; rounds <= 3; rounds++) {
             const int64_t n = 3001, piece = 457;
             float *x = malloc(sizeof(float) * (size_t)n);
-            int64_t bad = 0, moved = 0;
+            int64_t moved = 0;
             for (int k = 0; k < rounds; k++) {
                 for (int64_t i = 0; i < n; i++) x[i] = val(R + 17 * k, i);
                 CHECK_OK(rn_dist_sum_begin(d, be, x, NULL, NULL, n, "test"));
@@ -318,12 +316,7 @@ int main(int argc, char **argv) {
                 CHECK_OK(rn_dist_sum_end(d, NULL));
                 for (int64_t i = 0; k < rounds - 1 && i < n; i++) moved += x[i] != val(R + 17 * k, i);
             }
-            for (int64_t i = 0; i < n; i++) {
-                float acc = val(0, i);
-                for (int k = 0; k < rounds; k++)
-                    for (int r = k == 0; r < W; r++) acc += val(r + 17 * k, i);
-                bad += memcmp(&acc, &x[i], sizeof acc) != 0;
-            }
+            int64_t bad = differ_from_sum(x, n, W, rounds);
             CHECK(bad == 0 && moved == 0, "rank %d of %d: %d rounds in buckets of %zu bytes: %lld of %lld differ from "
                   "the (round, rank)-ordered sum, %lld written before the last round", R, W, rounds, buckets[b],
                   (long long)bad, (long long)n, (long long)moved);
