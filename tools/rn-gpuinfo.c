@@ -15,8 +15,8 @@
 #define RN_VERSION "unknown"
 #endif
 
-/* --watch longest interval: a day; longer is surely a typo */
-#define MAX_WATCH_SECONDS 86400.0
+/* --watch's longest interval and --timeout's longest wait: a day; longer is surely a typo */
+#define MAX_SECONDS 86400.0
 #define DEFAULT_NCCL_TIMEOUT 60.0
 
 static volatile sig_atomic_t stop_requested;
@@ -154,13 +154,13 @@ int main(int argc, char **argv) {
         case 'b': bench = 1; break;
         case 'N': nccl = 1; break;
         case 'w':
-            if (rn_cli_float("--watch", optarg, 0, MAX_WATCH_SECONDS, &watch) != RN_OK)
+            if (rn_cli_float("--watch", optarg, 0, MAX_SECONDS, &watch) != RN_OK)
                 return bad_usage("%s", rn_last_error());
             if (watch == 0)
                 return bad_usage("--watch: '%s' is no interval: want more than 0 seconds, e.g. 1 or 0.5", optarg);
             break;
         case 't':
-            if (rn_cli_float("--timeout", optarg, 0, MAX_WATCH_SECONDS, &timeout) != RN_OK)
+            if (rn_cli_float("--timeout", optarg, 0, MAX_SECONDS, &timeout) != RN_OK)
                 return bad_usage("%s", rn_last_error());
             if (timeout == 0) return bad_usage("--timeout: '%s': want more than 0 seconds, e.g. 60", optarg);
             break;
@@ -237,7 +237,8 @@ int main(int argc, char **argv) {
         if ((rc = nothing_to_measure(g, dp, "--nccl"))) {
         } else {
             if (!json && g->ndev > 1) fprintf(stderr, "rn-gpuinfo: --nccl: all-reduce across the GPUs, a few seconds\n");
-            if (rn_gpuinfo_nccl(g, timeout > 0 ? timeout : DEFAULT_NCCL_TIMEOUT, &r) != RN_OK || rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {
+            if (rn_gpuinfo_nccl(g, timeout > 0 ? timeout : DEFAULT_NCCL_TIMEOUT, &r) != RN_OK ||
+                rn_gpuinfo_write_nccl(&r, json, stdout) != RN_OK) {
                 fprintf(stderr, "rn-gpuinfo: %s\n", rn_last_error());
                 rc = 1;
             }
