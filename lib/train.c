@@ -996,10 +996,13 @@ static int micro_ops(void *ctx) {
     return rc;
 }
 
-/* --cuda-graphs: a replay whose capture failed says so, once (*said) */
-static void note_uncaptured(const run *t, int *said, const rn_replay *r, const char *what) {
+/* --cuda-graphs: a replay whose capture failed says so, once (*said): micro-batch k's,
+ * or (k < 0) the optimiser step's */
+static void note_uncaptured(const run *t, int *said, const rn_replay *r, int k) {
     if (!r->off || *said) return;
     *said = 1;
+    char what[64] = "the optimiser step";
+    if (k >= 0) snprintf(what, sizeof what, "micro-batch %d of the step", k);
     if (t->o->progress)
         fprintf(t->o->progress, "rn-train: note: --cuda-graphs: %s could not be captured (%s); it runs without a "
                 "graph from now on (the same results, more launches)\n", what, r->why);
@@ -1035,9 +1038,7 @@ static int run_micro(run *t, int k, const rn_mix_desc *md, float grad_scale) {
     rn_replay *r = &t->graphs[k];
     int rc = rn_replay_run(r, t->r.be, &key, sizeof key, micro_ops, &j, NULL);
     if (rc == RN_OK) rn_net_count_batch(t->r.net, t->micro);
-    char what[64];
-    snprintf(what, sizeof what, "micro-batch %d of the step", k);
-    note_uncaptured(t, &t->graphs_said, r, what);
+    note_uncaptured(t, &t->graphs_said, r, k);
     return rc;
 }
 
@@ -1059,7 +1060,7 @@ static int run_step(run *t, float lr, int *skipped) {
     rn_net_step_key key;
     rn_net_step_keyof(t->r.net, t->scaled ? &t->sc : NULL, &key);
     rc = rn_replay_run(&t->gstep, t->r.be, &key, sizeof key, step_ops, t, NULL);
-    note_uncaptured(t, &t->gstep_said, &t->gstep, "the optimiser step");
+    note_uncaptured(t, &t->gstep_said, &t->gstep, -1);
     if (rc) return rc;
     return rn_net_step_end(t->r.net, t->scaled ? &t->sc : NULL, (float)t->o->momentum, skipped);
 }

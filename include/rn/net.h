@@ -209,10 +209,10 @@ int rn_net_step(rn_net *net, rn_scaler *sc, float lr, float momentum, float weig
  * finite). rn_net_step_ops issues the step's device ops and nothing else: with sc, the
  * inf/NaN check whose flag skips the update on the device (skip_if) and the unscaling by
  * rn_scaler_inv(sc). Its ops follow what rn_net_step_keyof fills in (the weights' buffer,
- * the unscaling, the momentum's start): a
- * capture's key (the rest, momentum, weight decay and their modes, LARS on or off and its
- * eta and eps, is the caller's to keep the same). rn_net_step_end reads the flag back (with sc), starts the momentum
- * buffers of a step that was taken and moves the scaler on (*skipped as rn_net_step). */
+ * the unscaling, the momentum's start): a capture's key (the rest, momentum, weight
+ * decay and their modes, LARS on or off and its eta and eps, is the caller's to keep the
+ * same). rn_net_step_end reads the flag back (with sc), starts the momentum buffers of a
+ * step that was taken and moves the scaler on (*skipped as rn_net_step). */
 typedef struct {
     const void *weights;
     float unscale;
