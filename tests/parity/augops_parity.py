@@ -127,20 +127,18 @@ def fixed_order_grid(theta, w, h, ow, oh):
     y = torch.linspace(-oh * 0.5 + d, oh * 0.5 + d - 1, steps=oh).double().view(oh, 1).expand(oh, ow)
     rt = (theta.transpose(1, 2) / torch.tensor([0.5 * w, 0.5 * h], dtype=theta.dtype))[0].double()
     cols = []
-    for j in range(2):
-        xt0 = (x * rt[0, j]).float().double()  # exact in float64, rounded once
-        cols.append((fma32(y, rt[1, j], xt0).double() + rt[2, j]).float())  # a float32 sum: rounded once
-    grid = torch.stack(cols, -1).view(1, oh, ow, 2)
-    # torch's own product, in units of 2^-24 times the sum of the three terms' magnitudes:
-    # two summation orders of three products differ by at most about 6 of them
+    # torch's own product, compared in units of 2^-24 times the sum of the three terms'
+    # magnitudes: two summation orders of three products differ by at most about 6 of them
     theirs = _gen_affine_grid(theta, w, h, ow, oh)[0]
     for j in range(2):
-        mag = (x * rt[0, j]).abs() + (y * rt[1, j]).abs() + rt[2, j].abs()
-        diff = (theirs[..., j].double() - grid[0, ..., j].double()).abs()
+        xt0 = x * rt[0, j]  # exact in float64
+        cols.append((fma32(y, rt[1, j], xt0.float().double()).double() + rt[2, j]).float())  # each rounded once
+        mag = xt0.abs() + (y * rt[1, j]).abs() + rt[2, j].abs()
+        diff = (theirs[..., j].double() - cols[j].double()).abs()
         # (where all three terms are 0 both must be 0: no division by 0 to hide a NaN)
         dev = torch.where(mag > 0, diff / (mag * 2.0**-24), torch.where(diff > 0, float("inf"), 0.0))
         grid_dev[0] = max(grid_dev[0], float(dev.max()))
-    return grid
+    return torch.stack(cols, -1).view(1, oh, ow, 2)
 
 
 F_t._gen_affine_grid = fixed_order_grid

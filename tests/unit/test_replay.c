@@ -564,9 +564,10 @@ static void test_first_step(int lars) {
         sum += fabs(mv[i]);
     CHECK(sum > 0, "the buffers after a step hold no momentum for fc.weight: the test tests nothing");
     int64_t n = 0;
+    for (int i = 0; lars && i < 2; i++)
+        CHECK_OK(rn_net_set_lars(net[i], 1, 0.001, 0));
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < 2; i++) {
-            if (lars) CHECK_OK(rn_net_set_lars(net[i], 1, 0.001, 0));
             input(be, net[i], (uint8_t)(29 + s), 3);
             CHECK_OK(rn_net_forward(net[i], BATCH, 1));
             CHECK_OK(rn_net_backward(net[i], labels, BATCH, 0, 1.0f, 0, &loss));
